@@ -1,0 +1,54 @@
+"""Connecting to Ray: an existing cluster (``cluster.address``) or a local instance.
+
+``cluster.backend=auto`` resolves here, once, before anything else: ``nvml`` when NVML finds a GPU
+on this machine or an address is given, else ``sim`` (local mode with simulated GPUs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from typing import Any
+
+import ray
+
+from raycolloc.config import ClusterConfig, Config
+
+__all__ = ["connect", "resolve_backend"]
+
+log = logging.getLogger(__name__)
+NAMESPACE = "raycolloc"
+
+
+def resolve_backend(cfg: Config) -> Config:
+    """Replace ``cluster.backend=auto`` by ``nvml`` or ``sim``."""
+    if cfg.cluster.backend != "auto":
+        return cfg
+    from raycolloc.gpu.nvml import nvml_gpu_count
+
+    backend = "nvml" if cfg.cluster.address or nvml_gpu_count() > 0 else "sim"
+    return dataclasses.replace(cfg, cluster=dataclasses.replace(cfg.cluster, backend=backend))
+
+
+def connect(cluster: ClusterConfig, max_jobs_per_cell: int = 1) -> dict[str, Any]:
+    """Connect to Ray once per process (no-op inside a Ray worker or when already connected)."""
+    if ray.is_initialized():
+        return ray.cluster_resources()
+    kwargs: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": True}
+    if cluster.address:
+        ray.init(address=cluster.address, **kwargs)
+        return ray.cluster_resources()
+    cpus = cluster.num_cpus or os.cpu_count() or 1
+    if cluster.backend == "sim":
+        # Simulated GPUs: logical CPUs for every job of a cell on every fake GPU (they are tiny).
+        cpus = cluster.num_cpus or max(cpus, (max_jobs_per_cell + 1) * cluster.num_gpus)
+        kwargs["num_gpus"] = cluster.num_gpus
+    kwargs["include_dashboard"] = cluster.dashboard
+    if cluster.dashboard:
+        kwargs.update(dashboard_host=cluster.dashboard_host, dashboard_port=cluster.dashboard_port)
+    if cluster.metrics_export_port:
+        kwargs["_metrics_export_port"] = cluster.metrics_export_port
+    ray.init(num_cpus=cpus, **kwargs)
+    log.info("ray=local cpus=%s gpus=%s backend=%s", cpus, ray.cluster_resources().get("GPU"), cluster.backend)
+    return ray.cluster_resources()

@@ -1,0 +1,376 @@
+"""Typed configuration: one dataclass schema per Hydra group, validated before anything runs.
+
+Each group dataclass is stored in Hydra's ConfigStore as ``base_<group>``; the YAML files under
+``conf/`` start with ``defaults: [base_<group>]`` so a typo fails at composition. Combinations
+that a schema cannot express are checked in ``__post_init__`` with a message naming the key and
+what is allowed. :func:`load_config` turns a composed DictConfig into a :class:`Config` once;
+actors receive dataclasses, never DictConfigs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from raycolloc.workloads.registry import list_workloads
+
+__all__ = [
+    "MODES",
+    "ClusterConfig",
+    "Config",
+    "ConfigError",
+    "DataConfig",
+    "MigConfig",
+    "MixConfig",
+    "MixJob",
+    "ModeConfig",
+    "TelemetryConfig",
+    "TrainerConfig",
+    "WorkloadConfig",
+    "config_hash",
+    "load_config",
+    "register_configs",
+]
+
+MODES = ("naive", "mps", "mig")
+BACKENDS = ("auto", "sim", "nvml")
+ALLOCATORS = ("native", "cuda_async")
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
+AMP_MODES = ("off", "bf16", "fp16")
+FAULTS = ("oom", "error", "exit", "hang")
+SOURCES = ("synthetic", "real")
+PLACEMENTS = ("host", "device")
+TELEMETRY_SOURCES = ("auto", "dcgm", "gpm", "nvml")
+SIM_MIG_MODES = ("auto", "enabled", "disabled")
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the key and what is allowed."""
+
+
+def _check_choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{key}={value!r} is not allowed; choose one of: {', '.join(allowed)}")
+
+
+def _check_min(key: str, value: Any, minimum: float, *, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < minimum:
+        raise ConfigError(f"{key}={value!r} is not allowed; it must be a number >= {minimum}")
+
+
+def _check_int(key: str, value: Any, minimum: int, *, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{key}={value!r} is not allowed; it must be an integer >= {minimum}")
+
+
+@dataclass
+class WorkloadConfig:
+    """``workload/``: which registered workload each job of a uniform cell trains."""
+
+    name: str = "tiny_cnn"
+
+    def __post_init__(self) -> None:
+        _check_choice("workload", self.name, tuple(list_workloads()))
+
+
+@dataclass
+class DataConfig:
+    """``data``: where batches come from and where they live during training."""
+
+    source: str = "synthetic"
+    placement: str = "host"
+    path: str | None = None
+    num_workers: int = 2
+
+    def __post_init__(self) -> None:
+        _check_choice("data.source", self.source, SOURCES)
+        _check_choice("data.placement", self.placement, PLACEMENTS)
+        _check_int("data.num_workers", self.num_workers, 0)
+        if self.source == "real" and not self.path:
+            raise ConfigError("data.source=real needs data.path=<dataset directory or file>")
+
+
+@dataclass
+class ModeConfig:
+    """``mode/``: how the jobs of a cell share the GPU.
+
+    ``active_thread_percentage`` and ``pinned_mem_limit`` apply to MPS only; each is one value
+    for every job or a list with one value per job (mixed cells).
+    """
+
+    name: str = "naive"
+    active_thread_percentage: Any = None
+    pinned_mem_limit: Any = None
+    pipe_root: str = "/tmp/raycolloc-mps"
+
+    def __post_init__(self) -> None:
+        _check_choice("mode", self.name, MODES)
+        if self.name != "mps":
+            for key in ("active_thread_percentage", "pinned_mem_limit"):
+                if getattr(self, key) is not None:
+                    raise ConfigError(f"mode.{key} applies to mode=mps only (mode={self.name})")
+        for pct in _as_list(self.active_thread_percentage):
+            if pct is not None and (isinstance(pct, bool) or not isinstance(pct, int) or not 1 <= pct <= 100):
+                raise ConfigError(
+                    f"mode.active_thread_percentage={pct!r} is not allowed; it must be an integer 1..100"
+                )
+        for limit in _as_list(self.pinned_mem_limit):
+            if limit is not None and not _is_mem_limit(limit):
+                raise ConfigError(
+                    f"mode.pinned_mem_limit={limit!r} is not allowed; write a size such as 8G or 512M"
+                )
+
+
+@dataclass
+class MigConfig:
+    """``mig/``: the MIG layout of a mig cell (``auto`` = the study's layout for the degree)."""
+
+    layout: Any = "auto"
+    allow_reconfigure: bool = False
+
+
+@dataclass
+class ClusterConfig:
+    """``cluster/``: which Ray cluster and which GPU backend.
+
+    ``backend=auto`` picks ``nvml`` when NVML finds a GPU and ``sim`` otherwise. With ``sim`` and
+    no ``address`` a local Ray instance starts with ``num_gpus`` fake GPUs of ``gpu_model``.
+    """
+
+    backend: str = "auto"
+    address: str | None = None
+    num_gpus: int = 1
+    num_cpus: int | None = None
+    gpu_model: str = "H100-80GB"
+    sim_mig_mode: str = "auto"
+    max_concurrent_cells: int | None = None
+    lease_timeout_s: float = 86400.0
+    dashboard: bool = False
+    dashboard_host: str = "127.0.0.1"
+    dashboard_port: int = 8265
+    metrics_export_port: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_choice("cluster.backend", self.backend, BACKENDS)
+        _check_choice("cluster.sim_mig_mode", self.sim_mig_mode, SIM_MIG_MODES)
+        _check_int("cluster.num_gpus", self.num_gpus, 1)
+        _check_int("cluster.num_cpus", self.num_cpus, 1, optional=True)
+        _check_int("cluster.max_concurrent_cells", self.max_concurrent_cells, 1, optional=True)
+        _check_min("cluster.lease_timeout_s", self.lease_timeout_s, 1)
+
+
+@dataclass
+class TrainerConfig:
+    """``trainer``: how each training process runs (allocator, fast paths, fault injection)."""
+
+    allocator: str = "native"
+    compile: str = "off"
+    amp: str = "off"
+    channels_last: bool = False
+    num_cpus: float = 1.0
+    torch_threads: int | None = None
+    setup_timeout_s: float = 1800.0
+    epoch_timeout_s: float = 21600.0
+    fault: str | None = None
+    fault_job: int = 0
+    fault_epoch: int = 2
+
+    def __post_init__(self) -> None:
+        _check_choice("trainer.allocator", self.allocator, ALLOCATORS)
+        _check_choice("trainer.compile", self.compile, COMPILE_MODES)
+        _check_choice("trainer.amp", self.amp, AMP_MODES)
+        _check_min("trainer.num_cpus", self.num_cpus, 0)
+        _check_int("trainer.torch_threads", self.torch_threads, 1, optional=True)
+        _check_min("trainer.setup_timeout_s", self.setup_timeout_s, 1)
+        _check_min("trainer.epoch_timeout_s", self.epoch_timeout_s, 1)
+        if self.fault is not None:
+            _check_choice("trainer.fault", self.fault, FAULTS)
+        _check_int("trainer.fault_job", self.fault_job, 0)
+        _check_int("trainer.fault_epoch", self.fault_epoch, 1)
+
+
+@dataclass
+class TelemetryConfig:
+    """``telemetry``: GPU sampling during a cell (source ``auto`` tries DCGM, GPM, NVML)."""
+
+    enabled: bool = True
+    interval_ms: int = 100
+    source: str = "auto"
+    processes: bool = True
+
+    def __post_init__(self) -> None:
+        _check_choice("telemetry.source", self.source, TELEMETRY_SOURCES)
+        _check_int("telemetry.interval_ms", self.interval_ms, 10)
+        if self.source == "gpm" and self.interval_ms < 100:
+            raise ConfigError("telemetry.interval_ms must be >= 100 with telemetry.source=gpm (NVML GPM limit)")
+
+
+@dataclass
+class MixJob:
+    """One job of a mixed cell; unset fields fall back to the top-level keys."""
+
+    workload: str = "tiny_cnn"
+    batch_size: int | None = None
+    epochs: int | None = None
+    epoch_samples: int | None = None
+    mig_profile: str | None = None
+    active_thread_percentage: int | None = None
+    compile: str | None = None
+    amp: str | None = None
+    channels_last: bool | None = None
+
+    def __post_init__(self) -> None:
+        _check_choice("mix.jobs[].workload", self.workload, tuple(list_workloads()))
+        _check_int("mix.jobs[].batch_size", self.batch_size, 1, optional=True)
+        _check_int("mix.jobs[].epochs", self.epochs, 2, optional=True)
+        _check_int("mix.jobs[].epoch_samples", self.epoch_samples, 1, optional=True)
+        if self.compile is not None:
+            _check_choice("mix.jobs[].compile", self.compile, COMPILE_MODES)
+        if self.amp is not None:
+            _check_choice("mix.jobs[].amp", self.amp, AMP_MODES)
+
+
+@dataclass
+class MixConfig:
+    """``mix/``: an explicit list of jobs (a mixed cell). Empty = a uniform cell of ``degree`` jobs."""
+
+    name: str | None = None
+    jobs: list[MixJob] = field(default_factory=list)
+    mig_layout: Any = None
+
+
+@dataclass
+class Config:
+    """The whole configuration of one cell (one Hydra job)."""
+
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    mode: ModeConfig = field(default_factory=ModeConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    mig: MigConfig = field(default_factory=MigConfig)
+    mix: MixConfig = field(default_factory=MixConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    degree: int = 1
+    epochs: int = 2
+    epoch_samples: int | None = None
+    batch_size: int | None = None
+    seed: int = 0
+    out_dir: str = "results"
+    rerun: bool = False
+    tags: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _check_int("degree", self.degree, 1)
+        _check_int("epochs", self.epochs, 2)
+        _check_int("epoch_samples", self.epoch_samples, 1, optional=True)
+        _check_int("batch_size", self.batch_size, 1, optional=True)
+        _check_int("seed", self.seed, 0)
+        n_jobs = len(self.mix.jobs)
+        if n_jobs and self.degree not in (1, n_jobs):
+            raise ConfigError(
+                f"degree={self.degree} conflicts with mix={self.mix.name} of {n_jobs} jobs; "
+                f"leave degree unset or set degree={n_jobs}"
+            )
+        mps_lists = [v for v in (self.mode.active_thread_percentage, self.mode.pinned_mem_limit) if isinstance(v, list)]
+        for values in mps_lists:
+            if len(values) != self.num_jobs:
+                raise ConfigError(
+                    f"mode.active_thread_percentage/pinned_mem_limit list has {len(values)} values; "
+                    f"the cell has {self.num_jobs} jobs (give one value, or one per job)"
+                )
+        if self.trainer.fault is not None and self.trainer.fault_job >= self.num_jobs:
+            raise ConfigError(
+                f"trainer.fault_job={self.trainer.fault_job} is not allowed; the cell has jobs 0..{self.num_jobs - 1}"
+            )
+        if self.trainer.fault is not None and self.trainer.fault_epoch > self.epochs:
+            raise ConfigError(f"trainer.fault_epoch={self.trainer.fault_epoch} is not allowed; epochs={self.epochs}")
+
+    @property
+    def num_jobs(self) -> int:
+        """Jobs in the cell: the mix's length, else ``degree``."""
+        return len(self.mix.jobs) or self.degree
+
+    @property
+    def cell_label(self) -> str:
+        """A short human name: ``resnet26_cifar10-mps-x3`` or ``mix-s_m_m-naive``."""
+        if self.mix.jobs:
+            return f"mix-{self.mix.name or 'custom'}-{self.mode.name}"
+        return f"{self.workload.name}-{self.mode.name}-x{self.degree}"
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+def _is_mem_limit(value: Any) -> bool:
+    text = str(value).strip().upper()
+    return len(text) > 1 and text[:-1].isdigit() and text[-1] in "KMGT" or text.isdigit()
+
+
+# Keys that do not change what a cell measures: excluded from the config hash used for resume.
+_NON_SEMANTIC = {("out_dir",), ("rerun",), ("tags",), ("cluster", "address"), ("cluster", "max_concurrent_cells"),
+                 ("cluster", "lease_timeout_s"), ("cluster", "dashboard"), ("cluster", "dashboard_host"),
+                 ("cluster", "dashboard_port"), ("cluster", "metrics_export_port"),
+                 ("trainer", "setup_timeout_s"), ("trainer", "epoch_timeout_s")}
+
+
+def config_hash(cfg: Config) -> str:
+    """Stable hash of everything that changes what a cell measures (resume key)."""
+    data = dataclasses.asdict(cfg)
+    for path in _NON_SEMANTIC:
+        node = data
+        for key in path[:-1]:
+            node = node[key]
+        node.pop(path[-1], None)
+    blob = json.dumps(data, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def load_config(cfg: DictConfig | Config) -> Config:
+    """Convert a composed config to :class:`Config` once, validating every group.
+
+    Raises:
+        ConfigError: with the offending key and the allowed values.
+    """
+    if isinstance(cfg, Config):
+        return cfg
+    try:
+        obj = OmegaConf.to_object(cfg)
+    except ConfigError:
+        raise
+    except OmegaConfBaseException as exc:
+        cause = exc.__cause__
+        if isinstance(cause, ConfigError):
+            raise cause from None
+        raise ConfigError(str(exc).splitlines()[0] + f" (key: {getattr(exc, 'full_key', '?')})") from None
+    if not isinstance(obj, Config):
+        raise ConfigError("the composed config is not a raycolloc Config (missing 'defaults: [base_config]'?)")
+    return obj
+
+
+def register_configs() -> None:
+    """Store every schema in Hydra's ConfigStore (``base_<group>`` and ``base_config``)."""
+    cs = ConfigStore.instance()
+    cs.store(name="base_config", node=Config)
+    for group, node in (
+        ("workload", WorkloadConfig),
+        ("mode", ModeConfig),
+        ("cluster", ClusterConfig),
+        ("mig", MigConfig),
+        ("mix", MixConfig),
+    ):
+        cs.store(group=group, name=f"base_{group}", node=node)

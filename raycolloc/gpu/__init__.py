@@ -1,0 +1,1 @@
+"""GPU backends: real NVML and the simulated GPUs of local mode."""

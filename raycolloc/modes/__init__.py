@@ -1,0 +1,1 @@
+"""Collocation modes: naive time-slicing, MPS and MIG."""

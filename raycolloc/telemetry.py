@@ -1,0 +1,180 @@
+"""GPU telemetry sampled by the steward while a cell runs.
+
+Sources, tried in order for ``telemetry.source=auto``:
+
+* ``dcgm``: DCGM profiling fields, when its Python bindings import and a host engine answers.
+* ``gpm``: NVML GPU Performance Monitoring (Hopper and newer): SM activity, SM occupancy, tensor
+  activity, DRAM bandwidth, PCIe rx/tx per second; per MIG GPU instance with nvmlGpmMigSampleGet.
+* ``nvml``: basic NVML: utilisation (the share of time *any* kernel ran, not SM activity),
+  memory, power, PCIe throughput counters.
+
+Every source also gives memory used, power, the energy counter, and per-process GPU memory,
+host CPU % and RSS of each job (as the study sampled ``top`` beside the GPU). Each row names its
+``source``; on the simulated backend sources are ``sim-gpm`` / ``sim-nvml``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+import psutil
+
+from raycolloc.gpu.backend import GpuBackend, MigDevice
+
+__all__ = ["METRIC_COLUMNS", "Sampler", "dcgm_available", "pick_source"]
+
+log = logging.getLogger(__name__)
+
+METRIC_COLUMNS = (
+    "sm_active", "sm_occupancy", "tensor_active", "dram_active", "gr_engine_active", "gpu_util", "mem_util",
+    "mem_used_mib", "mem_total_mib", "power_w", "energy_mj", "pcie_tx_bytes_s", "pcie_rx_bytes_s",
+    "sm_clock_mhz", "temperature_c", "proc_gpu_mem_mib", "proc_cpu_percent", "proc_rss_mib",
+)
+
+
+def dcgm_available() -> bool:
+    """True when DCGM's Python bindings import and a host engine answers on this node."""
+    try:
+        import pydcgm  # type: ignore[import-not-found]  # noqa: F401
+        import dcgm_structs  # type: ignore[import-not-found]
+    except ImportError:
+        return False
+    try:
+        handle = pydcgm.DcgmHandle(ipAddress="127.0.0.1", opMode=dcgm_structs.DCGM_OPERATION_MODE_AUTO)
+        handle.Shutdown()
+        return True
+    except Exception:  # noqa: BLE001 - any failure means "no usable host engine"
+        return False
+
+
+def pick_source(backend: GpuBackend, uuid: str, wanted: str) -> str:
+    """The telemetry source for a GPU: the wanted one, or the best available for ``auto``.
+
+    Raises:
+        RuntimeError: a source was asked for explicitly and is not available here.
+    """
+    prefix = "sim-" if backend.kind == "sim" else ""
+    if wanted in ("auto", "dcgm") and backend.kind != "sim" and dcgm_available():
+        return "dcgm"
+    if wanted == "dcgm":
+        raise RuntimeError("telemetry.source=dcgm: DCGM's Python bindings or host engine are not available; "
+                           "use telemetry.source=auto")
+    if wanted in ("auto", "gpm") and backend.gpm_supported(uuid):
+        return prefix + "gpm"
+    if wanted == "gpm":
+        raise RuntimeError(f"telemetry.source=gpm: NVML GPM is not supported on {uuid} (Hopper or newer needed)")
+    return prefix + "nvml"
+
+
+class Sampler:
+    """Samples one GPU (and its MIG devices and job processes) on a background thread.
+
+    Args:
+        backend: the node's GPU backend.
+        cell_id: written into every row.
+        gpu_uuid: the GPU.
+        source: from :func:`pick_source`.
+        interval_ms: sampling period (GPM needs >= 100 ms between samples).
+        pids: job process ids -> job index.
+        mig_devices: MIG devices of the cell (rows per MIG device with their GPU instance's GPM).
+        on_row: called with each GPU-level row (the steward publishes dashboard gauges from it).
+    """
+
+    def __init__(self, backend: GpuBackend, cell_id: str, gpu_uuid: str, source: str, interval_ms: int,
+                 pids: dict[int, int], mig_devices: list[MigDevice] | None = None, on_row: Any = None,
+                 processes: bool = True) -> None:
+        self.backend, self.cell_id, self.gpu_uuid, self.source = backend, cell_id, gpu_uuid, source
+        self.interval = interval_ms / 1000.0
+        self.pids = dict(pids)
+        self.mig_devices = list(mig_devices or [])
+        self.on_row = on_row
+        self.processes = processes
+        self.rows: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"sampler-{cell_id}", daemon=True)
+        self._gpm_prev: dict[int | None, Any] = {}
+        self._procs: dict[int, psutil.Process] = {}
+        self.errors: list[str] = []
+
+    def start(self) -> None:
+        for pid in self.pids:
+            try:
+                proc = psutil.Process(pid)
+                proc.cpu_percent(None)  # first call primes the counter
+                self._procs[pid] = proc
+            except psutil.NoSuchProcess:
+                pass
+        self._thread.start()
+
+    def stop(self) -> list[dict[str, Any]]:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        for sample in self._gpm_prev.values():
+            self.backend.gpm_free(sample)
+        self._gpm_prev.clear()
+        return self.rows
+
+    def _run(self) -> None:
+        next_t = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                self._sample()
+            except Exception as exc:  # noqa: BLE001 - a failed sample must not end the cell
+                if len(self.errors) < 10:
+                    self.errors.append(f"{type(exc).__name__}: {exc}")
+                    log.warning("telemetry=sample-failed cell=%s error=%s", self.cell_id, exc)
+            next_t += self.interval
+            self._stop.wait(max(0.0, next_t - time.monotonic()))
+
+    def _row(self, ts: float, scope: str, **values: Any) -> dict[str, Any]:
+        row: dict[str, Any] = {"cell_id": self.cell_id, "gpu_uuid": self.gpu_uuid, "mig_uuid": None, "gi_id": None,
+                               "scope": scope, "ts": ts, "source": self.source, "pid": None, "job_index": None}
+        row.update(dict.fromkeys(METRIC_COLUMNS))
+        row.update(values)
+        return row
+
+    def _gpm(self, gi_id: int | None) -> dict[str, float | None]:
+        sample = self.backend.gpm_sample(self.gpu_uuid, gi_id)
+        prev = self._gpm_prev.get(gi_id)
+        self._gpm_prev[gi_id] = sample
+        if prev is None:
+            return {}
+        try:
+            return self.backend.gpm_metrics(prev, sample)
+        finally:
+            self.backend.gpm_free(prev)
+
+    def _sample(self) -> None:
+        ts = time.time()
+        gpm = self.source.endswith("gpm")
+        values: dict[str, Any] = dict(self.backend.basic_sample(self.gpu_uuid))
+        values["energy_mj"] = self.backend.energy_mj(self.gpu_uuid)
+        if gpm and not self.mig_devices:
+            values.update(self._gpm(None))
+        gpu_row = self._row(ts, "gpu", **values)
+        self.rows.append(gpu_row)
+        if self.on_row is not None:
+            self.on_row(gpu_row)
+        if gpm:
+            by_gi: dict[int, dict[str, float | None]] = {}
+            for dev in self.mig_devices:
+                if dev.gi_id not in by_gi:
+                    by_gi[dev.gi_id] = self._gpm(dev.gi_id)
+                self.rows.append(self._row(ts, "mig", mig_uuid=dev.uuid, gi_id=dev.gi_id, **by_gi[dev.gi_id]))
+        if not self.processes:
+            return
+        gpu_mem = {p.pid: p.used_mib for p in self.backend.processes(self.gpu_uuid)}
+        for pid, job_index in self.pids.items():
+            proc = self._procs.get(pid)
+            if proc is None:
+                continue
+            try:
+                cpu = proc.cpu_percent(None)
+                rss = proc.memory_info().rss / (1 << 20)
+            except psutil.NoSuchProcess:
+                continue
+            self.rows.append(self._row(ts, "process", pid=pid, job_index=job_index, proc_gpu_mem_mib=gpu_mem.get(pid),
+                                       proc_cpu_percent=cpu, proc_rss_mib=rss))

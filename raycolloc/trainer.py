@@ -1,0 +1,269 @@
+"""The trainer actor: one process per job. It builds the workload, warms up, then trains the
+measured epochs, recording synchronised wall time, samples/s and peak memory per epoch.
+
+Failures are results: an OOM or any exception inside a method is returned as
+``status=oom|error`` with the message, never raised, so the cell goes on and writes its rows.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import socket
+import time
+import traceback
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from raycolloc.cellspec import Binding, JobSpec
+from raycolloc.modes.mps import mps_client_status
+
+__all__ = ["Trainer", "classify_error"]
+
+COMPILE_CACHE = Path(os.environ.get("RAYCOLLOC_COMPILE_CACHE", "/tmp/raycolloc-compile-cache"))
+REPORT_EVERY_S = 1.0
+
+
+def classify_error(exc: BaseException) -> str:
+    """``oom`` for every flavour of device out-of-memory, ``error`` otherwise."""
+    import torch
+
+    if isinstance(exc, torch.OutOfMemoryError | MemoryError):
+        return "oom"
+    text = str(exc)
+    if "out of memory" in text.lower() or "CUBLAS_STATUS_ALLOC_FAILED" in text:
+        return "oom"
+    return "error"
+
+
+class Trainer:
+    """One job. Created by the cell inside its GPU lease; see ``raycolloc.cell``.
+
+    The binding's environment (CUDA_VISIBLE_DEVICES, MPS pipe, allocator) is applied in
+    ``__init__``, before anything initialises CUDA in this process.
+    """
+
+    def __init__(self, job: JobSpec, binding: Binding, cell_id: str, backend: str, steward: Any) -> None:
+        os.environ.update(binding.env)
+        os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        if job.trainer.allocator == "cuda_async":
+            os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
+        COMPILE_CACHE.mkdir(parents=True, exist_ok=True)
+        # One inductor cache per node: identical jobs reuse each other's compiled kernels.
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(COMPILE_CACHE / "inductor"))
+        os.environ.setdefault("TRITON_CACHE_DIR", str(COMPILE_CACHE / "triton"))
+        self.job = job
+        self.binding = binding
+        self.cell_id = cell_id
+        self.backend = backend
+        self.steward = steward
+        self.pid = os.getpid()
+        self.epochs: list[dict[str, Any]] = []
+        self.info: dict[str, Any] = {"pid": self.pid, "hostname": socket.gethostname(),
+                                     "mig_uuid": binding.mig_uuid, "mig_profile": binding.mig_profile,
+                                     "cuda_visible_devices": binding.env.get("CUDA_VISIBLE_DEVICES")}
+        self.status, self.error = "ok", None
+        self._progress: dict[str, Any] = {"epoch": 0, "step": 0, "steps": job.steps_per_epoch,
+                                          "epochs": job.epochs, "batch_size": job.batch_size}
+        self._gauge: Any = None
+        self._next_report = 0.0
+
+    # --- lifecycle (each returns a status dict; never raises for training errors) ---------
+    def setup(self) -> dict[str, Any]:
+        """Build model, optimiser and data on the device; returns the job's info."""
+        t0 = time.perf_counter()
+        try:
+            self._setup()
+        except BaseException as exc:  # noqa: BLE001 - every failure is recorded as a row
+            self._fail(exc)
+        self.info["setup_s"] = time.perf_counter() - t0
+        return self._state()
+
+    def run_epochs(self, first: int, last: int) -> dict[str, Any]:
+        """Train epochs ``first..last`` (1-based, inclusive); stops at the first failure."""
+        if self.status != "ok":
+            return self._state()
+        try:
+            for epoch in range(first, last + 1):
+                self._run_epoch(epoch)
+        except BaseException as exc:  # noqa: BLE001
+            self._fail(exc)
+        return self._state()
+
+    def progress(self) -> dict[str, Any]:
+        return dict(self._progress)
+
+    def finish(self) -> dict[str, Any]:
+        """Final record of the job; frees the device memory it held."""
+        self._release()
+        return self._state()
+
+    # --- internals -----------------------------------------------------------------------
+    def _setup(self) -> None:
+        import torch
+
+        from raycolloc.data.sources import build_source
+        from raycolloc.step import build_step
+        from raycolloc.workloads.registry import create_workload
+
+        job = self.job
+        torch.manual_seed(job.seed)
+        if self.backend == "sim":
+            self.device = torch.device("cpu")
+            torch.set_num_threads(job.trainer.torch_threads or max(1, int(job.trainer.num_cpus)))
+        else:
+            if not torch.cuda.is_available():
+                raise RuntimeError(f"CUDA sees no GPU with CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}")
+            self.device = torch.device("cuda", 0)
+            torch.cuda.set_device(self.device)
+            self.info["device_name"] = torch.cuda.get_device_name(0)
+            if job.trainer.torch_threads:
+                torch.set_num_threads(job.trainer.torch_threads)
+        self.spec = create_workload(job.workload)
+        model = self.spec.build_model()
+        self.info["params"] = sum(p.numel() for p in model.parameters())
+        if self.backend == "sim":
+            # The simulated GPU accounts this job's memory and refuses it when the GPU is full.
+            need = max(self.info["params"] * 16, int(self.spec.memory_gib * (1 << 30) * job.batch_size / self.spec.batch_size))
+            import ray
+
+            from raycolloc.gpu.sim_mps import sim_cuda_connect
+
+            sim_cuda_connect(self.pid)  # as CUDA's initialisation joins an MPS daemon if one answers
+            threads = torch.get_num_threads()
+            ray.get(self.steward.sim_attach.remote(self.binding.gpu_uuid, self.binding.mig_uuid, self.pid, need,
+                                                   threads), timeout=60)
+        self.step = build_step(self.spec, model, self.device, job.trainer)
+        self.source = build_source(self.spec, job.batch_size, self.device, job.data.source, job.data.placement,
+                                   job.data.path, job.data.num_workers, job.seed,
+                                   limit=job.epoch_samples if job.data.source == "real" else None)
+        self.info["h2d_bytes_per_step"] = self.source.bytes_per_batch if job.data.placement == "host" else 0
+        self._sync()
+        self.info.update(mps_client_status(self.binding, self.pid))
+        self.info["compile_s"] = None
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
+
+    @contextmanager
+    def _compile_lock(self):  # noqa: ANN202
+        """Jobs on a node compile one at a time, so the first fills the shared cache for the rest."""
+        key = hashlib.sha1(f"{self.job.workload}{self.job.batch_size}{self.job.trainer}".encode()).hexdigest()[:12]
+        with open(COMPILE_CACHE / f"compile-{key}.lock", "w") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def _run_epoch(self, epoch: int) -> None:
+        import torch
+
+        job, steps = self.job, self.job.steps_per_epoch
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        if self.step.compiled and self.info["compile_s"] is None:
+            # Compile inside the warm-up epoch, timed on its own (never inside a measured epoch).
+            with self._compile_lock():
+                t = time.perf_counter()
+                self._last_loss = self.step(*self.source.next())
+                self._sync()
+                self.info["compile_s"] = time.perf_counter() - t
+        fault_step = steps // 2 if job.trainer.fault and job.trainer.fault_job == job.index and job.trainer.fault_epoch == epoch else -1
+        self._progress.update(epoch=epoch, step=0)
+        # Why sync: start the clock with an empty queue, so the epoch's time is its own work only.
+        self._sync()
+        start_wall, t0 = time.time(), time.perf_counter()
+        for step in range(steps):
+            if step == fault_step:
+                self._inject_fault()
+            self._last_loss = self.step(*self.source.next())
+            if time.monotonic() >= self._next_report:
+                self._report(epoch, step, t0)
+        # Why sync: kernels run asynchronously; the epoch ends when the GPU finishes its last step.
+        self._sync()
+        wall = time.perf_counter() - t0
+        samples = steps * job.batch_size
+        record = {
+            "epoch": epoch, "warmup": epoch == 1, "start_ts": start_wall, "end_ts": start_wall + wall,
+            "wall_s": wall, "samples": samples, "samples_per_s": samples / wall,
+            "loss": float(self._last_loss), "steps": steps,
+            "peak_mem_allocated_mib": None, "peak_mem_reserved_mib": None,
+        }
+        if self.device.type == "cuda":
+            record["peak_mem_allocated_mib"] = torch.cuda.max_memory_allocated() / (1 << 20)
+            record["peak_mem_reserved_mib"] = torch.cuda.max_memory_reserved() / (1 << 20)
+        self.epochs.append(record)
+        self._progress.update(step=steps)
+        self._report(epoch, steps, t0, final=True)
+
+    def _report(self, epoch: int, step: int, t0: float, final: bool = False) -> None:
+        now = time.monotonic()
+        self._next_report = now + REPORT_EVERY_S
+        elapsed = max(time.perf_counter() - t0, 1e-9)
+        rate = step * self.job.batch_size / elapsed
+        self._progress.update(epoch=epoch, step=step, samples_per_s=rate)
+        if self._gauge is None:
+            from ray.util.metrics import Gauge
+
+            self._gauge = Gauge("raycolloc_job_samples_per_s", "Samples per second of a raycolloc job",
+                                tag_keys=("cell", "job"))
+        self._gauge.set(rate, tags={"cell": self.cell_id, "job": self.job.name})
+        if self.steward is not None:
+            # Fire and forget: the steward shows progress and, when simulated, derives telemetry.
+            self.steward.report.remote(self.cell_id, self.job.index, self.pid, dict(self._progress),
+                                       self.info.get("h2d_bytes_per_step", 0))
+
+    def _inject_fault(self) -> None:
+        import torch
+
+        kind = self.job.trainer.fault
+        if kind == "oom":
+            raise torch.OutOfMemoryError(f"injected out of memory (trainer.fault=oom, job {self.job.index})")
+        if kind == "exit":
+            os._exit(3)  # a crash: the process dies without a word
+        if kind == "hang":
+            time.sleep(10**6)
+        raise RuntimeError(f"injected error (trainer.fault=error, job {self.job.index})")
+
+    def _fail(self, exc: BaseException) -> None:
+        self.status = classify_error(exc)
+        self.error = f"{type(exc).__name__}: {exc}"
+        self.info["traceback"] = traceback.format_exc(limit=20)
+        self._release()
+
+    def _release(self) -> None:
+        for attr in ("step", "source"):
+            if hasattr(self, attr):
+                delattr(self, attr)
+        if getattr(self, "device", None) is not None and self.device.type == "cuda":
+            import torch
+
+            self.info.setdefault("nvml_mem_mib", _own_nvml_memory(self.binding, self.pid))
+            torch.cuda.empty_cache()
+
+    def _state(self) -> dict[str, Any]:
+        return {"status": self.status, "error": self.error, "info": dict(self.info), "epochs": list(self.epochs)}
+
+
+def _own_nvml_memory(binding: Binding, pid: int) -> float | None:
+    """Memory NVML attributes to this process (None where NVML hides it, e.g. MPS clients or MIG)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            h = pynvml.nvmlDeviceGetHandleByUUID(binding.mig_uuid or binding.gpu_uuid)
+            for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
+                if p.pid == pid and p.usedGpuMemory is not None:
+                    return p.usedGpuMemory / (1 << 20)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - best effort, absent on many setups
+        return None
+    return None

@@ -1,0 +1,233 @@
+"""Tests for raycolloc.plan (radT experiment-plan CSV reader)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import shlex
+from pathlib import Path
+
+import pytest
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+from raycolloc.plan import KNOWN_WORKLOADS, PlanError, groups_to_run, read_plan
+
+HEADER = "Experiment,Workload,Status,Run,Devices,Collocation,File,Listeners,Params\n"
+
+
+def write(tmp_path: Path, body: str, header: str = HEADER) -> Path:
+    path = tmp_path / "plan.csv"
+    path.write_text(header + body)
+    return path
+
+
+STUDY = """\
+# exp 1: ResNet26 x3 under MPS on GPU 0, ResNet50 x2 naive on GPU 1
+1,1,,a,0,MPS,train_resnet.py,smi+dcgmi+top,--model resnet26 --batch-size 128 --epochs 3 --data /d/cifar-10-batches-py
+1,1,,b,0,mps,train_resnet.py,smi+dcgmi+top,--model resnet26 --batch-size 128 --epochs 3 --data /d/cifar-10-batches-py
+1,1,,c,0,MPS,train_resnet.py,smi+dcgmi+top,--model resnet26 --batch-size 128 --epochs 3 --data /d/cifar-10-batches-py
+1,1,,d,1,-,train_resnet.py,smi+dcgmi+top,--model resnet50 --batch-size 256 --epochs 2 --data /d/imagenet64
+1,1,,e,1,-,train_resnet.py,smi+dcgmi+top,--model resnet50 --batch-size 256 --epochs 2 --data /d/imagenet64
+
+2,1,,,0,1g.5gb,train.py,smi,--model resnet26 --data /d/cifar10
+2,1,,,0,1g.5gb,train.py,smi,--model resnet26 --data /d/cifar10
+2,1,,,0,1g.5gb,train.py,smi,--model resnet26 --data /d/cifar10
+2,1,,,0,1g.5gb,train.py,smi,--model resnet26 --data /d/cifar10
+2,1,,,0,1g.5gb,train.py,smi,--model resnet26 --data /d/cifar10
+2,1,,,0,1g.5gb,train.py,smi,--model resnet26 --data /d/cifar10
+2,1,,,0,1g.5gb,train.py,smi,--model resnet26 --data /d/cifar10
+3,4,,x,0,-,dlrm_s_pytorch.py,smi,--mini-batch-size 2048 --nepochs 1 --data /d/criteo_kaggle --arch-sparse-feature-size 16
+3,4,,y,0,-,train_resnet.py,smi,--model ResNet152 --batch-size 64 --data /d/ImageNet
+"""
+
+
+def test_study_plan_groups_cells_and_jobs(tmp_path: Path) -> None:
+    groups = read_plan(write(tmp_path, STUDY))
+    assert [(g.experiment, g.workload, g.status) for g in groups] == [("1", "1", "run"), ("2", "1", "run"), ("3", "4", "run")]
+    mps, naive = groups[0].cells
+    assert (mps.devices, mps.mode, [j.run for j in mps.jobs]) == ("0", "mps", ["a", "b", "c"])
+    assert {j.workload for j in mps.jobs} == {"resnet26_cifar10"}
+    assert (mps.jobs[0].batch_size, mps.jobs[0].epochs, mps.jobs[0].line) == (128, 3, 3)
+    assert mps.jobs[0].listeners == "smi+dcgmi+top"
+    assert (naive.devices, naive.mode, len(naive.jobs)) == ("1", "naive", 2)
+    assert naive.jobs[0].workload == "resnet50_imagenet64" and naive.jobs[0].mig_profile is None
+    (mig,) = groups[1].cells
+    assert mig.mode == "mig" and len(mig.jobs) == 7
+    assert {j.mig_profile for j in mig.jobs} == {"1g.5gb"}
+    assert mig.jobs[0].batch_size is None and mig.jobs[0].epochs is None
+    (mixed,) = groups[2].cells
+    dlrm, r152 = mixed.jobs
+    assert (dlrm.workload, dlrm.batch_size, dlrm.epochs) == ("dlrm_criteo", 2048, 1)
+    assert dlrm.extra == {"arch-sparse-feature-size": "16"}
+    assert (r152.workload, r152.batch_size) == ("resnet152_imagenet", 64)
+
+
+def test_whitespace_around_fields_and_header(tmp_path: Path) -> None:
+    header = "Experiment, Workload, Status, Run, Devices, Collocation,    File,    Listeners, Params\n"
+    body = "  7 ,  2 ,       ,  r1 ,   0 ,    3g.20gb ,  train.py ,  smi+top , --model resnet50 --data /x/imagenet64  \n"
+    (group,) = read_plan(write(tmp_path, body, header))
+    (cell,) = group.cells
+    assert (group.experiment, group.workload, cell.devices, cell.mode) == ("7", "2", "0", "mig")
+    assert (cell.jobs[0].run, cell.jobs[0].mig_profile, cell.jobs[0].listeners) == ("r1", "3g.20gb", "smi+top")
+    assert cell.jobs[0].workload == "resnet50_imagenet64"
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        "--batch-size 32 --epochs 4 --model efficientnet_v2_s --data-dir /d/imagenet64",
+        "batch-size=32 epochs=4 model=efficientnetv2s dataset=/d/imagenet64",
+        "--batch_size=32 epochs=4 --model EfficientNetV2-S data=/d/Imagenet_64",
+        '"batch-size=32,epochs=4,model=efficientnetv2_s,data=/d/imagenet64"',
+    ],
+)
+def test_both_params_styles(tmp_path: Path, params: str) -> None:
+    (group,) = read_plan(write(tmp_path, f"1,1,,,0,-,train.py,smi,{params}\n"))
+    job = group.cells[0].jobs[0]
+    assert (job.workload, job.batch_size, job.epochs, job.extra) == ("efficientnetv2s_imagenet64", 32, 4, {})
+
+
+def test_unknown_params_kept_in_extra_and_workload_override(tmp_path: Path) -> None:
+    body = "1,1,,,0,-,train.py,smi,--workload tiny_cnn --lr 0.1 --amp warmup=5 --momentum -0.9\n"
+    job = read_plan(write(tmp_path, body))[0].cells[0].jobs[0]
+    assert job.workload == "tiny_cnn"
+    assert job.extra == {"lr": "0.1", "amp": "true", "warmup": "5", "momentum": "-0.9"}
+
+
+def test_file_hints_model_and_custom_known_workloads(tmp_path: Path) -> None:
+    body = "1,1,,,0,-,dlrm_s_pytorch.py,smi,--raw-data-file /d/criteo/train.txt\n"
+    assert read_plan(write(tmp_path, body))[0].cells[0].jobs[0].workload == "dlrm_criteo"
+    with pytest.raises(PlanError, match="is not a known workload; allowed: only_this"):
+        read_plan(write(tmp_path, body), known_workloads=("only_this",))
+
+
+def test_radt_writeback_and_short_flags(tmp_path: Path) -> None:
+    # radT rewrites an empty Collocation as "nan"; "-a/-b DIR" is the PyTorch ImageNet example's CLI.
+    body = "5,1,,,0+1,nan,main.py,smi,-a resnet152 -b 96 /d/imagenet/train extra_positional\n"
+    (cell,) = read_plan(write(tmp_path, body))[0].cells
+    job = cell.jobs[0]
+    assert (cell.devices, cell.mode, job.workload, job.batch_size) == ("0+1", "naive", "resnet152_imagenet", 96)
+    assert job.extra == {"_positional": "extra_positional"}
+
+
+def test_blank_and_comment_lines_keep_file_line_numbers(tmp_path: Path) -> None:
+    body = "\n# a comment\n   \n1,1,,,0,-,t.py,smi,--model resnet26 --data /d/cifar10\n"
+    assert read_plan(write(tmp_path, body))[0].cells[0].jobs[0].line == 5
+
+
+def test_unknown_model_names_line_and_allowed(tmp_path: Path) -> None:
+    body = "1,1,,ok,0,-,t.py,smi,--model resnet26 --data /d/cifar10\n4,9,,r7,0,-,t.py,smi,--model vgg16 --data /d/cifar10\n"
+    with pytest.raises(PlanError) as err:
+        read_plan(write(tmp_path, body))
+    msg = str(err.value)
+    assert "plan.csv:3:" in msg and "Experiment '4' Workload '9' Run 'r7'" in msg and "'vgg16'" in msg
+    assert "allowed: cait_xxs24, cait_xxs24_224, dlrm, efficientnet_v2_s" in msg
+
+
+def test_unknown_dataset_names_line_and_allowed(tmp_path: Path) -> None:
+    with pytest.raises(PlanError) as err:
+        read_plan(write(tmp_path, "1,2,,,0,-,t.py,smi,--model resnet50 --data /d/mnist\n"))
+    msg = str(err.value)
+    assert "plan.csv:2:" in msg and "unknown dataset 'mnist'" in msg
+    assert "cifar-10-batches-py" in msg and "imagenet64" in msg and "criteo_kaggle" in msg
+
+
+def test_model_dataset_pair_not_a_workload(tmp_path: Path) -> None:
+    with pytest.raises(PlanError) as err:
+        read_plan(write(tmp_path, "1,2,,,0,-,t.py,smi,--model resnet26 --data /d/imagenet\n"))
+    msg = str(err.value)
+    assert "plan.csv:2:" in msg and "'resnet26' with dataset 'imagenet'" in msg
+    assert "allowed: " + ", ".join(KNOWN_WORKLOADS) in msg
+
+
+@pytest.mark.parametrize(
+    ("params", "fragment"),
+    [
+        ("--batch-size 128 --data /d/cifar10", "does not name one model"),
+        ("--model resnet26", "needs a dataset"),
+        ("--workload resnet9000", "unknown workload 'resnet9000'"),
+        ("--model resnet26 --data /d/cifar10 --epochs two", "'two' is not an integer"),
+    ],
+)
+def test_missing_or_bad_pieces(tmp_path: Path, params: str, fragment: str) -> None:
+    with pytest.raises(PlanError, match=r"plan\.csv:2: .*" + fragment):
+        read_plan(write(tmp_path, f"1,1,,,0,-,train.py,smi,{params}\n"))
+
+
+def test_mixed_modes_in_one_cell_names_rows(tmp_path: Path) -> None:
+    body = ("1,1,,a,0,MPS,t.py,smi,--model resnet26 --data /d/cifar10\n"
+            "1,1,,b,1,-,t.py,smi,--model resnet26 --data /d/cifar10\n"
+            "1,1,,c,0,-,t.py,smi,--model resnet26 --data /d/cifar10\n")
+    with pytest.raises(PlanError) as err:
+        read_plan(write(tmp_path, body))
+    msg = str(err.value)
+    assert "Devices '0'" in msg and "line 2 Run 'a'" in msg and "line 4 Run 'c'" in msg
+    assert "line 3" not in msg and "naive, mps, mig" in msg
+
+
+def test_unknown_collocation(tmp_path: Path) -> None:
+    with pytest.raises(PlanError, match=r"plan\.csv:2: .*unknown Collocation '7g'.*allowed: -, \(empty\), MPS"):
+        read_plan(write(tmp_path, "1,1,,,0,7g,t.py,smi,--model resnet26 --data /d/cifar10\n"))
+
+
+def test_bad_status(tmp_path: Path) -> None:
+    body = "1,1,,,0,-,t.py,smi,--model resnet26 --data /d/cifar10\n1,1,DONE,,0,-,t.py,smi,--model resnet26 --data /d/cifar10\n"
+    with pytest.raises(PlanError) as err:
+        read_plan(write(tmp_path, body))
+    msg = str(err.value)
+    assert "plan.csv:3:" in msg and "'DONE'" in msg and "allowed: (empty), PENDING, QUEUED, FINISHED, FAILED" in msg
+
+
+def test_header_and_field_count_errors(tmp_path: Path) -> None:
+    with pytest.raises(PlanError, match=r"header lacks column\(s\) Listeners"):
+        read_plan(write(tmp_path, "", "Experiment,Workload,Status,Run,Devices,Collocation,File,Params\n"))
+    with pytest.raises(PlanError, match=r"plan\.csv:2: 10 fields"):
+        read_plan(write(tmp_path, "1,1,,,0,-,t.py,smi,--model resnet26,--data /d/cifar10\n"))
+
+
+STATUS_PLAN = """\
+1,1,FINISHED,,0,-,t.py,smi,--model resnet26 --data /d/cifar10
+1,1,FINISHED done-run (0_A),,0,-,t.py,smi,--model resnet26 --data /d/cifar10
+2,1,FAILED,,0,-,t.py,smi,--model resnet26 --data /d/cifar10
+2,1,FINISHED,,1,-,t.py,smi,--model resnet26 --data /d/cifar10
+3,1,FINISHED,,0,-,t.py,smi,--model resnet26 --data /d/cifar10
+3,1,queued,,0,-,t.py,smi,--model resnet26 --data /d/cifar10
+4,1,PENDING,,0,-,t.py,smi,--model resnet26 --data /d/cifar10
+"""
+
+
+def test_finished_failed_skipping_and_rerun(tmp_path: Path) -> None:
+    groups = read_plan(write(tmp_path, STATUS_PLAN))
+    assert [g.status for g in groups] == ["finished", "failed", "run", "run"]
+    assert [g.experiment for g in groups_to_run(groups)] == ["3", "4"]
+    assert [g.experiment for g in groups_to_run(groups, rerun=True)] == ["2", "3", "4"]
+    # A FINISHED row inside a group that runs still runs (the group starts together).
+    assert [j.status for j in groups_to_run(groups)[0].cells[0].jobs] == ["finished", "run"]
+    assert len(groups_to_run(groups)[0].cells[0].jobs) == 2
+
+
+def test_to_overrides_parse_with_hydra(tmp_path: Path) -> None:
+    groups = read_plan(write(tmp_path, STUDY))
+    mps_cell, mig_cell = groups[0].cells[0], groups[1].cells[0]
+    overrides = mps_cell.to_overrides()
+    assert overrides[0] == "mode=mps"
+    assert overrides[1].startswith("+cell.jobs=[{workload:resnet26_cifar10,batch_size:128,epochs:3,mig_profile:null},")
+    parser = OverridesParser.create()
+    mode, jobs = parser.parse_overrides(overrides)
+    assert (mode.key_or_group, mode.value()) == ("mode", "mps")
+    assert jobs.key_or_group == "cell.jobs" and jobs.is_add()
+    assert jobs.value() == [{"workload": "resnet26_cifar10", "batch_size": 128, "epochs": 3, "mig_profile": None}] * 3
+    mig_mode, mig_jobs = parser.parse_overrides(mig_cell.to_overrides())
+    assert mig_mode.value() == "mig"
+    assert mig_jobs.value() == [{"workload": "resnet26_cifar10", "batch_size": None, "epochs": None,
+                                 "mig_profile": "1g.5gb"}] * 7
+
+
+@pytest.mark.parametrize("name", ["odd-name.v2", "it's,{x}", "null", "128", "back\\slash\\"])
+def test_to_overrides_quotes_special_values(tmp_path: Path, name: str) -> None:
+    params = "--workload " + shlex.quote(name)
+    field = io.StringIO()
+    csv.writer(field).writerow(["1", "1", "", "", "0", "-", "t.py", "smi", params])
+    cell = read_plan(write(tmp_path, field.getvalue()), known_workloads=(name,))[0].cells[0]
+    (_, jobs) = OverridesParser.create().parse_overrides(cell.to_overrides())
+    assert jobs.value() == [{"workload": name, "batch_size": None, "epochs": None, "mig_profile": None}]
