@@ -41,8 +41,8 @@ def connect(cluster: ClusterConfig, max_jobs_per_cell: int = 1) -> dict[str, Any
         return ray.cluster_resources()
     cpus = cluster.num_cpus or os.cpu_count() or 1
     if cluster.backend == "sim":
-        # Simulated GPUs: logical CPUs for every job of a cell on every fake GPU (they are tiny).
-        cpus = cluster.num_cpus or max(cpus, (max_jobs_per_cell + 1) * cluster.num_gpus)
+        # Simulated GPUs: logical CPUs for a degree-7 cell on every fake GPU (the jobs are tiny).
+        cpus = cluster.num_cpus or max(cpus, (max(7, max_jobs_per_cell) + 1) * cluster.num_gpus)
         kwargs["num_gpus"] = cluster.num_gpus
     kwargs["include_dashboard"] = cluster.dashboard
     if cluster.dashboard:

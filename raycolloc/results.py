@@ -103,7 +103,11 @@ def read_table(job_dir: str | Path, name: str) -> pa.Table:
 
 
 def find_completed(root: str | Path, config_hash: str, exclude: str | Path | None = None) -> Path | None:
-    """A cell directory under ``root`` whose cells.parquet has ``config_hash`` (the newest), or None."""
+    """The newest cell directory under ``root`` with a result for ``config_hash``, or None.
+
+    A result is a cell with status ok, partial or oom; a cell that ended in ``error`` (a crash, a
+    lease timeout, a refused GPU) is not, so re-running the sweep tries it again.
+    """
     root = Path(root)
     if not root.exists():
         return None
@@ -112,10 +116,11 @@ def find_completed(root: str | Path, config_hash: str, exclude: str | Path | Non
         if exclude is not None and path.parent.resolve() == Path(exclude).resolve():
             continue
         try:
-            table = pq.read_table(path, columns=["config_hash"])
-        except (OSError, pa.ArrowInvalid):
+            table = pq.read_table(path, columns=["config_hash", "status"])
+        except (OSError, pa.ArrowInvalid, KeyError):
             continue
-        if config_hash in table.column("config_hash").to_pylist():
+        rows = zip(table.column("config_hash").to_pylist(), table.column("status").to_pylist(), strict=True)
+        if any(h == config_hash and s != "error" for h, s in rows):
             hits.append(path)
     if not hits:
         return None
