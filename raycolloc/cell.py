@@ -20,6 +20,7 @@ from typing import Any
 
 import ray
 
+from raycolloc import progress
 from raycolloc.cellspec import CellSpec, JobSpec
 from raycolloc.config import Config
 from raycolloc.environment import environment
@@ -46,15 +47,24 @@ class CellOutcome:
     job_dir: Path
 
     @property
+    def summary(self) -> str:
+        return cell_summary(self.cell, self.jobs)
+
+    @property
     def status(self) -> str:
         return str(self.cell["status"])
 
 
-def _gather(refs: dict[int, Any], timeout: float) -> dict[int, dict[str, Any]]:
+def _gather(refs: dict[int, Any], timeout: float, tick: Any = None) -> dict[int, dict[str, Any]]:
     """Wait for one call per job; a dead or hung actor becomes an error result for that job only."""
     results: dict[int, dict[str, Any]] = {}
-    ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout)
-    ready_set = set(ready)
+    deadline = time.monotonic() + timeout
+    pending = list(refs.values())
+    while pending and time.monotonic() < deadline:
+        _, pending = ray.wait(pending, num_returns=len(pending), timeout=min(2.0, max(0.0, deadline - time.monotonic())))
+        if tick is not None and pending:
+            tick()
+    ready_set = set(refs.values()) - set(pending)
     for index, ref in refs.items():
         if ref not in ready_set:
             results[index] = {"status": "error", "error": f"timed out after {timeout:g}s", "info": {}, "epochs": []}
@@ -86,8 +96,10 @@ class _Cell:
     def run(self) -> None:
         cfg, spec = self.cfg, self.spec
         cpus = max(cfg.trainer.num_cpus * spec.degree, 1.0)
+        progress.report(spec.cell_id, state="leasing")
         self.lease = acquire_gpu(f"raycolloc:{spec.cell_id}", cpus, cfg.cluster.lease_timeout_s,
-                                 on_wait=lambda s: log.info("cell=%s waiting for a GPU (%.0fs)", spec.cell_id, s))
+                                 on_wait=lambda s: log.debug("cell=%s waiting for a GPU (%.0fs)", spec.cell_id, s))
+        progress.report(spec.cell_id, state="preparing")
         self.steward = get_steward(self.lease.node_id, cfg.cluster, cfg.mode.pipe_root)
         self.gpu = ray.get(self.steward.resolve_gpu.remote(self.lease.ray_gpu_id), timeout=60)
         bindings = ray.get(self.steward.prepare.remote(spec.cell_id, self.gpu.uuid, cfg.mode, cfg.mig, spec.jobs,
@@ -100,6 +112,7 @@ class _Cell:
                 num_gpus=1.0 / spec.degree, num_cpus=cfg.trainer.num_cpus,
                 scheduling_strategy=self.lease.strategy(), runtime_env={"env_vars": env} if env else None,
             ).remote(job, binding, spec.cell_id, self.gpu.backend, self.steward)
+        progress.report(spec.cell_id, state="setup")
         self.states = _gather({i: t.setup.remote() for i, t in self.trainers.items()}, cfg.trainer.setup_timeout_s)
         self.setup_s = time.perf_counter() - t_setup
         live = self._live()
@@ -107,7 +120,9 @@ class _Cell:
         self.source = ray.get(self.steward.start_sampling.remote(spec.cell_id, pids, cfg.telemetry), timeout=60)
         # Warm-up epoch (1) on every live job; waiting for all of them is the barrier after which
         # the measured epochs start together, so they overlap on the GPU.
+        progress.report(spec.cell_id, state="warm-up")
         self._epochs(live, lambda job: (1, 1))
+        progress.report(spec.cell_id, state="measuring")
         self._epochs(self._live(), lambda job: (2, job.epochs))
 
     def _live(self) -> list[int]:
@@ -118,7 +133,14 @@ class _Cell:
             return
         jobs = {j.index: j for j in self.spec.jobs}
         refs = {i: self.trainers[i].run_epochs.remote(*span(jobs[i])) for i in live}
-        self.states.update(_gather(refs, self.cfg.trainer.epoch_timeout_s))
+        self.states.update(_gather(refs, self.cfg.trainer.epoch_timeout_s, tick=self._tick))
+
+    def _tick(self) -> None:
+        try:
+            jobs = ray.get(self.steward.progress.remote(self.spec.cell_id), timeout=5)
+        except Exception:  # noqa: BLE001 - progress is best effort
+            return
+        progress.report(self.spec.cell_id, jobs={str(k): v for k, v in jobs.items()})
 
     def finish(self) -> None:
         """Collect final job records, stop sampling, kill trainers, release GPU and lease."""
@@ -260,5 +282,5 @@ def run_cell(cfg: Config, spec: CellSpec, job_dir: str | Path) -> CellOutcome:
             pass  # an interrupted cell is not a result: nothing is written, resume reruns it
         else:
             write_cell(job_dir, {"cells": [row], "jobs": jobs, "epochs": epochs, "telemetry": cell.telemetry})
-    print(cell_summary(row, jobs), flush=True)
+    progress.report(spec.cell_id, state="done", status=row["status"])
     return CellOutcome(row, jobs, epochs, cell.telemetry, job_dir)

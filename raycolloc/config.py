@@ -268,7 +268,6 @@ class Config:
     batch_size: int | None = None
     seed: int = 0
     out_dir: str = "results"
-    rerun: bool = False
     tags: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -322,7 +321,7 @@ def _is_mem_limit(value: Any) -> bool:
 
 
 # Keys that do not change what a cell measures: excluded from the config hash used for resume.
-_NON_SEMANTIC = {("out_dir",), ("rerun",), ("tags",), ("cluster", "address"), ("cluster", "max_concurrent_cells"),
+_NON_SEMANTIC = {("out_dir",), ("tags",), ("cluster", "address"), ("cluster", "max_concurrent_cells"),
                  ("cluster", "lease_timeout_s"), ("cluster", "dashboard"), ("cluster", "dashboard_host"),
                  ("cluster", "dashboard_port"), ("cluster", "metrics_export_port"),
                  ("trainer", "setup_timeout_s"), ("trainer", "epoch_timeout_s")}
@@ -340,6 +339,19 @@ def config_hash(cfg: Config) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def _check_keys(node: Any, schema: type, prefix: str = "") -> None:
+    """Refuse keys a user added with ``+key=...`` that no schema knows (a typo would be ignored)."""
+    if not isinstance(node, DictConfig) or not dataclasses.is_dataclass(schema):
+        return
+    fields = {f.name: f for f in dataclasses.fields(schema)}
+    for key in node.keys():
+        if key not in fields:
+            raise ConfigError(f"unknown key {prefix}{key}; {schema.__name__} has: {', '.join(sorted(fields))}")
+        default = fields[key].default_factory if fields[key].default_factory is not dataclasses.MISSING else None
+        if default is not None and dataclasses.is_dataclass(default):
+            _check_keys(node[key], default, f"{prefix}{key}.")
+
+
 def load_config(cfg: DictConfig | Config) -> Config:
     """Convert a composed config to :class:`Config` once, validating every group.
 
@@ -348,6 +360,7 @@ def load_config(cfg: DictConfig | Config) -> Config:
     """
     if isinstance(cfg, Config):
         return cfg
+    _check_keys(cfg, Config)
     try:
         obj = OmegaConf.to_object(cfg)
     except ConfigError:

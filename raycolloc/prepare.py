@@ -20,7 +20,7 @@ from raycolloc.cell import run_cell
 from raycolloc.cellspec import CellSpec, plan_cell
 from raycolloc.cluster import connect, resolve_backend
 from raycolloc.config import Config, ConfigError, load_config
-from raycolloc.results import SCHEMA_VERSION, find_completed
+from raycolloc.results import find_completed
 from raycolloc.workloads.registry import create_workload
 
 __all__ = ["CellJob", "Options", "check_cluster", "prepare_job", "run_prepared"]
@@ -113,19 +113,22 @@ def _link_previous(previous: Path, job_dir: Path) -> None:
 
 
 def run_prepared(job: CellJob, job_dir: Path, connect_ray: bool = True) -> dict[str, Any]:
-    """Run one validated cell in ``job_dir`` (or reuse its earlier results); returns the cell row."""
+    """Run one validated cell in ``job_dir`` (or reuse its earlier results).
+
+    Returns:
+        ``{"cell_id", "status", "summary", "row"}``: the summary is the short table to print.
+    """
     cfg, spec = job.cfg, job.spec
     if not job.options.rerun:
         previous = find_completed(cfg.out_dir, spec.config_hash, exclude=job_dir)
         if previous is not None:
             _link_previous(previous, job_dir)
             status = pq.read_table(job_dir / "cells.parquet", columns=["status"]).column("status")[0].as_py()
-            print(f"cell {spec.cell_id}: results exist in {previous} (config hash {spec.config_hash}, "
-                  f"status={status}) - skipped; +rerun=true runs it again", flush=True)
-            return {"cell_id": spec.cell_id, "status": status, "resumed_from": str(previous),
-                    "schema_version": SCHEMA_VERSION}
+            summary = (f"cell {spec.cell_id}: results exist in {previous} (config hash {spec.config_hash}, "
+                       f"status={status}) - skipped; +rerun=true runs it again")
+            return {"cell_id": spec.cell_id, "status": status, "summary": summary, "resumed_from": str(previous)}
     if connect_ray:
         connect(cfg.cluster, max_jobs_per_cell=spec.degree)
         check_cluster([cfg])
     outcome = run_cell(cfg, spec, job_dir)
-    return outcome.cell
+    return {"cell_id": spec.cell_id, "status": outcome.status, "summary": outcome.summary, "row": outcome.cell}

@@ -45,7 +45,10 @@ def task(dcfg: DictConfig) -> Any:
         _discard_run_dir(job_dir)
         log.error("config error: %s", exc)
         sys.exit(2)
-    return run_prepared(job, job_dir)
+    result = run_prepared(job, job_dir)
+    if not HydraConfig.get().mode.name == "MULTIRUN":
+        print(result["summary"], flush=True)
+    return result
 
 
 def main() -> None:

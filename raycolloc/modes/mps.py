@@ -104,6 +104,9 @@ class MpsDaemon:
         """Stop any stale daemon of this GPU, then start a fresh one; returns its pid."""
         if shutil.which(self.control) is None and not Path(self.control).exists():
             raise MpsError(f"{self.control} not found on PATH; MPS needs the NVIDIA driver's MPS tools")
+        if len(str(self.pipe_dir)) > 90:
+            raise MpsError(f"MPS pipe directory {self.pipe_dir} is too long for a Unix socket path "
+                           f"(limit about 100 characters); set a shorter mode.pipe_root")
         self.stop_stale()
         for d in (self.dir, self.pipe_dir, self.log_dir):
             d.mkdir(parents=True, exist_ok=True)

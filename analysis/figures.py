@@ -1,0 +1,269 @@
+"""The study's figures as PNG files (matplotlib, Agg backend).
+
+Per workload of the uniform cells: epoch-2 time per job (Fig. 2), SM activity (Fig. 3), memory
+footprint (Fig. 4) and energy per measured epoch (Fig. 6) as bars grouped by degree, one bar per
+mode; PCIe rx (Fig. 5) and power (Fig. 7) over time, one panel per degree, one line per mode,
+time relative to the cell's ``measured_start_ts``. Mixed cells: total time per mode against
+running the jobs one after the other (Fig. 8), and SM activity and memory over time (Fig. 9).
+
+Every figure the data allows is drawn; one it does not (no mixed cells, a telemetry source
+without SM activity, ...) is skipped with a logged reason. Failed cells are marked on the bars
+with their status.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402 - the backend is chosen before pyplot loads
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from analysis.load import SweepData  # noqa: E402
+from analysis.tables import cell_metrics_table, epoch2_table, mixed_table  # noqa: E402
+
+__all__ = ["MODE_ORDER", "make_figures"]
+
+log = logging.getLogger(__name__)
+
+MODE_ORDER = ("naive", "mps", "mig")
+_DPI = 110
+
+
+def _slug(text: object) -> str:
+    return re.sub(r"[^A-Za-z0-9_.+-]+", "_", str(text)).strip("_") or "x"
+
+
+def _mode_key(mode: object) -> tuple[int, str]:
+    return (MODE_ORDER.index(mode) if mode in MODE_ORDER else len(MODE_ORDER), str(mode))
+
+
+def _series(frame: pd.DataFrame) -> pd.Series:
+    """The legend label of each row: its mode, plus the GPU model where a workload ran on several."""
+    label = frame["mode"].astype(str)
+    if frame["gpu_name"].nunique(dropna=True) > 1:
+        label = label + " (" + frame["gpu_name"].fillna("?").astype(str) + ")"
+    return label
+
+
+class _Writer:
+    """Saves figures into one directory and records what was written and what was skipped."""
+
+    def __init__(self, out_dir: Path, skipped: list[str] | None) -> None:
+        self.out_dir, self.written, self.skipped = out_dir, [], skipped if skipped is not None else []
+
+    def skip(self, figure: str, reason: str) -> None:
+        log.info("figure=%s skipped=true reason=%r", figure, reason)
+        self.skipped.append(f"{figure}: {reason}")
+
+    def save(self, fig: plt.Figure, name: str) -> None:
+        path = self.out_dir / f"{name}.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=_DPI)
+        plt.close(fig)
+        log.info("figure=%s path=%s", name, path)
+        self.written.append(path)
+
+
+def _bars(ax: plt.Axes, frame: pd.DataFrame, value: str, ylabel: str, *, low: str | None = None,
+          high: str | None = None, marker: str | None = None) -> None:
+    """Bars of ``value`` grouped by degree, one per series; failed cells are labelled with their status."""
+    frame = frame.assign(series=_series(frame))
+    degrees = sorted(frame["degree"].dropna().unique())
+    series = sorted(frame["series"].unique(), key=lambda s: _mode_key(s.split(" ")[0]))
+    width = 0.8 / max(len(series), 1)
+    x = np.arange(len(degrees))
+    top = np.nanmax(frame[[c for c in (value, high, marker) if c]].to_numpy(dtype=float), initial=0.0)
+    for i, name in enumerate(series):
+        rows = frame[frame["series"] == name].groupby("degree").agg(
+            value=(value, "mean"), low=(low or value, "min"), high=(high or value, "max"),
+            marker=(marker or value, "mean"), status=("status", lambda s: "ok" if (s == "ok").any() else s.iloc[0]))
+        rows = rows.reindex(degrees)
+        pos = x - 0.4 + width * (i + 0.5)
+        yerr = None
+        if low or high:
+            yerr = np.vstack([(rows["value"] - rows["low"]).clip(lower=0), (rows["high"] - rows["value"]).clip(lower=0)])
+        ax.bar(pos, rows["value"], width, yerr=yerr, capsize=3, label=name, color=f"C{i}")
+        if marker:
+            ax.plot(pos, rows["marker"], "v", color="black", markersize=5, label="max" if i == 0 else None)
+        for p, (_, row) in zip(pos, rows.iterrows(), strict=True):
+            if pd.isna(row["value"]) and isinstance(row["status"], str):
+                text = row["status"] if row["status"] != "ok" else "n/a"
+                ax.text(p, top * 0.02, text, rotation=90, ha="center", va="bottom", fontsize=8, color="red")
+    ax.set_xticks(x, [str(int(d)) for d in degrees])
+    ax.set_xlabel("jobs per GPU (degree)")
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def _bar_figures(w: _Writer, data: SweepData) -> None:
+    metrics = cell_metrics_table(data.cells, data.epochs)
+    metrics = metrics[metrics["mix"].isna()]
+    jobs = epoch2_table(data.cells, data.jobs)
+    jobs = jobs[jobs["mix"].isna()]
+    per_cell = (jobs.groupby(["sweep", "cell_id"]).agg(e2_mean=("epoch2_s", "mean"), e2_min=("epoch2_s", "min"),
+                                                      e2_max=("epoch2_s", "max")).reset_index())
+    metrics = metrics.merge(per_cell, on=["sweep", "cell_id"], how="left")
+    metrics["mem_used_max_gib"] = metrics["mem_used_max_mib"] / 1024.0
+    specs = [
+        ("fig2_epoch2_time", "e2_mean", "epoch-2 time per job (s)", "Epoch-2 time per job (mean, min-max)",
+         {"low": "e2_min", "high": "e2_max"}),
+        ("fig3_sm_activity", "sm_active_mean", "SM activity (%)", "SM activity (mean; ▼ max)",
+         {"marker": "sm_active_max"}),
+        ("fig4_memory", "mem_used_max_gib", "GPU memory used (GiB)", "Memory footprint (max)", {}),
+        ("fig6_energy", "energy_per_job_epoch_j", "energy per job-epoch (J)", "Energy per measured epoch", {}),
+    ]
+    if metrics.empty:
+        for name, *_ in specs:
+            w.skip(name, "no uniform cells")
+        return
+    for workload, frame in metrics.groupby("workload", sort=True):
+        for name, value, ylabel, title, extra in specs:
+            if frame[value].notna().sum() == 0:
+                w.skip(f"{name}_{_slug(workload)}", f"no {value} in any cell of {workload} "
+                       f"(telemetry sources: {', '.join(sorted(frame['telemetry_source'].dropna().unique())) or '-'})")
+                continue
+            fig, ax = plt.subplots(figsize=(6.4, 4.0))
+            _bars(ax, frame, value, ylabel, **extra)
+            ax.set_title(f"{title}: {workload}")
+            w.save(fig, f"{name}_{_slug(workload)}")
+
+
+def _relative(data: SweepData, cells: pd.DataFrame, scope: str, column: str) -> pd.DataFrame:
+    """Telemetry rows of ``scope`` with ``column`` set, with ``t`` = ts - the cell's measured start."""
+    tel = data.telemetry
+    tel = tel[(tel["scope"] == scope) & tel[column].notna()]
+    starts = cells[["sweep", "cell_id", "measured_start_ts", "measured_end_ts"]]
+    tel = tel.merge(starts, on=["sweep", "cell_id"], how="inner")
+    return tel.assign(t=tel["ts"] - tel["measured_start_ts"].fillna(tel.groupby("cell_id")["ts"].transform("min")))
+
+
+def _timeline_figures(w: _Writer, data: SweepData) -> None:
+    uniform = data.cells[data.cells["mix"].isna()]
+    specs = [("fig5_pcie_rx", "pcie_rx_bytes_s", 1e-6, "PCIe rx (MB/s)", "PCIe rx over time"),
+             ("fig7_power", "power_w", 1.0, "power (W)", "Power over time")]
+    for name, column, scale, ylabel, title in specs:
+        tel = _relative(data, uniform, "gpu", column) if not uniform.empty else pd.DataFrame()
+        if tel.empty:
+            w.skip(name, f"no GPU-scope {column} telemetry in the uniform cells")
+            continue
+        tel = tel.merge(uniform[["sweep", "cell_id", "workload", "mode", "degree", "gpu_name"]],
+                        on=["sweep", "cell_id"], how="inner")
+        for workload, frame in tel.groupby("workload", sort=True):
+            degrees = sorted(frame["degree"].unique())
+            fig, axes = plt.subplots(1, len(degrees), figsize=(4.2 * len(degrees), 3.6), squeeze=False, sharey=True)
+            frame = frame.assign(series=_series(frame))
+            for ax, degree in zip(axes[0], degrees, strict=True):
+                sub = frame[frame["degree"] == degree]
+                for (series, _cell), cell in sorted(sub.groupby(["series", "cell_id"]), key=lambda g: _mode_key(g[0][0].split(" ")[0])):
+                    colour = f"C{_mode_key(series.split(' ')[0])[0]}"
+                    ax.plot(cell["t"], cell[column] * scale, label=series, color=colour, linewidth=1.2)
+                    end = cell["measured_end_ts"].iloc[0] - cell["measured_start_ts"].iloc[0]
+                    if np.isfinite(end):
+                        ax.axvline(end, color=colour, linestyle=":", linewidth=0.8)
+                ax.axvline(0.0, color="grey", linestyle="--", linewidth=0.8)
+                ax.set_title(f"degree {degree}")
+                ax.set_xlabel("time from measured start (s)")
+                ax.grid(alpha=0.3)
+                ax.legend(fontsize=8)
+            axes[0][0].set_ylabel(ylabel)
+            fig.suptitle(f"{title}: {workload} (dashed: measured start; dotted: end)")
+            w.save(fig, f"{name}_{_slug(workload)}")
+
+
+def _mixed_total_figure(w: _Writer, data: SweepData) -> None:
+    table = mixed_table(data.cells, data.jobs, data.epochs)
+    if table.empty:
+        w.skip("fig8_mixed_total", "no mixed cells (cells.mix is null everywhere)")
+        return
+    cells = table.drop_duplicates(["sweep", "cell_id"])
+    mixes = sorted(cells["mix"].unique())
+    fig, axes = plt.subplots(1, len(mixes), figsize=(max(4.5, 1.6 * cells["mode"].nunique() + 2) * len(mixes), 4.0),
+                             squeeze=False)
+    for ax, mix in zip(axes[0], mixes, strict=True):
+        sub = cells[cells["mix"] == mix].groupby("mode").agg(
+            total=("cell_total_s", "mean"), serial=("serial_s", "mean"), status=("status", "first"))
+        sub = sub.loc[sorted(sub.index, key=_mode_key)]
+        x = np.arange(len(sub))
+        ax.bar(x - 0.2, sub["total"], 0.4, label="collocated", color="C0")
+        ax.bar(x + 0.2, sub["serial"], 0.4, label="sequential (solo runs)", color="C7", hatch="//")
+        for xi, (_, row) in zip(x, sub.iterrows(), strict=True):
+            if row["status"] != "ok":
+                ax.text(xi - 0.2, 0, row["status"], rotation=90, ha="center", va="bottom", color="red", fontsize=8)
+            if pd.isna(row["serial"]):
+                ax.text(xi + 0.2, 0, "no solo", rotation=90, ha="center", va="bottom", color="grey", fontsize=8)
+        ax.set_xticks(x, list(sub.index))
+        ax.set_title(f"{mix}")
+        ax.set_ylabel("total time (s)")
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("Mixed workloads: total time collocated vs sequential")
+    w.save(fig, "fig8_mixed_total")
+
+
+def _mixed_timeline_figures(w: _Writer, data: SweepData) -> None:
+    mixed = data.cells[data.cells["mix"].notna()]
+    if mixed.empty:
+        w.skip("fig9_mixed_timeline", "no mixed cells (cells.mix is null everywhere)")
+        return
+    for _, cell in mixed.sort_values(["mix", "mode", "sweep"]).iterrows():
+        one = mixed[(mixed["sweep"] == cell["sweep"]) & (mixed["cell_id"] == cell["cell_id"])]
+        name = f"fig9_mixed_timeline_{_slug(cell['cell_id'])}"
+        sm = pd.concat([_relative(data, one, scope, "sm_active") for scope in ("gpu", "mig")])
+        mem_gpu = _relative(data, one, "gpu", "mem_used_mib")
+        mem_proc = _relative(data, one, "process", "proc_gpu_mem_mib")
+        if sm.empty and mem_gpu.empty and mem_proc.empty:
+            w.skip(name, "no SM-activity or memory telemetry in this cell")
+            continue
+        names = data.jobs[(data.jobs["sweep"] == cell["sweep"]) & (data.jobs["cell_id"] == cell["cell_id"])]
+        names = dict(zip(names["job_index"], names["job_name"], strict=True))
+        fig, (top, bottom) = plt.subplots(2, 1, figsize=(7.5, 5.5), sharex=True)
+        for scope, rows in sm.groupby("scope"):
+            for key, series in rows.groupby("mig_uuid" if scope == "mig" else "scope", dropna=False):
+                top.plot(series["t"], series["sm_active"], label="GPU" if scope == "gpu" else f"MIG {str(key)[:12]}")
+        if sm.empty:
+            top.text(0.5, 0.5, f"no SM activity from {cell['telemetry_source']}", transform=top.transAxes, ha="center")
+        top.set_ylabel("SM activity (%)")
+        if not mem_gpu.empty:
+            bottom.plot(mem_gpu["t"], mem_gpu["mem_used_mib"] / 1024.0, color="black", label="GPU total")
+        for job, rows in mem_proc.groupby("job_index"):
+            bottom.plot(rows["t"], rows["proc_gpu_mem_mib"] / 1024.0, label=str(names.get(job, f"job {int(job)}")))
+        bottom.set_ylabel("GPU memory (GiB)")
+        bottom.set_xlabel("time from measured start (s)")
+        for ax in (top, bottom):
+            ax.axvline(0.0, color="grey", linestyle="--", linewidth=0.8)
+            ax.grid(alpha=0.3)
+            if ax.get_legend_handles_labels()[0]:
+                ax.legend(fontsize=8)
+        fig.suptitle(f"{cell['mix']} ({cell['mode']}, {cell['status']}): SM activity and memory over time")
+        w.save(fig, name)
+
+
+_FIGURES: tuple[Callable[[_Writer, SweepData], None], ...] = (
+    _bar_figures, _timeline_figures, _mixed_total_figure, _mixed_timeline_figures)
+
+
+def make_figures(data: SweepData, out_dir: str | Path, skipped: list[str] | None = None) -> list[Path]:
+    """Write every figure the data allows into ``out_dir``.
+
+    Args:
+        data: the loaded sweeps.
+        out_dir: where the PNGs go (created).
+        skipped: if given, one ``"figure: reason"`` line is appended per figure not drawn.
+
+    Returns:
+        The PNG paths written, in the order of the paper's figures.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    writer = _Writer(out, skipped)
+    for draw in _FIGURES:
+        draw(writer, data)
+    return sorted(writer.written, key=lambda p: (int(re.match(r"fig(\d+)", p.stem).group(1)), p.stem))

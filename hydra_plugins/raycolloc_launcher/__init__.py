@@ -1,0 +1,1 @@
+"""raycolloc's Hydra launcher: cells of a multirun as concurrent Ray tasks."""
