@@ -26,6 +26,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from raycolloc.cellspec import Binding, JobSpec
 from raycolloc.config import ClusterConfig, MigConfig, ModeConfig, TelemetryConfig
 from raycolloc.gpu.backend import GpuBackend, GpuInfo, MigDevice
+from raycolloc.metrics import make_gauge
 from raycolloc.modes.mig import MigManager
 from raycolloc.modes.mps import CONTROL, MpsDaemon, MpsError
 from raycolloc.telemetry import Sampler, pick_source
@@ -215,12 +216,11 @@ class Steward:
 
     def _publish(self, row: dict[str, Any]) -> None:
         if not self._gauges:
-            from ray.util.metrics import Gauge
-
+            tags = ("gpu", "cell")
             self._gauges = {
-                "sm_active": Gauge("raycolloc_gpu_sm_active", "SM activity of a GPU (%)", tag_keys=("gpu", "cell")),
-                "mem_used_mib": Gauge("raycolloc_gpu_mem_used_mib", "GPU memory used (MiB)", tag_keys=("gpu", "cell")),
-                "power_w": Gauge("raycolloc_gpu_power_w", "GPU power (W)", tag_keys=("gpu", "cell")),
+                "sm_active": make_gauge("raycolloc_gpu_sm_active", "SM activity of a GPU (%)", tags),
+                "mem_used_mib": make_gauge("raycolloc_gpu_mem_used_mib", "GPU memory used (MiB)", tags),
+                "power_w": make_gauge("raycolloc_gpu_power_w", "GPU power (W)", tags),
             }
         tags = {"gpu": row["gpu_uuid"], "cell": row["cell_id"]}
         for key, gauge in self._gauges.items():

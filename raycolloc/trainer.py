@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from raycolloc.cellspec import Binding, JobSpec
+from raycolloc.metrics import make_gauge
 from raycolloc.modes.mps import mps_client_status
 
 __all__ = ["Trainer", "classify_error"]
@@ -209,10 +210,8 @@ class Trainer:
         rate = step * self.job.batch_size / elapsed
         self._progress.update(epoch=epoch, step=step, samples_per_s=rate)
         if self._gauge is None:
-            from ray.util.metrics import Gauge
-
-            self._gauge = Gauge("raycolloc_job_samples_per_s", "Samples per second of a raycolloc job",
-                                tag_keys=("cell", "job"))
+            self._gauge = make_gauge("raycolloc_job_samples_per_s", "Samples per second of a raycolloc job",
+                                     ("cell", "job"))
         self._gauge.set(rate, tags={"cell": self.cell_id, "job": self.job.name})
         if self.steward is not None:
             # Fire and forget: the steward shows progress and, when simulated, derives telemetry.

@@ -326,3 +326,23 @@ def test_report_on_real_sweep(tmp_path: Path) -> None:
     assert (gain["gain_vs_best_solo"].dropna() > 0).all()
     assert any(p.name.startswith("fig2_epoch2_time_") for p in report.figures)
     assert "data:image/png;base64," in report.html_path.read_text()
+
+
+def test_partial_and_error_cells_are_failed(tmp_path: Path) -> None:
+    cell(tmp_path, "0", "cnn", "mps", [job(0, "cnn", 1.0)], agg=300.0)
+    cell(tmp_path, "1", "cnn", "mps", [job(0, "cnn", 1.5), job(1, "cnn", None, status="error", error="trainer died")],
+         agg=200.0, status="partial", reason="job 1: trainer died")
+    cell(tmp_path, "2", "cnn", "mps", [job(i, "cnn", None, status="error", error="not started") for i in range(3)],
+         agg=None, status="error", reason="TimeoutError: no GPU lease")
+    data = load_sweeps([tmp_path])
+    assert data.cells.set_index("cell_id")["failed"].to_dict() == {"0-mps": False, "1-mps": True, "2-mps": True}
+    failed = failed_cells_table(data.cells, data.jobs)
+    assert failed["status"].tolist() == ["partial", "error"]
+    assert failed["reason"].tolist() == ["job 1: trainer died", "TimeoutError: no GPU lease"]
+    gain = gain_table(data.cells, data.jobs)
+    partial = row(gain, degree=2)
+    assert partial["agg_samples_per_s"] == 200.0 and math.isnan(partial["gain_vs_solo"])
+    assert partial["slowdown_max"] == 1.5  # the surviving job's epoch 2 is still measured
+    page = build_report([tmp_path], tmp_path / "out").html_path.read_text()
+    assert '<td class="bad">partial</td>' in page and '<td class="bad">error</td>' in page
+    assert "TimeoutError: no GPU lease" in page

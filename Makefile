@@ -1,0 +1,35 @@
+# raycolloc: `make demo` runs a local-mode sweep, `make test` runs the tests.
+# Both create .venv on first use (torch, ray, timm, hydra, ...), so a fresh machine needs only Python 3.11+.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export RAY_AUTH_MODE ?= disabled
+export RAY_USAGE_STATS_ENABLED ?= 0
+
+.PHONY: venv demo test test-gpu test-all report clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+# A local-mode sweep: simulated GPUs, tiny CPU workloads, real Ray, Hydra and Parquet.
+demo: venv
+	$(PY) -m raycolloc.sweep -m degree=1,2,3 mode=naive,mps workload=tiny_cnn cluster=local out_dir=results/demo
+	$(PY) -m analysis.report $$(ls -d results/demo/multirun/*/* | tail -1) --out results/demo/report
+
+test: venv
+	$(PY) -m pytest
+
+test-all: venv
+	$(PY) -m pytest -m 'not gpu'
+
+# On a machine with an NVIDIA GPU (the device machine: see jobs/device_smoke.sh).
+test-gpu: venv
+	$(PY) -m pytest -m gpu
+
+clean:
+	rm -rf $(VENV) results .pytest_cache
