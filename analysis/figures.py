@@ -21,12 +21,12 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402 - the backend is chosen before pyplot loads
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt  # after matplotlib.use: the backend is chosen before pyplot loads
+import numpy as np
+import pandas as pd
 
-from analysis.load import SweepData  # noqa: E402
-from analysis.tables import cell_metrics_table, epoch2_table, mixed_table  # noqa: E402
+from analysis.load import SweepData
+from analysis.tables import cell_metrics_table, cell_settings, epoch2_table, mixed_table
 
 __all__ = ["MODE_ORDER", "make_figures"]
 
@@ -44,11 +44,19 @@ def _mode_key(mode: object) -> tuple[int, str]:
     return (MODE_ORDER.index(mode) if mode in MODE_ORDER else len(MODE_ORDER), str(mode))
 
 
+def _short_settings(settings: object) -> str:
+    """``compile=default`` from ``compile=default amp=off channels_last=False`` (defaults dropped)."""
+    parts = [p for p in str(settings).split() if not p.endswith(("=off", "=False"))]
+    return " ".join(parts) or "defaults"
+
+
 def _series(frame: pd.DataFrame) -> pd.Series:
-    """The legend label of each row: its mode, plus the GPU model where a workload ran on several."""
+    """The legend label of each row: its mode, plus the GPU model and trainer settings where they vary."""
     label = frame["mode"].astype(str)
     if frame["gpu_name"].nunique(dropna=True) > 1:
         label = label + " (" + frame["gpu_name"].fillna("?").astype(str) + ")"
+    if "settings" in frame and frame["settings"].nunique(dropna=True) > 1:
+        label = label + " [" + frame["settings"].map(_short_settings) + "]"
     return label
 
 
@@ -88,7 +96,8 @@ def _bars(ax: plt.Axes, frame: pd.DataFrame, value: str, ylabel: str, *, low: st
         pos = x - 0.4 + width * (i + 0.5)
         yerr = None
         if low or high:
-            yerr = np.vstack([(rows["value"] - rows["low"]).clip(lower=0), (rows["high"] - rows["value"]).clip(lower=0)])
+            yerr = np.vstack([(rows["value"] - rows["low"]).clip(lower=0),
+                              (rows["high"] - rows["value"]).clip(lower=0)])
         ax.bar(pos, rows["value"], width, yerr=yerr, capsize=3, label=name, color=f"C{i}")
         if marker:
             ax.plot(pos, rows["marker"], "v", color="black", markersize=5, label="max" if i == 0 else None)
@@ -97,6 +106,7 @@ def _bars(ax: plt.Axes, frame: pd.DataFrame, value: str, ylabel: str, *, low: st
                 text = row["status"] if row["status"] != "ok" else "n/a"
                 ax.text(p, top * 0.02, text, rotation=90, ha="center", va="bottom", fontsize=8, color="red")
     ax.set_xticks(x, [str(int(d)) for d in degrees])
+    ax.set_xlim(-0.5, len(degrees) - 0.5)
     ax.set_xlabel("jobs per GPU (degree)")
     ax.set_ylabel(ylabel)
     ax.legend(fontsize=8)
@@ -110,7 +120,8 @@ def _bar_figures(w: _Writer, data: SweepData) -> None:
     jobs = jobs[jobs["mix"].isna()]
     per_cell = (jobs.groupby(["sweep", "cell_id"]).agg(e2_mean=("epoch2_s", "mean"), e2_min=("epoch2_s", "min"),
                                                       e2_max=("epoch2_s", "max")).reset_index())
-    metrics = metrics.merge(per_cell, on=["sweep", "cell_id"], how="left")
+    metrics = metrics.merge(per_cell, on=["sweep", "cell_id"], how="left").merge(
+        cell_settings(data.jobs), on=["sweep", "cell_id"], how="left")
     metrics["mem_used_max_gib"] = metrics["mem_used_max_mib"] / 1024.0
     specs = [
         ("fig2_epoch2_time", "e2_mean", "epoch-2 time per job (s)", "Epoch-2 time per job (mean, min-max)",
@@ -155,15 +166,18 @@ def _timeline_figures(w: _Writer, data: SweepData) -> None:
             w.skip(name, f"no GPU-scope {column} telemetry in the uniform cells")
             continue
         tel = tel.merge(uniform[["sweep", "cell_id", "workload", "mode", "degree", "gpu_name"]],
-                        on=["sweep", "cell_id"], how="inner")
+                        on=["sweep", "cell_id"], how="inner").merge(cell_settings(data.jobs), on=["sweep", "cell_id"],
+                                                                    how="left")
         for workload, frame in tel.groupby("workload", sort=True):
             degrees = sorted(frame["degree"].unique())
             fig, axes = plt.subplots(1, len(degrees), figsize=(4.2 * len(degrees), 3.6), squeeze=False, sharey=True)
             frame = frame.assign(series=_series(frame))
+            colours = {s: f"C{i}" for i, s in enumerate(sorted(frame["series"].unique(),
+                                                               key=lambda s: _mode_key(s.split(" ")[0])))}
             for ax, degree in zip(axes[0], degrees, strict=True):
                 sub = frame[frame["degree"] == degree]
-                for (series, _cell), cell in sorted(sub.groupby(["series", "cell_id"]), key=lambda g: _mode_key(g[0][0].split(" ")[0])):
-                    colour = f"C{_mode_key(series.split(' ')[0])[0]}"
+                for (series, _cell), cell in sub.groupby(["series", "cell_id"]):
+                    colour = colours[series]
                     ax.plot(cell["t"], cell[column] * scale, label=series, color=colour, linewidth=1.2)
                     end = cell["measured_end_ts"].iloc[0] - cell["measured_start_ts"].iloc[0]
                     if np.isfinite(end):
@@ -200,6 +214,7 @@ def _mixed_total_figure(w: _Writer, data: SweepData) -> None:
             if pd.isna(row["serial"]):
                 ax.text(xi + 0.2, 0, "no solo", rotation=90, ha="center", va="bottom", color="grey", fontsize=8)
         ax.set_xticks(x, list(sub.index))
+        ax.set_xlim(-0.6, len(sub) - 0.4)
         ax.set_title(f"{mix}")
         ax.set_ylabel("total time (s)")
         ax.grid(axis="y", alpha=0.3)

@@ -19,7 +19,7 @@ import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pandas as pd
@@ -87,7 +87,7 @@ def build_tables(data: SweepData, baseline: SweepData | None = None) -> dict[str
 def _fmt(value: float) -> str:
     """Numbers for people: thousands separators for big ones, three decimals for small ones."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
+        return "-"
     if abs(value) >= 1e7:
         return f"{value:.3e}"
     if abs(value) >= 100:
@@ -110,7 +110,7 @@ def _table_html(frame: pd.DataFrame) -> str:
     if frame.empty:
         return '<p class="note">(no rows)</p>'
     floats = list(frame.select_dtypes("floating").columns)
-    text = frame.to_html(index=False, na_rep="–", escape=True, border=0, formatters={c: _fmt for c in floats})
+    text = frame.to_html(index=False, na_rep="-", escape=True, border=0, formatters={c: _fmt for c in floats})
     for status in _BAD_STATUS:
         text = text.replace(f"<td>{status}</td>", f'<td class="bad">{status}</td>')
     return f'<div class="scroll">{text}</div>'
@@ -119,7 +119,7 @@ def _table_html(frame: pd.DataFrame) -> str:
 def _figure_html(path: Path) -> str:
     data = base64.b64encode(path.read_bytes()).decode("ascii")
     name = html.escape(path.stem)
-    return (f'<figure><img alt="{name}" src="data:image/png;base64,{data}">'
+    return (f'<figure><img alt="{name}" src="{path.name}">'
             f"<figcaption>{name}</figcaption></figure>")
 
 
@@ -134,7 +134,7 @@ def render_html(data: SweepData, tables: dict[str, pd.DataFrame], figures: Seque
                 skipped: Sequence[str] = (), baseline_paths: Sequence[str] = ()) -> str:
     """The whole report as one HTML document (figures inlined, no external resources)."""
     esc = html.escape
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     n_failed = int(data.cells["failed"].sum())
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',

@@ -20,6 +20,7 @@ import pandas as pd
 __all__ = [
     "baseline_table",
     "cell_metrics_table",
+    "cell_settings",
     "epoch2_table",
     "gain_table",
     "job_settings",
@@ -38,7 +39,7 @@ def job_settings(jobs: pd.DataFrame) -> pd.Series:
             + " channels_last=" + jobs["channels_last"].fillna(False).astype(bool).astype(str))
 
 
-def _cell_settings(jobs: pd.DataFrame) -> pd.DataFrame:
+def cell_settings(jobs: pd.DataFrame) -> pd.DataFrame:
     """Per cell: its jobs' distinct settings joined by `` | `` (one value for uniform cells)."""
     if jobs.empty:
         return pd.DataFrame(columns=[*CELL_KEY, "settings"])
@@ -106,7 +107,7 @@ def gain_table(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
     uniform = cells[_is_uniform(cells)]
     if uniform.empty:
         return pd.DataFrame(columns=cols)
-    out = uniform.merge(_cell_settings(jobs), on=CELL_KEY, how="left")
+    out = uniform.merge(cell_settings(jobs), on=CELL_KEY, how="left")
     solo_mask = (out["degree"] == 1) & (out["status"] == "ok") & out["agg_samples_per_s"].notna()
     solo = out[solo_mask]
     keys = ["workload", "gpu_name", "mode", "settings"]

@@ -1,6 +1,6 @@
 """Ray dashboard gauges (``ray.util.metrics``), exported by Ray with a ``ray_`` prefix.
 
-``raycolloc_job_samples_per_s{cell,job}``, ``raycolloc_gpu_sm_active{gpu,cell}`` (GPM/DCGM SM
+``raycolloc_job_samples_per_s{cell,job_name}``, ``raycolloc_gpu_sm_active{gpu,cell}`` (GPM/DCGM SM
 activity, else NVML utilisation), ``raycolloc_gpu_mem_used_mib{gpu,cell}``,
 ``raycolloc_gpu_power_w{gpu,cell}``. Where Ray's metrics stack is not installed, gauges are no-ops.
 """

@@ -15,6 +15,7 @@ from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from raycolloc.config import ConfigError, register_configs
@@ -41,12 +42,12 @@ def task(dcfg: DictConfig) -> Any:
     job_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
         job: CellJob = prepare_job(dcfg)
+        result = run_prepared(job, job_dir)
     except ConfigError as exc:
         _discard_run_dir(job_dir)
         log.error("config error: %s", exc)
         sys.exit(2)
-    result = run_prepared(job, job_dir)
-    if not HydraConfig.get().mode.name == "MULTIRUN":
+    if HydraConfig.get().mode != RunMode.MULTIRUN:
         print(result["summary"], flush=True)
     return result
 

@@ -211,8 +211,8 @@ class Trainer:
         self._progress.update(epoch=epoch, step=step, samples_per_s=rate)
         if self._gauge is None:
             self._gauge = make_gauge("raycolloc_job_samples_per_s", "Samples per second of a raycolloc job",
-                                     ("cell", "job"))
-        self._gauge.set(rate, tags={"cell": self.cell_id, "job": self.job.name})
+                                     ("cell", "job_name"))
+        self._gauge.set(rate, tags={"cell": self.cell_id, "job_name": self.job.name})
         if self.steward is not None:
             # Fire and forget: the steward shows progress and, when simulated, derives telemetry.
             self.steward.report.remote(self.cell_id, self.job.index, self.pid, dict(self._progress),
