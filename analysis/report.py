@@ -119,7 +119,7 @@ def _table_html(frame: pd.DataFrame) -> str:
 def _figure_html(path: Path) -> str:
     data = base64.b64encode(path.read_bytes()).decode("ascii")
     name = html.escape(path.stem)
-    return (f'<figure><img alt="{name}" src="{path.name}">'
+    return (f'<figure><img alt="{name}" src="data:image/png;base64,{data}">'
             f"<figcaption>{name}</figcaption></figure>")
 
 

@@ -1,0 +1,178 @@
+"""Benchmark: raycolloc cells against raw PyTorch processes doing the same work, on one GPU.
+
+For each mode (naive, mps) and degree it runs (a) ``degree`` raw processes (jobs/raw_train.py: no
+Ray, started together, measured over one fixed window; under MPS through a daemon of their own)
+and (b) the raycolloc cell of the same settings through the real command line (Hydra multirun,
+Ray launcher, trainers, steward, telemetry). It prints one table (aggregate samples/s raw vs
+raycolloc, their ratio, gain vs degree 1 of the same mode, SM activity) and writes it as JSON.
+``--telemetry-pairs N`` adds N pairs of one cell with telemetry off and at 100 ms (sampler cost).
+
+    python jobs/bench_collocation.py --out bench.json [--modes naive,mps] [--degrees 1,2,3,7]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKLOADS = {"resnet26_cifar10": ("resnet26", 10, 32), "resnet50_imagenet64": ("resnet50", 1000, 64),
+             "efficientnetv2s_imagenet64": ("efficientnetv2_s", 1000, 64)}
+
+
+def _gpu() -> tuple[str, str, int]:
+    from raycolloc.gpu.nvml import NvmlBackend
+
+    gpu = NvmlBackend().gpus()[0]
+    return gpu.name, gpu.uuid, gpu.index
+
+
+def raw_cell(args: argparse.Namespace, mode: str, degree: int, opts: dict[str, str]) -> dict[str, Any]:
+    """``degree`` raw processes on GPU 0, warm, then one common window; returns the aggregate."""
+    from raycolloc.modes.mps import MpsDaemon
+
+    model, classes, res = WORKLOADS[args.workload]
+    _, uuid, index = _gpu()
+    sync = Path(tempfile.mkdtemp(prefix="rawsync"))
+    daemon = None
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES=uuid, CUDA_DEVICE_ORDER="PCI_BUS_ID")
+    if mode == "mps":
+        daemon = MpsDaemon(uuid, index, tempfile.mkdtemp(prefix="rawmps", dir="/tmp"))
+        daemon.start()
+        env.update(daemon.binding_env(0, None, None))
+    else:
+        env["CUDA_MPS_PIPE_DIRECTORY"] = str(sync / "no-mps")  # never join a stray daemon
+    cmd = [sys.executable, str(ROOT / "jobs" / "raw_train.py"), "--model", model, "--classes", str(classes),
+           "--res", str(res), "--batch-size", str(args.batch_size), "--warmup-steps",
+           str(args.epoch_samples // args.batch_size), "--sync-dir", str(sync), "--compile", opts["compile"],
+           "--amp", opts["amp"], "--placement", opts["placement"]] + (["--channels-last"] if opts["channels_last"] == "true" else [])
+    procs = [subprocess.Popen([*cmd, "--rank", str(r)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for r in range(degree)]
+    try:
+        deadline = time.time() + 900
+        while len(list(sync.glob("ready-*"))) < degree:
+            if any(p.poll() not in (None, 0) for p in procs) or time.time() > deadline:
+                errs = [p.stderr.read()[-2000:] for p in procs if p.poll() not in (None, 0)]
+                raise RuntimeError(f"raw {mode} x{degree} failed: {errs}")
+            time.sleep(0.05)
+        start = time.time() + 0.5
+        (sync / "go.tmp").write_text(f"{start} {start + args.window_s}")
+        (sync / "go.tmp").rename(sync / "go")
+        rows = []
+        for p in procs:
+            out, err = p.communicate(timeout=args.window_s + 300)
+            if p.returncode != 0:
+                raise RuntimeError(f"raw {mode} x{degree} rank failed: {err[-2000:]}")
+            rows.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        if daemon is not None:
+            daemon.stop()
+    return {"raw_samples_per_s": sum(r["samples_per_s"] for r in rows),
+            "raw_per_job": [r["samples_per_s"] for r in rows]}
+
+
+def sweep(args: argparse.Namespace, out_dir: Path, overrides: list[str]) -> pd.DataFrame:
+    """Run a raycolloc multirun through its command line and return its cells table."""
+    cmd = [sys.executable, "-m", "raycolloc.sweep", "-m", f"workload={args.workload}",
+           f"batch_size={args.batch_size}", f"epoch_samples={args.epoch_samples}", f"out_dir={out_dir}",
+           "+rerun=true", *overrides]
+    print("$", " ".join(cmd[1:]), flush=True)
+    proc = subprocess.run(cmd, cwd=ROOT, text=True, capture_output=True, check=False)
+    (out_dir / "sweep.log").parent.mkdir(parents=True, exist_ok=True)
+    (out_dir / "sweep.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise RuntimeError(f"sweep failed ({proc.returncode}): {proc.stderr[-3000:]}")
+    frames = [pd.read_parquet(p) for p in out_dir.rglob("cells.parquet")]
+    return pd.concat(frames, ignore_index=True)
+
+
+def _trainer_overrides(opts: dict[str, str]) -> list[str]:
+    return [f"trainer.compile={opts['compile']}", f"trainer.amp={opts['amp']}",
+            f"trainer.channels_last={opts['channels_last']}", f"data.placement={opts['placement']}"]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workload", default="resnet26_cifar10", choices=sorted(WORKLOADS))
+    p.add_argument("--batch-size", type=int, default=128)
+    p.add_argument("--epoch-samples", type=int, default=51200)
+    p.add_argument("--window-s", type=float, default=10.0, help="raw processes' measured window")
+    p.add_argument("--modes", default="naive,mps")
+    p.add_argument("--degrees", default="1,2,3,7")
+    p.add_argument("--compile", default="off")
+    p.add_argument("--amp", default="off")
+    p.add_argument("--channels-last", default="false")
+    p.add_argument("--placement", default="host")
+    p.add_argument("--telemetry-pairs", type=int, default=0)
+    p.add_argument("--telemetry-cell", default="mode=mps,degree=3")
+    p.add_argument("--skip-raw", action="store_true")
+    p.add_argument("--work-dir", default=None)
+    p.add_argument("--out", required=True, help="JSON file for the table")
+    args = p.parse_args()
+    opts = {"compile": args.compile, "amp": args.amp, "channels_last": args.channels_last, "placement": args.placement}
+    work = Path(args.work_dir or tempfile.mkdtemp(prefix="bench"))
+    card = _gpu()[0]
+    modes, degrees = args.modes.split(","), [int(d) for d in args.degrees.split(",")]
+
+    raw: dict[tuple[str, int], dict[str, Any]] = {}
+    for m in modes if not args.skip_raw else []:
+        for d in degrees:
+            raw[(m, d)] = raw_cell(args, m, d, opts)
+            print(f"raw {m} x{d}: {raw[(m, d)]['raw_samples_per_s']:,.0f} samples/s", flush=True)
+    cells = sweep(args, work / "cells", [f"mode={','.join(modes)}", f"degree={args.degrees}", *_trainer_overrides(opts)])
+    rows = []
+    for m in modes:
+        for d in degrees:
+            c = cells[(cells["mode"] == m) & (cells["degree"] == d)].iloc[0]
+            r = raw.get((m, d), {})
+            rows.append({"mode": m, "degree": d, "raw": r.get("raw_samples_per_s"), "raycolloc": c["agg_samples_per_s"],
+                         "sm_active": c["sm_active_mean"], "gpu_util": c["gpu_util_mean"], "status": c["status"],
+                         "telemetry": c["telemetry_source"], "compile": args.compile, "amp": args.amp})
+    for row in rows:
+        solo = next(x for x in rows if x["mode"] == row["mode"] and x["degree"] == min(degrees))
+        row["ratio"] = row["raycolloc"] / row["raw"] if row["raw"] else None
+        row["gain_vs_1"] = row["raycolloc"] / solo["raycolloc"]
+        row["raw_gain_vs_1"] = row["raw"] / solo["raw"] if row["raw"] else None
+
+    telemetry: dict[str, Any] = {}
+    if args.telemetry_pairs:
+        cell = args.telemetry_cell.split(",")
+        off, on = [], []
+        for i in range(args.telemetry_pairs):
+            for enabled, bucket in (("false", off), ("true", on)):
+                df = sweep(args, work / f"tel-{i}-{enabled}", [*cell, f"telemetry.enabled={enabled}",
+                                                               "telemetry.interval_ms=100", *_trainer_overrides(opts)])
+                bucket.append(float(df["agg_samples_per_s"].iloc[0]))
+        telemetry = {"cell": args.telemetry_cell, "off": off, "on_100ms": on,
+                     "cost_pct": 100.0 * (1 - statistics.median(on) / statistics.median(off))}
+
+    print(f"\n{args.workload}, batch {args.batch_size}, compile={args.compile}, amp={args.amp}, card: {card}")
+    print(f"{'mode':<6}{'deg':>4}{'raw img/s':>12}{'raycolloc':>12}{'ratio':>8}{'gain vs 1':>10}{'raw gain':>10}{'SM act %':>10}{'NVML util':>10}")
+    for r in rows:
+        fmt = lambda v, s: "-" if v is None else format(v, s)  # noqa: E731
+        print(f"{r['mode']:<6}{r['degree']:>4}{fmt(r['raw'], ',.0f'):>12}{fmt(r['raycolloc'], ',.0f'):>12}"
+              f"{fmt(r['ratio'], '.3f'):>8}{fmt(r['gain_vs_1'], '.2f'):>10}{fmt(r['raw_gain_vs_1'], '.2f'):>10}"
+              f"{fmt(r['sm_active'], '.1f'):>10}{fmt(r['gpu_util'], '.1f'):>10}")
+    if telemetry:
+        print(f"telemetry off {telemetry['off']} vs 100 ms {telemetry['on_100ms']}: cost {telemetry['cost_pct']:.2f}%")
+    result = {"card": card, "workload": args.workload, "batch_size": args.batch_size, "epoch_samples": args.epoch_samples,
+              "window_s": args.window_s, "options": opts, "rows": rows, "telemetry": telemetry, "work_dir": str(work)}
+    Path(args.out).write_text(json.dumps(result, indent=2, default=float))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
