@@ -30,7 +30,9 @@ WORKLOADS = {"resnet26_cifar10": ("resnet26", 10, 32), "resnet50_imagenet64": ("
              "efficientnetv2s_imagenet64": ("efficientnetv2_s", 1000, 64)}
 
 
-def _gpu() -> tuple[str, str, int]:
+def _gpu(sim: bool) -> tuple[str, str, int]:
+    if sim:
+        return "CPU (simulated GPU backend: plumbing test only)", "GPU-sim", 0
     from raycolloc.gpu.nvml import NvmlBackend
 
     gpu = NvmlBackend().gpus()[0]
@@ -42,11 +44,11 @@ def raw_cell(args: argparse.Namespace, mode: str, degree: int, opts: dict[str, s
     from raycolloc.modes.mps import MpsDaemon
 
     model, classes, res = WORKLOADS[args.workload]
-    _, uuid, index = _gpu()
+    _, uuid, index = _gpu(args.backend == "sim")
     sync = Path(tempfile.mkdtemp(prefix="rawsync"))
     daemon = None
     env = dict(os.environ, CUDA_VISIBLE_DEVICES=uuid, CUDA_DEVICE_ORDER="PCI_BUS_ID")
-    if mode == "mps":
+    if mode == "mps" and args.backend != "sim":
         daemon = MpsDaemon(uuid, index, tempfile.mkdtemp(prefix="rawmps", dir="/tmp"))
         daemon.start()
         env.update(daemon.binding_env(0, None, None))
@@ -88,7 +90,7 @@ def sweep(args: argparse.Namespace, out_dir: Path, overrides: list[str]) -> pd.D
     """Run a raycolloc multirun through its command line and return its cells table."""
     cmd = [sys.executable, "-m", "raycolloc.sweep", "-m", f"workload={args.workload}",
            f"batch_size={args.batch_size}", f"epoch_samples={args.epoch_samples}", f"out_dir={out_dir}",
-           "+rerun=true", *overrides]
+           "+rerun=true", "cluster.address=auto", f"cluster.backend={args.backend}", *overrides]
     print("$", " ".join(cmd[1:]), flush=True)
     proc = subprocess.run(cmd, cwd=ROOT, text=True, capture_output=True, check=False)
     (out_dir / "sweep.log").parent.mkdir(parents=True, exist_ok=True)
@@ -104,12 +106,26 @@ def _trainer_overrides(opts: dict[str, str]) -> list[str]:
             f"trainer.channels_last={opts['channels_last']}", f"data.placement={opts['placement']}"]
 
 
+def _ray(args: argparse.Namespace, action: str) -> None:
+    """One Ray instance for the whole benchmark, so no cell pays Ray's start-up."""
+    cmd = [sys.executable, "-m", "ray.scripts.scripts", action]
+    if action == "start":
+        cmd += ["--head", "--disable-usage-stats", "--include-dashboard=false"]
+        if args.backend == "sim":
+            cmd += ["--num-gpus=1", "--num-cpus=16"]
+    subprocess.run(cmd, check=action == "start", capture_output=True, text=True, timeout=120)
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None or value != value else format(value, spec)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workload", default="resnet26_cifar10", choices=sorted(WORKLOADS))
     p.add_argument("--batch-size", type=int, default=128)
-    p.add_argument("--epoch-samples", type=int, default=51200)
-    p.add_argument("--window-s", type=float, default=10.0, help="raw processes' measured window")
+    p.add_argument("--epoch-samples", type=int, default=76800)
+    p.add_argument("--window-s", type=float, default=8.0, help="raw processes' measured window")
     p.add_argument("--modes", default="naive,mps")
     p.add_argument("--degrees", default="1,2,3,7")
     p.add_argument("--compile", default="off")
@@ -119,53 +135,57 @@ def main() -> None:
     p.add_argument("--telemetry-pairs", type=int, default=0)
     p.add_argument("--telemetry-cell", default="mode=mps,degree=3")
     p.add_argument("--skip-raw", action="store_true")
+    p.add_argument("--backend", default="nvml", choices=["nvml", "sim"], help="sim: CPU plumbing test only")
     p.add_argument("--work-dir", default=None)
     p.add_argument("--out", required=True, help="JSON file for the table")
     args = p.parse_args()
     opts = {"compile": args.compile, "amp": args.amp, "channels_last": args.channels_last, "placement": args.placement}
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="bench"))
-    card = _gpu()[0]
+    card = _gpu(args.backend == "sim")[0]
     modes, degrees = args.modes.split(","), [int(d) for d in args.degrees.split(",")]
-
-    raw: dict[tuple[str, int], dict[str, Any]] = {}
-    for m in modes if not args.skip_raw else []:
-        for d in degrees:
-            raw[(m, d)] = raw_cell(args, m, d, opts)
-            print(f"raw {m} x{d}: {raw[(m, d)]['raw_samples_per_s']:,.0f} samples/s", flush=True)
-    cells = sweep(args, work / "cells", [f"mode={','.join(modes)}", f"degree={args.degrees}", *_trainer_overrides(opts)])
-    rows = []
-    for m in modes:
-        for d in degrees:
-            c = cells[(cells["mode"] == m) & (cells["degree"] == d)].iloc[0]
-            r = raw.get((m, d), {})
-            rows.append({"mode": m, "degree": d, "raw": r.get("raw_samples_per_s"), "raycolloc": c["agg_samples_per_s"],
-                         "sm_active": c["sm_active_mean"], "gpu_util": c["gpu_util_mean"], "status": c["status"],
-                         "telemetry": c["telemetry_source"], "compile": args.compile, "amp": args.amp})
+    rows: list[dict[str, Any]] = []
+    telemetry: dict[str, Any] = {}
+    _ray(args, "start")
+    try:
+        # Raw and raycolloc of one setting run back to back, so drifts of the host (other tenants,
+        # clocks) hit both alike; the table compares neighbours, not runs minutes apart.
+        for m in modes:
+            for d in degrees:
+                raw = {} if args.skip_raw else raw_cell(args, m, d, opts)
+                cells = sweep(args, work / f"{m}-{d}", [f"mode={m}", f"degree={d}", *_trainer_overrides(opts)])
+                c = cells.iloc[0]
+                rows.append({"mode": m, "degree": d, "raw": raw.get("raw_samples_per_s"),
+                             "raycolloc": float(c["agg_samples_per_s"]) if c["agg_samples_per_s"] == c["agg_samples_per_s"] else None,
+                             "sm_active": c["sm_active_mean"], "gpu_util": c["gpu_util_mean"], "status": c["status"],
+                             "telemetry": c["telemetry_source"], "compile": args.compile, "amp": args.amp})
+                print(f"{m} x{d}: raw {_fmt(rows[-1]['raw'], ',.0f')}  raycolloc {_fmt(rows[-1]['raycolloc'], ',.0f')}",
+                      flush=True)
+        if args.telemetry_pairs:
+            cell = args.telemetry_cell.split(",")
+            off: list[float] = []
+            on: list[float] = []
+            for i in range(args.telemetry_pairs):
+                for enabled, bucket in (("false", off), ("true", on)):
+                    df = sweep(args, work / f"tel-{i}-{enabled}", [*cell, f"telemetry.enabled={enabled}",
+                                                                   "telemetry.interval_ms=100", *_trainer_overrides(opts)])
+                    bucket.append(float(df["agg_samples_per_s"].iloc[0]))
+            telemetry = {"cell": args.telemetry_cell, "off": off, "on_100ms": on,
+                         "cost_pct": 100.0 * (1 - statistics.median(on) / statistics.median(off))}
+    finally:
+        _ray(args, "stop")
     for row in rows:
         solo = next(x for x in rows if x["mode"] == row["mode"] and x["degree"] == min(degrees))
-        row["ratio"] = row["raycolloc"] / row["raw"] if row["raw"] else None
-        row["gain_vs_1"] = row["raycolloc"] / solo["raycolloc"]
+        row["ratio"] = row["raycolloc"] / row["raw"] if row["raw"] and row["raycolloc"] else None
+        row["gain_vs_1"] = row["raycolloc"] / solo["raycolloc"] if row["raycolloc"] and solo["raycolloc"] else None
         row["raw_gain_vs_1"] = row["raw"] / solo["raw"] if row["raw"] else None
 
-    telemetry: dict[str, Any] = {}
-    if args.telemetry_pairs:
-        cell = args.telemetry_cell.split(",")
-        off, on = [], []
-        for i in range(args.telemetry_pairs):
-            for enabled, bucket in (("false", off), ("true", on)):
-                df = sweep(args, work / f"tel-{i}-{enabled}", [*cell, f"telemetry.enabled={enabled}",
-                                                               "telemetry.interval_ms=100", *_trainer_overrides(opts)])
-                bucket.append(float(df["agg_samples_per_s"].iloc[0]))
-        telemetry = {"cell": args.telemetry_cell, "off": off, "on_100ms": on,
-                     "cost_pct": 100.0 * (1 - statistics.median(on) / statistics.median(off))}
-
     print(f"\n{args.workload}, batch {args.batch_size}, compile={args.compile}, amp={args.amp}, card: {card}")
-    print(f"{'mode':<6}{'deg':>4}{'raw img/s':>12}{'raycolloc':>12}{'ratio':>8}{'gain vs 1':>10}{'raw gain':>10}{'SM act %':>10}{'NVML util':>10}")
+    print(f"{'mode':<6}{'deg':>4}{'raw img/s':>12}{'raycolloc':>12}{'ratio':>8}{'gain vs 1':>10}{'raw gain':>10}"
+          f"{'SM act %':>10}{'NVML util':>10}")
     for r in rows:
-        fmt = lambda v, s: "-" if v is None else format(v, s)  # noqa: E731
-        print(f"{r['mode']:<6}{r['degree']:>4}{fmt(r['raw'], ',.0f'):>12}{fmt(r['raycolloc'], ',.0f'):>12}"
-              f"{fmt(r['ratio'], '.3f'):>8}{fmt(r['gain_vs_1'], '.2f'):>10}{fmt(r['raw_gain_vs_1'], '.2f'):>10}"
-              f"{fmt(r['sm_active'], '.1f'):>10}{fmt(r['gpu_util'], '.1f'):>10}")
+        print(f"{r['mode']:<6}{r['degree']:>4}{_fmt(r['raw'], ',.0f'):>12}{_fmt(r['raycolloc'], ',.0f'):>12}"
+              f"{_fmt(r['ratio'], '.3f'):>8}{_fmt(r['gain_vs_1'], '.2f'):>10}{_fmt(r['raw_gain_vs_1'], '.2f'):>10}"
+              f"{_fmt(r['sm_active'], '.1f'):>10}{_fmt(r['gpu_util'], '.1f'):>10}")
     if telemetry:
         print(f"telemetry off {telemetry['off']} vs 100 ms {telemetry['on_100ms']}: cost {telemetry['cost_pct']:.2f}%")
     result = {"card": card, "workload": args.workload, "batch_size": args.batch_size, "epoch_samples": args.epoch_samples,

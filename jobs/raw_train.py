@@ -38,13 +38,19 @@ def main() -> None:
     args = p.parse_args()
 
     t_start = time.perf_counter()
-    device = torch.device("cuda", 0)
+    cuda = torch.cuda.is_available()  # the CPU path exists only to smoke-test the benchmark's plumbing
+    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+
+    def synchronize() -> None:
+        if cuda:
+            torch.cuda.synchronize()
+
     torch.manual_seed(args.rank)
     model = timm.create_model(args.model, pretrained=False, num_classes=args.classes).to(device)
     fmt = torch.channels_last if args.channels_last else torch.contiguous_format
     model = model.to(memory_format=fmt)
     loss_fn = nn.CrossEntropyLoss()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-5, fused=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-5, fused=cuda)
 
     def fwd(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return loss_fn(model(x), y)
@@ -53,10 +59,10 @@ def main() -> None:
         fwd, mode=None if args.compile == "default" else args.compile)
     graphs = args.compile in ("reduce-overhead", "max-autotune")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.amp)
-    scaler = torch.amp.GradScaler("cuda") if args.amp == "fp16" else None
+    scaler = torch.amp.GradScaler(device.type) if args.amp == "fp16" else None
     pool = [(torch.randn(args.batch_size, 3, args.res, args.res), torch.randint(0, args.classes, (args.batch_size,)))
             for _ in range(4)]
-    if args.placement == "host":
+    if args.placement == "host" and cuda:
         pool = [(x.pin_memory(), y.pin_memory()) for x, y in pool]
     else:
         pool = [(x.to(device), y.to(device)) for x, y in pool]
@@ -67,7 +73,7 @@ def main() -> None:
         y = y.to(device, non_blocking=True)
         if graphs:
             torch.compiler.cudagraph_mark_step_begin()
-        with torch.autocast("cuda", dtype=dtype) if dtype else contextlib.nullcontext():
+        with torch.autocast(device.type, dtype=dtype) if dtype else contextlib.nullcontext():
             loss = forward(x, y)
         opt.zero_grad(set_to_none=True)
         if scaler is not None:
@@ -80,7 +86,7 @@ def main() -> None:
 
     for i in range(args.warmup_steps):
         step(i)
-    torch.cuda.synchronize()
+    synchronize()
     setup_s = time.perf_counter() - t_start
     sync = Path(args.sync_dir)
     (sync / f"ready-{args.rank}").write_text(str(os.getpid()))
@@ -91,13 +97,13 @@ def main() -> None:
     while time.time() < start:
         time.sleep(0.0005)
     # Why sync: the window starts with an idle queue, so it counts only work launched inside it.
-    torch.cuda.synchronize()
+    synchronize()
     t0, steps = time.time(), 0
     while time.time() < deadline:
         step(steps)
         steps += 1
     # Why sync: the kernels launched before the deadline finish here; the window ends with them.
-    torch.cuda.synchronize()
+    synchronize()
     wall = time.time() - t0
     print(json.dumps({"rank": args.rank, "steps": steps, "samples": steps * args.batch_size, "wall_s": wall,
                       "samples_per_s": steps * args.batch_size / wall, "setup_s": setup_s}), flush=True)
