@@ -113,7 +113,8 @@ def _ray(args: argparse.Namespace, action: str) -> None:
         cmd += ["--head", "--disable-usage-stats", "--include-dashboard=false"]
         if args.backend == "sim":
             cmd += ["--num-gpus=1", "--num-cpus=16"]
-    subprocess.run(cmd, check=action == "start", capture_output=True, text=True, timeout=120)
+    env = dict(os.environ, RAY_worker_niceness="0")  # as raycolloc's own local instances
+    subprocess.run(cmd, check=action == "start", capture_output=True, text=True, timeout=120, env=env)
 
 
 def _fmt(value: Any, spec: str) -> str:

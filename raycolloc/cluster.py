@@ -49,6 +49,7 @@ def connect(cluster: ClusterConfig, max_jobs_per_cell: int = 1) -> dict[str, Any
         kwargs.update(dashboard_host=cluster.dashboard_host, dashboard_port=cluster.dashboard_port)
     if cluster.metrics_export_port:
         kwargs["_metrics_export_port"] = cluster.metrics_export_port
-    ray.init(num_cpus=cpus, **kwargs)
+    # Workers at normal priority (Ray's default niceness 15 slows CPU-bound kernel launching).
+    ray.init(num_cpus=cpus, _system_config={"worker_niceness": 0}, **kwargs)
     log.info("ray=local cpus=%s gpus=%s backend=%s", cpus, ray.cluster_resources().get("GPU"), cluster.backend)
     return ray.cluster_resources()

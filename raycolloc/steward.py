@@ -29,6 +29,7 @@ from raycolloc.gpu.backend import GpuBackend, GpuInfo, MigDevice
 from raycolloc.metrics import make_gauge
 from raycolloc.modes.mig import MigManager
 from raycolloc.modes.mps import CONTROL, MpsDaemon, MpsError
+from raycolloc.priority import normal_priority
 from raycolloc.telemetry import Sampler, pick_source
 
 __all__ = ["Steward", "get_steward", "steward_name"]
@@ -69,6 +70,7 @@ class Steward:
 
     def __init__(self, node_id: str, cluster: ClusterConfig, num_gpus: int, pipe_root: str) -> None:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s steward %(message)s")
+        normal_priority()  # MPS daemons and servers it starts inherit its niceness
         self.node_id = node_id
         self.cluster = cluster
         self.backend = _make_backend(node_id, cluster, num_gpus)

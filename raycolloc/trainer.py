@@ -20,6 +20,7 @@ from typing import Any
 from raycolloc.cellspec import Binding, JobSpec
 from raycolloc.metrics import make_gauge
 from raycolloc.modes.mps import mps_client_status
+from raycolloc.priority import normal_priority
 
 __all__ = ["Trainer", "classify_error"]
 
@@ -47,6 +48,7 @@ class Trainer:
     """
 
     def __init__(self, job: JobSpec, binding: Binding, cell_id: str, backend: str, steward: Any) -> None:
+        niceness = normal_priority()
         os.environ.update(binding.env)
         os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
         if job.trainer.allocator == "cuda_async":
@@ -64,7 +66,8 @@ class Trainer:
         self.epochs: list[dict[str, Any]] = []
         self.info: dict[str, Any] = {"pid": self.pid, "hostname": socket.gethostname(),
                                      "mig_uuid": binding.mig_uuid, "mig_profile": binding.mig_profile,
-                                     "cuda_visible_devices": binding.env.get("CUDA_VISIBLE_DEVICES")}
+                                     "cuda_visible_devices": binding.env.get("CUDA_VISIBLE_DEVICES"),
+                                     "niceness": niceness}
         self.status, self.error = "ok", None
         self._progress: dict[str, Any] = {"epoch": 0, "step": 0, "steps": job.steps_per_epoch,
                                           "epochs": job.epochs, "batch_size": job.batch_size}
