@@ -26,6 +26,7 @@ from typing import Any
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
+COMPILE_CACHE = Path(os.environ.get("RAYCOLLOC_COMPILE_CACHE", "/tmp/raycolloc-compile-cache"))
 WORKLOADS = {"resnet26_cifar10": ("resnet26", 10, 32), "resnet50_imagenet64": ("resnet50", 1000, 64),
              "efficientnetv2s_imagenet64": ("efficientnetv2_s", 1000, 64)}
 
@@ -48,6 +49,9 @@ def raw_cell(args: argparse.Namespace, mode: str, degree: int, opts: dict[str, s
     sync = Path(tempfile.mkdtemp(prefix="rawsync"))
     daemon = None
     env = dict(os.environ, CUDA_VISIBLE_DEVICES=uuid, CUDA_DEVICE_ORDER="PCI_BUS_ID")
+    # The same compile cache as raycolloc's trainers: neither side pays a cold compile twice.
+    env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(COMPILE_CACHE / "inductor"))
+    env.setdefault("TRITON_CACHE_DIR", str(COMPILE_CACHE / "triton"))
     if mode == "mps" and args.backend != "sim":
         daemon = MpsDaemon(uuid, index, tempfile.mkdtemp(prefix="rawmps", dir="/tmp"))
         daemon.start()
@@ -129,7 +133,7 @@ def main() -> None:
     p.add_argument("--window-s", type=float, default=8.0, help="raw processes' measured window")
     p.add_argument("--modes", default="naive,mps")
     p.add_argument("--degrees", default="1,2,3,7")
-    p.add_argument("--compile", default="off")
+    p.add_argument("--compile", default="off", help="comma list, e.g. off,reduce-overhead (one table)")
     p.add_argument("--amp", default="off")
     p.add_argument("--channels-last", default="false")
     p.add_argument("--placement", default="host")
@@ -140,7 +144,8 @@ def main() -> None:
     p.add_argument("--work-dir", default=None)
     p.add_argument("--out", required=True, help="JSON file for the table")
     args = p.parse_args()
-    opts = {"compile": args.compile, "amp": args.amp, "channels_last": args.channels_last, "placement": args.placement}
+    compiles = args.compile.split(",")
+    opts = {"compile": compiles[0], "amp": args.amp, "channels_last": args.channels_last, "placement": args.placement}
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="bench"))
     card = _gpu(args.backend == "sim")[0]
     modes, degrees = args.modes.split(","), [int(d) for d in args.degrees.split(",")]
@@ -150,17 +155,22 @@ def main() -> None:
     try:
         # Raw and raycolloc of one setting run back to back, so drifts of the host (other tenants,
         # clocks) hit both alike; the table compares neighbours, not runs minutes apart.
-        for m in modes:
-            for d in degrees:
-                raw = {} if args.skip_raw else raw_cell(args, m, d, opts)
-                cells = sweep(args, work / f"{m}-{d}", [f"mode={m}", f"degree={d}", *_trainer_overrides(opts)])
-                c = cells.iloc[0]
-                rows.append({"mode": m, "degree": d, "raw": raw.get("raw_samples_per_s"),
-                             "raycolloc": float(c["agg_samples_per_s"]) if c["agg_samples_per_s"] == c["agg_samples_per_s"] else None,
-                             "sm_active": c["sm_active_mean"], "gpu_util": c["gpu_util_mean"], "status": c["status"],
-                             "telemetry": c["telemetry_source"], "compile": args.compile, "amp": args.amp})
-                print(f"{m} x{d}: raw {_fmt(rows[-1]['raw'], ',.0f')}  raycolloc {_fmt(rows[-1]['raycolloc'], ',.0f')}",
-                      flush=True)
+        for compile_mode in compiles:
+            opts = dict(opts, compile=compile_mode)
+            for m in modes:
+                for d in degrees:
+                    raw = {} if args.skip_raw else raw_cell(args, m, d, opts)
+                    cells = sweep(args, work / f"{compile_mode}-{m}-{d}", [f"mode={m}", f"degree={d}",
+                                                                        *_trainer_overrides(opts)])
+                    c = cells.iloc[0]
+                    agg = c["agg_samples_per_s"]
+                    rows.append({"mode": m, "degree": d, "raw": raw.get("raw_samples_per_s"),
+                                 "raycolloc": float(agg) if agg == agg else None, "sm_active": c["sm_active_mean"],
+                                 "gpu_util": c["gpu_util_mean"], "status": c["status"],
+                                 "telemetry": c["telemetry_source"], "compile": compile_mode, "amp": args.amp})
+                    print(f"compile={compile_mode} {m} x{d}: raw {_fmt(rows[-1]['raw'], ',.0f')}  "
+                          f"raycolloc {_fmt(rows[-1]['raycolloc'], ',.0f')}", flush=True)
+                    Path(args.out).write_text(json.dumps({"card": card, "partial": True, "rows": rows}, default=float))
         if args.telemetry_pairs:
             cell = args.telemetry_cell.split(",")
             off: list[float] = []
@@ -174,23 +184,28 @@ def main() -> None:
                          "cost_pct": 100.0 * (1 - statistics.median(on) / statistics.median(off))}
     finally:
         _ray(args, "stop")
+    base = next((x for x in rows if x["compile"] == compiles[0] and x["mode"] == modes[0] and x["degree"] == min(degrees)), None)
     for row in rows:
-        solo = next(x for x in rows if x["mode"] == row["mode"] and x["degree"] == min(degrees))
+        solo = next(x for x in rows if x["mode"] == row["mode"] and x["compile"] == row["compile"]
+                    and x["degree"] == min(degrees))
         row["ratio"] = row["raycolloc"] / row["raw"] if row["raw"] and row["raycolloc"] else None
         row["gain_vs_1"] = row["raycolloc"] / solo["raycolloc"] if row["raycolloc"] and solo["raycolloc"] else None
-        row["raw_gain_vs_1"] = row["raw"] / solo["raw"] if row["raw"] else None
+        row["raw_gain_vs_1"] = row["raw"] / solo["raw"] if row["raw"] and solo["raw"] else None
+        # Against the first setting's solo run (e.g. eager naive degree 1): the "best buy" view.
+        row["gain_vs_first_solo"] = row["raycolloc"] / base["raycolloc"] if base and base["raycolloc"] and row["raycolloc"] else None
 
-    print(f"\n{args.workload}, batch {args.batch_size}, compile={args.compile}, amp={args.amp}, card: {card}")
-    print(f"{'mode':<6}{'deg':>4}{'raw img/s':>12}{'raycolloc':>12}{'ratio':>8}{'gain vs 1':>10}{'raw gain':>10}"
-          f"{'SM act %':>10}{'NVML util':>10}")
+    print(f"\n{args.workload}, batch {args.batch_size}, amp={args.amp}, card: {card}")
+    print(f"{'compile':<16}{'mode':<6}{'deg':>4}{'raw img/s':>12}{'raycolloc':>12}{'ratio':>8}{'gain vs 1':>10}"
+          f"{'raw gain':>10}{'vs first':>10}{'SM act %':>10}{'NVML util':>10}")
     for r in rows:
-        print(f"{r['mode']:<6}{r['degree']:>4}{_fmt(r['raw'], ',.0f'):>12}{_fmt(r['raycolloc'], ',.0f'):>12}"
-              f"{_fmt(r['ratio'], '.3f'):>8}{_fmt(r['gain_vs_1'], '.2f'):>10}{_fmt(r['raw_gain_vs_1'], '.2f'):>10}"
+        print(f"{r['compile']:<16}{r['mode']:<6}{r['degree']:>4}{_fmt(r['raw'], ',.0f'):>12}"
+              f"{_fmt(r['raycolloc'], ',.0f'):>12}{_fmt(r['ratio'], '.3f'):>8}{_fmt(r['gain_vs_1'], '.2f'):>10}"
+              f"{_fmt(r['raw_gain_vs_1'], '.2f'):>10}{_fmt(r['gain_vs_first_solo'], '.2f'):>10}"
               f"{_fmt(r['sm_active'], '.1f'):>10}{_fmt(r['gpu_util'], '.1f'):>10}")
     if telemetry:
         print(f"telemetry off {telemetry['off']} vs 100 ms {telemetry['on_100ms']}: cost {telemetry['cost_pct']:.2f}%")
     result = {"card": card, "workload": args.workload, "batch_size": args.batch_size, "epoch_samples": args.epoch_samples,
-              "window_s": args.window_s, "options": opts, "rows": rows, "telemetry": telemetry, "work_dir": str(work)}
+              "window_s": args.window_s, "options": dict(opts, compile=args.compile), "rows": rows, "telemetry": telemetry, "work_dir": str(work)}
     Path(args.out).write_text(json.dumps(result, indent=2, default=float))
     print(f"wrote {args.out}")
 
