@@ -97,6 +97,8 @@ class Sampler:
         self._thread = threading.Thread(target=self._run, name=f"sampler-{cell_id}", daemon=True)
         self._gpm_prev: dict[int | None, Any] = {}
         self._procs: dict[int, psutil.Process] = {}
+        self._tick = 0
+        self._process_every = max(1, round(1.0 / self.interval))
         self.errors: list[str] = []
 
     def start(self) -> None:
@@ -149,8 +151,10 @@ class Sampler:
 
     def _sample(self) -> None:
         ts = time.time()
+        self._tick += 1
         gpm = self.source.endswith("gpm")
-        values: dict[str, Any] = dict(self.backend.basic_sample(self.gpu_uuid))
+        # With GPM, PCIe comes from GPM; the basic counters would block ~40 ms per sample.
+        values: dict[str, Any] = dict(self.backend.basic_sample(self.gpu_uuid, pcie=not gpm))
         values["energy_mj"] = self.backend.energy_mj(self.gpu_uuid)
         if gpm and not self.mig_devices:
             values.update(self._gpm(None))
@@ -164,7 +168,8 @@ class Sampler:
                 if dev.gi_id not in by_gi:
                     by_gi[dev.gi_id] = self._gpm(dev.gi_id)
                 self.rows.append(self._row(ts, "mig", mig_uuid=dev.uuid, gi_id=dev.gi_id, **by_gi[dev.gi_id]))
-        if not self.processes:
+        # Job processes change slowly: sampled about once a second, not every tick.
+        if not self.processes or (self._tick - 1) % self._process_every:
             return
         gpu_mem = {p.pid: p.used_mib for p in self.backend.processes(self.gpu_uuid)}
         for pid, job_index in self.pids.items():

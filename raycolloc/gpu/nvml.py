@@ -131,7 +131,8 @@ class NvmlBackend:
         return out
 
     # --- basic metrics -------------------------------------------------------------------
-    def basic_sample(self, uuid: str) -> dict[str, float | None]:
+    def basic_sample(self, uuid: str, pcie: bool = True) -> dict[str, float | None]:
+        """Memory, utilisation, power, clocks; PCIe counters only if asked (each call blocks ~20 ms)."""
         h = self._h(uuid)
         row: dict[str, float | None] = {}
         mem = pynvml.nvmlDeviceGetMemoryInfo(h)
@@ -140,9 +141,10 @@ class NvmlBackend:
         row["gpu_util"] = _try(lambda: float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu))
         row["mem_util"] = _try(lambda: float(pynvml.nvmlDeviceGetUtilizationRates(h).memory))
         row["power_w"] = _try(lambda: pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0)
-        # nvmlDeviceGetPcieThroughput reports KB/s over a 20 ms window.
-        row["pcie_tx_bytes_s"] = _try(lambda: pynvml.nvmlDeviceGetPcieThroughput(h, pynvml.NVML_PCIE_UTIL_TX_BYTES) * 1024.0)
-        row["pcie_rx_bytes_s"] = _try(lambda: pynvml.nvmlDeviceGetPcieThroughput(h, pynvml.NVML_PCIE_UTIL_RX_BYTES) * 1024.0)
+        if pcie:
+            # nvmlDeviceGetPcieThroughput reports KB/s over a 20 ms window.
+            row["pcie_tx_bytes_s"] = _try(lambda: pynvml.nvmlDeviceGetPcieThroughput(h, pynvml.NVML_PCIE_UTIL_TX_BYTES) * 1024.0)
+            row["pcie_rx_bytes_s"] = _try(lambda: pynvml.nvmlDeviceGetPcieThroughput(h, pynvml.NVML_PCIE_UTIL_RX_BYTES) * 1024.0)
         row["sm_clock_mhz"] = _try(lambda: float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)))
         row["temperature_c"] = _try(lambda: float(pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)))
         return row

@@ -214,7 +214,7 @@ class SimBackend:
         g.energy_mj += (idle + (tdp - idle) * g.sm_active / 100.0) * dt * 1000.0
         g.last_energy_t = now
 
-    def basic_sample(self, uuid: str) -> dict[str, float | None]:
+    def basic_sample(self, uuid: str, pcie: bool = True) -> dict[str, float | None]:
         with self._lock:
             g = self._g(uuid)
             self._tick(g)
