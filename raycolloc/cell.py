@@ -120,6 +120,12 @@ class _Cell:
         self.source = ray.get(self.steward.start_sampling.remote(spec.cell_id, pids, cfg.telemetry), timeout=60)
         # Warm-up epoch (1) on every live job; waiting for all of them is the barrier after which
         # the measured epochs start together, so they overlap on the GPU.
+        if spec.mix_name is not None:
+            # Mixed cells: every job trains its own epochs to completion from a common start, as the
+            # study's mixed workloads did; no barrier holds a fast job back for a slow one.
+            progress.report(spec.cell_id, state="training")
+            self._epochs(live, lambda job: (1, job.epochs))
+            return
         progress.report(spec.cell_id, state="warm-up")
         self._epochs(live, lambda job: (1, 1))
         progress.report(spec.cell_id, state="measuring")
@@ -248,7 +254,9 @@ def _cell_row(cfg: Config, spec: CellSpec, cell: _Cell, jobs: list[dict[str, Any
         "telemetry_source": cell.source, "started_at": cell.t_start, "finished_at": time.time(),
         "lease_wait_s": cell.lease.waited_s if cell.lease else None, "setup_s": cell.setup_s,
         "measured_start_ts": start, "measured_end_ts": end, "makespan_s": (end - start) if start else None,
-        "overlap_s": overlap, "total_s": max((j["total_s"] or 0.0) for j in jobs) if jobs else None,
+        # Wall time from the first epoch's start (warm-up included) to the last epoch's end.
+        "overlap_s": overlap, "total_s": (max(e["end_ts"] for e in epochs) - min(e["start_ts"] for e in epochs))
+        if epochs else None,
         # The study's metric: epoch-2 throughput of every job, summed (their epochs overlap).
         "agg_samples_per_s": sum(e["samples_per_s"] for e in e2) if e2 else None,
         "window_samples_per_s": sum(e["samples"] for e in measured) / (end - start) if start and end > start else None,
@@ -268,8 +276,9 @@ def run_cell(cfg: Config, spec: CellSpec, job_dir: str | Path) -> CellOutcome:
         cell.status, cell.reason = "error", "interrupted (Ctrl-C)"
         raise
     except Exception as exc:  # noqa: BLE001 - a cell that cannot succeed is a result
-        log.exception("cell=%s failed", spec.cell_id)
-        cell.status, cell.reason = "error", f"{type(exc).__name__}: {exc}"[:4000]
+        cause = exc.cause if isinstance(exc, ray.exceptions.RayTaskError) and exc.cause is not None else exc
+        log.error("cell=%s failed: %s: %s", spec.cell_id, type(cause).__name__, cause)
+        cell.status, cell.reason = "error", f"{type(cause).__name__}: {cause}"[:4000]
     finally:
         try:
             cell.finish()

@@ -112,6 +112,6 @@ def plan_cell(cfg: Config) -> CellSpec:
     return CellSpec(
         cell_id=f"{cfg.cell_label}-{digest[:8]}", label=cfg.cell_label, config_hash=digest,
         mode=cfg.mode, mig=cfg.mig, telemetry=cfg.telemetry, jobs=tuple(jobs),
-        mix_name=cfg.mix.name if mixed else None, mix_mig_layout=cfg.mix.mig_layout if mixed else None,
+        mix_name=(cfg.mix.name or "custom") if mixed else None, mix_mig_layout=cfg.mix.mig_layout if mixed else None,
         tags=dict(cfg.tags),
     )

@@ -108,12 +108,12 @@ class Steward:
             if holder is not None and holder != cell_id:
                 log.warning("gpu=%s held by stale cell=%s: releasing it first", gpu_uuid, holder)
                 self.release(holder)
+            self._sim_admin_mig_mode(gpu_uuid, mode.name == "mig")
             gpu = self.backend.gpu(gpu_uuid)
             state = _CellState(cell_id, gpu, mode.name)
             self._cells[cell_id] = state
             self._holder[gpu_uuid] = cell_id
         try:
-            self._sim_admin_mig_mode(gpu_uuid, mode.name == "mig")
             if mode.name == "mig":
                 return self._prepare_mig(state, mig, jobs, mix_layout)
             daemon = MpsDaemon(gpu_uuid, gpu.index, mode.pipe_root, self.control)
@@ -255,6 +255,38 @@ class Steward:
 
     def held(self) -> dict[str, str]:
         return dict(self._holder)
+
+    def sim_admin(self, gpu_uuid: str, mig_enabled: bool | None = None,
+                  instances: list[tuple[int, int, list[tuple[int, int]]]] | None = None) -> list[Any]:
+        """Simulated GPUs only (tests, demos): what an administrator does by hand with nvidia-smi.
+
+        ``instances`` replaces the GPU's MIG instances (``nvidia-smi mig -dci``/``-dgi``, then
+        ``-cgi``/``-cci``) by ``[(gi_profile_id, gi_start, [(ci_profile_id, ci_start), ...]), ...]``,
+        created in that order; ``mig_enabled`` sets MIG mode (``nvidia-smi -i N -mig 0|1``) in between.
+        The simulated GPU enforces NVML's rules (placements, counts, idle GPU for a mode change).
+        Returns the GPU's instances afterwards.
+
+        Raises:
+            RuntimeError: the backend is not simulated. GpuBusy: a cell holds the GPU.
+        """
+        if self.backend.kind != "sim":
+            raise RuntimeError("sim_admin works on simulated GPUs only; on real GPUs an administrator uses nvidia-smi")
+        backend: Any = self.backend
+        with self._lock:
+            if gpu_uuid in self._holder:
+                raise GpuBusy(f"GPU {gpu_uuid} is held by cell {self._holder[gpu_uuid]}")
+            if instances is not None:
+                for gi in backend.gpu_instances(gpu_uuid):
+                    for ci in gi.compute_instances:
+                        backend.destroy_compute_instance(gpu_uuid, gi.gi_id, ci.ci_id)
+                    backend.destroy_gpu_instance(gpu_uuid, gi.gi_id)
+            if mig_enabled is not None:
+                backend.admin_set_mig_mode(gpu_uuid, mig_enabled)
+            for gi_profile, gi_start, cis in instances or []:
+                gi_id = backend.create_gpu_instance(gpu_uuid, gi_profile, gi_start)
+                for ci_profile, ci_start in cis:
+                    backend.create_compute_instance(gpu_uuid, gi_id, ci_profile, ci_start)
+            return backend.gpu_instances(gpu_uuid)
 
 
 RemoteSteward = ray.remote(num_cpus=0, max_concurrency=32)(Steward)

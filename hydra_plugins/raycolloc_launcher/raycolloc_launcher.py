@@ -55,6 +55,31 @@ def _run_remote(hydra_context: HydraContext, task_function: TaskFunction, config
                    job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
 
 
+def _print_sweep_summary(sweep_dir: Path) -> None:
+    """The sweep's gain table (against degree 1 and against the best solo run) and mixed cells
+    against running their jobs one after the other."""
+    try:
+        from analysis.load import load_sweeps
+        from analysis.report import format_gain
+        from analysis.tables import gain_table, mixed_table
+
+        data = load_sweeps([sweep_dir])
+        print(f"\nsweep {sweep_dir}: {len(data.cells)} cells, {int((data.cells['status'] == 'ok').sum())} ok")
+        gain = gain_table(data.cells, data.jobs)
+        if not gain.empty:
+            print("throughput gain (gain_vs_solo: same settings at degree 1; gain_vs_best_solo: fastest degree-1 "
+                  "run of the workload in the sweep)")
+            print(format_gain(gain))
+        mixed = mixed_table(data.cells, data.jobs, data.epochs)
+        if not mixed.empty:
+            cols = ["mix", "mode", "job_name", "job_total_s", "solo_total_s", "cell_total_s", "serial_s",
+                    "change_vs_sequential_pct"]
+            print("mixed cells against their jobs run one after the other (serial_s needs each job's solo cell)")
+            print(mixed[cols].to_string(index=False, na_rep="-", float_format=lambda v: f"{v:,.2f}"))
+    except Exception as exc:  # noqa: BLE001 - the summary is a convenience; the results are on disk
+        log.warning("sweep summary unavailable: %s", exc)
+
+
 class RayCollocLauncher(Launcher):
     """Hydra launcher that fans a sweep out over the GPUs of a Ray cluster."""
 
@@ -160,6 +185,7 @@ class RayCollocLauncher(Launcher):
         finally:
             view.refresh()
             view.close()
+        _print_sweep_summary(sweep_dir)
         return [results[i] for i in range(len(composed))]
 
     @staticmethod

@@ -11,8 +11,11 @@ refuses and names the command an administrator would run.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from raycolloc.cellspec import JobSpec
 from raycolloc.config import Config, ConfigError, MigConfig
@@ -20,7 +23,7 @@ from raycolloc.gpu.backend import GpuBackend, GpuInfo, GpuInstanceRecord, MigDev
 from raycolloc.mig.planner import LayoutError, Plan, plan_layout, resolve_layout
 from raycolloc.mig.profiles import GpuModel, UnknownGpuModel, get_gpu_model
 
-__all__ = ["MigManager", "check_mig_possible", "gpu_model_of", "requested_plan"]
+__all__ = ["MigManager", "check_mig_possible", "expand_short_names", "gpu_model_of", "requested_plan"]
 
 log = logging.getLogger(__name__)
 SIM_PREFIX = "Simulated "
@@ -30,6 +33,29 @@ def gpu_model_of(gpu: GpuInfo) -> GpuModel:
     """The MIG table of a GPU (simulated GPUs are named ``Simulated <model>``)."""
     name = gpu.name[len(SIM_PREFIX):] if gpu.name.startswith(SIM_PREFIX) else gpu.name
     return get_gpu_model(name)
+
+
+_SHORT = re.compile(r"^(\d+)g((?:\s+x\s*\d+)?)$")
+
+
+def expand_short_names(model: GpuModel, spec: Any) -> Any:
+    """Replace model-independent GPU-instance names (``"2g"``, ``"1g x3"``, ``{gi: 7g}``) by the
+    model's profile of that many compute slices with the least memory (``2g.10gb`` on an A100-40GB,
+    ``2g.20gb`` on an H100), so presets like the study's 1g/2g/4g layout work on every GPU."""
+    if isinstance(spec, str):
+        m = _SHORT.match(spec.strip())
+        if not m:
+            return spec
+        sizes = [p for p in model.profiles if p.compute_slices == int(m.group(1)) and not p.media_extensions]
+        if not sizes:
+            raise LayoutError(f"{model.name} has no {m.group(1)}-slice GPU-instance profile; "
+                              f"its profiles are: {', '.join(model.profile_names())}")
+        return min(sizes, key=lambda p: p.memory_mib).name + m.group(2)
+    if isinstance(spec, Mapping):
+        return {k: expand_short_names(model, v) if k == "gi" else v for k, v in spec.items()}
+    if isinstance(spec, Sequence):
+        return [expand_short_names(model, item) for item in spec]
+    return spec
 
 
 def requested_plan(model: GpuModel, layout: Any, mix_layout: Any, job_profiles: Sequence[str | None]) -> Plan:
@@ -42,10 +68,15 @@ def requested_plan(model: GpuModel, layout: Any, mix_layout: Any, job_profiles: 
         spec: Any = list(job_profiles)
     else:
         spec = mix_layout if mix_layout else layout
+    spec = expand_short_names(model, _plain(spec))
     plan = plan_layout(model, resolve_layout(model, spec, len(job_profiles)))
     if len(plan) != len(job_profiles):
         raise LayoutError(f"MIG layout {plan} makes {len(plan)} MIG devices; the cell has {len(job_profiles)} jobs")
     return plan
+
+
+def _plain(spec: Any) -> Any:
+    return OmegaConf.to_container(spec) if isinstance(spec, DictConfig | ListConfig) else spec
 
 
 def _admin_hint(gpu: GpuInfo) -> str:
