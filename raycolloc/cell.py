@@ -139,7 +139,12 @@ class _Cell:
             return
         jobs = {j.index: j for j in self.spec.jobs}
         refs = {i: self.trainers[i].run_epochs.remote(*span(jobs[i])) for i in live}
-        self.states.update(_gather(refs, self.cfg.trainer.epoch_timeout_s, tick=self._tick))
+        for i, result in _gather(refs, self.cfg.trainer.epoch_timeout_s, tick=self._tick).items():
+            # A dead or hung trainer returns nothing: keep what it reported before (pid, MIG device,
+            # warm-up epoch), so its row still says where and how far it ran.
+            before = self.states.get(i, {})
+            self.states[i] = {**result, "info": result.get("info") or before.get("info", {}),
+                              "epochs": result.get("epochs") or before.get("epochs", [])}
 
     def _tick(self) -> None:
         try:

@@ -7,6 +7,7 @@ a sweep with :func:`prepare_job` before it starts any.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,10 +24,11 @@ from raycolloc.config import Config, ConfigError, load_config
 from raycolloc.results import find_completed
 from raycolloc.workloads.registry import create_workload
 
-__all__ = ["CellJob", "Options", "check_cluster", "prepare_job", "run_prepared"]
+__all__ = ["RESUME_ENV", "CellJob", "Options", "check_cluster", "prepare_job", "run_prepared"]
 
 log = logging.getLogger("raycolloc")
 OPTION_KEYS = ("rerun", "plan")
+RESUME_ENV = "RAYCOLLOC_RESUME_FROM"
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,8 @@ def run_prepared(job: CellJob, job_dir: Path, connect_ray: bool = True) -> dict[
     """
     cfg, spec = job.cfg, job.spec
     if not job.options.rerun:
-        previous = find_completed(cfg.out_dir, spec.config_hash, exclude=job_dir)
+        hint = os.environ.get(RESUME_ENV)  # the launcher found it already
+        previous = Path(hint) if hint else find_completed(cfg.out_dir, spec.config_hash, exclude=job_dir)
         if previous is not None:
             _link_previous(previous, job_dir)
             status = pq.read_table(job_dir / "cells.parquet", columns=["status"]).column("status")[0].as_py()

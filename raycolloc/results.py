@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from raycolloc.telemetry import METRIC_COLUMNS
 
-__all__ = ["SCHEMAS", "SCHEMA_VERSION", "TABLES", "find_completed", "read_table", "write_cell"]
+__all__ = ["SCHEMAS", "SCHEMA_VERSION", "TABLES", "completed_index", "find_completed", "read_table", "write_cell"]
 
 SCHEMA_VERSION = 1
 TABLES = ("epochs", "jobs", "telemetry", "cells")  # write order: cells last
@@ -102,26 +102,33 @@ def read_table(job_dir: str | Path, name: str) -> pa.Table:
     return pq.read_table(Path(job_dir) / f"{name}.parquet")
 
 
-def find_completed(root: str | Path, config_hash: str, exclude: str | Path | None = None) -> Path | None:
-    """The newest cell directory under ``root`` with a result for ``config_hash``, or None.
+def completed_index(root: str | Path) -> dict[str, Path]:
+    """Config hash -> newest cell directory under ``root`` holding a result for it.
 
     A result is a cell with status ok, partial or oom; a cell that ended in ``error`` (a crash, a
     lease timeout, a refused GPU) is not, so re-running the sweep tries it again.
     """
     root = Path(root)
+    best: dict[str, tuple[float, Path]] = {}
     if not root.exists():
-        return None
-    hits = []
+        return {}
     for path in root.rglob("cells.parquet"):
-        if exclude is not None and path.parent.resolve() == Path(exclude).resolve():
-            continue
         try:
             table = pq.read_table(path, columns=["config_hash", "status"])
+            mtime = path.stat().st_mtime
         except (OSError, pa.ArrowInvalid, KeyError):
             continue
-        rows = zip(table.column("config_hash").to_pylist(), table.column("status").to_pylist(), strict=True)
-        if any(h == config_hash and s != "error" for h, s in rows):
-            hits.append(path)
-    if not hits:
+        for digest, status in zip(table.column("config_hash").to_pylist(), table.column("status").to_pylist(),
+                                  strict=True):
+            if status != "error" and (digest not in best or best[digest][0] < mtime):
+                best[digest] = (mtime, path.parent)
+    return {digest: where for digest, (_, where) in best.items()}
+
+
+def find_completed(root: str | Path, config_hash: str, exclude: str | Path | None = None) -> Path | None:
+    """The newest cell directory under ``root`` with a result for ``config_hash`` (see
+    :func:`completed_index`), other than ``exclude``; None if there is none."""
+    found = completed_index(root).get(config_hash)
+    if found is not None and exclude is not None and found.resolve() == Path(exclude).resolve():
         return None
-    return max(hits, key=lambda p: p.stat().st_mtime).parent
+    return found

@@ -42,6 +42,10 @@ def task(dcfg: DictConfig) -> Any:
     job_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
         job: CellJob = prepare_job(dcfg)
+        if job.options.plan:
+            from raycolloc.plan_runner import run_plan
+
+            return run_plan(job.cfg, job.options, job_dir)
         result = run_prepared(job, job_dir)
     except ConfigError as exc:
         _discard_run_dir(job_dir)

@@ -132,22 +132,41 @@ class RayCollocLauncher(Launcher):
         from raycolloc.cluster import connect
         from raycolloc.config import ConfigError
         from raycolloc.prepare import check_cluster
+        from raycolloc.prepare import RESUME_ENV
         from raycolloc.progress import BOARD_ENV, ProgressBoard, ProgressView
+        from raycolloc.results import completed_index
 
         setup_globals()
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         composed = self._compose_all(job_overrides, initial_job_idx)
         jobs = [job for _, job in composed]
+        sweep_dir = Path(str(composed[0][0].hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        results: dict[int, JobReturn] = {}
+        # Resume: cells with results already on disk are linked in here, in this process, without
+        # Ray; only the rest are launched (and Ray is started only if any are left).
+        index = completed_index(jobs[0].cfg.out_dir)
+        for i, (cfg, job) in enumerate(composed):
+            previous = None if job.options.rerun else index.get(job.spec.config_hash)
+            if previous is not None:
+                with open_dict(cfg):
+                    cfg.hydra.job.env_set[RESUME_ENV] = str(previous)
+                results[i] = run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=cfg,
+                                     job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+                print(self._summary(results[i]), flush=True)
+        todo = [i for i in range(len(composed)) if i not in results]
+        if not todo:
+            _print_sweep_summary(sweep_dir)
+            return [results[i] for i in range(len(composed))]
         connect(jobs[0].cfg.cluster, max_jobs_per_cell=max(j.spec.degree for j in jobs))
         try:
-            check_cluster([j.cfg for j in jobs])
+            check_cluster([jobs[i].cfg for i in todo])
         except ConfigError as exc:
             log.error("config error: %s", exc)
             sys.exit(2)
-        sweep_dir = Path(str(composed[0][0].hydra.sweep.dir))
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        log.info("sweep=%s cells=%d gpus=%s", sweep_dir, len(jobs), ray.cluster_resources().get("GPU", 0))
+        log.info("sweep=%s cells=%d to_run=%d gpus=%s", sweep_dir, len(jobs), len(todo),
+                 ray.cluster_resources().get("GPU", 0))
 
         board_name = f"raycolloc:progress:{os.getpid()}:{int(time.time())}"
         board = ProgressBoard.options(name=board_name, namespace="raycolloc").remote()
@@ -155,10 +174,9 @@ class RayCollocLauncher(Launcher):
         remote = ray.remote(num_cpus=0, max_retries=0)(_run_remote)
         state = Singleton.get_state()
         limit = jobs[0].cfg.cluster.max_concurrent_cells or len(jobs)
-        queue = list(range(len(composed)))
+        queue = list(todo)
         refs: dict[Any, int] = {}
-        results: dict[int, JobReturn] = {}
-        view = ProgressView({j.spec.cell_id: j.spec.label for j in jobs}, board)
+        view = ProgressView({jobs[i].spec.cell_id: jobs[i].spec.label for i in todo}, board)
         try:
             while queue or refs:
                 while queue and len(refs) < limit:

@@ -9,8 +9,8 @@ whose jobs cannot fit before starting them; the real peak is measured and record
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
-from raycolloc.workloads.models import DLRM, TinyCNN, timm_model
 from raycolloc.workloads.registry import WorkloadSpec, register_workload
 
 __all__ = ["CRITEO_KAGGLE_TABLE_SIZES"]
@@ -23,11 +23,19 @@ CRITEO_KAGGLE_TABLE_SIZES = (
 )
 
 
+def _model(name: str, *args: Any) -> Any:
+    """Build a model of raycolloc.workloads.models; imported here so that listing and validating
+    workloads never imports torch."""
+    from raycolloc.workloads import models
+
+    return getattr(models, name)(*args)
+
+
 def _vision(name: str, model: str, dataset: str, res: int, classes: int, size: int, batch: int,
             cls: str, memory_gib: float) -> WorkloadSpec:
     return WorkloadSpec(
         name=name, family="vision", dataset=dataset, sample_shape=(3, res, res), num_classes=classes,
-        dataset_size=size, batch_size=batch, size=cls, build_model=partial(timm_model, model, classes),
+        dataset_size=size, batch_size=batch, size=cls, build_model=partial(_model, "timm_model", model, classes),
         memory_gib=memory_gib, description=f"timm {model} on {dataset} {res}x{res}",
     )
 
@@ -65,7 +73,7 @@ def dlrm_criteo() -> WorkloadSpec:
         name="dlrm_criteo", family="dlrm", dataset="criteo", sample_shape=(13,), num_classes=1,
         dataset_size=45_840_617, batch_size=2048, size="XL", lr=0.1,
         table_sizes=CRITEO_KAGGLE_TABLE_SIZES, memory_gib=6.0,
-        build_model=partial(DLRM, CRITEO_KAGGLE_TABLE_SIZES, 16),
+        build_model=partial(_model, "DLRM", CRITEO_KAGGLE_TABLE_SIZES, 16),
         description="DLRM (26 embedding bags of dim 16, MLPs 512-256-64 / 512-256) on Criteo Kaggle",
     )
 
@@ -74,7 +82,7 @@ def dlrm_criteo() -> WorkloadSpec:
 def tiny_cnn() -> WorkloadSpec:
     return WorkloadSpec(
         name="tiny_cnn", family="vision", dataset="cifar10", sample_shape=(3, 32, 32), num_classes=10,
-        dataset_size=1024, batch_size=32, size="tiny", build_model=partial(TinyCNN, 10), memory_gib=0.05,
+        dataset_size=1024, batch_size=32, size="tiny", build_model=partial(_model, "TinyCNN", 10), memory_gib=0.05,
         description="3-layer CNN on CIFAR-10-shaped data (CPU demo)",
     )
 
@@ -85,6 +93,6 @@ def tiny_dlrm() -> WorkloadSpec:
     return WorkloadSpec(
         name="tiny_dlrm", family="dlrm", dataset="criteo", sample_shape=(13,), num_classes=1,
         dataset_size=2048, batch_size=64, size="tiny", lr=0.05, table_sizes=tables, memory_gib=0.05,
-        build_model=partial(DLRM, tables, 8, 13, (32,), (32,)),
+        build_model=partial(_model, "DLRM", tables, 8, 13, (32,), (32,)),
         description="DLRM with 26 tables of 100 rows (CPU demo)",
     )
