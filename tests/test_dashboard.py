@@ -118,7 +118,7 @@ def ray_tmp() -> Iterator[str]:
     path = tempfile.mkdtemp(prefix="rcd", dir="/tmp")
     yield path
     deadline = time.monotonic() + 20
-    while (pids := _ray_processes(path)) and time.monotonic() < deadline:
+    while _ray_processes(path) and time.monotonic() < deadline:
         time.sleep(0.5)  # workers exit on their own once their raylet is gone
     for pid in _ray_processes(path):
         try:
@@ -144,8 +144,8 @@ def _stop(proc: subprocess.Popen[str]) -> None:
 def test_dashboard_shows_the_cells_actors_and_gauges(tmp_path: Path, ray_tmp: str) -> None:
     dash_port, metrics_port = _free_port(), _free_port()
     out = tmp_path / "results"
-    # ~8k samples per epoch, 2 jobs: the cell trains for 15-30 s, long enough to be watched.
-    overrides = ["degree=2", "epoch_samples=8192", "cluster.dashboard=true", "cluster.dashboard_host=127.0.0.1",
+    # 2 jobs of 6k samples per epoch train for 10-30 s (2 cores): gauges appear 1-3 s after they start.
+    overrides = ["degree=2", "epoch_samples=6144", "cluster.dashboard=true", "cluster.dashboard_host=127.0.0.1",
                  f"cluster.dashboard_port={dash_port}", f"cluster.metrics_export_port={metrics_port}"]
     job = load(overrides, out_dir=out)
     trainers = {f"raycolloc:{job.spec.cell_id}/{j.name}" for j in job.spec.jobs}
@@ -155,6 +155,7 @@ def test_dashboard_shows_the_cells_actors_and_gauges(tmp_path: Path, ray_tmp: st
                # Workers export their metrics every second instead of every 10 s: the gauges show
                # up early in the cell (the default is fine for people, slow for a test).
                RAY_metrics_report_interval_ms="1000")
+    env.pop("RAY_ADDRESS", None)  # cluster=local: a fresh instance, never one named by the caller's shell
     log_path = tmp_path / "sweep.log"
     seen = _Seen()
     with open(log_path, "w") as log_file:
@@ -175,17 +176,22 @@ def test_dashboard_shows_the_cells_actors_and_gauges(tmp_path: Path, ray_tmp: st
                         seen.sm_active[labels["gpu"]] = max(value, seen.sm_active.get(labels["gpu"], 0.0))
                 time.sleep(1.0)
             watched = seen.complete(trainers)
-            rc = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+            if watched:
+                try:
+                    proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    pass  # stopped below; its output is in the failure message
         finally:
             _stop(proc)
     output = log_path.read_text()
     assert watched, f"not all seen while the cell ran: {seen}\n--- sweep output ---\n{output[-4000:]}"
-    assert rc == 0 and "status=ok" in output, output[-4000:]
+    assert proc.returncode == 0 and "status=ok" in output, f"rc={proc.returncode}\n{output[-4000:]}"
 
     # The actors: both trainers and the node's steward, alive, in our namespace, on the same node.
     nodes = {seen.actors[t]["node_id"] for t in trainers}
     assert len(nodes) == 1
     steward = steward_name(nodes.pop(), job.cfg.cluster)
+    assert steward in seen.actors, sorted(seen.actors)
     assert seen.actors[steward]["state"] == "ALIVE" and seen.actors[steward]["class_name"] == "Steward"
     assert {seen.actors[t]["class_name"] for t in trainers} == {"Trainer"}
     # The gauges: every job's throughput, and the SM activity of the GPU the cell's row names.
