@@ -50,6 +50,8 @@ def connect(cluster: ClusterConfig, max_jobs_per_cell: int = 1) -> dict[str, Any
     if cluster.metrics_export_port:
         kwargs["_metrics_export_port"] = cluster.metrics_export_port
     # Workers at normal priority (Ray's default niceness 15 slows CPU-bound kernel launching).
-    ray.init(num_cpus=cpus, _system_config={"worker_niceness": 0}, **kwargs)
+    # address="local": a new instance even where `ray start` left one (ray.init() would join that
+    # one, and refuse num_cpus/num_gpus for it).
+    ray.init(address="local", num_cpus=cpus, _system_config={"worker_niceness": 0}, **kwargs)
     log.info("ray=local cpus=%s gpus=%s backend=%s", cpus, ray.cluster_resources().get("GPU"), cluster.backend)
     return ray.cluster_resources()

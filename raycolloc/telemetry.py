@@ -22,9 +22,10 @@ from typing import Any
 
 import psutil
 
+from raycolloc.dcgm import DcgmFields, dcgm_available
 from raycolloc.gpu.backend import GpuBackend, MigDevice
 
-__all__ = ["METRIC_COLUMNS", "Sampler", "dcgm_available", "pick_source"]
+__all__ = ["METRIC_COLUMNS", "Sampler", "pick_source"]
 
 log = logging.getLogger(__name__)
 
@@ -33,21 +34,6 @@ METRIC_COLUMNS = (
     "mem_used_mib", "mem_total_mib", "power_w", "energy_mj", "pcie_tx_bytes_s", "pcie_rx_bytes_s",
     "sm_clock_mhz", "temperature_c", "proc_gpu_mem_mib", "proc_cpu_percent", "proc_rss_mib",
 )
-
-
-def dcgm_available() -> bool:
-    """True when DCGM's Python bindings import and a host engine answers on this node."""
-    try:
-        import pydcgm  # type: ignore[import-not-found]  # noqa: F401
-        import dcgm_structs  # type: ignore[import-not-found]
-    except ImportError:
-        return False
-    try:
-        handle = pydcgm.DcgmHandle(ipAddress="127.0.0.1", opMode=dcgm_structs.DCGM_OPERATION_MODE_AUTO)
-        handle.Shutdown()
-        return True
-    except Exception:  # noqa: BLE001 - any failure means "no usable host engine"
-        return False
 
 
 def pick_source(backend: GpuBackend, uuid: str, wanted: str) -> str:
@@ -98,10 +84,12 @@ class Sampler:
         self._gpm_prev: dict[int | None, Any] = {}
         self._procs: dict[int, psutil.Process] = {}
         self._tick = 0
+        self._dcgm: DcgmFields | None = None
         self._process_every = max(1, round(1.0 / self.interval))
         self.errors: list[str] = []
 
     def start(self) -> None:
+        self._dcgm = DcgmFields(int(self.interval * 1000)) if self.source == "dcgm" else None
         for pid in self.pids:
             try:
                 proc = psutil.Process(pid)
@@ -117,6 +105,8 @@ class Sampler:
         for sample in self._gpm_prev.values():
             self.backend.gpm_free(sample)
         self._gpm_prev.clear()
+        if self._dcgm is not None:
+            self._dcgm.close()
         return self.rows
 
     def _run(self) -> None:
@@ -154,8 +144,10 @@ class Sampler:
         self._tick += 1
         gpm = self.source.endswith("gpm")
         # With GPM, PCIe comes from GPM; the basic counters would block ~40 ms per sample.
-        values: dict[str, Any] = dict(self.backend.basic_sample(self.gpu_uuid, pcie=not gpm))
+        values: dict[str, Any] = dict(self.backend.basic_sample(self.gpu_uuid, pcie=not gpm and self._dcgm is None))
         values["energy_mj"] = self.backend.energy_mj(self.gpu_uuid)
+        if self._dcgm is not None:
+            values.update({k: v for k, v in self._dcgm.sample(self.gpu_uuid).items() if v is not None})
         if gpm and not self.mig_devices:
             values.update(self._gpm(None))
         gpu_row = self._row(ts, "gpu", **values)
