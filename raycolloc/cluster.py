@@ -27,7 +27,8 @@ def resolve_backend(cfg: Config) -> Config:
         return cfg
     from raycolloc.gpu.nvml import nvml_gpu_count
 
-    backend = "nvml" if cfg.cluster.address or nvml_gpu_count() > 0 else "sim"
+    remote = cfg.cluster.address or os.environ.get("RAY_ADDRESS")
+    backend = "nvml" if remote or nvml_gpu_count() > 0 else "sim"
     return dataclasses.replace(cfg, cluster=dataclasses.replace(cfg.cluster, backend=backend))
 
 
@@ -36,8 +37,9 @@ def connect(cluster: ClusterConfig, max_jobs_per_cell: int = 1) -> dict[str, Any
     if ray.is_initialized():
         return ray.cluster_resources()
     kwargs: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": True}
-    if cluster.address:
-        ray.init(address=cluster.address, **kwargs)
+    address = cluster.address or os.environ.get("RAY_ADDRESS")  # `ray job submit` sets RAY_ADDRESS
+    if address:
+        ray.init(address=address, **kwargs)
         return ray.cluster_resources()
     cpus = cluster.num_cpus or os.cpu_count() or 1
     if cluster.backend == "sim":

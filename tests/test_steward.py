@@ -1,0 +1,138 @@
+"""The steward's rules through the code path real GPUs use: MPS daemons (the simulated control
+executable speaks nvidia-cuda-mps-control's protocol), refusing naive cells under MPS, stale
+daemons, and telemetry rows."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+import psutil
+import pytest
+import ray
+
+from raycolloc.cell import run_cell
+from raycolloc.gpu.sim import SimBackend
+from raycolloc.gpu.sim_mps import install_control
+from raycolloc.modes.mps import MpsDaemon, find_control_daemons
+from raycolloc.results import SCHEMAS
+from raycolloc.steward import get_steward
+from raycolloc.telemetry import METRIC_COLUMNS, Sampler, pick_source
+
+from .conftest import load
+
+
+def _short_root() -> Path:
+    return Path(tempfile.mkdtemp(prefix="rcst", dir="/tmp"))  # Unix socket paths must stay short
+
+
+def _sim_gpu_uuids(job) -> list[str]:  # noqa: ANN001
+    node = ray.get_runtime_context().get_node_id()
+    steward = get_steward(node, job.cfg.cluster, job.cfg.mode.pipe_root)
+    return [g.uuid for g in ray.get(steward.info.remote(), timeout=60)["gpus"]]
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_naive_cell_refuses_a_gpu_an_mps_daemon_already_serves(tmp_path: Path) -> None:
+    job = load(["degree=2", "epoch_samples=128"], out_dir=tmp_path)
+    control = install_control(_short_root())
+    # Someone else's daemons (their own pipe directories) whose clients would land on our GPUs.
+    foreign = [MpsDaemon(uuid, i, _short_root(), control) for i, uuid in enumerate(_sim_gpu_uuids(job))]
+    for daemon in foreign:
+        daemon.start()
+    try:
+        outcome = run_cell(job.cfg, job.spec, tmp_path / "cell")
+    finally:
+        for daemon in foreign:
+            daemon.stop()
+    cells = pd.read_parquet(tmp_path / "cell" / "cells.parquet")
+    assert outcome.status == "error"
+    reason = cells.loc[0, "reason"]
+    assert "mode=naive refused" in reason and "already serves GPU" in reason
+    assert any(str(d.pipe_dir) in reason for d in foreign)
+    assert pd.read_parquet(tmp_path / "cell" / "jobs.parquet")["pid"].isna().all()  # no job started
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_stale_daemon_of_a_crashed_run_is_stopped_before_a_new_one(tmp_path: Path) -> None:
+    root = _short_root()
+    job = load(["degree=1", "epoch_samples=128", "mode=mps", f"mode.pipe_root={root}"], out_dir=tmp_path)
+    control = install_control(_short_root())
+    # Daemons left behind by a run that died: same GPUs, same pipe root, record files on disk.
+    stale = {uuid: MpsDaemon(uuid, i, root, control) for i, uuid in enumerate(_sim_gpu_uuids(job))}
+    pids = {uuid: daemon.start() for uuid, daemon in stale.items()}
+    assert all((root / uuid / "daemon.json").exists() for uuid in stale)
+    try:
+        outcome = run_cell(job.cfg, job.spec, tmp_path / "cell")
+    finally:
+        leased = pd.read_parquet(tmp_path / "cell" / "jobs.parquet").loc[0, "gpu_uuid"]
+        for uuid, daemon in stale.items():
+            if uuid != leased:
+                daemon.stop()
+    jobs = pd.read_parquet(tmp_path / "cell" / "jobs.parquet")
+    assert outcome.status == "ok" and jobs.loc[0, "mps_client"]
+    gone = not psutil.pid_exists(pids[leased]) or psutil.Process(pids[leased]).status() == psutil.STATUS_ZOMBIE
+    assert gone, "the stale daemon of the leased GPU still runs"
+    assert not [d for d in find_control_daemons() if str(root) in d["pipe_dir"]]
+    assert not (root / leased / "daemon.json").exists()
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_telemetry_rows_name_their_source_and_carry_every_column(tmp_path: Path) -> None:
+    job = load(["degree=2", "epoch_samples=2048", "telemetry.interval_ms=100"], out_dir=tmp_path)
+    run_cell(job.cfg, job.spec, tmp_path / "cell")
+    tel = pd.read_parquet(tmp_path / "cell" / "telemetry.parquet")
+    assert list(tel.columns) == SCHEMAS["telemetry"].names
+    assert tel["source"].notna().all() and set(tel["source"]) == {"sim-gpm"}
+    gpu = tel[tel.scope == "gpu"]
+    assert len(gpu) >= 5
+    for column in ("sm_active", "mem_used_mib", "power_w", "energy_mj", "pcie_rx_bytes_s", "gpu_util"):
+        assert gpu[column].iloc[1:].notna().all(), column
+    assert gpu["energy_mj"].is_monotonic_increasing
+    procs = tel[tel.scope == "process"]
+    assert set(procs["job_index"].astype(int)) == {0, 1}
+    assert procs["proc_cpu_percent"].notna().all() and (procs["proc_rss_mib"] > 10).all()
+    cells = pd.read_parquet(tmp_path / "cell" / "cells.parquet")
+    window = gpu[(gpu.ts >= cells.loc[0, "measured_start_ts"]) & (gpu.ts <= cells.loc[0, "measured_end_ts"])]
+    assert cells.loc[0, "sm_active_mean"] == pytest.approx(window["sm_active"].mean())
+    assert cells.loc[0, "sm_active_max"] == pytest.approx(window["sm_active"].max())
+
+
+def test_sampler_on_the_simulated_backend_without_ray() -> None:
+    backend = SimBackend("node-x", 1, "H100-80GB")
+    uuid = backend.gpus()[0].uuid
+    backend.attach(uuid, None, os.getpid(), 1 << 30)
+    sampler = Sampler(backend, "cell", uuid, pick_source(backend, uuid, "auto"), 50, {os.getpid(): 0})
+    sampler.start()
+    deadline = time.monotonic() + 1.2
+    while time.monotonic() < deadline:
+        sum(i * i for i in range(20000))  # keep the "job" busy
+    rows = sampler.stop()
+    gpu = [r for r in rows if r["scope"] == "gpu"]
+    procs = [r for r in rows if r["scope"] == "process"]
+    assert 15 <= len(gpu) <= 30  # 20 Hz for 1.2 s
+    assert 1 <= len(procs) <= 3  # processes about once a second
+    assert all(set(METRIC_COLUMNS) <= set(r) for r in rows)
+    assert gpu[-1]["sm_active"] > 0 and gpu[-1]["mem_used_mib"] >= 1024
+    assert gpu[0]["sm_active"] is None  # GPM needs two samples
+
+
+def test_telemetry_source_follows_the_hardware() -> None:
+    a100 = SimBackend("n", 1, "A100-SXM4-40GB")
+    h100 = SimBackend("n", 1, "H100-80GB")
+    assert pick_source(a100, a100.gpus()[0].uuid, "auto") == "sim-nvml"  # no GPM before Hopper
+    assert pick_source(h100, h100.gpus()[0].uuid, "auto") == "sim-gpm"
+    with pytest.raises(RuntimeError, match="Hopper or newer"):
+        pick_source(a100, a100.gpus()[0].uuid, "gpm")
+    with pytest.raises(RuntimeError, match="DCGM"):
+        pick_source(h100, h100.gpus()[0].uuid, "dcgm")
+
+
+def test_telemetry_can_be_switched_off(tmp_path: Path, ray_local: None) -> None:
+    job = load(["degree=1", "epoch_samples=128", "telemetry.enabled=false"], out_dir=tmp_path)
+    run_cell(job.cfg, job.spec, tmp_path / "cell")
+    assert pd.read_parquet(tmp_path / "cell" / "telemetry.parquet").empty
+    assert pd.read_parquet(tmp_path / "cell" / "cells.parquet").loc[0, "telemetry_source"] == "off"
