@@ -69,6 +69,14 @@ def prepare_job(dcfg: DictConfig) -> CellJob:
     options = _pop_options(dcfg)
     cfg = resolve_backend(load_config(dcfg))
     spec = plan_cell(cfg)
+    if cfg.data.source == "real":
+        from raycolloc.data.real import DatasetError, check_layout
+
+        for dataset in sorted({create_workload(j.workload).dataset for j in spec.jobs}):
+            try:
+                check_layout(dataset, str(cfg.data.path))
+            except DatasetError as exc:
+                raise ConfigError(f"data.path: {exc}") from None
     if cfg.cluster.backend == "sim":
         for job in spec.jobs:
             if create_workload(job.workload).size != "tiny" and job.epoch_samples > 20_000:

@@ -127,3 +127,12 @@ def test_cli_multirun_refuses_every_cell_before_running_any(tmp_path: Path) -> N
     assert proc.returncode != 0
     assert "degree=0 is not allowed" in proc.stderr + proc.stdout
     assert not list(out.rglob("*.parquet")) if out.exists() else True
+
+
+def test_missing_dataset_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"data.path: CIFAR-10 directory .* lacks data_batch_1"):
+        load(["data.source=real", f"data.path={tmp_path}"])
+    with pytest.raises(ConfigError, match="no train_data_batch_"):
+        load(["data.source=real", f"data.path={tmp_path}", "workload=resnet50_imagenet64"])
+    with pytest.raises(ConfigError, match="Criteo path .*nothing.tsv does not exist"):
+        load(["data.source=real", f"data.path={tmp_path / 'nothing.tsv'}", "workload=tiny_dlrm"])

@@ -21,6 +21,7 @@ from PIL import Image
 from torch.utils.data import Dataset
 
 __all__ = [
+    "check_layout",
     "ArrayDataset", "CriteoArrays", "DatasetError", "ImageFolderDataset",
     "load_cifar10", "load_criteo_tsv", "load_imagenet64", "open_imagefolder",
     "write_cifar10", "write_criteo_tsv", "write_imagefolder", "write_imagenet64",
@@ -413,3 +414,35 @@ def write_criteo_tsv(
             hexes = ["" if c is None else c if isinstance(c, str) else f"{int(c):08x}" for c in cats]
             f.write("\t".join([str(int(label)), *ints, *hexes]) + "\n")
     return path
+
+
+def check_layout(dataset: str, path: str | Path) -> None:
+    """Cheap pre-flight: the files a loader needs are there (nothing is read or decoded).
+
+    Args:
+        dataset: cifar10, imagenet64, imagefolder or criteo.
+        path: the dataset location given as ``data.path``.
+
+    Raises:
+        DatasetError: naming the path and the expected layout.
+    """
+    root = Path(path).expanduser()
+    if dataset == "criteo":
+        _criteo_files(root)
+        return
+    if not root.is_dir():
+        raise DatasetError(f"dataset path {root} is not a directory ({dataset} expected there)")
+    if dataset == "cifar10":
+        base = root / "cifar-10-batches-py" if (root / "cifar-10-batches-py").is_dir() else root
+        missing = [name for name in CIFAR10_FILES if not (base / name).is_file()]
+        if missing:
+            raise DatasetError(f"CIFAR-10 directory {base} lacks {', '.join(missing)}; expected the python "
+                               f"batches {', '.join(CIFAR10_FILES)}")
+    elif dataset == "imagenet64":
+        if not any(root.glob("train_data_batch_*.npz")):
+            raise DatasetError(f"ImageNet64 directory {root} holds no train_data_batch_*.npz files")
+    elif dataset == "imagefolder":
+        if not any(p.is_dir() and not p.name.startswith(".") for p in root.iterdir()):
+            raise DatasetError(f"image folder {root} has no class directories; expected root/<class>/<image>")
+    else:
+        raise DatasetError(f"no reader for dataset {dataset!r}")
