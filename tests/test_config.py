@@ -28,7 +28,10 @@ def test_every_config_group_option_composes() -> None:
             job = load(overrides)
             assert isinstance(job.cfg, Config)
             seen += 1
-    assert seen >= 15
+    for option in _options("experiment"):
+        assert isinstance(load([f"+experiment={option}"]).cfg, Config)
+        seen += 1
+    assert seen >= 20
 
 
 def test_workload_yaml_files_match_the_registry() -> None:
