@@ -155,12 +155,12 @@ class _Cell:
 
     def finish(self) -> None:
         """Collect final job records, stop sampling, kill trainers, release GPU and lease."""
-        if self.trainers:
-            finals = _gather({i: t.finish.remote() for i, t in self.trainers.items()
-                              if self.states.get(i, {}).get("status") == "ok"}, 60) if self._live() else {}
-            for i, final in finals.items():
-                if final["status"] == "ok" or self.states[i]["status"] == "ok":
-                    self.states[i] = final
+        live = self._live()
+        if live:
+            # The final record adds what is known at the end (NVML memory); if a trainer cannot give
+            # it, the job keeps the result it already reported.
+            finals = _gather({i: self.trainers[i].finish.remote() for i in live}, 60)
+            self.states.update({i: final for i, final in finals.items() if final["status"] == "ok"})
         if self.steward is not None:
             try:
                 out = ray.get(self.steward.stop_sampling.remote(self.spec.cell_id), timeout=120)
