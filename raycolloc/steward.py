@@ -85,6 +85,9 @@ class Steward:
         self._holder: dict[str, str] = {}  # gpu uuid -> cell id
         self._gauges: dict[str, Any] = {}
 
+    def __repr__(self) -> str:
+        return f"Steward({self.node_id[:12]}:{self.backend.kind})"
+
     # --- discovery -----------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
         """The node, its backend and its GPUs (used by the sweep's pre-flight checks)."""

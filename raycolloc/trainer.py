@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import logging
 import os
 import socket
 import time
@@ -24,6 +25,7 @@ from raycolloc.priority import normal_priority
 
 __all__ = ["Trainer", "classify_error"]
 
+log = logging.getLogger(__name__)
 COMPILE_CACHE = Path(os.environ.get("RAYCOLLOC_COMPILE_CACHE", "/tmp/raycolloc-compile-cache"))
 REPORT_EVERY_S = 1.0
 
@@ -73,6 +75,10 @@ class Trainer:
                                           "epochs": job.epochs, "batch_size": job.batch_size}
         self._gauge: Any = None
         self._next_report = 0.0
+
+    def __repr__(self) -> str:
+        # Ray prefixes every log line of an actor with its repr: the cell and the job.
+        return f"Trainer({self.cell_id}/{self.job.name})"
 
     # --- lifecycle (each returns a status dict; never raises for training errors) ---------
     def setup(self) -> dict[str, Any]:
@@ -236,6 +242,7 @@ class Trainer:
     def _fail(self, exc: BaseException) -> None:
         self.status = classify_error(exc)
         self.error = f"{type(exc).__name__}: {exc}"
+        log.error("status=%s error=%s", self.status, self.error)
         self.info["traceback"] = traceback.format_exc(limit=20)
         self._release()
 
