@@ -131,8 +131,7 @@ class RayCollocLauncher(Launcher):
 
         from raycolloc.cluster import connect
         from raycolloc.config import ConfigError
-        from raycolloc.prepare import check_cluster
-        from raycolloc.prepare import RESUME_ENV
+        from raycolloc.prepare import RESUME_ENV, check_cluster
         from raycolloc.progress import BOARD_ENV, ProgressBoard, ProgressView
         from raycolloc.results import completed_index
 
@@ -174,7 +173,9 @@ class RayCollocLauncher(Launcher):
         remote = ray.remote(num_cpus=0, max_retries=0)(_run_remote)
         state = Singleton.get_state()
         limit = jobs[0].cfg.cluster.max_concurrent_cells or len(jobs)
-        queue = list(todo)
+        # Largest cells first (samples to train, summed over jobs): with more cells than GPUs this
+        # keeps a long cell from starting last and stretching the sweep (LPT scheduling).
+        queue = sorted(todo, key=lambda i: -sum(j.epoch_samples * j.epochs for j in jobs[i].spec.jobs))
         refs: dict[Any, int] = {}
         view = ProgressView({jobs[i].spec.cell_id: jobs[i].spec.label for i in todo}, board)
         try:
