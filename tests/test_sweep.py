@@ -185,3 +185,12 @@ def test_two_nodes_four_gpus_run_four_cells_at_once(tmp_path: Path) -> None:
     starts, ends = cells["measured_start_ts"], cells["measured_end_ts"]
     peak = max(int(((starts <= t) & (ends >= t)).sum()) for t in starts)
     assert peak == 4, cells[["label", "gpu_uuid", "measured_start_ts", "measured_end_ts"]].to_string()
+
+
+def test_largest_cells_start_first_when_cells_outnumber_gpus(tmp_path: Path) -> None:
+    out = tmp_path / "res"
+    proc = run_cli(["-m", *TINY, "degree=1,3,2", "mode=naive", "cluster.max_concurrent_cells=1", f"out_dir={out}"],
+                   cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cells = _tables(out, "cells").sort_values("started_at")
+    assert list(cells["degree"]) == [3, 2, 1]
