@@ -223,7 +223,7 @@ def _window_stats(rows: list[dict[str, Any]], start: float | None, end: float | 
     duration = (gpu[-1]["ts"] - gpu[0]["ts"]) if len(gpu) > 1 else None
     energy_j = (energy[-1] - energy[0]) / 1000.0 if len(energy) > 1 else None
     return {
-        "sm_active_mean": sum(sm) / len(sm) if sm else None, "sm_active_max": max(sm) if sm else None,
+        "sm_active_mean": mean("sm_active"), "sm_active_max": max(sm) if sm else None,
         "gpu_util_mean": mean("gpu_util"), "mem_used_max_mib": max(mem) if mem else None, "energy_j": energy_j,
         "power_mean_w": energy_j / duration if energy_j is not None and duration else mean("power_w"),
         "pcie_rx_mean_bytes_s": mean("pcie_rx_bytes_s"), "pcie_tx_mean_bytes_s": mean("pcie_tx_bytes_s"),
@@ -235,11 +235,11 @@ def _cell_row(cfg: Config, spec: CellSpec, cell: _Cell, jobs: list[dict[str, Any
     e2 = [e for e in measured if e["epoch"] == 2]
     start = min((e["start_ts"] for e in measured), default=None)
     end = max((e["end_ts"] for e in measured), default=None)
-    ends = [max(e["end_ts"] for e in measured if e["job_index"] == j["job_index"]) for j in jobs
-            if any(e["job_index"] == j["job_index"] for e in measured)]
-    starts = [min(e["start_ts"] for e in measured if e["job_index"] == j["job_index"]) for j in jobs
-              if any(e["job_index"] == j["job_index"] for e in measured)]
-    overlap = max(0.0, min(ends) - max(starts)) if ends else None
+    spans: dict[int, tuple[float, float]] = {}  # job -> (first measured start, last measured end)
+    for e in measured:
+        first, last = spans.get(e["job_index"], (e["start_ts"], e["end_ts"]))
+        spans[e["job_index"]] = (min(first, e["start_ts"]), max(last, e["end_ts"]))
+    overlap = max(0.0, min(b for _, b in spans.values()) - max(a for a, _ in spans.values())) if spans else None
     n_ok = sum(1 for j in jobs if j["status"] == "ok")
     statuses = {j["status"] for j in jobs}
     status = cell.status
@@ -275,10 +275,11 @@ def run_cell(cfg: Config, spec: CellSpec, job_dir: str | Path) -> CellOutcome:
     """Run one cell and write its four tables into ``job_dir``; failures become rows."""
     job_dir = Path(job_dir)
     cell = _Cell(cfg, spec, job_dir)
+    interrupted = False
     try:
         cell.run()
     except KeyboardInterrupt:
-        cell.status, cell.reason = "error", "interrupted (Ctrl-C)"
+        interrupted = True
         raise
     except Exception as exc:  # noqa: BLE001 - a cell that cannot succeed is a result
         cause = exc.cause if isinstance(exc, ray.exceptions.RayTaskError) and exc.cause is not None else exc
@@ -290,11 +291,10 @@ def run_cell(cfg: Config, spec: CellSpec, job_dir: str | Path) -> CellOutcome:
         except Exception as exc:  # noqa: BLE001
             log.exception("cell=%s release failed", spec.cell_id)
             cell.reason = (cell.reason or "") + f"; release failed: {exc}"
-        jobs, epochs = _job_rows(spec, cell)
-        row = _cell_row(cfg, spec, cell, jobs, epochs)
-        if cell.status == "error" and cell.reason and cell.reason.startswith("interrupted"):
-            pass  # an interrupted cell is not a result: nothing is written, resume reruns it
-        else:
+        # An interrupted cell is not a result: nothing is written, and resume runs it again.
+        if not interrupted:
+            jobs, epochs = _job_rows(spec, cell)
+            row = _cell_row(cfg, spec, cell, jobs, epochs)
             write_cell(job_dir, {"cells": [row], "jobs": jobs, "epochs": epochs, "telemetry": cell.telemetry})
     progress.report(spec.cell_id, state="done", status=row["status"])
     return CellOutcome(row, jobs, epochs, cell.telemetry, job_dir)
