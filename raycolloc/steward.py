@@ -228,10 +228,12 @@ class Steward:
                 "power_w": make_gauge("raycolloc_gpu_power_w", "GPU power (W)", tags),
             }
         tags = {"gpu": row["gpu_uuid"], "cell": row["cell_id"]}
+        # Without GPM or DCGM there is no SM activity; the gauge then shows NVML utilisation.
+        sm = row["sm_active"] if row.get("sm_active") is not None else row.get("gpu_util")
+        values = {"sm_active": sm, "mem_used_mib": row.get("mem_used_mib"), "power_w": row.get("power_w")}
         for key, gauge in self._gauges.items():
-            value = row.get(key) if row.get(key) is not None else (row.get("gpu_util") if key == "sm_active" else None)
-            if value is not None:
-                gauge.set(float(value), tags=tags)
+            if values.get(key) is not None:
+                gauge.set(float(values[key]), tags=tags)
 
     # --- jobs ------------------------------------------------------------------------------
     def report(self, cell_id: str, job_index: int, pid: int, progress: dict[str, Any], h2d_bytes_per_step: int) -> None:
