@@ -7,7 +7,12 @@ Ray launcher, trainers, steward, telemetry). It prints one table (aggregate samp
 raycolloc, their ratio, gain vs degree 1 of the same mode, SM activity) and writes it as JSON.
 ``--telemetry-pairs N`` adds N pairs of one cell with telemetry off and at 100 ms (sampler cost).
 
-    python jobs/bench_collocation.py --out bench.json [--modes naive,mps] [--degrees 1,2,3,7]
+    python jobs/bench_collocation.py --out bench.json [--modes naive,mps] [--degrees 1,2,3,7] [--repeats 2]
+
+Every job, raw or raycolloc, is pinned to a core of its own (``--cpu-affinity auto``: the cores
+raycolloc's steward picks); ``--cpu-affinity none`` leaves both to the scheduler. With
+``--repeats N`` each cell runs N raw/raycolloc pairs and the table shows the best of each side
+(all values are in the JSON).
 """
 
 from __future__ import annotations
@@ -62,7 +67,8 @@ def raw_cell(args: argparse.Namespace, mode: str, degree: int, opts: dict[str, s
            "--res", str(res), "--batch-size", str(args.batch_size), "--warmup-steps",
            str(args.epoch_samples // args.batch_size), "--sync-dir", str(sync), "--compile", opts["compile"],
            "--amp", opts["amp"], "--placement", opts["placement"]] + (["--channels-last"] if opts["channels_last"] == "true" else [])
-    procs = [subprocess.Popen([*cmd, "--rank", str(r)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    cores = _raw_cores(args, uuid, degree)
+    procs = [subprocess.Popen([*cmd, "--rank", str(r), *cores[r]], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for r in range(degree)]
     try:
         deadline = time.time() + 900
@@ -90,6 +96,21 @@ def raw_cell(args: argparse.Namespace, mode: str, degree: int, opts: dict[str, s
             "raw_per_job": [r["samples_per_s"] for r in rows]}
 
 
+def _raw_cores(args: argparse.Namespace, uuid: str, degree: int) -> list[list[str]]:
+    """``--cpus`` per rank: the cores raycolloc's steward would give the cell's jobs (same policy)."""
+    if args.cpu_affinity == "none":
+        return [[] for _ in range(degree)]
+    from raycolloc.cpus import CpuPool
+
+    near = None
+    if args.backend != "sim":
+        from raycolloc.gpu.nvml import NvmlBackend
+
+        near = NvmlBackend().cpu_affinity(uuid)
+    picked = CpuPool().allocate("raw", [1.0] * degree, near) or [()] * degree
+    return [["--cpus", ",".join(map(str, cores))] if cores else [] for cores in picked]
+
+
 def sweep(args: argparse.Namespace, out_dir: Path, overrides: list[str]) -> pd.DataFrame:
     """Run a raycolloc multirun through its command line and return its cells table."""
     cmd = [sys.executable, "-m", "raycolloc.sweep", "-m", f"workload={args.workload}",
@@ -107,7 +128,8 @@ def sweep(args: argparse.Namespace, out_dir: Path, overrides: list[str]) -> pd.D
 
 def _trainer_overrides(opts: dict[str, str]) -> list[str]:
     return [f"trainer.compile={opts['compile']}", f"trainer.amp={opts['amp']}",
-            f"trainer.channels_last={opts['channels_last']}", f"data.placement={opts['placement']}"]
+            f"trainer.channels_last={opts['channels_last']}", f"data.placement={opts['placement']}",
+            f"trainer.cpu_affinity={opts['cpu_affinity']}"]
 
 
 def _ray(args: argparse.Namespace, action: str) -> None:
@@ -137,6 +159,9 @@ def main() -> None:
     p.add_argument("--amp", default="off")
     p.add_argument("--channels-last", default="false")
     p.add_argument("--placement", default="host")
+    p.add_argument("--cpu-affinity", default="auto", choices=["auto", "none"],
+                   help="pin each job (raw and raycolloc alike) to a core of its own")
+    p.add_argument("--repeats", type=int, default=1, help="raw/raycolloc pairs per cell; the table shows the best of each")
     p.add_argument("--telemetry-pairs", type=int, default=0)
     p.add_argument("--telemetry-cell", default="mode=mps,degree=3")
     p.add_argument("--skip-raw", action="store_true")
@@ -145,7 +170,8 @@ def main() -> None:
     p.add_argument("--out", required=True, help="JSON file for the table")
     args = p.parse_args()
     compiles = args.compile.split(",")
-    opts = {"compile": compiles[0], "amp": args.amp, "channels_last": args.channels_last, "placement": args.placement}
+    opts = {"compile": compiles[0], "amp": args.amp, "channels_last": args.channels_last, "placement": args.placement,
+            "cpu_affinity": args.cpu_affinity}
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="bench"))
     card = _gpu(args.backend == "sim")[0]
     modes, degrees = args.modes.split(","), [int(d) for d in args.degrees.split(",")]
@@ -159,17 +185,26 @@ def main() -> None:
             opts = dict(opts, compile=compile_mode)
             for m in modes:
                 for d in degrees:
-                    raw = {} if args.skip_raw else raw_cell(args, m, d, opts)
-                    cells = sweep(args, work / f"{compile_mode}-{m}-{d}", [f"mode={m}", f"degree={d}",
-                                                                        *_trainer_overrides(opts)])
-                    c = cells.iloc[0]
+                    raws: list[float] = []
+                    rcs: list[dict[str, Any]] = []
+                    for rep in range(args.repeats):
+                        if not args.skip_raw:
+                            raws.append(raw_cell(args, m, d, opts)["raw_samples_per_s"])
+                        cells = sweep(args, work / f"{compile_mode}-{m}-{d}-{rep}", [f"mode={m}", f"degree={d}",
+                                                                                   *_trainer_overrides(opts)])
+                        rcs.append(cells.iloc[0].to_dict())
+                    ok = [c for c in rcs if c["agg_samples_per_s"] == c["agg_samples_per_s"]]
+                    # Best of the repeats on each side: what each can do when the host leaves it alone.
+                    c = max(ok, key=lambda c: c["agg_samples_per_s"]) if ok else rcs[0]
                     agg = c["agg_samples_per_s"]
-                    rows.append({"mode": m, "degree": d, "raw": raw.get("raw_samples_per_s"),
-                                 "raycolloc": float(agg) if agg == agg else None, "sm_active": c["sm_active_mean"],
-                                 "gpu_util": c["gpu_util_mean"], "status": c["status"],
-                                 "telemetry": c["telemetry_source"], "compile": compile_mode, "amp": args.amp})
-                    print(f"compile={compile_mode} {m} x{d}: raw {_fmt(rows[-1]['raw'], ',.0f')}  "
-                          f"raycolloc {_fmt(rows[-1]['raycolloc'], ',.0f')}", flush=True)
+                    rows.append({"mode": m, "degree": d, "raw": max(raws) if raws else None,
+                                 "raycolloc": float(agg) if agg == agg else None, "raw_all": raws,
+                                 "raycolloc_all": [float(x["agg_samples_per_s"]) for x in rcs],
+                                 "sm_active": c["sm_active_mean"], "gpu_util": c["gpu_util_mean"],
+                                 "status": c["status"], "telemetry": c["telemetry_source"], "compile": compile_mode,
+                                 "amp": args.amp})
+                    print(f"compile={compile_mode} {m} x{d}: raw {[round(x) for x in raws]}  "
+                          f"raycolloc {[round(x) for x in rows[-1]['raycolloc_all']]}", flush=True)
                     Path(args.out).write_text(json.dumps({"card": card, "partial": True, "rows": rows}, default=float))
         if args.telemetry_pairs:
             cell = args.telemetry_cell.split(",")

@@ -17,9 +17,6 @@ import os
 import time
 from pathlib import Path
 
-import timm
-import torch
-from torch import nn
 
 
 def main() -> None:
@@ -33,9 +30,17 @@ def main() -> None:
     p.add_argument("--amp", default="off", choices=["off", "bf16", "fp16"])
     p.add_argument("--channels-last", action="store_true")
     p.add_argument("--placement", default="host", choices=["host", "device"])
+    p.add_argument("--cpus", default=None, help="comma list of cores to pin the process to (as taskset -c)")
     p.add_argument("--sync-dir", required=True)
     p.add_argument("--rank", type=int, required=True)
     args = p.parse_args()
+    if args.cpus:
+        # Before torch starts any thread: every thread of the process inherits this affinity.
+        os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
+
+    import timm
+    import torch
+    from torch import nn
 
     t_start = time.perf_counter()
     cuda = torch.cuda.is_available()  # the CPU path exists only to smoke-test the benchmark's plumbing

@@ -77,6 +77,7 @@ class Binding:
     mig_profile: str | None = None
     mps_pipe_dir: str | None = None
     mps_control: str | None = None
+    cpus: tuple[int, ...] | None = None  # cores the job is pinned to (trainer.cpu_affinity=auto)
 
 
 def _per_job(value: Any, index: int) -> Any:

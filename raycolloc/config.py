@@ -45,6 +45,7 @@ ALLOCATORS = ("native", "cuda_async")
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 AMP_MODES = ("off", "bf16", "fp16")
 FAULTS = ("oom", "error", "exit", "hang")
+CPU_AFFINITY = ("auto", "none")
 SOURCES = ("synthetic", "real")
 PLACEMENTS = ("host", "device")
 TELEMETRY_SOURCES = ("auto", "dcgm", "gpm", "nvml")
@@ -179,6 +180,7 @@ class TrainerConfig:
     amp: str = "off"
     channels_last: bool = False
     num_cpus: float = 1.0
+    cpu_affinity: str = "auto"
     torch_threads: int | None = None
     setup_timeout_s: float = 1800.0
     epoch_timeout_s: float = 21600.0
@@ -191,6 +193,7 @@ class TrainerConfig:
         _check_choice("trainer.compile", self.compile, COMPILE_MODES)
         _check_choice("trainer.amp", self.amp, AMP_MODES)
         _check_min("trainer.num_cpus", self.num_cpus, 0)
+        _check_choice("trainer.cpu_affinity", self.cpu_affinity, CPU_AFFINITY)
         _check_int("trainer.torch_threads", self.torch_threads, 1, optional=True)
         _check_min("trainer.setup_timeout_s", self.setup_timeout_s, 1)
         _check_min("trainer.epoch_timeout_s", self.epoch_timeout_s, 1)

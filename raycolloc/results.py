@@ -47,7 +47,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     "jobs": _schema(
         ("job_index", _i64), ("job_name", _str), ("workload", _str), ("status", _str), ("error", _str),
         ("pid", _i64), ("hostname", _str), ("gpu_uuid", _str), ("mig_uuid", _str), ("mig_profile", _str),
-        ("cuda_visible_devices", _str), ("mps_client", _bool), ("mps_server_pid", _i64), ("batch_size", _i64),
+        ("cuda_visible_devices", _str), ("cpus", _str), ("mps_client", _bool), ("mps_server_pid", _i64), ("batch_size", _i64),
         ("epochs", _i64), ("epoch_samples", _i64), ("params", _i64), ("setup_s", _f64), ("compile_s", _f64),
         ("total_s", _f64), ("measured_s", _f64), ("epoch2_s", _f64), ("epoch2_samples_per_s", _f64),
         ("peak_mem_allocated_mib", _f64), ("peak_mem_reserved_mib", _f64), ("nvml_mem_mib", _f64),

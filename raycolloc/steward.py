@@ -16,7 +16,7 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raycolloc.cellspec import Binding, JobSpec
 from raycolloc.config import ClusterConfig, MigConfig, ModeConfig, TelemetryConfig
+from raycolloc.cpus import CpuPool
 from raycolloc.gpu.backend import GpuBackend, GpuInfo, MigDevice
 from raycolloc.metrics import make_gauge
 from raycolloc.modes.mig import MigManager
@@ -84,6 +85,7 @@ class Steward:
         self._cells: dict[str, _CellState] = {}
         self._holder: dict[str, str] = {}  # gpu uuid -> cell id
         self._gauges: dict[str, Any] = {}
+        self._cpus = CpuPool()  # the cores Ray may use on this node, handed to jobs per cell
 
     def __repr__(self) -> str:
         return f"Steward({self.node_id[:12]}:{self.backend.kind})"
@@ -118,14 +120,28 @@ class Steward:
             self._holder[gpu_uuid] = cell_id
         try:
             if mode.name == "mig":
-                return self._prepare_mig(state, mig, jobs, mix_layout)
-            daemon = MpsDaemon(gpu_uuid, gpu.index, mode.pipe_root, self.control)
-            if mode.name == "naive":
-                return self._prepare_naive(state, daemon, jobs)
-            return self._prepare_mps(state, daemon, jobs)
+                bindings = self._prepare_mig(state, mig, jobs, mix_layout)
+            else:
+                daemon = MpsDaemon(gpu_uuid, gpu.index, mode.pipe_root, self.control)
+                prepare = self._prepare_naive if mode.name == "naive" else self._prepare_mps
+                bindings = prepare(state, daemon, jobs)
+            return self._pin_cpus(cell_id, gpu, jobs, bindings)
         except BaseException:
             self.release(cell_id)
             raise
+
+    def _pin_cpus(self, cell_id: str, gpu: GpuInfo, jobs: tuple[JobSpec, ...], bindings: list[Binding]) -> list[Binding]:
+        """Give each job with ``trainer.cpu_affinity=auto`` cores of its own (see raycolloc.cpus)."""
+        wanted = [job for job in jobs if job.trainer.cpu_affinity == "auto"]
+        if not wanted:
+            return bindings
+        near = self.backend.cpu_affinity(gpu.uuid)
+        with self._lock:
+            picked = self._cpus.allocate(cell_id, [job.trainer.num_cpus for job in wanted], near)
+        if picked is None:
+            return bindings
+        cores = dict(zip([job.index for job in wanted], picked, strict=True))
+        return [replace(b, cpus=cores[b.job_index]) if b.job_index in cores else b for b in bindings]
 
     def _sim_admin_mig_mode(self, gpu_uuid: str, want_mig: bool) -> None:
         # Simulated GPUs with sim_mig_mode=auto behave like a GPU whose administrator sets MIG
@@ -178,6 +194,7 @@ class Steward:
                 return {"released": False}
             if self._holder.get(state.gpu.uuid) == cell_id:
                 del self._holder[state.gpu.uuid]
+            self._cpus.release(cell_id)
         done: dict[str, Any] = {"released": True, "errors": []}
         if state.sampler is not None:
             state.sampler.stop()

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from raycolloc.cellspec import Binding, JobSpec
+from raycolloc.cpus import format_cpus, pin_process
 from raycolloc.metrics import make_gauge
 from raycolloc.modes.mps import mps_client_status
 from raycolloc.priority import normal_priority
@@ -71,6 +72,9 @@ class Trainer:
                                      "cuda_visible_devices": binding.env.get("CUDA_VISIBLE_DEVICES"),
                                      "niceness": niceness}
         self.status, self.error = "ok", None
+        if binding.cpus:
+            pin_process(binding.cpus)
+            self.info["cpus"] = format_cpus(binding.cpus)
         self._progress: dict[str, Any] = {"epoch": 0, "step": 0, "steps": job.steps_per_epoch,
                                           "epochs": job.epochs, "batch_size": job.batch_size}
         self._gauge: Any = None
@@ -95,6 +99,11 @@ class Trainer:
         """Train epochs ``first..last`` (1-based, inclusive); stops at the first failure."""
         if self.status != "ok":
             return self._state()
+        if self.binding.cpus and os.sched_getaffinity(0) != set(self.binding.cpus):
+            # Ray may run this method on a thread it started after __init__ pinned the process.
+            pin_process(self.binding.cpus)
+        # What the training thread really runs on (the jobs table's ``cpus``).
+        self.info["cpus"] = format_cpus(sorted(os.sched_getaffinity(0))) if self.binding.cpus else None
         try:
             for epoch in range(first, last + 1):
                 self._run_epoch(epoch)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -40,6 +41,9 @@ def test_naive_cell_writes_four_tables_with_one_gpu_per_cell(tmp_path: Path) -> 
     assert jobs["gpu_uuid"].nunique() == 1 and jobs["gpu_uuid"].iloc[0] == cells.loc[0, "gpu_uuid"]
     assert jobs["pid"].nunique() == 2  # one process per job
     assert not jobs["mps_client"].any()
+    # Each job pinned to a core of its own (trainer.cpu_affinity=auto), as its training thread saw it.
+    assert jobs["cpus"].notna().all() and jobs["cpus"].nunique() == 2
+    assert all(int(c) in os.sched_getaffinity(0) for c in jobs["cpus"])
     # Epoch 1 is warm-up; epoch 2 is measured, and the measured epochs overlap (barrier).
     assert sorted(epochs["epoch"].unique()) == [1, 2]
     assert epochs.loc[epochs.epoch == 1, "warmup"].all() and not epochs.loc[epochs.epoch == 2, "warmup"].any()
@@ -55,8 +59,9 @@ def test_naive_cell_writes_four_tables_with_one_gpu_per_cell(tmp_path: Path) -> 
 
 
 def test_injected_oom_is_a_row_and_the_cell_finishes(tmp_path: Path) -> None:
-    _, outcome, t = _cell(tmp_path, ["degree=2", "trainer.fault=oom", "trainer.fault_job=1"])
+    _, outcome, t = _cell(tmp_path, ["degree=2", "trainer.fault=oom", "trainer.fault_job=1", "trainer.cpu_affinity=none"])
     jobs = t["jobs"].set_index("job_index")
+    assert jobs["cpus"].isna().all()  # not pinned: left to the scheduler
     assert jobs.loc[1, "status"] == "oom" and "injected out of memory" in jobs.loc[1, "error"]
     assert jobs.loc[0, "status"] == "ok" and jobs.loc[0, "epoch2_s"] > 0
     assert outcome.status == "partial"

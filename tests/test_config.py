@@ -63,6 +63,7 @@ def test_full_dataset_is_the_default_epoch() -> None:
         ("seed=-1", "seed=-1"),
         ("trainer.allocator=jemalloc", "trainer.allocator='jemalloc' is not allowed; choose one of: native, cuda_async"),
         ("trainer.compile=fast", "choose one of: off, default, reduce-overhead, max-autotune"),
+        ("trainer.cpu_affinity=numa", "trainer.cpu_affinity='numa' is not allowed; choose one of: auto, none"),
         ("trainer.amp=int8", "trainer.amp='int8'"),
         ("data.source=disk", "choose one of: synthetic, real"),
         ("data.placement=gpu", "choose one of: host, device"),

@@ -130,6 +130,15 @@ class NvmlBackend:
             out.append(ProcessUsage(pid=int(p.pid), used_mib=None if used is None else used / (1 << 20)))
         return out
 
+    def cpu_affinity(self, uuid: str) -> list[int] | None:
+        """The CPU cores NVML calls ideal for this GPU (its NUMA node); None if NVML cannot say."""
+        words = max(1, -(-(os.cpu_count() or 64) // 64))
+        try:
+            mask = pynvml.nvmlDeviceGetCpuAffinity(self._h(uuid), words)
+        except pynvml.NVMLError:
+            return None
+        return [w * 64 + b for w, word in enumerate(mask) for b in range(64) if int(word) >> b & 1] or None
+
     # --- basic metrics -------------------------------------------------------------------
     def basic_sample(self, uuid: str, pcie: bool = True) -> dict[str, float | None]:
         """Memory, utilisation, power, clocks; PCIe counters only if asked (each call blocks ~20 ms)."""

@@ -177,6 +177,9 @@ class SimBackend:
         for pid in [p for p in g.procs if not psutil.pid_exists(p)]:
             del g.procs[pid]
 
+    def cpu_affinity(self, uuid: str) -> list[int] | None:
+        return None  # a simulated GPU sits on no NUMA node: every core of the node is as near
+
     def processes(self, uuid: str) -> list[ProcessUsage]:
         with self._lock:
             g = self._g(uuid)

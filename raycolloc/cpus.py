@@ -1,0 +1,97 @@
+"""CPU cores for trainers: each job gets cores of its own, near its GPU, for the cell's life.
+
+A small model's step rate is bound by one CPU thread launching kernels. Left to the scheduler,
+that thread moves between cores; pinned to one, it ran 7-15% faster on the H100 machine (raw
+PyTorch, resnet26 solo: 15.6-16.1k img/s unpinned, 17.1-18.6k pinned to any single core, same
+run). The steward hands out cores per node, so cells side by side never share a core while free
+ones remain; the GPU's NVML CPU affinity (its NUMA-local cores) is preferred. A cell that cannot
+have a free core per job is not pinned at all (``jobs.cpus`` is empty) and the scheduler shares.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections import Counter
+from pathlib import Path
+
+__all__ = ["CpuPool", "format_cpus", "pin_process"]
+
+log = logging.getLogger(__name__)
+
+
+def format_cpus(cpus: tuple[int, ...] | list[int] | None) -> str | None:
+    """``(3, 4, 5, 9)`` -> ``"3-5,9"``; None stays None."""
+    if not cpus:
+        return None
+    runs: list[str] = []
+    ordered = sorted(set(cpus))
+    start = prev = ordered[0]
+    for c in [*ordered[1:], None]:
+        if c is not None and c == prev + 1:
+            prev = c
+            continue
+        runs.append(str(start) if start == prev else f"{start}-{prev}")
+        if c is not None:
+            start = prev = c
+    return ",".join(runs)
+
+
+class CpuPool:
+    """The cores of one node and which cell holds which.
+
+    Args:
+        cpus: the cores jobs may use (the steward's own affinity: what Ray may schedule on).
+    """
+
+    def __init__(self, cpus: set[int] | None = None) -> None:
+        self.cpus = sorted(cpus if cpus is not None else os.sched_getaffinity(0))
+        self._held: dict[str, list[tuple[int, ...]]] = {}
+
+    def allocate(self, cell_id: str, counts: list[float], near: list[int] | None = None) -> list[tuple[int, ...]] | None:
+        """Cores for each job of a cell (``counts[i]`` = the job's ``trainer.num_cpus``, at least 1).
+
+        Free cores near the GPU come first, then other free cores, core 0 last (interrupts and
+        daemons like it). Returns None, and holds nothing, when the node has too few free cores:
+        jobs pinned two to a core would run at half speed beside one alone, while the scheduler
+        shares an overbooked node fairly.
+        """
+        self.release(cell_id)
+        used = {c for jobs in self._held.values() for cores in jobs for c in cores}
+        local = set(near or self.cpus) & set(self.cpus) or set(self.cpus)
+        free = [c for c in sorted(self.cpus, key=lambda c: (c not in local, c == 0, c)) if c not in used]
+        wants = [max(1, math.ceil(count)) for count in counts]
+        if sum(wants) > len(free):
+            log.warning("cell=%s: its %d jobs need %d cores, %d of this node's %d are free: not pinned",
+                        cell_id, len(counts), sum(wants), len(free), len(self.cpus))
+            return None
+        out = []
+        for want in wants:
+            out.append(tuple(sorted(free[:want])))
+            free = free[want:]
+        self._held[cell_id] = out
+        return out
+
+    def release(self, cell_id: str) -> None:
+        self._held.pop(cell_id, None)
+
+    def held(self) -> dict[str, list[tuple[int, ...]]]:
+        return {k: list(v) for k, v in self._held.items()}
+
+
+def pin_process(cpus: tuple[int, ...]) -> set[int]:
+    """Pin every thread of this process to ``cpus`` (as ``taskset -a``); returns the calling thread's set.
+
+    ``os.sched_setaffinity(0, ...)`` moves only the calling thread; a Ray worker already runs
+    threads of its own, and the thread that will train may not be this one. Threads created
+    later inherit their creator's affinity.
+    """
+    wanted = set(cpus)
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            os.sched_setaffinity(int(task.name), wanted)
+        except (ProcessLookupError, PermissionError, OSError) as exc:  # a thread that just ended
+            log.debug("thread %s: %s", task.name, exc)
+    os.sched_setaffinity(0, wanted)
+    return os.sched_getaffinity(0)
