@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections import Counter
+import threading
 from pathlib import Path
 
-__all__ = ["CpuPool", "format_cpus", "pin_process"]
+__all__ = ["CpuPool", "format_cpus", "pin_thread"]
 
 log = logging.getLogger(__name__)
 
@@ -80,18 +80,27 @@ class CpuPool:
         return {k: list(v) for k, v in self._held.items()}
 
 
-def pin_process(cpus: tuple[int, ...]) -> set[int]:
-    """Pin every thread of this process to ``cpus`` (as ``taskset -a``); returns the calling thread's set.
+def pin_thread(cpus: tuple[int, ...]) -> set[int]:
+    """Pin the calling thread to ``cpus`` and every other thread of this process off them.
 
-    ``os.sched_setaffinity(0, ...)`` moves only the calling thread; a Ray worker already runs
-    threads of its own, and the thread that will train may not be this one. Threads created
-    later inherit their creator's affinity.
+    The calling thread trains; threads it creates later (CUDA's) inherit its cores. The process's
+    other threads (Ray's gRPC and event loops) move to the node's other cores, so they never take
+    the training thread's core from it. Returns the calling thread's affinity.
     """
     wanted = set(cpus)
+    others = (set(os.sched_getaffinity(0)) | _node_cpus()) - wanted
+    me = threading.get_native_id()
     for task in Path("/proc/self/task").iterdir():
+        tid = int(task.name)
+        if tid == me or not others:
+            continue
         try:
-            os.sched_setaffinity(int(task.name), wanted)
-        except (ProcessLookupError, PermissionError, OSError) as exc:  # a thread that just ended
-            log.debug("thread %s: %s", task.name, exc)
+            os.sched_setaffinity(tid, others)
+        except OSError as exc:  # a thread that just ended
+            log.debug("thread %s: %s", tid, exc)
     os.sched_setaffinity(0, wanted)
     return os.sched_getaffinity(0)
+
+
+def _node_cpus() -> set[int]:
+    return set(range(os.cpu_count() or 1))

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from raycolloc.cellspec import Binding, JobSpec
-from raycolloc.cpus import format_cpus, pin_process
+from raycolloc.cpus import format_cpus, pin_thread
 from raycolloc.metrics import make_gauge
 from raycolloc.modes.mps import mps_client_status
 from raycolloc.priority import normal_priority
@@ -72,9 +72,6 @@ class Trainer:
                                      "cuda_visible_devices": binding.env.get("CUDA_VISIBLE_DEVICES"),
                                      "niceness": niceness}
         self.status, self.error = "ok", None
-        if binding.cpus:
-            pin_process(binding.cpus)
-            self.info["cpus"] = format_cpus(binding.cpus)
         self._progress: dict[str, Any] = {"epoch": 0, "step": 0, "steps": job.steps_per_epoch,
                                           "epochs": job.epochs, "batch_size": job.batch_size}
         self._gauge: Any = None
@@ -88,6 +85,7 @@ class Trainer:
     def setup(self) -> dict[str, Any]:
         """Build model, optimiser and data on the device; returns the job's info."""
         t0 = time.perf_counter()
+        self._pin()  # before CUDA starts its threads: they inherit the core
         try:
             self._setup()
         except BaseException as exc:  # noqa: BLE001 - every failure is recorded as a row
@@ -99,11 +97,7 @@ class Trainer:
         """Train epochs ``first..last`` (1-based, inclusive); stops at the first failure."""
         if self.status != "ok":
             return self._state()
-        if self.binding.cpus and os.sched_getaffinity(0) != set(self.binding.cpus):
-            # Ray may run this method on a thread it started after __init__ pinned the process.
-            pin_process(self.binding.cpus)
-        # What the training thread really runs on (the jobs table's ``cpus``).
-        self.info["cpus"] = format_cpus(sorted(os.sched_getaffinity(0))) if self.binding.cpus else None
+        self._pin()
         try:
             for epoch in range(first, last + 1):
                 self._run_epoch(epoch)
@@ -118,6 +112,12 @@ class Trainer:
         """Final record of the job; frees the device memory it held."""
         self._release()
         return self._state()
+
+    def _pin(self) -> None:
+        """Pin the thread running this method (Ray's pool may pick another each call) to the job's cores."""
+        if self.binding.cpus:
+            # What the training thread really runs on: the jobs table's ``cpus``.
+            self.info["cpus"] = format_cpus(sorted(pin_thread(self.binding.cpus)))
 
     # --- internals -----------------------------------------------------------------------
     def _setup(self) -> None:

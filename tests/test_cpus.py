@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from raycolloc.cpus import CpuPool, format_cpus, pin_process
+from raycolloc.cpus import CpuPool, format_cpus, pin_thread
 
 
 def test_jobs_get_distinct_free_cores_near_the_gpu_core_0_last() -> None:
@@ -40,20 +40,25 @@ def test_format_cpus(cpus, text) -> None:  # noqa: ANN001
     assert format_cpus(cpus) == text
 
 
-def test_pin_process_moves_every_thread_and_new_threads_inherit() -> None:
-    core = max(os.sched_getaffinity(0))
+def test_pin_thread_gives_the_caller_its_core_and_moves_the_others_off_it() -> None:
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip("needs two cores")
+    core = cores[-1]
     code = textwrap.dedent(f"""
-        import os, threading, time
+        import os, threading
         from pathlib import Path
-        from raycolloc.cpus import pin_process
+        from raycolloc.cpus import pin_thread
         stop = threading.Event()
-        early = threading.Thread(target=stop.wait); early.start()   # a thread started before pinning
-        assert pin_process(({core},)) == {{{core}}}
-        late = threading.Thread(target=stop.wait); late.start()
+        early = threading.Thread(target=stop.wait); early.start()   # e.g. one of Ray's threads
+        assert pin_thread(({core},)) == {{{core}}}
+        late = threading.Thread(target=stop.wait); late.start()     # e.g. one CUDA starts later
+        me = threading.get_native_id()
         seen = {{int(t.name): os.sched_getaffinity(int(t.name)) for t in Path("/proc/self/task").iterdir()}}
         stop.set()
-        assert len(seen) >= 3 and all(s == {{{core}}} for s in seen.values()), seen
-        print("ok", len(seen))
+        assert seen.pop(me) == {{{core}}} and seen.pop(late.native_id) == {{{core}}}, seen
+        assert seen and all({core} not in s for s in seen.values()), seen
+        print("ok")
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0 and proc.stdout.startswith("ok"), proc.stderr
