@@ -93,7 +93,8 @@ def raw_cell(args: argparse.Namespace, mode: str, degree: int, opts: dict[str, s
         if daemon is not None:
             daemon.stop()
     return {"raw_samples_per_s": sum(r["samples_per_s"] for r in rows),
-            "raw_per_job": [r["samples_per_s"] for r in rows]}
+            "raw_per_job": [r["samples_per_s"] for r in rows],
+            "cpu_us_per_step": statistics.mean(r["cpu_us_per_step"] for r in rows)}
 
 
 def _raw_cores(args: argparse.Namespace, uuid: str, degree: int) -> list[list[str]]:
@@ -122,8 +123,12 @@ def sweep(args: argparse.Namespace, out_dir: Path, overrides: list[str]) -> pd.D
     (out_dir / "sweep.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
         raise RuntimeError(f"sweep failed ({proc.returncode}): {proc.stderr[-3000:]}")
-    frames = [pd.read_parquet(p) for p in out_dir.rglob("cells.parquet")]
-    return pd.concat(frames, ignore_index=True)
+    cells = pd.concat([pd.read_parquet(p) for p in out_dir.rglob("cells.parquet")], ignore_index=True)
+    epochs = pd.concat([pd.read_parquet(p) for p in out_dir.rglob("epochs.parquet")], ignore_index=True)
+    measured = epochs[~epochs["warmup"]]
+    # CPU time of each job's training thread per step, as raw_train.py reports it.
+    cells["cpu_us_per_step"] = float((1e6 * measured["thread_cpu_s"] / measured["steps"]).mean()) if len(measured) else None
+    return cells
 
 
 def _trainer_overrides(opts: dict[str, str]) -> list[str]:
@@ -186,10 +191,13 @@ def main() -> None:
             for m in modes:
                 for d in degrees:
                     raws: list[float] = []
+                    raw_cpu: list[float] = []
                     rcs: list[dict[str, Any]] = []
                     for rep in range(args.repeats):
                         if not args.skip_raw:
-                            raws.append(raw_cell(args, m, d, opts)["raw_samples_per_s"])
+                            raw = raw_cell(args, m, d, opts)
+                            raws.append(raw["raw_samples_per_s"])
+                            raw_cpu.append(raw["cpu_us_per_step"])
                         cells = sweep(args, work / f"{compile_mode}-{m}-{d}-{rep}", [f"mode={m}", f"degree={d}",
                                                                                    *_trainer_overrides(opts)])
                         rcs.append(cells.iloc[0].to_dict())
@@ -202,9 +210,12 @@ def main() -> None:
                                  "raycolloc_all": [float(x["agg_samples_per_s"]) for x in rcs],
                                  "sm_active": c["sm_active_mean"], "gpu_util": c["gpu_util_mean"],
                                  "status": c["status"], "telemetry": c["telemetry_source"], "compile": compile_mode,
-                                 "amp": args.amp})
+                                 "amp": args.amp, "raw_cpu_us_per_step": raw_cpu,
+                                 "raycolloc_cpu_us_per_step": [x["cpu_us_per_step"] for x in rcs]})
                     print(f"compile={compile_mode} {m} x{d}: raw {[round(x) for x in raws]}  "
-                          f"raycolloc {[round(x) for x in rows[-1]['raycolloc_all']]}", flush=True)
+                          f"raycolloc {[round(x) for x in rows[-1]['raycolloc_all']]}  CPU us/step of the training "
+                          f"thread: raw {[round(x) for x in raw_cpu]} raycolloc "
+                          f"{[round(x) for x in rows[-1]['raycolloc_cpu_us_per_step']]}", flush=True)
                     Path(args.out).write_text(json.dumps({"card": card, "partial": True, "rows": rows}, default=float))
         if args.telemetry_pairs:
             cell = args.telemetry_cell.split(",")

@@ -103,15 +103,17 @@ def main() -> None:
         time.sleep(0.0005)
     # Why sync: the window starts with an idle queue, so it counts only work launched inside it.
     synchronize()
-    t0, steps = time.time(), 0
+    t0, steps, cpu0 = time.time(), 0, time.thread_time()
     while time.time() < deadline:
         step(steps)
         steps += 1
     # Why sync: the kernels launched before the deadline finish here; the window ends with them.
     synchronize()
     wall = time.time() - t0
+    cpu = time.thread_time() - cpu0
     print(json.dumps({"rank": args.rank, "steps": steps, "samples": steps * args.batch_size, "wall_s": wall,
-                      "samples_per_s": steps * args.batch_size / wall, "setup_s": setup_s}), flush=True)
+                      "samples_per_s": steps * args.batch_size / wall, "setup_s": setup_s,
+                      "thread_cpu_s": cpu, "cpu_us_per_step": 1e6 * cpu / max(steps, 1)}), flush=True)
 
 
 if __name__ == "__main__":

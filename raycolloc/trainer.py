@@ -12,6 +12,7 @@ import hashlib
 import logging
 import os
 import socket
+import threading
 import time
 import traceback
 from contextlib import contextmanager
@@ -197,7 +198,8 @@ class Trainer:
         self._progress.update(epoch=epoch, step=0)
         # Why sync: start the clock with an empty queue, so the epoch's time is its own work only.
         self._sync()
-        start_wall, t0 = time.time(), time.perf_counter()
+        switches = _involuntary_switches()
+        start_wall, t0, cpu0 = time.time(), time.perf_counter(), time.thread_time()
         for step in range(steps):
             if step == fault_step:
                 self._inject_fault()
@@ -207,11 +209,14 @@ class Trainer:
         # Why sync: kernels run asynchronously; the epoch ends when the GPU finishes its last step.
         self._sync()
         wall = time.perf_counter() - t0
+        cpu = time.thread_time() - cpu0
         samples = steps * job.batch_size
         record = {
             "epoch": epoch, "warmup": epoch == 1, "start_ts": start_wall, "end_ts": start_wall + wall,
             "wall_s": wall, "samples": samples, "samples_per_s": samples / wall,
             "loss": float(self._last_loss), "steps": steps,
+            # CPU time of the training thread: near wall_s means the job is bound by its CPU thread.
+            "thread_cpu_s": cpu, "involuntary_switches": _involuntary_switches() - switches,
             "peak_mem_allocated_mib": None, "peak_mem_reserved_mib": None,
         }
         if self.device.type == "cuda":
@@ -267,6 +272,15 @@ class Trainer:
 
     def _state(self) -> dict[str, Any]:
         return {"status": self.status, "error": self.error, "info": dict(self.info), "epochs": list(self.epochs)}
+
+
+def _involuntary_switches() -> int:
+    """Times the scheduler took the CPU from this thread (Linux; 0 elsewhere)."""
+    try:
+        text = Path(f"/proc/self/task/{threading.get_native_id()}/status").read_text()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) for line in text.splitlines() if line.startswith("nonvoluntary_ctxt_switches")), 0)
 
 
 def _own_nvml_memory(binding: Binding, pid: int) -> float | None:
