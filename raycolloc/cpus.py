@@ -1,11 +1,13 @@
 """CPU cores for trainers: each job gets cores of its own, near its GPU, for the cell's life.
 
 A small model's step rate is bound by one CPU thread launching kernels. Left to the scheduler,
-that thread moves between cores; pinned to one, it ran 7-15% faster on the H100 machine (raw
-PyTorch, resnet26 solo: 15.6-16.1k img/s unpinned, 17.1-18.6k pinned to any single core, same
-run). The steward hands out cores per node, so cells side by side never share a core while free
-ones remain; the GPU's NVML CPU affinity (its NUMA-local cores) is preferred. A cell that cannot
-have a free core per job is not pinned at all (``jobs.cpus`` is empty) and the scheduler shares.
+that thread moves between cores. On the H100 machine raw PyTorch processes (resnet26 solo) ran at
+15.6k and 16.1k img/s unpinned and 17.2k-18.6k pinned to a single core (four runs, one session);
+for raycolloc's own degree-1 cells the difference was inside that machine's noise (docs/
+measurements.md). Pinning also keeps cells side by side on one node off each other's cores. The
+steward hands out cores per node, preferring the GPU's NVML CPU affinity (its NUMA-local cores). A
+cell that cannot have a free core per job is not pinned at all (``jobs.cpus`` is empty) and the
+scheduler shares.
 """
 
 from __future__ import annotations
