@@ -136,3 +136,25 @@ def test_telemetry_can_be_switched_off(tmp_path: Path, ray_local: None) -> None:
     run_cell(job.cfg, job.spec, tmp_path / "cell")
     assert pd.read_parquet(tmp_path / "cell" / "telemetry.parquet").empty
     assert pd.read_parquet(tmp_path / "cell" / "cells.parquet").loc[0, "telemetry_source"] == "off"
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_cells_side_by_side_get_disjoint_cores_and_release_returns_them(tmp_path: Path) -> None:
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two cores")
+    job = load(["degree=1", "epoch_samples=128"], out_dir=tmp_path)
+    node = ray.get_runtime_context().get_node_id()
+    steward = get_steward(node, job.cfg.cluster, job.cfg.mode.pipe_root)
+    a, b = _sim_gpu_uuids(job)[:2]
+
+    def prepare(cell: str, gpu: str):  # noqa: ANN202
+        return ray.get(steward.prepare.remote(cell, gpu, job.cfg.mode, job.cfg.mig, job.spec.jobs), timeout=60)
+
+    try:
+        first, second = prepare("cpu-a", a)[0].cpus, prepare("cpu-b", b)[0].cpus
+        assert first and second and not set(first) & set(second)
+        ray.get(steward.release.remote("cpu-a"), timeout=60)
+        assert prepare("cpu-c", a)[0].cpus == first  # the released cores are free again
+    finally:
+        for cell in ("cpu-a", "cpu-b", "cpu-c"):
+            ray.get(steward.release.remote(cell), timeout=60)
