@@ -94,7 +94,9 @@ def raw_cell(args: argparse.Namespace, mode: str, degree: int, opts: dict[str, s
             daemon.stop()
     return {"raw_samples_per_s": sum(r["samples_per_s"] for r in rows),
             "raw_per_job": [r["samples_per_s"] for r in rows],
-            "cpu_us_per_step": statistics.mean(r["cpu_us_per_step"] for r in rows)}
+            "cpu_us_per_step": statistics.mean(r["cpu_us_per_step"] for r in rows),
+            "sys_us_per_step": statistics.mean(r["sys_us_per_step"] for r in rows),
+            "minor_faults_per_step": statistics.mean(r["minor_faults_per_step"] for r in rows)}
 
 
 def _raw_cores(args: argparse.Namespace, uuid: str, degree: int) -> list[list[str]]:
@@ -127,7 +129,9 @@ def sweep(args: argparse.Namespace, out_dir: Path, overrides: list[str]) -> pd.D
     epochs = pd.concat([pd.read_parquet(p) for p in out_dir.rglob("epochs.parquet")], ignore_index=True)
     measured = epochs[~epochs["warmup"]]
     # CPU time of each job's training thread per step, as raw_train.py reports it.
-    cells["cpu_us_per_step"] = float((1e6 * measured["thread_cpu_s"] / measured["steps"]).mean()) if len(measured) else None
+    for key, column, scale in (("cpu_us_per_step", "thread_cpu_s", 1e6), ("sys_us_per_step", "thread_sys_s", 1e6),
+                               ("minor_faults_per_step", "minor_faults", 1.0)):
+        cells[key] = float((scale * measured[column] / measured["steps"]).mean()) if len(measured) else None
     return cells
 
 
@@ -192,12 +196,14 @@ def main() -> None:
                 for d in degrees:
                     raws: list[float] = []
                     raw_cpu: list[float] = []
+                    raw_kernel: list[tuple[float, float]] = []
                     rcs: list[dict[str, Any]] = []
                     for rep in range(args.repeats):
                         if not args.skip_raw:
                             raw = raw_cell(args, m, d, opts)
                             raws.append(raw["raw_samples_per_s"])
                             raw_cpu.append(raw["cpu_us_per_step"])
+                            raw_kernel.append((raw["sys_us_per_step"], raw["minor_faults_per_step"]))
                         cells = sweep(args, work / f"{compile_mode}-{m}-{d}-{rep}", [f"mode={m}", f"degree={d}",
                                                                                    *_trainer_overrides(opts)])
                         rcs.append(cells.iloc[0].to_dict())
@@ -211,11 +217,18 @@ def main() -> None:
                                  "sm_active": c["sm_active_mean"], "gpu_util": c["gpu_util_mean"],
                                  "status": c["status"], "telemetry": c["telemetry_source"], "compile": compile_mode,
                                  "amp": args.amp, "raw_cpu_us_per_step": raw_cpu,
-                                 "raycolloc_cpu_us_per_step": [x["cpu_us_per_step"] for x in rcs]})
+                                 "raycolloc_cpu_us_per_step": [x["cpu_us_per_step"] for x in rcs],
+                                 # System time (us) and minor page faults per step of the training thread.
+                                 "raw_sys_us_faults_per_step": raw_kernel,
+                                 "raycolloc_sys_us_faults_per_step": [(x["sys_us_per_step"], x["minor_faults_per_step"])
+                                                                      for x in rcs]})
                     print(f"compile={compile_mode} {m} x{d}: raw {[round(x) for x in raws]}  "
                           f"raycolloc {[round(x) for x in rows[-1]['raycolloc_all']]}  CPU us/step of the training "
                           f"thread: raw {[round(x) for x in raw_cpu]} raycolloc "
-                          f"{[round(x) for x in rows[-1]['raycolloc_cpu_us_per_step']]}", flush=True)
+                          f"{[round(x) for x in rows[-1]['raycolloc_cpu_us_per_step']]}  (system us, faults per step: "
+                          f"raw {[(round(s), round(f, 2)) for s, f in raw_kernel]} raycolloc "
+                          f"{[(round(s), round(f, 2)) for s, f in rows[-1]['raycolloc_sys_us_faults_per_step']]})",
+                          flush=True)
                     Path(args.out).write_text(json.dumps({"card": card, "partial": True, "rows": rows}, default=float))
         if args.telemetry_pairs:
             cell = args.telemetry_cell.split(",")

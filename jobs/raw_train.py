@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import json
 import os
+import resource
 import time
 from pathlib import Path
 
@@ -103,17 +104,22 @@ def main() -> None:
         time.sleep(0.0005)
     # Why sync: the window starts with an idle queue, so it counts only work launched inside it.
     synchronize()
-    t0, steps, cpu0 = time.time(), 0, time.thread_time()
+    r0 = resource.getrusage(resource.RUSAGE_THREAD)
+    t0, steps = time.time(), 0
     while time.time() < deadline:
         step(steps)
         steps += 1
     # Why sync: the kernels launched before the deadline finish here; the window ends with them.
     synchronize()
     wall = time.time() - t0
-    cpu = time.thread_time() - cpu0
+    r1 = resource.getrusage(resource.RUSAGE_THREAD)
+    cpu, sys_s = r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime, r1.ru_stime - r0.ru_stime
     print(json.dumps({"rank": args.rank, "steps": steps, "samples": steps * args.batch_size, "wall_s": wall,
                       "samples_per_s": steps * args.batch_size / wall, "setup_s": setup_s,
-                      "thread_cpu_s": cpu, "cpu_us_per_step": 1e6 * cpu / max(steps, 1)}), flush=True)
+                      "thread_cpu_s": cpu, "cpu_us_per_step": 1e6 * cpu / max(steps, 1),
+                      "sys_us_per_step": 1e6 * sys_s / max(steps, 1),
+                      "minor_faults_per_step": (r1.ru_minflt - r0.ru_minflt) / max(steps, 1),
+                      "involuntary_switches": r1.ru_nivcsw - r0.ru_nivcsw}), flush=True)
 
 
 if __name__ == "__main__":

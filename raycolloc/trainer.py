@@ -11,8 +11,8 @@ import fcntl
 import hashlib
 import logging
 import os
+import resource
 import socket
-import threading
 import time
 import traceback
 from contextlib import contextmanager
@@ -198,8 +198,8 @@ class Trainer:
         self._progress.update(epoch=epoch, step=0)
         # Why sync: start the clock with an empty queue, so the epoch's time is its own work only.
         self._sync()
-        switches = _involuntary_switches()
-        start_wall, t0, cpu0 = time.time(), time.perf_counter(), time.thread_time()
+        usage0 = _thread_usage()
+        start_wall, t0 = time.time(), time.perf_counter()
         for step in range(steps):
             if step == fault_step:
                 self._inject_fault()
@@ -209,14 +209,15 @@ class Trainer:
         # Why sync: kernels run asynchronously; the epoch ends when the GPU finishes its last step.
         self._sync()
         wall = time.perf_counter() - t0
-        cpu = time.thread_time() - cpu0
+        usage = {k: v - usage0[k] for k, v in _thread_usage().items()}
         samples = steps * job.batch_size
         record = {
             "epoch": epoch, "warmup": epoch == 1, "start_ts": start_wall, "end_ts": start_wall + wall,
             "wall_s": wall, "samples": samples, "samples_per_s": samples / wall,
             "loss": float(self._last_loss), "steps": steps,
-            # CPU time of the training thread: near wall_s means the job is bound by its CPU thread.
-            "thread_cpu_s": cpu, "involuntary_switches": _involuntary_switches() - switches,
+            # The training thread's CPU time (user + system): near wall_s means the job is bound by
+            # its CPU thread; system time and page faults show time spent in the kernel.
+            **usage,
             "peak_mem_allocated_mib": None, "peak_mem_reserved_mib": None,
         }
         if self.device.type == "cuda":
@@ -274,13 +275,14 @@ class Trainer:
         return {"status": self.status, "error": self.error, "info": dict(self.info), "epochs": list(self.epochs)}
 
 
-def _involuntary_switches() -> int:
-    """Times the scheduler took the CPU from this thread (Linux; 0 elsewhere)."""
-    try:
-        text = Path(f"/proc/self/task/{threading.get_native_id()}/status").read_text()
-    except OSError:
-        return 0
-    return next((int(line.split()[1]) for line in text.splitlines() if line.startswith("nonvoluntary_ctxt_switches")), 0)
+def _thread_usage() -> dict[str, float]:
+    """CPU time (user + system), system time, minor page faults and involuntary context switches
+    of the calling thread so far (``getrusage(RUSAGE_THREAD)``, Linux; CPU time alone elsewhere)."""
+    if not hasattr(resource, "RUSAGE_THREAD"):
+        return {"thread_cpu_s": time.thread_time()}
+    r = resource.getrusage(resource.RUSAGE_THREAD)
+    return {"thread_cpu_s": r.ru_utime + r.ru_stime, "thread_sys_s": r.ru_stime, "minor_faults": r.ru_minflt,
+            "involuntary_switches": r.ru_nivcsw}
 
 
 def _own_nvml_memory(binding: Binding, pid: int) -> float | None:

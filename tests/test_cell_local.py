@@ -51,6 +51,10 @@ def test_naive_cell_writes_four_tables_with_one_gpu_per_cell(tmp_path: Path) -> 
     assert e2["start_ts"].max() < e2["end_ts"].min()
     assert cells.loc[0, "agg_samples_per_s"] == pytest.approx(e2["samples_per_s"].sum())
     assert (e2["samples"] == 256).all()
+    # The training thread's own accounting: CPU time within the epoch's wall time, system time a part of it.
+    assert ((e2["thread_cpu_s"] > 0) & (e2["thread_cpu_s"] <= e2["wall_s"] * 1.05 + 0.01)).all()
+    assert ((e2["thread_sys_s"] >= 0) & (e2["thread_sys_s"] <= e2["thread_cpu_s"])).all()
+    assert (e2["minor_faults"] >= 0).all() and (e2["involuntary_switches"] >= 0).all()
     # Telemetry: every row names its source; process rows for both jobs.
     assert set(tel["source"]) == {"sim-gpm"}
     assert set(tel.loc[tel.scope == "process", "pid"].astype(int)) == set(jobs["pid"])
