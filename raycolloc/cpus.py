@@ -54,8 +54,8 @@ class CpuPool:
     def allocate(self, cell_id: str, counts: list[float], near: list[int] | None = None) -> list[tuple[int, ...]] | None:
         """Cores for each job of a cell (``counts[i]`` = the job's ``trainer.num_cpus``, at least 1).
 
-        Free cores near the GPU come first, then other free cores, core 0 last (interrupts and
-        daemons like it). Returns None, and holds nothing, when the node has too few free cores:
+        Free cores near the GPU come first (core 0 last among them: interrupts and daemons like
+        it), then the node's other free cores. Returns None, and holds nothing, when the node has too few free cores:
         jobs pinned two to a core would run at half speed beside one alone, while the scheduler
         shares an overbooked node fairly.
         """
