@@ -2,7 +2,7 @@
 
 A small model's step rate is bound by one CPU thread launching kernels. Left to the scheduler,
 that thread moves between cores. On the H100 machine raw PyTorch processes (resnet26 solo) ran at
-15.6k and 16.1k img/s unpinned and 17.2k-18.6k pinned to a single core (four runs, one session);
+15.6k and 16.1k img/s unpinned and 17.1k-18.6k pinned to a single core (six runs, one host);
 for raycolloc's own degree-1 cells the difference was inside that machine's noise (docs/
 measurements.md). Pinning also keeps cells side by side on one node off each other's cores. The
 steward hands out cores per node, preferring the GPU's NVML CPU affinity (its NUMA-local cores). A
