@@ -104,8 +104,8 @@ def read_table(job_dir: str | Path, name: str) -> pa.Table:
     return pq.read_table(Path(job_dir) / f"{name}.parquet")
 
 
-def completed_index(root: str | Path) -> dict[str, Path]:
-    """Config hash -> newest cell directory under ``root`` holding a result for it.
+def completed_index(root: str | Path, exclude: str | Path | None = None) -> dict[str, Path]:
+    """Config hash -> newest cell directory under ``root`` (other than ``exclude``) holding a result for it.
 
     A result is a cell with status ok, partial or oom; a cell that ended in ``error`` (a crash, a
     lease timeout, a refused GPU) is not, so re-running the sweep tries it again.
@@ -114,7 +114,10 @@ def completed_index(root: str | Path) -> dict[str, Path]:
     best: dict[str, tuple[float, Path]] = {}
     if not root.exists():
         return {}
+    skip = Path(exclude).resolve() if exclude is not None else None
     for path in root.rglob("cells.parquet"):
+        if skip is not None and path.parent.resolve() == skip:
+            continue
         try:
             table = pq.read_table(path, columns=["config_hash", "status"])
             mtime = path.stat().st_mtime
@@ -130,7 +133,4 @@ def completed_index(root: str | Path) -> dict[str, Path]:
 def find_completed(root: str | Path, config_hash: str, exclude: str | Path | None = None) -> Path | None:
     """The newest cell directory under ``root`` with a result for ``config_hash`` (see
     :func:`completed_index`), other than ``exclude``; None if there is none."""
-    found = completed_index(root).get(config_hash)
-    if found is not None and exclude is not None and found.resolve() == Path(exclude).resolve():
-        return None
-    return found
+    return completed_index(root, exclude).get(config_hash)
