@@ -19,7 +19,6 @@ import time
 from pathlib import Path
 
 
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--model", default="resnet26")

@@ -86,8 +86,8 @@ class Trainer:
     def setup(self) -> dict[str, Any]:
         """Build model, optimiser and data on the device; returns the job's info."""
         t0 = time.perf_counter()
-        self._pin()  # before CUDA starts its threads: they inherit the core
         try:
+            self._pin()  # before CUDA starts its threads: they inherit the core
             self._setup()
         except BaseException as exc:  # noqa: BLE001 - every failure is recorded as a row
             self._fail(exc)
@@ -98,8 +98,8 @@ class Trainer:
         """Train epochs ``first..last`` (1-based, inclusive); stops at the first failure."""
         if self.status != "ok":
             return self._state()
-        self._pin()
         try:
+            self._pin()
             for epoch in range(first, last + 1):
                 self._run_epoch(epoch)
         except BaseException as exc:  # noqa: BLE001
