@@ -82,24 +82,29 @@ class CpuPool:
         return {k: list(v) for k, v in self._held.items()}
 
 
-def pin_thread(cpus: tuple[int, ...]) -> set[int]:
-    """Pin the calling thread to ``cpus`` and every other thread of this process off them.
+def pin_thread(cpus: tuple[int, ...], move_others: bool = True) -> set[int]:
+    """Pin the calling thread to ``cpus`` and, with ``move_others``, every other thread of this
+    process off them.
 
     The calling thread trains; threads it creates later (CUDA's) inherit its cores. The process's
-    other threads (Ray's gRPC and event loops) move to the node's other cores, so they never take
-    the training thread's core from it. Returns the calling thread's affinity.
+    other threads at the time of the call (Ray's gRPC and event loops) move to the node's other
+    cores, so they never take the training thread's core from it. Call it with ``move_others``
+    once, before CUDA starts; later calls (another thread of Ray's pool running the next method)
+    pass ``move_others=False`` so CUDA's threads stay on the job's cores. Returns the calling
+    thread's affinity.
     """
     wanted = set(cpus)
-    others = (set(os.sched_getaffinity(0)) | _node_cpus()) - wanted
-    me = threading.get_native_id()
-    for task in Path("/proc/self/task").iterdir():
-        tid = int(task.name)
-        if tid == me or not others:
-            continue
-        try:
-            os.sched_setaffinity(tid, others)
-        except OSError as exc:  # a thread that just ended
-            log.debug("thread %s: %s", tid, exc)
+    if move_others:
+        others = (set(os.sched_getaffinity(0)) | _node_cpus()) - wanted
+        me = threading.get_native_id()
+        for task in Path("/proc/self/task").iterdir():
+            tid = int(task.name)
+            if tid == me or not others:
+                continue
+            try:
+                os.sched_setaffinity(tid, others)
+            except OSError as exc:  # a thread that just ended
+                log.debug("thread %s: %s", tid, exc)
     os.sched_setaffinity(0, wanted)
     return os.sched_getaffinity(0)
 

@@ -87,7 +87,7 @@ class Trainer:
         """Build model, optimiser and data on the device; returns the job's info."""
         t0 = time.perf_counter()
         try:
-            self._pin()  # before CUDA starts its threads: they inherit the core
+            self._pin(first=True)  # before CUDA starts its threads: they inherit the core
             self._setup()
         except BaseException as exc:  # noqa: BLE001 - every failure is recorded as a row
             self._fail(exc)
@@ -99,7 +99,7 @@ class Trainer:
         if self.status != "ok":
             return self._state()
         try:
-            self._pin()
+            self._pin(first=False)
             for epoch in range(first, last + 1):
                 self._run_epoch(epoch)
         except BaseException as exc:  # noqa: BLE001
@@ -114,11 +114,18 @@ class Trainer:
         self._release()
         return self._state()
 
-    def _pin(self) -> None:
-        """Pin the thread running this method (Ray's pool may pick another each call) to the job's cores."""
+    def _pin(self, first: bool) -> None:
+        """Pin the thread running this method (Ray's pool may pick another each call) to the job's cores.
+
+        Only the first call (setup, before CUDA starts) moves the process's other threads, which are
+        then Ray's, off those cores. Later calls leave CUDA's threads where they were born, on the
+        training thread's cores: moved to other cores, they cost the H100 trainer about a quarter of
+        its degree-1 throughput (resnet26 eager: 9.9k vs 13.2k img/s beside a raw process at 13.2k,
+        and 1.4x the CPU time per step; docs/measurements.md, third session).
+        """
         if self.binding.cpus:
             # What the training thread really runs on: the jobs table's ``cpus``.
-            self.info["cpus"] = format_cpus(sorted(pin_thread(self.binding.cpus)))
+            self.info["cpus"] = format_cpus(sorted(pin_thread(self.binding.cpus, move_others=first)))
 
     # --- internals -----------------------------------------------------------------------
     def _setup(self) -> None:

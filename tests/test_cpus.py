@@ -62,3 +62,38 @@ def test_pin_thread_gives_the_caller_its_core_and_moves_the_others_off_it() -> N
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0 and proc.stdout.startswith("ok"), proc.stderr
+
+
+def test_a_later_pin_moves_only_the_caller_so_threads_born_after_setup_keep_the_core() -> None:
+    """The trainer's second pin (run_epochs, maybe on another thread of Ray's pool) must leave the
+    threads CUDA started during setup on the job's core; moving them off cost a quarter of the
+    H100 trainer's degree-1 throughput."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip("needs two cores")
+    core = cores[-1]
+    code = textwrap.dedent(f"""
+        import os, threading
+        from raycolloc.cellspec import Binding
+        from raycolloc.trainer import Trainer
+        stop = threading.Event()
+        early = threading.Thread(target=stop.wait); early.start()       # one of Ray's threads
+        t = Trainer.__new__(Trainer)
+        t.binding = Binding(job_index=0, gpu_uuid="GPU-x", env={{}}, cpus=({core},)); t.info = {{}}
+        t._pin(first=True)                                               # setup
+        cuda = threading.Thread(target=stop.wait); cuda.start()          # one CUDA starts in setup
+        seen = {{}}
+        def run_epochs():
+            t._pin(first=False)
+            seen["caller"] = os.sched_getaffinity(0)
+        other = threading.Thread(target=run_epochs); other.start(); other.join()
+        seen["cuda"] = os.sched_getaffinity(cuda.native_id)
+        seen["early"] = os.sched_getaffinity(early.native_id)
+        stop.set()
+        assert seen["caller"] == {{{core}}} and seen["cuda"] == {{{core}}}, seen
+        assert {core} not in seen["early"], seen
+        assert t.info["cpus"] == "{core}", t.info
+        print("ok")
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0 and proc.stdout.startswith("ok"), proc.stderr
