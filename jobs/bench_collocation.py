@@ -118,7 +118,7 @@ def sweep(args: argparse.Namespace, out_dir: Path, overrides: list[str]) -> pd.D
     """Run a raycolloc multirun through its command line and return its cells table."""
     cmd = [sys.executable, "-m", "raycolloc.sweep", "-m", f"workload={args.workload}",
            f"batch_size={args.batch_size}", f"epoch_samples={args.epoch_samples}", f"out_dir={out_dir}",
-           "+rerun=true", "cluster.address=auto", f"cluster.backend={args.backend}", *overrides]
+           "+rerun=true", f"cluster.address={args.ray_address}", f"cluster.backend={args.backend}", *overrides]
     print("$", " ".join(cmd[1:]), flush=True)
     proc = subprocess.run(cmd, cwd=ROOT, text=True, capture_output=True, check=False)
     (out_dir / "sweep.log").parent.mkdir(parents=True, exist_ok=True)
@@ -141,15 +141,17 @@ def _trainer_overrides(opts: dict[str, str]) -> list[str]:
             f"trainer.cpu_affinity={opts['cpu_affinity']}"]
 
 
-def _ray(args: argparse.Namespace, action: str) -> None:
-    """One Ray instance for the whole benchmark, so no cell pays Ray's start-up."""
-    cmd = [sys.executable, "-m", "ray.scripts.scripts", action]
-    if action == "start":
-        cmd += ["--head", "--disable-usage-stats", "--include-dashboard=false"]
-        if args.backend == "sim":
-            cmd += ["--num-gpus=1", "--num-cpus=16"]
-    env = dict(os.environ, RAY_worker_niceness="0")  # as raycolloc's own local instances
-    subprocess.run(cmd, check=action == "start", capture_output=True, text=True, timeout=120, env=env)
+def _start_ray(args: argparse.Namespace) -> str:
+    """One Ray instance for the whole benchmark, so no cell pays Ray's start-up; returns its address.
+
+    Started from this process (``ray.init``), so ``ray.shutdown`` stops this instance only: never
+    ``ray stop``, which would also kill every other Ray instance of the user on the machine.
+    """
+    import ray
+
+    ctx = ray.init(address="local", num_cpus=max(4, os.cpu_count() or 1), num_gpus=1 if args.backend == "sim" else None,
+                   include_dashboard=False, _system_config={"worker_niceness": 0})  # as raycolloc's own
+    return ctx.address_info["gcs_address"]
 
 
 def _fmt(value: Any, spec: str) -> str:
@@ -186,7 +188,7 @@ def main() -> None:
     modes, degrees = args.modes.split(","), [int(d) for d in args.degrees.split(",")]
     rows: list[dict[str, Any]] = []
     telemetry: dict[str, Any] = {}
-    _ray(args, "start")
+    args.ray_address = _start_ray(args)
     try:
         # Raw and raycolloc of one setting run back to back, so drifts of the host (other tenants,
         # clocks) hit both alike; the table compares neighbours, not runs minutes apart.
@@ -242,7 +244,9 @@ def main() -> None:
             telemetry = {"cell": args.telemetry_cell, "off": off, "on_100ms": on,
                          "cost_pct": 100.0 * (1 - statistics.median(on) / statistics.median(off))}
     finally:
-        _ray(args, "stop")
+        import ray
+
+        ray.shutdown()
     base = next((x for x in rows if x["compile"] == compiles[0] and x["mode"] == modes[0] and x["degree"] == min(degrees)), None)
     for row in rows:
         solo = next(x for x in rows if x["mode"] == row["mode"] and x["compile"] == row["compile"]

@@ -1,0 +1,52 @@
+"""The benchmark scripts' plumbing, run on the simulated backend (their numbers come from the GPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = ["--backend", "sim", "--batch-size", "4", "--epoch-samples", "16", "--window-s", "0.5"]
+
+
+def _run(script: str, args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, RAY_AUTH_MODE="disabled", HOME=str(tmp_path))
+    return subprocess.run([sys.executable, str(ROOT / "jobs" / script), *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+def test_bench_trainer_compares_the_trainer_with_a_raw_process_on_one_core(tmp_path: Path) -> None:
+    out = tmp_path / "trainer.json"
+    proc = _run("bench_trainer.py", [*SMALL, "--rounds", "1", "--epochs", "1", "--out", str(out)], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    (rnd,) = result["rounds"]
+    assert rnd["raw_samples_per_s"] > 0 and len(rnd["trainer_samples_per_s"]) == 1 and rnd["trainer_samples_per_s"][0] > 0
+    assert rnd["trainer_cpu_us_per_step"][0] > 0 and rnd["raw_cpu_us_per_step"] > 0
+    if result["core"] is not None:
+        # The trainer's training thread ran on the core the raw process was pinned to.
+        assert rnd["trainer_cpus"] == str(result["core"])
+    summary = result["summary"]
+    assert abs(summary["ratio_best"] - rnd["trainer_samples_per_s"][0] / rnd["raw_samples_per_s"]) < 1e-9
+    assert "ratio" in proc.stdout and "trainer" in proc.stdout
+
+
+def test_bench_trainer_refuses_zero_rounds(tmp_path: Path) -> None:
+    proc = _run("bench_trainer.py", [*SMALL, "--rounds", "0", "--out", str(tmp_path / "x.json")], tmp_path)
+    assert proc.returncode == 2 and "--rounds" in proc.stderr
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_bench_collocation_runs_raw_and_raycolloc_side_by_side_and_writes_its_table(tmp_path: Path) -> None:
+    out = tmp_path / "colloc.json"
+    proc = _run("bench_collocation.py", [*SMALL, "--modes", "naive", "--degrees", "1", "--out", str(out)], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    assert (row["mode"], row["degree"], row["status"]) == ("naive", 1, "ok")
+    assert row["raw"] > 0 and row["raycolloc"] > 0
+    assert abs(row["ratio"] - row["raycolloc"] / row["raw"]) < 1e-9
+    assert row["telemetry"].startswith("sim-")  # the raycolloc side sampled its (simulated) GPU
+    assert "raw img/s" in proc.stdout
