@@ -1,14 +1,19 @@
 """Benchmark: raycolloc's trainer alone against a raw PyTorch process, one job on one core.
 
-A cell adds a lot around its trainers (steward, telemetry, lease, driver); this benchmark takes
-all of that away to ask one question: does the trainer itself train as fast as a plain loop? Each
-round runs, back to back on the same core (the one raycolloc's steward would pick),
-(a) ``jobs/raw_train.py`` over a fixed window and (b) a ``Trainer`` actor, the class cells use,
-with a binding pinned to that core, one warm-up epoch and ``--epochs`` measured ones. It prints
-one line per round and a summary (best and median of each side, their ratio, CPU time per step of
-each side's training thread) and writes everything as JSON.
+A cell adds a lot around its trainers (steward, telemetry, lease, driver); this benchmark adds
+those parts back one at a time, to tell which of them costs throughput. Each round runs, back to
+back on the same core (the one raycolloc's steward would pick), ``jobs/raw_train.py`` over a
+fixed window and then each of ``--variants``:
 
-    python jobs/bench_trainer.py --rounds 3 --out trainer.json [--compile reduce-overhead]
+* ``trainer``: a ``Trainer`` actor (the class cells use) with a binding pinned to that core, no
+  steward state: one warm-up epoch and ``--epochs`` measured ones;
+* ``steward``: the same, but the node's steward prepares the job as a naive one-job cell (its
+  cores, its environment) and samples its GPU and process during the epochs, as in a cell.
+
+It prints one line per round and a summary (best and median of each side, its ratio to raw, CPU
+time per step of each training thread) and writes everything as JSON.
+
+    python jobs/bench_trainer.py --rounds 3 --out trainer.json [--variants trainer,steward] [--compile reduce-overhead]
 
 ``--backend sim`` runs the same plumbing on the CPU (simulated GPU): a smoke test, not a measurement.
 """
@@ -46,28 +51,44 @@ def _job(args: argparse.Namespace) -> Any:
     return cfg, plan_cell(cfg).jobs[0]
 
 
-def trainer_round(job: Any, gpu: Any, core: int | None, steward: Any, timeout_s: float) -> dict[str, Any]:
+VARIANTS = ("trainer", "steward")
+
+
+def trainer_round(variant: str, cfg: Any, job: Any, gpu: Any, core: int | None, steward: Any, cell_id: str,
+                  timeout_s: float) -> dict[str, Any]:
     """One Trainer actor: setup, warm-up epoch, measured epochs; its measured epochs' rates."""
     import ray
 
     from raycolloc.cell import RemoteTrainer
     from raycolloc.cellspec import Binding
 
-    binding = Binding(job_index=0, gpu_uuid=gpu.uuid, env={}, cpus=(core,) if core is not None else None)
-    trainer = RemoteTrainer.options(num_cpus=1, num_gpus=0).remote(job, binding, "bench-trainer", gpu.backend, steward)
+    telemetry_rows = None
+    if variant == "steward":
+        (binding,) = ray.get(steward.prepare.remote(cell_id, gpu.uuid, cfg.mode, cfg.mig, (job,), None),
+                             timeout=timeout_s)
+    else:
+        binding = Binding(job_index=0, gpu_uuid=gpu.uuid, env={"CUDA_VISIBLE_DEVICES": gpu.uuid},
+                          cpus=(core,) if core is not None else None)
+    trainer = RemoteTrainer.options(num_cpus=1, num_gpus=0).remote(job, binding, cell_id, gpu.backend, steward)
     try:
         state = ray.get(trainer.setup.remote(), timeout=timeout_s)
+        if state["status"] == "ok" and variant == "steward":
+            ray.get(steward.start_sampling.remote(cell_id, {state["info"]["pid"]: 0}, cfg.telemetry), timeout=60)
         if state["status"] == "ok":
             ray.get(trainer.run_epochs.remote(1, 1), timeout=timeout_s)
             state = ray.get(trainer.run_epochs.remote(2, job.epochs), timeout=timeout_s)
+        if variant == "steward":
+            telemetry_rows = len(ray.get(steward.stop_sampling.remote(cell_id), timeout=60)["rows"])
         if state["status"] != "ok":
-            raise RuntimeError(f"trainer failed: {state['error']}")
+            raise RuntimeError(f"{variant}: trainer failed: {state['error']}")
     finally:
         ray.kill(trainer)
+        if variant == "steward":
+            ray.get(steward.release.remote(cell_id), timeout=120)
     measured = [e for e in state["epochs"] if not e["warmup"]]
     return {"samples_per_s": [e["samples_per_s"] for e in measured],
             "cpu_us_per_step": [1e6 * e["thread_cpu_s"] / e["steps"] for e in measured],
-            "cpus": state["info"].get("cpus")}
+            "cpus": state["info"].get("cpus"), "telemetry_rows": telemetry_rows}
 
 
 def main() -> None:
@@ -78,6 +99,7 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=2, help="measured trainer epochs per round")
     p.add_argument("--window-s", type=float, default=4.0, help="the raw process's measured window")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma list of {', '.join(VARIANTS)}")
     p.add_argument("--compile", default="off", choices=["off", "default", "reduce-overhead", "max-autotune"])
     p.add_argument("--amp", default="off", choices=["off", "bf16", "fp16"])
     p.add_argument("--channels-last", default="false", choices=["true", "false"])
@@ -89,6 +111,9 @@ def main() -> None:
     args = p.parse_args()
     if args.rounds < 1 or args.epochs < 1:
         p.error("--rounds and --epochs must be at least 1")
+    variants = args.variants.split(",")
+    if not variants or any(v not in VARIANTS for v in variants):
+        p.error(f"--variants: {args.variants!r}; allowed: a comma list of {', '.join(VARIANTS)}")
 
     import ray
 
@@ -104,7 +129,7 @@ def main() -> None:
         raw_args = argparse.Namespace(workload=args.workload, backend=args.backend, batch_size=args.batch_size,
                                       epoch_samples=args.epoch_samples, window_s=args.window_s,
                                       cpu_affinity=args.cpu_affinity)
-        # The core the steward's policy gives a one-job cell (raw_cell picks the same): both sides train there.
+        # The core the steward's policy gives a one-job cell (raw_cell picks the same): every side trains there.
         cores = _raw_cores(raw_args, gpu.uuid, 1)[0]
         core = int(cores[1]) if cores else None
         opts = {"compile": args.compile, "amp": args.amp, "channels_last": args.channels_last,
@@ -112,26 +137,30 @@ def main() -> None:
         rounds = []
         for r in range(args.rounds):
             raw = raw_cell(raw_args, "naive", 1, opts)
-            rc = trainer_round(job, gpu, core, steward, args.timeout_s)
-            rounds.append({"raw_samples_per_s": raw["raw_samples_per_s"], "raw_cpu_us_per_step": raw["cpu_us_per_step"],
-                           "trainer_samples_per_s": rc["samples_per_s"], "trainer_cpu_us_per_step": rc["cpu_us_per_step"],
-                           "trainer_cpus": rc["cpus"]})
-            print(f"round {r + 1}: raw {raw['raw_samples_per_s']:,.0f} img/s ({raw['cpu_us_per_step']:,.0f} us CPU/step)"
-                  f"  trainer {', '.join(f'{v:,.0f}' for v in rc['samples_per_s'])} img/s"
-                  f" ({', '.join(f'{v:,.0f}' for v in rc['cpu_us_per_step'])} us CPU/step)  core {core}", flush=True)
+            row: dict[str, Any] = {"raw_samples_per_s": raw["raw_samples_per_s"], "raw_cpu_us_per_step": raw["cpu_us_per_step"]}
+            line = f"round {r + 1}: raw {raw['raw_samples_per_s']:,.0f} img/s ({raw['cpu_us_per_step']:,.0f} us CPU/step)"
+            for variant in variants:
+                rc = trainer_round(variant, cfg, job, gpu, core, steward, f"bench-trainer-{r}-{variant}", args.timeout_s)
+                row[variant] = rc
+                line += (f"  {variant} {', '.join(f'{v:,.0f}' for v in rc['samples_per_s'])}"
+                         f" ({', '.join(f'{v:,.0f}' for v in rc['cpu_us_per_step'])} us) on {rc['cpus']}")
+            rounds.append(row)
+            print(line, flush=True)
     finally:
         ray.shutdown()
     raws = [x["raw_samples_per_s"] for x in rounds]
-    trainers = [v for x in rounds for v in x["trainer_samples_per_s"]]
-    summary = {"raw_best": max(raws), "raw_median": statistics.median(raws), "trainer_best": max(trainers),
-               "trainer_median": statistics.median(trainers)}
-    summary["ratio_best"] = summary["trainer_best"] / summary["raw_best"]
-    summary["ratio_median"] = summary["trainer_median"] / summary["raw_median"]
+    summary = {"raw": {"best": max(raws), "median": statistics.median(raws)}}
+    for variant in variants:
+        rates = [v for x in rounds for v in x[variant]["samples_per_s"]]
+        summary[variant] = {"best": max(rates), "median": statistics.median(rates)}
+        for key in ("best", "median"):
+            summary[variant][f"ratio_{key}"] = summary[variant][key] / summary["raw"][key]
     print(f"\n{args.workload}, batch {args.batch_size}, compile={args.compile}, amp={args.amp}, core {core},"
           f" card: {gpu.name}")
-    print(f"{'':8}{'raw':>10}{'trainer':>10}{'ratio':>8}")
-    for key in ("best", "median"):
-        print(f"{key:8}{summary['raw_' + key]:>10,.0f}{summary['trainer_' + key]:>10,.0f}{summary['ratio_' + key]:>8.3f}")
+    print(f"{'side':10}{'best':>10}{'median':>10}{'best/raw':>10}{'median/raw':>12}")
+    for side, v in summary.items():
+        print(f"{side:10}{v['best']:>10,.0f}{v['median']:>10,.0f}{v.get('ratio_best', 1.0):>10.3f}"
+              f"{v.get('ratio_median', 1.0):>12.3f}")
     Path(args.out).write_text(json.dumps({"card": gpu.name, "core": core, "args": vars(args), "rounds": rounds,
                                           "summary": summary}, indent=1))
     print(f"wrote {args.out}")

@@ -18,25 +18,31 @@ def _run(script: str, args: list[str], tmp_path: Path) -> subprocess.CompletedPr
                           capture_output=True, text=True, timeout=600, check=False)
 
 
-def test_bench_trainer_compares_the_trainer_with_a_raw_process_on_one_core(tmp_path: Path) -> None:
+def test_bench_trainer_compares_the_trainer_and_the_steward_variant_with_a_raw_process_on_one_core(
+        tmp_path: Path) -> None:
     out = tmp_path / "trainer.json"
     proc = _run("bench_trainer.py", [*SMALL, "--rounds", "1", "--epochs", "1", "--out", str(out)], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     (rnd,) = result["rounds"]
-    assert rnd["raw_samples_per_s"] > 0 and len(rnd["trainer_samples_per_s"]) == 1 and rnd["trainer_samples_per_s"][0] > 0
-    assert rnd["trainer_cpu_us_per_step"][0] > 0 and rnd["raw_cpu_us_per_step"] > 0
-    if result["core"] is not None:
-        # The trainer's training thread ran on the core the raw process was pinned to.
-        assert rnd["trainer_cpus"] == str(result["core"])
-    summary = result["summary"]
-    assert abs(summary["ratio_best"] - rnd["trainer_samples_per_s"][0] / rnd["raw_samples_per_s"]) < 1e-9
-    assert "ratio" in proc.stdout and "trainer" in proc.stdout
+    assert rnd["raw_samples_per_s"] > 0 and rnd["raw_cpu_us_per_step"] > 0
+    for variant in ("trainer", "steward"):
+        side = rnd[variant]
+        assert len(side["samples_per_s"]) == 1 and side["samples_per_s"][0] > 0 and side["cpu_us_per_step"][0] > 0
+        if result["core"] is not None:
+            # Every side's training thread ran on the core the raw process was pinned to.
+            assert side["cpus"] == str(result["core"]), (variant, side["cpus"])
+        ratio = result["summary"][variant]["ratio_best"]
+        assert abs(ratio - side["samples_per_s"][0] / rnd["raw_samples_per_s"]) < 1e-9
+    # Only the steward variant is sampled, as a cell's job is.
+    assert rnd["trainer"]["telemetry_rows"] is None and rnd["steward"]["telemetry_rows"] > 0
+    assert "median/raw" in proc.stdout
 
 
-def test_bench_trainer_refuses_zero_rounds(tmp_path: Path) -> None:
-    proc = _run("bench_trainer.py", [*SMALL, "--rounds", "0", "--out", str(tmp_path / "x.json")], tmp_path)
-    assert proc.returncode == 2 and "--rounds" in proc.stderr
+def test_bench_trainer_refuses_bad_arguments_before_starting_anything(tmp_path: Path) -> None:
+    for bad, key in ((["--rounds", "0"], "--rounds"), (["--variants", "trainer,cell"], "--variants")):
+        proc = _run("bench_trainer.py", [*SMALL, *bad, "--out", str(tmp_path / "x.json")], tmp_path)
+        assert proc.returncode == 2 and key in proc.stderr, proc.stderr
     assert not (tmp_path / "x.json").exists()
 
 
