@@ -120,6 +120,20 @@ def test_sampler_on_the_simulated_backend_without_ray() -> None:
     assert gpu[0]["sm_active"] is None  # GPM needs two samples
 
 
+def test_simulated_energy_counter_advances_on_every_read_like_nvml() -> None:
+    """A short measured window may hold two samples under 50 ms apart: its energy must still be > 0."""
+    backend = SimBackend("node-x", 1, "H100-80GB")
+    uuid = backend.gpus()[0].uuid
+    backend.attach(uuid, None, os.getpid(), 1 << 30)
+    reads = []
+    for _ in range(5):
+        reads.append(backend.energy_mj(uuid))
+        time.sleep(0.01)
+    assert all(b > a for a, b in zip(reads, reads[1:])), reads
+    # At least idle power (60 W on the simulated H100) over the ~40 ms between the first and last read.
+    assert reads[-1] - reads[0] >= 60.0 * 0.04 * 1000 * 0.9
+
+
 def test_telemetry_source_follows_the_hardware() -> None:
     a100 = SimBackend("n", 1, "A100-SXM4-40GB")
     h100 = SimBackend("n", 1, "H100-80GB")

@@ -79,6 +79,7 @@ class _Gpu:
     procs: dict[int, _Proc] = field(default_factory=dict)
     energy_mj: float = 0.0
     last_energy_t: float = field(default_factory=time.monotonic)
+    last_busy_t: float = field(default_factory=time.monotonic)
     sm_active: float = 0.0
 
 
@@ -203,18 +204,20 @@ class SimBackend:
     def _tick(self, g: _Gpu) -> None:
         """Advance the simulated clock: per-job busy fractions, SM activity, energy."""
         now = time.monotonic()
-        dt = now - g.last_energy_t
-        if dt < 0.05:
-            return  # busy fractions over a shorter window are noise; the next tick covers it
-        self._prune(g)
-        for p in g.procs.values():
-            cpu = _cpu_seconds(p.pid)
-            p.busy = max(0.0, (cpu - p.last_cpu) / dt / p.threads)
-            p.last_cpu = cpu
-        busy, _ = self._busy(g, None)
-        g.sm_active = 100.0 * min(1.0, busy * _SM_PER_BUSY_JOB)
+        dt = now - g.last_busy_t
+        if dt >= 0.05:
+            # Busy fractions over a shorter window are noise: they wait for a later tick.
+            self._prune(g)
+            for p in g.procs.values():
+                cpu = _cpu_seconds(p.pid)
+                p.busy = max(0.0, (cpu - p.last_cpu) / dt / p.threads)
+                p.last_cpu = cpu
+            busy, _ = self._busy(g, None)
+            g.sm_active = 100.0 * min(1.0, busy * _SM_PER_BUSY_JOB)
+            g.last_busy_t = now
+        # Energy accrues on every read, as NVML's counter does: two reads a few ms apart differ.
         idle, tdp = _POWER_W.get(g.model.name[:4], (60.0, 400.0))
-        g.energy_mj += (idle + (tdp - idle) * g.sm_active / 100.0) * dt * 1000.0
+        g.energy_mj += (idle + (tdp - idle) * g.sm_active / 100.0) * (now - g.last_energy_t) * 1000.0
         g.last_energy_t = now
 
     def basic_sample(self, uuid: str, pcie: bool = True) -> dict[str, float | None]:
