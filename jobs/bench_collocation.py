@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import ray
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPILE_CACHE = Path(os.environ.get("RAYCOLLOC_COMPILE_CACHE", "/tmp/raycolloc-compile-cache"))
@@ -147,8 +148,6 @@ def _start_ray(args: argparse.Namespace) -> str:
     Started from this process (``ray.init``), so ``ray.shutdown`` stops this instance only: never
     ``ray stop``, which would also kill every other Ray instance of the user on the machine.
     """
-    import ray
-
     ctx = ray.init(address="local", num_cpus=max(4, os.cpu_count() or 1), num_gpus=1 if args.backend == "sim" else None,
                    include_dashboard=False, _system_config={"worker_niceness": 0})  # as raycolloc's own
     return ctx.address_info["gcs_address"]
@@ -244,8 +243,6 @@ def main() -> None:
             telemetry = {"cell": args.telemetry_cell, "off": off, "on_100ms": on,
                          "cost_pct": 100.0 * (1 - statistics.median(on) / statistics.median(off))}
     finally:
-        import ray
-
         ray.shutdown()
     base = next((x for x in rows if x["compile"] == compiles[0] and x["mode"] == modes[0] and x["degree"] == min(degrees)), None)
     for row in rows:

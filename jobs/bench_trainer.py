@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -31,7 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_collocation import WORKLOADS, _raw_cores, raw_cell  # noqa: E402 - a sibling script, not a package
+from bench_collocation import WORKLOADS, _raw_cores, _start_ray, raw_cell  # noqa: E402 - a sibling script, not a package
 
 
 def _job(args: argparse.Namespace) -> Any:
@@ -120,9 +119,7 @@ def main() -> None:
     from raycolloc.steward import get_steward
 
     cfg, job = _job(args)
-    # A local instance of its own (never one the user runs), niceness 0 as raycolloc's own.
-    ray.init(address="local", num_cpus=max(4, os.cpu_count() or 1), num_gpus=1 if args.backend == "sim" else None,
-             include_dashboard=False, namespace="raycolloc", _system_config={"worker_niceness": 0})
+    _start_ray(args)  # a local instance of its own, never one the user runs
     try:
         steward = get_steward(ray.get_runtime_context().get_node_id(), cfg.cluster, cfg.mode.pipe_root)
         gpu = ray.get(steward.resolve_gpu.remote("0"), timeout=60)

@@ -55,9 +55,9 @@ class CpuPool:
         """Cores for each job of a cell (``counts[i]`` = the job's ``trainer.num_cpus``, at least 1).
 
         Free cores near the GPU come first (core 0 last among them: interrupts and daemons like
-        it), then the node's other free cores. Returns None, and holds nothing, when the node has too few free cores:
-        jobs pinned two to a core would run at half speed beside one alone, while the scheduler
-        shares an overbooked node fairly.
+        it), then the node's other free cores. Returns None, and holds nothing, when the node has
+        too few free cores: jobs pinned two to a core would run at half speed beside one alone,
+        while the scheduler shares an overbooked node fairly.
         """
         self.release(cell_id)
         used = {c for jobs in self._held.values() for cores in jobs for c in cores}
@@ -94,12 +94,12 @@ def pin_thread(cpus: tuple[int, ...], move_others: bool = True) -> set[int]:
     thread's affinity.
     """
     wanted = set(cpus)
-    if move_others:
-        others = (set(os.sched_getaffinity(0)) | _node_cpus()) - wanted
+    others = (set(os.sched_getaffinity(0)) | _node_cpus()) - wanted if move_others else set()
+    if others:
         me = threading.get_native_id()
         for task in Path("/proc/self/task").iterdir():
             tid = int(task.name)
-            if tid == me or not others:
+            if tid == me:
                 continue
             try:
                 os.sched_setaffinity(tid, others)
