@@ -91,7 +91,7 @@ class _Cell:
         self.source = "off"
         self.status, self.reason = "ok", None
         self.t_start = time.time()
-        self.setup_s = None
+        self.prepare_s = self.setup_s = self.teardown_s = None
 
     def run(self) -> None:
         cfg, spec = self.cfg, self.spec
@@ -100,11 +100,13 @@ class _Cell:
         self.lease = acquire_gpu(f"raycolloc:{spec.cell_id}", cpus, cfg.cluster.lease_timeout_s,
                                  on_wait=lambda s: log.debug("cell=%s waiting for a GPU (%.0fs)", spec.cell_id, s))
         progress.report(spec.cell_id, state="preparing")
+        t_prepare = time.perf_counter()
         self.steward = get_steward(self.lease.node_id, cfg.cluster, cfg.mode.pipe_root)
         self.gpu = ray.get(self.steward.resolve_gpu.remote(self.lease.ray_gpu_id), timeout=60)
         bindings = ray.get(self.steward.prepare.remote(spec.cell_id, self.gpu.uuid, cfg.mode, cfg.mig, spec.jobs,
                                                        spec.mix_mig_layout), timeout=300)
         t_setup = time.perf_counter()
+        self.prepare_s = t_setup - t_prepare  # steward: GPU lookup, MPS daemon or MIG layout, CPU cores
         for job, binding in zip(spec.jobs, bindings, strict=True):
             env = {k: v for k, v in binding.env.items() if k != "CUDA_VISIBLE_DEVICES"}
             self.trainers[job.index] = RemoteTrainer.options(
@@ -155,6 +157,13 @@ class _Cell:
 
     def finish(self) -> None:
         """Collect final job records, stop sampling, kill trainers, release GPU and lease."""
+        t0 = time.perf_counter()
+        try:
+            self._finish()
+        finally:
+            self.teardown_s = time.perf_counter() - t0
+
+    def _finish(self) -> None:
         live = self._live()
         if live:
             # The final record adds what is known at the end (NVML memory); if a trainer cannot give
@@ -258,7 +267,9 @@ def _cell_row(cfg: Config, spec: CellSpec, cell: _Cell, jobs: list[dict[str, Any
         "hostname": jobs[0]["hostname"] if jobs and jobs[0]["hostname"] else socket.gethostname(),
         "backend": gpu.backend if gpu else cfg.cluster.backend, "driver": gpu.driver if gpu else None,
         "telemetry_source": cell.source, "started_at": cell.t_start, "finished_at": time.time(),
-        "lease_wait_s": cell.lease.waited_s if cell.lease else None, "setup_s": cell.setup_s,
+        "lease_wait_s": cell.lease.waited_s if cell.lease else None, "prepare_s": cell.prepare_s,
+        # Trainer actors started and set up (CUDA, model, data); the cell's release, MPS daemon stopped.
+        "setup_s": cell.setup_s, "teardown_s": cell.teardown_s,
         "measured_start_ts": start, "measured_end_ts": end, "makespan_s": (end - start) if start else None,
         # Wall time from the first epoch's start (warm-up included) to the last epoch's end.
         "overlap_s": overlap, "total_s": (max(e["end_ts"] for e in epochs) - min(e["start_ts"] for e in epochs))

@@ -56,3 +56,24 @@ def test_bench_collocation_runs_raw_and_raycolloc_side_by_side_and_writes_its_ta
     assert abs(row["ratio"] - row["raycolloc"] / row["raw"]) < 1e-9
     assert row["telemetry"].startswith("sim-")  # the raycolloc side sampled its (simulated) GPU
     assert "raw img/s" in proc.stdout
+
+
+def test_bench_fanout_runs_the_sweep_on_every_gpu_then_on_one_and_accounts_each_cells_time(tmp_path: Path) -> None:
+    out = tmp_path / "fanout.json"
+    sweep = "degree=1,2 mode=naive workload=tiny_cnn epoch_samples=64 batch_size=16"
+    proc = _run("bench_fanout.py", ["--sweep", sweep, "--extra", "cluster=local cluster.num_gpus=2",
+                                    "--one-gpu-extra", "cluster.num_gpus=1", "--out", str(out)], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    both, one = result["all_gpus"], result["one_gpu"]
+    assert (both["cells"], both["ok"], both["gpus_used"]) == (2, 2, 2)
+    assert (one["cells"], one["ok"], one["gpus_used"]) == (2, 2, 1)
+    assert abs(result["ratio"] - both["makespan_s"] / one["makespan_s"]) < 1e-9
+    for cell in both["cell_table"] + one["cell_table"]:
+        # The phases add up to the cell's wall time (other_s is what no phase covers, never negative).
+        parts = ["lease_wait_s", "prepare_s", "actor_start_s", "trainer_setup_s", "epochs_s", "teardown_s", "other_s"]
+        assert abs(sum(cell[k] for k in parts) - cell["wall_s"]) < 1e-6, cell
+        assert cell["trainer_setup_s"] > 0 and cell["epochs_s"] > 0 and cell["other_s"] > -1e-6, cell
+    # On one GPU the second cell waited for the first one's lease.
+    assert max(c["lease_wait_s"] for c in one["cell_table"]) > min(c["epochs_s"] for c in one["cell_table"])
+    assert "caches warm" in proc.stdout and "trainer_setup" in proc.stdout

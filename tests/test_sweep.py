@@ -14,7 +14,7 @@ import pytest
 
 from raycolloc.modes.mps import find_control_daemons
 
-from .conftest import ROOT, run_cli
+from .conftest import ROOT, compose, run_cli
 
 TINY = ["workload=tiny_cnn", "cluster=local", "epoch_samples=128"]
 
@@ -189,8 +189,21 @@ def test_two_nodes_four_gpus_run_four_cells_at_once(tmp_path: Path) -> None:
 
 def test_largest_cells_start_first_when_cells_outnumber_gpus(tmp_path: Path) -> None:
     out = tmp_path / "res"
-    proc = run_cli(["-m", *TINY, "degree=1,3,2", "mode=naive", "cluster.max_concurrent_cells=1", f"out_dir={out}"],
-                   cwd=ROOT)
+    proc = run_cli(["-m", *TINY, "degree=1,3,2", "mode=naive,mps", "cluster.num_gpus=2", f"out_dir={out}"], cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     cells = _tables(out, "cells").sort_values("started_at")
-    assert list(cells["degree"]) == [3, 2, 1]
+    # No more cells started than there are GPUs: the launcher, not Ray's lease order, decides.
+    assert int((cells["started_at"] < cells["finished_at"].min()).sum()) == 2
+    assert list(cells["degree"]) == [3, 3, 2, 2, 1, 1], cells[["label", "started_at"]].to_string()
+
+
+def test_cell_size_puts_more_samples_first_and_naive_before_mps() -> None:
+    from hydra_plugins.raycolloc_launcher.raycolloc_launcher import _cell_size
+    from raycolloc.prepare import prepare_job
+
+    specs = {}
+    for degree, mode in ((1, "naive"), (7, "mps"), (7, "naive"), (3, "mig"), (3, "naive")):
+        cfg = compose(["workload=tiny_cnn", "cluster=local", f"degree={degree}", f"mode={mode}"])
+        specs[f"{mode}{degree}"] = prepare_job(cfg).spec
+    order = sorted(specs, key=lambda k: _cell_size(specs[k]))
+    assert order == ["naive7", "mps7", "naive3", "mig3", "naive1"]

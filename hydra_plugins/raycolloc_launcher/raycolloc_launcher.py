@@ -80,6 +80,21 @@ def _print_sweep_summary(sweep_dir: Path) -> None:
         log.warning("sweep summary unavailable: %s", exc)
 
 
+_MODE_ORDER = {"naive": 0, "mig": 1, "mps": 2}
+
+
+def _cell_size(spec: Any) -> tuple[int, int]:
+    """Sort key, largest cell first (LPT scheduling): with more cells than GPUs this keeps a long
+    cell from starting last and stretching the sweep.
+
+    Size is the samples to train, summed over the cell's jobs. Of two cells with as many samples,
+    the naive one comes first: time-slicing's aggregate throughput barely grows with the degree, so
+    it runs longest (4 x H200, resnet26: naive x7 30 s against MPS x7 26 s alone).
+    """
+    samples = sum(j.epoch_samples * j.epochs for j in spec.jobs)
+    return -samples, _MODE_ORDER.get(spec.mode.name, len(_MODE_ORDER))
+
+
 class RayCollocLauncher(Launcher):
     """Hydra launcher that fans a sweep out over the GPUs of a Ray cluster."""
 
@@ -172,10 +187,13 @@ class RayCollocLauncher(Launcher):
         node = ray.get_runtime_context().get_node_id()
         remote = ray.remote(num_cpus=0, max_retries=0)(_run_remote)
         state = Singleton.get_state()
-        limit = jobs[0].cfg.cluster.max_concurrent_cells or len(jobs)
-        # Largest cells first (samples to train, summed over jobs): with more cells than GPUs this
-        # keeps a long cell from starting last and stretching the sweep (LPT scheduling).
-        queue = sorted(todo, key=lambda i: -sum(j.epoch_samples * j.epochs for j in jobs[i].spec.jobs))
+        # No more cells in flight than the cluster has GPUs: a submitted cell waits for its lease, and
+        # Ray grants waiting leases in no set order, so submitting every cell at once would lose the
+        # largest-first order below (4 x H200: the largest cell started fifth and the sweep took 60.8 s
+        # instead of about 50; docs/measurements.md, fourth session).
+        gpus = int(ray.cluster_resources().get("GPU", 0)) or len(jobs)
+        limit = min(jobs[0].cfg.cluster.max_concurrent_cells or gpus, gpus)
+        queue = sorted(todo, key=lambda i: _cell_size(jobs[i].spec))
         refs: dict[Any, int] = {}
         view = ProgressView({jobs[i].spec.cell_id: jobs[i].spec.label for i in todo}, board)
         try:
