@@ -118,7 +118,8 @@ def main() -> None:
                       "thread_cpu_s": cpu, "cpu_us_per_step": 1e6 * cpu / max(steps, 1),
                       "sys_us_per_step": 1e6 * sys_s / max(steps, 1),
                       "minor_faults_per_step": (r1.ru_minflt - r0.ru_minflt) / max(steps, 1),
-                      "involuntary_switches": r1.ru_nivcsw - r0.ru_nivcsw}), flush=True)
+                      "involuntary_switches": r1.ru_nivcsw - r0.ru_nivcsw,
+                      "voluntary_switches": r1.ru_nvcsw - r0.ru_nvcsw}), flush=True)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,13 @@ from raycolloc.trainer import Trainer
 __all__ = ["CellOutcome", "run_cell"]
 
 log = logging.getLogger(__name__)
-RemoteTrainer = ray.remote(max_concurrency=2)(Trainer)
+# One call at a time, on the actor's main thread: no caller needs a second concurrent call (progress
+# goes to the steward; a hung trainer is killed, not asked). With a pool of two threads, as before,
+# the idle main thread took the GIL about 100 times a second beside a busy pool thread (CPU test:
+# voluntary context switches ~100/s against 0), and on one H100, rounds interleaved, the eager
+# resnet26 trainer ran a median 16,189 against 16,990 img/s with it (docs/measurements.md, fourth
+# session). A raw process on that host still ran 17,956-18,672 img/s: the rest of the gap is open.
+RemoteTrainer = ray.remote(Trainer)
 
 
 @dataclasses.dataclass

@@ -59,7 +59,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("job_index", _i64), ("epoch", _i64), ("warmup", _bool), ("start_ts", _f64), ("end_ts", _f64),
         ("wall_s", _f64), ("samples", _i64), ("samples_per_s", _f64), ("steps", _i64), ("loss", _f64),
         ("thread_cpu_s", _f64), ("thread_sys_s", _f64), ("minor_faults", _i64),
-        ("involuntary_switches", _i64),
+        ("involuntary_switches", _i64), ("voluntary_switches", _i64),
         ("peak_mem_allocated_mib", _f64), ("peak_mem_reserved_mib", _f64),
     ),
     "telemetry": _schema(

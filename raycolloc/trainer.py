@@ -115,7 +115,8 @@ class Trainer:
         return self._state()
 
     def _pin(self, first: bool) -> None:
-        """Pin the thread running this method (Ray's pool may pick another each call) to the job's cores.
+        """Pin the thread running this method (the actor's main thread; pinned on every call all the same)
+        to the job's cores.
 
         Only the first call (setup, before CUDA starts) moves the process's other threads, which are
         then Ray's, off those cores. Later calls leave CUDA's threads where they were born, on the
@@ -283,13 +284,13 @@ class Trainer:
 
 
 def _thread_usage() -> dict[str, float]:
-    """CPU time (user + system), system time, minor page faults and involuntary context switches
-    of the calling thread so far (``getrusage(RUSAGE_THREAD)``, Linux; CPU time alone elsewhere)."""
+    """CPU time (user + system), system time, minor page faults and context switches (involuntary:
+    preempted; voluntary: it waited, e.g. for the GIL) of the calling thread so far (``getrusage(RUSAGE_THREAD)``, Linux; CPU time alone elsewhere)."""
     if not hasattr(resource, "RUSAGE_THREAD"):
         return {"thread_cpu_s": time.thread_time()}
     r = resource.getrusage(resource.RUSAGE_THREAD)
     return {"thread_cpu_s": r.ru_utime + r.ru_stime, "thread_sys_s": r.ru_stime, "minor_faults": r.ru_minflt,
-            "involuntary_switches": r.ru_nivcsw}
+            "involuntary_switches": r.ru_nivcsw, "voluntary_switches": r.ru_nvcsw}
 
 
 def _own_nvml_memory(binding: Binding, pid: int) -> float | None:

@@ -55,6 +55,7 @@ def test_naive_cell_writes_four_tables_with_one_gpu_per_cell(tmp_path: Path) -> 
     assert ((e2["thread_cpu_s"] > 0) & (e2["thread_cpu_s"] <= e2["wall_s"] * 1.05 + 0.01)).all()
     assert ((e2["thread_sys_s"] >= 0) & (e2["thread_sys_s"] <= e2["thread_cpu_s"])).all()
     assert (e2["minor_faults"] >= 0).all() and (e2["involuntary_switches"] >= 0).all()
+    assert (e2["voluntary_switches"] >= 0).all()
     # Telemetry: every row names its source; process rows for both jobs.
     assert set(tel["source"]) == {"sim-gpm"}
     assert set(tel.loc[tel.scope == "process", "pid"].astype(int)) == set(jobs["pid"])
@@ -102,3 +103,11 @@ def test_mps_cell_jobs_are_clients_of_one_server_and_the_daemon_stops(tmp_path: 
     gpu_dir = pipe_root / jobs["gpu_uuid"].iloc[0]
     assert oct(gpu_dir.stat().st_mode & 0o777) == "0o700"
     assert not (gpu_dir / "daemon.json").exists()
+
+
+def test_trainer_actors_take_one_call_at_a_time_on_their_main_thread() -> None:
+    from raycolloc.cell import RemoteTrainer
+
+    # A thread pool (max_concurrency > 1) leaves the main thread idle beside the training thread,
+    # waking for the GIL; nothing calls a trainer concurrently, so it runs its calls itself.
+    assert RemoteTrainer._default_options.get("max_concurrency", 1) == 1
