@@ -34,11 +34,12 @@ __all__ = ["CellOutcome", "run_cell"]
 
 log = logging.getLogger(__name__)
 # One call at a time, on the actor's main thread: no caller needs a second concurrent call (progress
-# goes to the steward; a hung trainer is killed, not asked). With a pool of two threads, as before,
-# the idle main thread took the GIL about 100 times a second beside a busy pool thread (CPU test:
-# voluntary context switches ~100/s against 0), and on one H100, rounds interleaved, the eager
-# resnet26 trainer ran a median 16,189 against 16,990 img/s with it (docs/measurements.md, fourth
-# session). A raw process on that host still ran 17,956-18,672 img/s: the rest of the gap is open.
+# goes to the steward; a hung trainer is killed, not asked). Before, a pool of two threads ran the
+# calls while the main thread idled; in a CPU test of small torch ops that idle main thread made the
+# busy pool thread wait for the GIL ~100 times a second (0 when the main thread runs the loop). On
+# one H100, rounds interleaved, the eager resnet26 trainer ran a median 16,990 img/s on its main
+# thread against 16,189 in the pool (4.07 vs 4.31 ms CPU per step). A raw process on that host ran
+# 17,956-18,672 img/s: most of the gap to raw is still open (docs/measurements.md, fourth session).
 RemoteTrainer = ray.remote(Trainer)
 
 
