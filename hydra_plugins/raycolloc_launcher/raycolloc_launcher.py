@@ -1,10 +1,11 @@
-"""``hydra/launcher=raycolloc``: run every cell of a multirun at once as a Ray task.
+"""``hydra/launcher=raycolloc``: run the cells of a multirun as Ray tasks, one per GPU at a time.
 
 (No ``from __future__ import annotations`` here: Hydra executes plugin modules without
 registering them in sys.modules, where postponed annotations break dataclasses.)
 
-Each task blocks on its cell's GPU lease, so the cluster's GPUs bound the parallelism
-(``cluster.max_concurrent_cells`` lowers it further). Before anything starts, every cell's config
+Each task blocks on its cell's GPU lease. The launcher keeps no more tasks in flight than the
+cluster has GPUs (``cluster.max_concurrent_cells`` lowers it further) and submits the largest
+cells first, so the largest-first order holds. Before anything starts, every cell's config
 is composed and validated, and the cluster is checked (e.g. MIG available): one bad cell stops
 the sweep before any GPU state changes. Cell tasks run on the driver's node, so results land in
 the sweep directory there; their trainers run wherever their GPU lease is.
