@@ -97,7 +97,18 @@ def raw_cell(args: argparse.Namespace, mode: str, degree: int, opts: dict[str, s
             "raw_per_job": [r["samples_per_s"] for r in rows],
             "cpu_us_per_step": statistics.mean(r["cpu_us_per_step"] for r in rows),
             "sys_us_per_step": statistics.mean(r["sys_us_per_step"] for r in rows),
-            "minor_faults_per_step": statistics.mean(r["minor_faults_per_step"] for r in rows)}
+            "minor_faults_per_step": statistics.mean(r["minor_faults_per_step"] for r in rows),
+            "switches_per_s": _switch_rates(rows)}
+
+
+def _switch_rates(rows: Any) -> tuple[float, float]:
+    """Mean voluntary (it waited: the GIL, a lock) and involuntary (pre-empted) context switches per
+    second of each job's training thread; ``rows`` are raw_train.py's or raycolloc's epochs."""
+    rows = list(rows)
+    if not rows:
+        return (float("nan"), float("nan"))
+    return (statistics.mean(r["voluntary_switches"] / r["wall_s"] for r in rows),
+            statistics.mean(r["involuntary_switches"] / r["wall_s"] for r in rows))
 
 
 def _raw_cores(args: argparse.Namespace, uuid: str, degree: int) -> list[list[str]]:
@@ -133,6 +144,7 @@ def sweep(args: argparse.Namespace, out_dir: Path, overrides: list[str]) -> pd.D
     for key, column, scale in (("cpu_us_per_step", "thread_cpu_s", 1e6), ("sys_us_per_step", "thread_sys_s", 1e6),
                                ("minor_faults_per_step", "minor_faults", 1.0)):
         cells[key] = float((scale * measured[column] / measured["steps"]).mean()) if len(measured) else None
+    cells["switches_per_s"] = [_switch_rates(measured.to_dict("records"))] * len(cells)
     return cells
 
 
@@ -198,6 +210,7 @@ def main() -> None:
                     raws: list[float] = []
                     raw_cpu: list[float] = []
                     raw_kernel: list[tuple[float, float]] = []
+                    raw_switches: list[tuple[float, float]] = []
                     rcs: list[dict[str, Any]] = []
                     for rep in range(args.repeats):
                         if not args.skip_raw:
@@ -205,6 +218,7 @@ def main() -> None:
                             raws.append(raw["raw_samples_per_s"])
                             raw_cpu.append(raw["cpu_us_per_step"])
                             raw_kernel.append((raw["sys_us_per_step"], raw["minor_faults_per_step"]))
+                            raw_switches.append(raw["switches_per_s"])
                         cells = sweep(args, work / f"{compile_mode}-{m}-{d}-{rep}", [f"mode={m}", f"degree={d}",
                                                                                    *_trainer_overrides(opts)])
                         rcs.append(cells.iloc[0].to_dict())
@@ -222,13 +236,18 @@ def main() -> None:
                                  # System time (us) and minor page faults per step of the training thread.
                                  "raw_sys_us_faults_per_step": raw_kernel,
                                  "raycolloc_sys_us_faults_per_step": [(x["sys_us_per_step"], x["minor_faults_per_step"])
-                                                                      for x in rcs]})
+                                                                      for x in rcs],
+                                 # Context switches per second of the training threads: (voluntary, involuntary).
+                                 "raw_switches_per_s": raw_switches,
+                                 "raycolloc_switches_per_s": [tuple(x["switches_per_s"]) for x in rcs]})
                     print(f"compile={compile_mode} {m} x{d}: raw {[round(x) for x in raws]}  "
                           f"raycolloc {[round(x) for x in rows[-1]['raycolloc_all']]}  CPU us/step of the training "
                           f"thread: raw {[round(x) for x in raw_cpu]} raycolloc "
                           f"{[round(x) for x in rows[-1]['raycolloc_cpu_us_per_step']]}  (system us, faults per step: "
                           f"raw {[(round(s), round(f, 2)) for s, f in raw_kernel]} raycolloc "
-                          f"{[(round(s), round(f, 2)) for s, f in rows[-1]['raycolloc_sys_us_faults_per_step']]})",
+                          f"{[(round(s), round(f, 2)) for s, f in rows[-1]['raycolloc_sys_us_faults_per_step']]}; "
+                          f"voluntary, involuntary switches per s: raw {[(round(v), round(i)) for v, i in raw_switches]} "
+                          f"raycolloc {[(round(v), round(i)) for v, i in rows[-1]['raycolloc_switches_per_s']]})",
                           flush=True)
                     Path(args.out).write_text(json.dumps({"card": card, "partial": True, "rows": rows}, default=float))
         if args.telemetry_pairs:

@@ -55,6 +55,10 @@ def test_bench_collocation_runs_raw_and_raycolloc_side_by_side_and_writes_its_ta
     assert row["raw"] > 0 and row["raycolloc"] > 0
     assert abs(row["ratio"] - row["raycolloc"] / row["raw"]) < 1e-9
     assert row["telemetry"].startswith("sim-")  # the raycolloc side sampled its (simulated) GPU
+    # Both sides' training threads report how often they waited and were pre-empted.
+    for side in ("raw_switches_per_s", "raycolloc_switches_per_s"):
+        ((voluntary, involuntary),) = row[side]
+        assert voluntary >= 0 and involuntary >= 0, (side, row[side])
     assert "raw img/s" in proc.stdout
 
 
