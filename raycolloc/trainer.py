@@ -285,7 +285,8 @@ class Trainer:
 
 def _thread_usage() -> dict[str, float]:
     """CPU time (user + system), system time, minor page faults and context switches (involuntary:
-    preempted; voluntary: it waited, e.g. for the GIL) of the calling thread so far (``getrusage(RUSAGE_THREAD)``, Linux; CPU time alone elsewhere)."""
+    pre-empted; voluntary: it waited, e.g. for the GIL or a lock) of the calling thread so far
+    (``getrusage(RUSAGE_THREAD)``, Linux; CPU time alone elsewhere)."""
     if not hasattr(resource, "RUSAGE_THREAD"):
         return {"thread_cpu_s": time.thread_time()}
     r = resource.getrusage(resource.RUSAGE_THREAD)

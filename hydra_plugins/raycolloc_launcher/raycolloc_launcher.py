@@ -90,7 +90,8 @@ def _cell_size(spec: Any) -> tuple[int, int]:
 
     Size is the samples to train, summed over the cell's jobs. Of two cells with as many samples,
     the naive one comes first: time-slicing's aggregate throughput barely grows with the degree, so
-    it runs longest (4 x H200, resnet26: naive x7 30 s against MPS x7 26 s alone).
+    it runs longest (4 x H200, resnet26, 51,200 samples a job: naive x7 31.5 s against MPS x7 21.0 s
+    alone).
     """
     samples = sum(j.epoch_samples * j.epochs for j in spec.jobs)
     return -samples, _MODE_ORDER.get(spec.mode.name, len(_MODE_ORDER))
@@ -190,8 +191,8 @@ class RayCollocLauncher(Launcher):
         state = Singleton.get_state()
         # No more cells in flight than the cluster has GPUs: a submitted cell waits for its lease, and
         # Ray grants waiting leases in no set order, so submitting every cell at once would lose the
-        # largest-first order below (4 x H200: the largest cell started fifth and the sweep took 60.8 s
-        # instead of about 50; docs/measurements.md, fourth session).
+        # largest-first order below (4 x H200: the largest cell started fifth and the sweep took 60.8 s;
+        # 53.0 s on another host with this order; docs/measurements.md, fourth session).
         gpus = int(ray.cluster_resources().get("GPU", 0)) or len(jobs)
         limit = min(jobs[0].cfg.cluster.max_concurrent_cells or gpus, gpus)
         queue = sorted(todo, key=lambda i: _cell_size(jobs[i].spec))
