@@ -34,7 +34,7 @@ __all__ = ["CellOutcome", "run_cell"]
 
 log = logging.getLogger(__name__)
 # One call at a time, on the actor's main thread: no caller needs a second concurrent call (progress
-# goes to the steward; a hung trainer is killed, not asked). Before, a pool of two threads ran the
+# goes to the steward; a hung or interrupted trainer is killed, not asked). Before, a pool of two threads ran the
 # calls while the main thread idled; in a CPU test of small torch ops that idle main thread made the
 # busy pool thread wait for the GIL ~100 times a second (0 when the main thread runs the loop). On
 # one H100, rounds interleaved, the eager resnet26 trainer ran a median 16,990 img/s on its main
@@ -162,33 +162,41 @@ class _Cell:
             return
         progress.report(self.spec.cell_id, jobs={str(k): v for k, v in jobs.items()})
 
-    def finish(self) -> None:
-        """Collect final job records, stop sampling, kill trainers, release GPU and lease."""
+    def finish(self, interrupted: bool = False) -> None:
+        """Collect final job records, stop sampling, kill trainers, release GPU and lease.
+
+        An interrupted cell writes no result, and its trainers may still be inside an epoch: a call
+        to them would wait behind it (one call at a time), so they are killed without being asked.
+        """
         t0 = time.perf_counter()
         try:
-            self._finish()
+            self._finish(interrupted)
         finally:
             self.teardown_s = time.perf_counter() - t0
 
-    def _finish(self) -> None:
-        live = self._live()
-        if live:
-            # The final record adds what is known at the end (NVML memory); if a trainer cannot give
-            # it, the job keeps the result it already reported.
-            finals = _gather({i: self.trainers[i].finish.remote() for i in live}, 60)
-            self.states.update({i: final for i, final in finals.items() if final["status"] == "ok"})
-        if self.steward is not None:
-            try:
-                out = ray.get(self.steward.stop_sampling.remote(self.spec.cell_id), timeout=120)
-                self.telemetry = out["rows"]
-            except Exception as exc:  # noqa: BLE001
-                log.warning("cell=%s telemetry lost: %s", self.spec.cell_id, exc)
-        for trainer in self.trainers.values():
-            ray.kill(trainer, no_restart=True)
-        if self.steward is not None and self.gpu is not None:
-            ray.get(self.steward.release.remote(self.spec.cell_id), timeout=120)
-        if self.lease is not None:
-            self.lease.release()
+    def _finish(self, interrupted: bool) -> None:
+        try:
+            live = [] if interrupted else self._live()
+            if live:
+                # The final record adds what is known at the end (NVML memory); if a trainer cannot
+                # give it, the job keeps the result it already reported.
+                finals = _gather({i: self.trainers[i].finish.remote() for i in live}, 60)
+                self.states.update({i: final for i, final in finals.items() if final["status"] == "ok"})
+            if self.steward is not None:
+                try:
+                    out = ray.get(self.steward.stop_sampling.remote(self.spec.cell_id), timeout=120)
+                    self.telemetry = out["rows"]
+                except Exception as exc:  # noqa: BLE001
+                    log.warning("cell=%s telemetry lost: %s", self.spec.cell_id, exc)
+        finally:
+            # Even when a second Ctrl-C lands in the steps above: the trainers go, the MPS daemon
+            # stops (or the MIG layout is restored) and the GPU is free again.
+            for trainer in self.trainers.values():
+                ray.kill(trainer, no_restart=True)
+            if self.steward is not None and self.gpu is not None:
+                ray.get(self.steward.release.remote(self.spec.cell_id), timeout=120)
+            if self.lease is not None:
+                self.lease.release()
 
 
 def _job_rows(spec: CellSpec, cell: _Cell) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -306,7 +314,7 @@ def run_cell(cfg: Config, spec: CellSpec, job_dir: str | Path) -> CellOutcome:
         cell.status, cell.reason = "error", f"{type(cause).__name__}: {cause}"[:4000]
     finally:
         try:
-            cell.finish()
+            cell.finish(interrupted)
         except Exception as exc:  # noqa: BLE001
             log.exception("cell=%s release failed", spec.cell_id)
             cell.reason = (cell.reason or "") + f"; release failed: {exc}"
