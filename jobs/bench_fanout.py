@@ -27,6 +27,9 @@ from typing import Any
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_collocation import _fmt  # noqa: E402 - a sibling script, not a package
 
 
 def run_sweep(overrides: list[str], out_dir: Path, env: dict[str, str]) -> dict[str, Any]:
@@ -78,12 +81,8 @@ def print_cells(result: dict[str, Any]) -> None:
         for run, row in (("all", c), ("one", one.get(c["label"]))):
             if row is None:
                 continue
-            print(f"{c['label'][:33]:<34}{run:<9}{_fmt(row['gpu_index'], 'd'):>4}{row['started_at']:>7.1f}"
+            print(f"{c['label'][:33]:<34}{run:<9}{_fmt(row['gpu_index'], '.0f'):>4}{row['started_at']:>7.1f}"
                   f"{row['finished_at']:>7.1f}" + "".join(f"{_fmt(row[k], '.1f'):>14}" for k in PHASES))
-
-
-def _fmt(value: Any, spec: str) -> str:
-    return "-" if value is None or value != value else format(int(value) if spec == "d" else value, spec)
 
 
 WARM = ("import time; t = time.perf_counter(); import torch, timm, ray, raycolloc.trainer\n"
