@@ -33,13 +33,9 @@ from raycolloc.trainer import Trainer
 __all__ = ["CellOutcome", "run_cell"]
 
 log = logging.getLogger(__name__)
-# One call at a time, on the actor's main thread: no caller needs a second concurrent call (progress
-# goes to the steward; a hung or interrupted trainer is killed, not asked). Before, a pool of two threads ran the
-# calls while the main thread idled; in a CPU test of small torch ops that idle main thread made the
-# busy pool thread wait for the GIL ~100 times a second (0 when the main thread runs the loop). On
-# one H100, rounds interleaved, the eager resnet26 trainer ran a median 16,990 img/s on its main
-# thread against 16,189 in the pool (4.07 vs 4.31 ms CPU per step). A raw process on that host ran
-# 17,956-18,672 img/s: most of the gap to raw is still open (docs/measurements.md, fourth session).
+# One call at a time: no caller needs a second concurrent call (progress goes to the steward; a hung or
+# interrupted trainer is killed, not asked). The actor only relays; the job trains in a process of its own
+# (raycolloc.jobproc says why).
 RemoteTrainer = ray.remote(Trainer)
 
 

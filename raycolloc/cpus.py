@@ -15,10 +15,9 @@ from __future__ import annotations
 import logging
 import math
 import os
-import threading
 from pathlib import Path
 
-__all__ = ["CpuPool", "format_cpus", "pin_thread"]
+__all__ = ["CpuPool", "format_cpus", "move_threads_off"]
 
 log = logging.getLogger(__name__)
 
@@ -82,31 +81,22 @@ class CpuPool:
         return {k: list(v) for k, v in self._held.items()}
 
 
-def pin_thread(cpus: tuple[int, ...], move_others: bool = True) -> set[int]:
-    """Pin the calling thread to ``cpus`` and, with ``move_others``, every other thread of this
-    process off them.
+def move_threads_off(cpus: tuple[int, ...]) -> set[int]:
+    """Move every thread of this process (a trainer actor: Ray's gRPC and event loops) off ``cpus``,
+    the cores of the job's training process, onto the node's other cores; returns those cores.
 
-    The calling thread trains; threads it creates later (CUDA's) inherit its cores. The process's
-    other threads at the time of the call (Ray's gRPC and event loops) move to the node's other
-    cores, so they never take the training thread's core from it. Call it with ``move_others``
-    once, before CUDA starts; later calls (another thread of Ray's pool running the next method)
-    pass ``move_others=False`` so CUDA's threads stay on the job's cores. Returns the calling
-    thread's affinity.
+    The training process is pinned to ``cpus`` as a whole before it starts a thread (``raycolloc.
+    jobproc``), so each of its threads, CUDA's included, stays with the training thread.
     """
-    wanted = set(cpus)
-    others = (set(os.sched_getaffinity(0)) | _node_cpus()) - wanted if move_others else set()
-    if others:
-        me = threading.get_native_id()
-        for task in Path("/proc/self/task").iterdir():
-            tid = int(task.name)
-            if tid == me:
-                continue
-            try:
-                os.sched_setaffinity(tid, others)
-            except OSError as exc:  # a thread that just ended
-                log.debug("thread %s: %s", tid, exc)
-    os.sched_setaffinity(0, wanted)
-    return os.sched_getaffinity(0)
+    others = (set(os.sched_getaffinity(0)) | _node_cpus()) - set(cpus)
+    if not others:
+        return set(os.sched_getaffinity(0))
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            os.sched_setaffinity(int(task.name), others)
+        except OSError as exc:  # a thread that just ended
+            log.debug("thread %s: %s", task.name, exc)
+    return others
 
 
 def _node_cpus() -> set[int]:

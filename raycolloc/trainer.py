@@ -1,312 +1,149 @@
-"""The trainer actor: one process per job. It builds the workload, warms up, then trains the
-measured epochs, recording synchronised wall time, samples/s and peak memory per epoch.
+"""The trainer actor: one per job. It starts the job's training process (``raycolloc.jobproc``)
+and relays the cell's calls to it: setup, epochs, finish. While the process trains, the actor
+publishes its progress (a ``ray.util.metrics`` gauge and the steward's progress table) and, on
+simulated GPUs, asks the steward for the job's memory.
 
-Failures are results: an OOM or any exception inside a method is returned as
-``status=oom|error`` with the message, never raised, so the cell goes on and writes its rows.
+Failures are results: an OOM or any exception in the job is returned as ``status=oom|error``,
+and a training process that dies (a crash, ``trainer.fault=exit``) as ``status=error``, "training
+process ... died", with the epochs it finished before; never raised, so the cell goes on.
 """
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import logging
 import os
-import resource
 import socket
+import subprocess
+import sys
 import time
-import traceback
-from contextlib import contextmanager
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+import raycolloc
 from raycolloc.cellspec import Binding, JobSpec
-from raycolloc.cpus import format_cpus, pin_thread
+from raycolloc.cpus import move_threads_off
+from raycolloc.jobproc import COMPILE_CACHE
 from raycolloc.metrics import make_gauge
-from raycolloc.modes.mps import mps_client_status
 from raycolloc.priority import normal_priority
 
-__all__ = ["Trainer", "classify_error"]
+__all__ = ["Trainer"]
 
 log = logging.getLogger(__name__)
-COMPILE_CACHE = Path(os.environ.get("RAYCOLLOC_COMPILE_CACHE", "/tmp/raycolloc-compile-cache"))
-REPORT_EVERY_S = 1.0
-
-
-def classify_error(exc: BaseException) -> str:
-    """``oom`` for every flavour of device out-of-memory, ``error`` otherwise."""
-    import torch
-
-    if isinstance(exc, torch.OutOfMemoryError | MemoryError):
-        return "oom"
-    text = str(exc)
-    if "out of memory" in text.lower() or "CUBLAS_STATUS_ALLOC_FAILED" in text:
-        return "oom"
-    return "error"
 
 
 class Trainer:
     """One job. Created by the cell inside its GPU lease; see ``raycolloc.cell``.
 
-    The binding's environment (CUDA_VISIBLE_DEVICES, MPS pipe, allocator) is applied in
-    ``__init__``, before anything initialises CUDA in this process.
+    The training process starts at once (it imports torch while the cell creates the other
+    trainers), with the binding's environment (CUDA_VISIBLE_DEVICES, MPS pipe, allocator) and,
+    pinned, on the job's cores with all of its threads; this actor's own threads move off them.
     """
 
     def __init__(self, job: JobSpec, binding: Binding, cell_id: str, backend: str, steward: Any) -> None:
-        niceness = normal_priority()
-        os.environ.update(binding.env)
-        os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        normal_priority()  # the training process inherits it
+        env = {**os.environ, **binding.env, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
         if job.trainer.allocator == "cuda_async":
-            os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
-        COMPILE_CACHE.mkdir(parents=True, exist_ok=True)
+            env["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
         # One inductor cache per node: identical jobs reuse each other's compiled kernels.
-        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(COMPILE_CACHE / "inductor"))
-        os.environ.setdefault("TRITON_CACHE_DIR", str(COMPILE_CACHE / "triton"))
-        self.job = job
-        self.binding = binding
-        self.cell_id = cell_id
-        self.backend = backend
-        self.steward = steward
-        self.pid = os.getpid()
-        self.epochs: list[dict[str, Any]] = []
-        self.info: dict[str, Any] = {"pid": self.pid, "hostname": socket.gethostname(),
-                                     "mig_uuid": binding.mig_uuid, "mig_profile": binding.mig_profile,
-                                     "cuda_visible_devices": binding.env.get("CUDA_VISIBLE_DEVICES"),
-                                     "niceness": niceness}
-        self.status, self.error = "ok", None
+        env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(COMPILE_CACHE / "inductor"))
+        env.setdefault("TRITON_CACHE_DIR", str(COMPILE_CACHE / "triton"))
+        package_root = str(Path(raycolloc.__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        self.job, self.binding, self.cell_id, self.steward = job, binding, cell_id, steward
+        if binding.cpus:
+            move_threads_off(binding.cpus)
+        ours, theirs = socket.socketpair()
+        with theirs:
+            self._proc = subprocess.Popen([sys.executable, "-m", "raycolloc.jobproc", str(theirs.fileno()),
+                                           str(os.getpid())], env=env, pass_fds=(theirs.fileno(),))
+        self._conn = Connection(ours.detach())
+        self._conn.send((job, binding, cell_id, backend))
+        self._state: dict[str, Any] = {"status": "ok", "error": None, "info": {}, "epochs": []}
         self._progress: dict[str, Any] = {"epoch": 0, "step": 0, "steps": job.steps_per_epoch,
                                           "epochs": job.epochs, "batch_size": job.batch_size}
         self._gauge: Any = None
-        self._next_report = 0.0
 
     def __repr__(self) -> str:
         # Ray prefixes every log line of an actor with its repr: the cell and the job.
         return f"Trainer({self.cell_id}/{self.job.name})"
 
-    # --- lifecycle (each returns a status dict; never raises for training errors) ---------
+    # --- lifecycle (each returns the job's state; never raises for training errors) ----------
     def setup(self) -> dict[str, Any]:
         """Build model, optimiser and data on the device; returns the job's info."""
         t0 = time.perf_counter()
-        try:
-            self._pin(first=True)  # before CUDA starts its threads: they inherit the core
-            self._setup()
-        except BaseException as exc:  # noqa: BLE001 - every failure is recorded as a row
-            self._fail(exc)
-        self.info["setup_s"] = time.perf_counter() - t0
-        return self._state()
+        state = self._call("setup")
+        # From the actor's start of the call: the training process's imports count too.
+        state["info"]["setup_s"] = self._state["info"]["setup_s"] = time.perf_counter() - t0
+        return state
 
     def run_epochs(self, first: int, last: int) -> dict[str, Any]:
         """Train epochs ``first..last`` (1-based, inclusive); stops at the first failure."""
-        if self.status != "ok":
-            return self._state()
-        try:
-            self._pin(first=False)
-            for epoch in range(first, last + 1):
-                self._run_epoch(epoch)
-        except BaseException as exc:  # noqa: BLE001
-            self._fail(exc)
-        return self._state()
+        return self._call("run", first, last)
 
     def progress(self) -> dict[str, Any]:
         return dict(self._progress)
 
     def finish(self) -> dict[str, Any]:
-        """Final record of the job; frees the device memory it held."""
-        self._release()
-        return self._state()
+        """Final record of the job; the training process frees the device and exits."""
+        state = self._call("finish")
+        try:
+            self._proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+        return state
 
-    def _pin(self, first: bool) -> None:
-        """Pin the thread running this method (the actor's main thread; pinned on every call all the same)
-        to the job's cores.
+    # --- internals ---------------------------------------------------------------------------
+    def _call(self, command: str, *args: Any) -> dict[str, Any]:
+        if self._state["status"] != "ok" and self._proc.poll() is not None:
+            return self._snapshot()
+        try:
+            self._conn.send((command, *args))
+            while True:
+                kind, *payload = self._conn.recv()
+                if kind == "state":
+                    self._state = {**payload[0], "info": {**self._state["info"], **payload[0]["info"]}}
+                    return self._snapshot()
+                if kind == "progress":
+                    self._publish(payload[0])
+                elif kind == "epoch":
+                    self._state["epochs"].append(payload[0])
+                elif kind == "sim_attach":
+                    self._sim_attach(*payload)
+        except (EOFError, OSError):
+            pass
+        try:
+            code = self._proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            code = "none (killed)"
+        pid = self._state["info"].get("pid", self._proc.pid)
+        self._state.update(status="error", error=f"training process {pid} died (exit code {code})")
+        log.error("%s", self._state["error"])
+        return self._snapshot()
 
-        Only the first call (setup, before CUDA starts) moves the process's other threads, which are
-        then Ray's, off those cores. Later calls leave CUDA's threads where they were born, on the
-        training thread's cores: moved to other cores, they cost the H100 trainer about a quarter of
-        its degree-1 throughput (resnet26 eager: 9.9k vs 13.2k img/s beside a raw process at 13.2k,
-        and 1.4x the CPU time per step; docs/measurements.md, third session).
-        """
-        if self.binding.cpus:
-            # What the training thread really runs on: the jobs table's ``cpus``.
-            self.info["cpus"] = format_cpus(sorted(pin_thread(self.binding.cpus, move_others=first)))
+    def _snapshot(self) -> dict[str, Any]:
+        s = self._state
+        return {**s, "info": dict(s["info"]), "epochs": list(s["epochs"])}
 
-    # --- internals -----------------------------------------------------------------------
-    def _setup(self) -> None:
-        import torch
+    def _sim_attach(self, gpu_uuid: str, mig_uuid: str | None, pid: int, mem_bytes: int, threads: int) -> None:
+        import ray
 
-        from raycolloc.data.sources import build_source
-        from raycolloc.step import build_step
-        from raycolloc.workloads.registry import create_workload
+        failure = None
+        try:
+            ray.get(self.steward.sim_attach.remote(gpu_uuid, mig_uuid, pid, mem_bytes, threads), timeout=60)
+        except Exception as exc:  # noqa: BLE001 - the job records it as its failure
+            cause = getattr(exc, "cause", None) or exc
+            failure = (isinstance(cause, MemoryError), f"{type(cause).__name__}: {cause}")
+        self._conn.send(("attached", failure))
 
-        job = self.job
-        torch.manual_seed(job.seed)
-        if self.backend == "sim":
-            self.device = torch.device("cpu")
-            torch.set_num_threads(job.trainer.torch_threads or max(1, int(job.trainer.num_cpus)))
-        else:
-            if not torch.cuda.is_available():
-                raise RuntimeError(f"CUDA sees no GPU with CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}")
-            self.device = torch.device("cuda", 0)
-            torch.cuda.set_device(self.device)
-            self.info["device_name"] = torch.cuda.get_device_name(0)
-            if job.trainer.torch_threads:
-                torch.set_num_threads(job.trainer.torch_threads)
-        self.spec = create_workload(job.workload)
-        model = self.spec.build_model()
-        self.info["params"] = sum(p.numel() for p in model.parameters())
-        if self.backend == "sim":
-            # The simulated GPU accounts this job's memory and refuses it when the GPU is full.
-            need = max(self.info["params"] * 16, int(self.spec.memory_gib * (1 << 30) * job.batch_size / self.spec.batch_size))
-            import ray
-
-            from raycolloc.gpu.sim_mps import sim_cuda_connect
-
-            sim_cuda_connect(self.pid)  # as CUDA's initialisation joins an MPS daemon if one answers
-            threads = torch.get_num_threads()
-            ray.get(self.steward.sim_attach.remote(self.binding.gpu_uuid, self.binding.mig_uuid, self.pid, need,
-                                                   threads), timeout=60)
-        self.step = build_step(self.spec, model, self.device, job.trainer)
-        self.source = build_source(self.spec, job.batch_size, self.device, job.data.source, job.data.placement,
-                                   job.data.path, job.data.num_workers, job.seed,
-                                   limit=job.epoch_samples if job.data.source == "real" else None)
-        self.info["h2d_bytes_per_step"] = self.source.bytes_per_batch if job.data.placement == "host" else 0
-        self._sync()
-        self.info.update(mps_client_status(self.binding, self.pid))
-        self.info["compile_s"] = None
-
-    def _sync(self) -> None:
-        if self.device.type == "cuda":
-            import torch
-
-            torch.cuda.synchronize()
-
-    @contextmanager
-    def _compile_lock(self):  # noqa: ANN202
-        """Jobs on a node compile one at a time, so the first fills the shared cache for the rest."""
-        key = hashlib.sha1(f"{self.job.workload}{self.job.batch_size}{self.job.trainer}".encode()).hexdigest()[:12]
-        with open(COMPILE_CACHE / f"compile-{key}.lock", "w") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
-
-    def _run_epoch(self, epoch: int) -> None:
-        import torch
-
-        job, steps = self.job, self.job.steps_per_epoch
-        if self.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-        if self.step.compiled and self.info["compile_s"] is None:
-            # Compile inside the warm-up epoch, timed on its own (never inside a measured epoch).
-            with self._compile_lock():
-                t = time.perf_counter()
-                self._last_loss = self.step(*self.source.next())
-                self._sync()
-                self.info["compile_s"] = time.perf_counter() - t
-        fault_step = steps // 2 if job.trainer.fault and job.trainer.fault_job == job.index and job.trainer.fault_epoch == epoch else -1
-        self._progress.update(epoch=epoch, step=0)
-        # Why sync: start the clock with an empty queue, so the epoch's time is its own work only.
-        self._sync()
-        usage0 = _thread_usage()
-        start_wall, t0 = time.time(), time.perf_counter()
-        for step in range(steps):
-            if step == fault_step:
-                self._inject_fault()
-            self._last_loss = self.step(*self.source.next())
-            if time.monotonic() >= self._next_report:
-                self._report(epoch, step, t0)
-        # Why sync: kernels run asynchronously; the epoch ends when the GPU finishes its last step.
-        self._sync()
-        wall = time.perf_counter() - t0
-        usage = {k: v - usage0[k] for k, v in _thread_usage().items()}
-        samples = steps * job.batch_size
-        record = {
-            "epoch": epoch, "warmup": epoch == 1, "start_ts": start_wall, "end_ts": start_wall + wall,
-            "wall_s": wall, "samples": samples, "samples_per_s": samples / wall,
-            "loss": float(self._last_loss), "steps": steps,
-            # The training thread's CPU time (user + system): near wall_s means the job is bound by
-            # its CPU thread; system time and page faults show time spent in the kernel.
-            **usage,
-            "peak_mem_allocated_mib": None, "peak_mem_reserved_mib": None,
-        }
-        if self.device.type == "cuda":
-            record["peak_mem_allocated_mib"] = torch.cuda.max_memory_allocated() / (1 << 20)
-            record["peak_mem_reserved_mib"] = torch.cuda.max_memory_reserved() / (1 << 20)
-        self.epochs.append(record)
-        self._progress.update(step=steps)
-        self._report(epoch, steps, t0, final=True)
-
-    def _report(self, epoch: int, step: int, t0: float, final: bool = False) -> None:
-        now = time.monotonic()
-        self._next_report = now + REPORT_EVERY_S
-        elapsed = max(time.perf_counter() - t0, 1e-9)
-        rate = step * self.job.batch_size / elapsed
-        self._progress.update(epoch=epoch, step=step, samples_per_s=rate)
+    def _publish(self, progress: dict[str, Any]) -> None:
+        self._progress = progress
         if self._gauge is None:
             self._gauge = make_gauge("raycolloc_job_samples_per_s", "Samples per second of a raycolloc job",
                                      ("cell", "job_name"))
-        self._gauge.set(rate, tags={"cell": self.cell_id, "job_name": self.job.name})
+        self._gauge.set(progress.get("samples_per_s", 0.0), tags={"cell": self.cell_id, "job_name": self.job.name})
         if self.steward is not None:
             # Fire and forget: the steward shows progress and, when simulated, derives telemetry.
-            self.steward.report.remote(self.cell_id, self.job.index, self.pid, dict(self._progress),
-                                       self.info.get("h2d_bytes_per_step", 0))
-
-    def _inject_fault(self) -> None:
-        import torch
-
-        kind = self.job.trainer.fault
-        if kind == "oom":
-            raise torch.OutOfMemoryError(f"injected out of memory (trainer.fault=oom, job {self.job.index})")
-        if kind == "exit":
-            os._exit(3)  # a crash: the process dies without a word
-        if kind == "hang":
-            time.sleep(10**6)
-        raise RuntimeError(f"injected error (trainer.fault=error, job {self.job.index})")
-
-    def _fail(self, exc: BaseException) -> None:
-        self.status = classify_error(exc)
-        self.error = f"{type(exc).__name__}: {exc}"
-        log.error("status=%s error=%s", self.status, self.error)
-        self.info["traceback"] = traceback.format_exc(limit=20)
-        self._release()
-
-    def _release(self) -> None:
-        for attr in ("step", "source"):
-            if hasattr(self, attr):
-                delattr(self, attr)
-        if getattr(self, "device", None) is not None and self.device.type == "cuda":
-            import torch
-
-            self.info.setdefault("nvml_mem_mib", _own_nvml_memory(self.binding, self.pid))
-            torch.cuda.empty_cache()
-
-    def _state(self) -> dict[str, Any]:
-        return {"status": self.status, "error": self.error, "info": dict(self.info), "epochs": list(self.epochs)}
-
-
-def _thread_usage() -> dict[str, float]:
-    """CPU time (user + system), system time, minor page faults and context switches (involuntary:
-    pre-empted; voluntary: it waited, e.g. for the GIL or a lock) of the calling thread so far
-    (``getrusage(RUSAGE_THREAD)``, Linux; CPU time alone elsewhere)."""
-    if not hasattr(resource, "RUSAGE_THREAD"):
-        return {"thread_cpu_s": time.thread_time()}
-    r = resource.getrusage(resource.RUSAGE_THREAD)
-    return {"thread_cpu_s": r.ru_utime + r.ru_stime, "thread_sys_s": r.ru_stime, "minor_faults": r.ru_minflt,
-            "involuntary_switches": r.ru_nivcsw, "voluntary_switches": r.ru_nvcsw}
-
-
-def _own_nvml_memory(binding: Binding, pid: int) -> float | None:
-    """Memory NVML attributes to this process (None where NVML hides it, e.g. MPS clients or MIG)."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            h = pynvml.nvmlDeviceGetHandleByUUID(binding.mig_uuid or binding.gpu_uuid)
-            for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h):
-                if p.pid == pid and p.usedGpuMemory is not None:
-                    return p.usedGpuMemory / (1 << 20)
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # noqa: BLE001 - best effort, absent on many setups
-        return None
-    return None
+            self.steward.report.remote(self.cell_id, self.job.index, self._state["info"].get("pid", self._proc.pid),
+                                       progress, self._state["info"].get("h2d_bytes_per_step", 0))

@@ -26,7 +26,7 @@ from raycolloc.config import TrainerConfig
 from raycolloc.data.sources import build_source
 from raycolloc.results import TABLES
 from raycolloc.step import TrainStep, build_step
-from raycolloc.trainer import COMPILE_CACHE
+from raycolloc.jobproc import COMPILE_CACHE
 from raycolloc.workloads.registry import create_workload
 
 from .conftest import ROOT, load, run_cli
