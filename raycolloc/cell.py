@@ -111,11 +111,11 @@ class _Cell:
         t_setup = time.perf_counter()
         self.prepare_s = t_setup - t_prepare  # steward: GPU lookup, MPS daemon or MIG layout, CPU cores
         for job, binding in zip(spec.jobs, bindings, strict=True):
-            env = {k: v for k, v in binding.env.items() if k != "CUDA_VISIBLE_DEVICES"}
+            # No runtime_env: the binding's environment (GPU or MIG UUID, MPS pipe) is the training
+            # process's, set by its actor; an actor without one may take a worker Ray already started.
             self.trainers[job.index] = RemoteTrainer.options(
                 name=f"raycolloc:{spec.cell_id}/{job.name}", namespace=NAMESPACE,
-                num_gpus=1.0 / spec.degree, num_cpus=cfg.trainer.num_cpus,
-                scheduling_strategy=self.lease.strategy(), runtime_env={"env_vars": env} if env else None,
+                num_gpus=1.0 / spec.degree, num_cpus=cfg.trainer.num_cpus, scheduling_strategy=self.lease.strategy(),
             ).remote(job, binding, spec.cell_id, self.gpu.backend, self.steward)
         progress.report(spec.cell_id, state="setup")
         self.states = _gather({i: t.setup.remote() for i, t in self.trainers.items()}, cfg.trainer.setup_timeout_s)

@@ -172,3 +172,16 @@ def test_cells_side_by_side_get_disjoint_cores_and_release_returns_them(tmp_path
     finally:
         for cell in ("cpu-a", "cpu-b", "cpu-c"):
             ray.get(steward.release.remote(cell), timeout=60)
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_start_stewards_starts_the_steward_of_every_gpu_node_before_any_cell() -> None:
+    from raycolloc.steward import NAMESPACE, start_stewards, steward_name
+
+    job = load(["degree=1"])
+    assert start_stewards(job.cfg.cluster, job.cfg.mode.pipe_root) == 1  # the local instance: one node with GPUs
+    node = ray.get_runtime_context().get_node_id()
+    steward = ray.get_actor(steward_name(node, job.cfg.cluster), namespace=NAMESPACE)
+    assert ray.get(steward.info.remote(), timeout=60)["gpus"]
+    # Idempotent: a second sweep finds the stewards running.
+    assert start_stewards(job.cfg.cluster, job.cfg.mode.pipe_root) == 1

@@ -151,6 +151,7 @@ class RayCollocLauncher(Launcher):
         from raycolloc.prepare import RESUME_ENV, check_cluster
         from raycolloc.progress import BOARD_ENV, ProgressBoard, ProgressView
         from raycolloc.results import completed_index
+        from raycolloc.steward import start_stewards
 
         setup_globals()
         assert self.config is not None and self.hydra_context is not None and self.task_function is not None
@@ -183,6 +184,8 @@ class RayCollocLauncher(Launcher):
             sys.exit(2)
         log.info("sweep=%s cells=%d to_run=%d gpus=%s", sweep_dir, len(jobs), len(todo),
                  ray.cluster_resources().get("GPU", 0))
+        first = jobs[todo[0]].cfg
+        start_stewards(first.cluster, first.mode.pipe_root)
 
         board_name = f"raycolloc:progress:{os.getpid()}:{int(time.time())}"
         board = ProgressBoard.options(name=board_name, namespace="raycolloc").remote()
