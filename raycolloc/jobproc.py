@@ -1,12 +1,14 @@
 """The training process of one job: a plain Python process, started by its ``Trainer`` actor.
 
-Why a process of its own: the same training loop ran 8-26% slower as a Ray actor's method than in
-a plain process beside it (H100, resnet26 eager at degree 1, 15.3k-16.4k vs 17.7k-18.7k img/s,
-with 9-26% more CPU time per step on the training thread; docs/measurements.md, fourth session).
-Neither the steward, the sampler, niceness, environment, garbage collector nor the step code
-explained it; what remained was the Ray core worker sharing the process (its threads and the GIL)
-with a loop bound by one CPU thread launching kernels. Here the loop shares its process with
-nothing: the actor only relays commands, progress and (simulated GPUs) memory requests.
+Why a process of its own: the same training loop run as a Ray actor's method was 6-14% slower
+than a plain process at degree 1 (H100, resnet26 eager, best of two: 15,521 vs 18,047 img/s naive,
+16,975 vs 18,091 MPS), its thread using 5-15% more CPU time per step. Neither the steward, the
+sampler, niceness, environment, garbage collector, thread pool nor the step code explained it; what
+remained was the Ray core worker sharing the process with a loop bound by one CPU thread launching
+kernels. Here the loop shares its process with nothing; the actor only relays commands, progress
+and (simulated GPUs) memory requests. On one H100 host afterwards, four repeats each, the best
+degree-1 runs were 18,608 vs raw 15,850 (naive) and 18,692 vs 18,512 (MPS), at the same CPU time
+per step (docs/measurements.md, fifth session).
 
 Protocol over one ``multiprocessing`` connection (pickled tuples), parent -> child:
 ``("setup",)``, ``("run", first, last)``, ``("finish",)``; each answered by ``("state", state)``.
