@@ -10,9 +10,10 @@ common=(workload=resnet26_cifar10 batch_size=128 epoch_samples=25600 mode=mps ou
 log() { echo "=== $* ($(date +%T))"; }
 leftovers() {
   local n
-  n=$(pgrep -fc "[n]vidia-cuda-mps" || true)
-  echo "mps processes: ${n:-0}"
-  ps -eo pid,ppid,cmd | grep -E "[n]vidia-cuda-mps" || echo "  (none)"
+  # By process name (comm), never by command line: pgrep -f also counts any shell whose command
+  # line mentions the daemon, this script's caller included.
+  echo "mps processes: $(ps -eo comm= | grep -c '^nvidia-cuda-mps')"
+  ps -eo pid,ppid,comm | awk '$3 ~ /^nvidia-cuda-mps/' | grep . || echo "  (none)"
   nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader | sed 's/^/  gpu app: /'
   echo "  gpu apps: $(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l)"
 }
