@@ -10,8 +10,9 @@ and (simulated GPUs) memory requests. On one H100 host afterwards, four repeats 
 degree-1 runs were 18,608 vs raw 15,850 (naive) and 18,692 vs 18,512 (MPS), at the same CPU time
 per step (docs/measurements.md, fifth session).
 
-Protocol over one ``multiprocessing`` connection (pickled tuples), parent -> child:
-``("setup",)``, ``("run", first, last)``, ``("finish",)``; each answered by ``("state", state)``.
+Protocol over one ``multiprocessing`` connection (pickled tuples), parent -> child: first
+``(job, binding, backend)``, then ``("setup",)``, ``("run", first, last)``, ``("finish",)``, each
+answered by ``("state", state)``.
 While working the child sends ``("progress", dict)`` about once a second, ``("epoch", record)``
 after each epoch, and on simulated GPUs ``("sim_attach", gpu_uuid, mig_uuid, pid, bytes, threads)``,
 answered by ``("attached", None)`` or ``("attached", (is_oom, message))``.
@@ -66,8 +67,8 @@ def classify_error(exc: BaseException) -> str:
 class JobProcess:
     """One job's model, optimiser, data and epochs, in the process that trains them."""
 
-    def __init__(self, job: JobSpec, binding: Binding, cell_id: str, backend: str, conn: Connection) -> None:
-        self.job, self.binding, self.cell_id, self.backend, self.conn = job, binding, cell_id, backend, conn
+    def __init__(self, job: JobSpec, binding: Binding, backend: str, conn: Connection) -> None:
+        self.job, self.binding, self.backend, self.conn = job, binding, backend, conn
         self.pid = os.getpid()
         self.epochs: list[dict[str, Any]] = []
         self.info: dict[str, Any] = {"pid": self.pid, "hostname": socket.gethostname(),
@@ -301,7 +302,7 @@ def main(argv: list[str] | None = None) -> None:
     _die_with_parent(parent)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     conn = Connection(fd)
-    job, binding, cell_id, backend = conn.recv()
+    job, binding, backend = conn.recv()
     if binding.cpus:
         # Before torch starts a thread: every thread of this process inherits the job's cores.
         os.sched_setaffinity(0, binding.cpus)
@@ -309,7 +310,7 @@ def main(argv: list[str] | None = None) -> None:
     COMPILE_CACHE.mkdir(parents=True, exist_ok=True)
     import torch  # noqa: F401 - while the actor waits for its first command
 
-    proc = JobProcess(job, binding, cell_id, backend, conn)
+    proc = JobProcess(job, binding, backend, conn)
     while True:
         try:
             command, *args = conn.recv()

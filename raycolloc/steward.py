@@ -323,12 +323,18 @@ def _node_gpus(node_id: str) -> int:
     return next((int(n["Resources"].get("GPU", 0)) for n in ray.nodes() if n["NodeID"] == node_id), 0)
 
 
-def get_steward(node_id: str, cluster: ClusterConfig, pipe_root: str, timeout: float = 60.0) -> Any:
-    """The steward of ``node_id``, created on first use (detached: it outlives any one sweep)."""
-    handle = RemoteSteward.options(
+def _steward_actor(node_id: str, cluster: ClusterConfig, num_gpus: int, pipe_root: str) -> Any:
+    """The steward actor of ``node_id``, created unless one runs (detached: it outlives any one
+    sweep); not waited for."""
+    return RemoteSteward.options(
         name=steward_name(node_id, cluster), namespace=NAMESPACE, get_if_exists=True, lifetime="detached",
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-    ).remote(node_id, cluster, _node_gpus(node_id), pipe_root)
+    ).remote(node_id, cluster, num_gpus, pipe_root)
+
+
+def get_steward(node_id: str, cluster: ClusterConfig, pipe_root: str, timeout: float = 60.0) -> Any:
+    """The steward of ``node_id``, created on first use, once it answers."""
+    handle = _steward_actor(node_id, cluster, _node_gpus(node_id), pipe_root)
     ray.get(handle.held.remote(), timeout=timeout)  # wait until it is up
     return handle
 
@@ -338,11 +344,9 @@ def start_stewards(cluster: ClusterConfig, pipe_root: str, timeout: float = 60.0
     do not each wait for it inside their set-up (2.6-2.8 s on 4 x H200, docs/measurements.md, fourth
     session). Returns how many answered; one that does not is left to its first cell, which records
     the error."""
-    nodes = [n["NodeID"] for n in ray.nodes() if n.get("Alive") and n["Resources"].get("GPU", 0) > 0]
-    handles = [RemoteSteward.options(
-        name=steward_name(node, cluster), namespace=NAMESPACE, get_if_exists=True, lifetime="detached",
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
-    ).remote(node, cluster, _node_gpus(node), pipe_root) for node in nodes]
+    gpus = {n["NodeID"]: int(n["Resources"]["GPU"]) for n in ray.nodes()
+            if n.get("Alive") and n["Resources"].get("GPU", 0) > 0}
+    handles = [_steward_actor(node, cluster, count, pipe_root) for node, count in gpus.items()]
     ready, _ = ray.wait([h.held.remote() for h in handles], num_returns=len(handles), timeout=timeout)
     if len(ready) < len(handles):
         log.warning("%d of %d stewards did not start within %gs", len(handles) - len(ready), len(handles), timeout)

@@ -50,7 +50,7 @@ class Trainer:
         env.setdefault("TRITON_CACHE_DIR", str(COMPILE_CACHE / "triton"))
         package_root = str(Path(raycolloc.__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-        self.job, self.binding, self.cell_id, self.steward = job, binding, cell_id, steward
+        self.job, self.cell_id, self.steward = job, cell_id, steward
         if binding.cpus:
             move_threads_off(binding.cpus)
         ours, theirs = socket.socketpair()
@@ -58,10 +58,8 @@ class Trainer:
             self._proc = subprocess.Popen([sys.executable, "-m", "raycolloc.jobproc", str(theirs.fileno()),
                                            str(os.getpid())], env=env, pass_fds=(theirs.fileno(),))
         self._conn = Connection(ours.detach())
-        self._conn.send((job, binding, cell_id, backend))
+        self._conn.send((job, binding, backend))
         self._state: dict[str, Any] = {"status": "ok", "error": None, "info": {}, "epochs": []}
-        self._progress: dict[str, Any] = {"epoch": 0, "step": 0, "steps": job.steps_per_epoch,
-                                          "epochs": job.epochs, "batch_size": job.batch_size}
         self._gauge: Any = None
 
     def __repr__(self) -> str:
@@ -80,9 +78,6 @@ class Trainer:
     def run_epochs(self, first: int, last: int) -> dict[str, Any]:
         """Train epochs ``first..last`` (1-based, inclusive); stops at the first failure."""
         return self._call("run", first, last)
-
-    def progress(self) -> dict[str, Any]:
-        return dict(self._progress)
 
     def finish(self) -> dict[str, Any]:
         """Final record of the job; the training process frees the device and exits."""
@@ -138,7 +133,6 @@ class Trainer:
         self._conn.send(("attached", failure))
 
     def _publish(self, progress: dict[str, Any]) -> None:
-        self._progress = progress
         if self._gauge is None:
             self._gauge = make_gauge("raycolloc_job_samples_per_s", "Samples per second of a raycolloc job",
                                      ("cell", "job_name"))

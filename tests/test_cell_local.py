@@ -108,6 +108,6 @@ def test_mps_cell_jobs_are_clients_of_one_server_and_the_daemon_stops(tmp_path: 
 def test_trainer_actors_take_one_call_at_a_time_on_their_main_thread() -> None:
     from raycolloc.cell import RemoteTrainer
 
-    # A thread pool (max_concurrency > 1) leaves the main thread idle beside the training thread,
-    # waking for the GIL; nothing calls a trainer concurrently, so it runs its calls itself.
+    # Nothing calls a trainer concurrently (progress goes to the steward; a hung or interrupted one is
+    # killed), so it needs no thread pool beside the main thread that relays to its training process.
     assert RemoteTrainer._default_options.get("max_concurrency", 1) == 1
