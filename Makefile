@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 export RAY_AUTH_MODE ?= disabled
 export RAY_USAGE_STATS_ENABLED ?= 0
 
-.PHONY: venv demo test test-gpu test-all report clean
+.PHONY: venv demo test test-fast test-gpu report clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,13 +21,15 @@ demo: venv
 	$(PY) -m raycolloc.sweep -m degree=1,2,3 mode=naive,mps workload=tiny_cnn cluster=local out_dir=results/demo
 	$(PY) -m analysis.report $$(ls -d results/demo/multirun/*/* | tail -1) --out results/demo/report
 
+# The whole CPU suite, the long (`slow`) tests included: what CI runs.
 test: venv
-	$(PY) -m pytest
-
-test-all: venv
 	$(PY) -m pytest -m 'not gpu'
 
-# On a machine with an NVIDIA GPU (the device machine: see jobs/device_smoke.sh).
+# The quick part while developing: plain `pytest` (no `slow`, no `gpu`).
+test-fast: venv
+	$(PY) -m pytest
+
+# On a machine with an NVIDIA GPU (the device machine: see jobs/device_check.sh).
 test-gpu: venv
 	$(PY) -m pytest -m gpu
 

@@ -1,10 +1,12 @@
 """The study's figures as PNG files (matplotlib, Agg backend).
 
-Per workload of the uniform cells: epoch-2 time per job (Fig. 2), SM activity (Fig. 3), memory
-footprint (Fig. 4) and energy per measured epoch (Fig. 6) as bars grouped by degree, one bar per
-mode; PCIe rx (Fig. 5) and power (Fig. 7) over time, one panel per degree, one line per mode,
-time relative to the cell's ``measured_start_ts``. Mixed cells: total time per mode against
-running the jobs one after the other (Fig. 8), and SM activity and memory over time (Fig. 9).
+Per workload of the uniform cells: throughput gain against the solo run (Fig. 1), epoch-2 time
+per job (Fig. 2), SM activity (Fig. 3), memory footprint (Fig. 4), energy per measured epoch
+(Fig. 6) and energy per sample (Fig. 10) as bars grouped by degree, one bar per mode (the median
+of a configuration's runs, with min-max bars); PCIe rx (Fig. 5) and power (Fig. 7) over time, one
+panel per degree, one line per mode, time relative to the cell's ``measured_start_ts``. Mixed
+cells: total time per mode against running the jobs one after the other (Fig. 8), and SM activity
+and memory over time (Fig. 9).
 
 Every figure the data allows is drawn; one it does not (no mixed cells, a telemetry source
 without SM activity, ...) is skipped with a logged reason. Failed cells are marked on the bars
@@ -26,7 +28,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.load import SweepData
-from analysis.tables import cell_metrics_table, cell_settings, epoch2_table, mixed_table
+from analysis.mixed import mixed_table, table2
+from analysis.tables import cell_metrics_table, cell_settings, epoch2_table, gain_cells
 
 __all__ = ["MODE_ORDER", "make_figures"]
 
@@ -90,12 +93,12 @@ def _bars(ax: plt.Axes, frame: pd.DataFrame, value: str, ylabel: str, *, low: st
     top = np.nanmax(frame[[c for c in (value, high, marker) if c]].to_numpy(dtype=float), initial=0.0)
     for i, name in enumerate(series):
         rows = frame[frame["series"] == name].groupby("degree").agg(
-            value=(value, "mean"), low=(low or value, "min"), high=(high or value, "max"),
-            marker=(marker or value, "mean"), status=("status", lambda s: "ok" if (s == "ok").any() else s.iloc[0]))
+            value=(value, "median"), low=(low or value, "min"), high=(high or value, "max"),
+            marker=(marker or value, "median"), status=("status", lambda s: "ok" if (s == "ok").any() else s.iloc[0]))
         rows = rows.reindex(degrees)
         pos = x - 0.4 + width * (i + 0.5)
         yerr = None
-        if low or high:
+        if low or high or frame.groupby(["series", "degree"]).size().max() > 1:  # repeats: their min-max
             yerr = np.vstack([(rows["value"] - rows["low"]).clip(lower=0),
                               (rows["high"] - rows["value"]).clip(lower=0)])
         ax.bar(pos, rows["value"], width, yerr=yerr, capsize=3, label=name, color=f"C{i}")
@@ -156,8 +159,13 @@ def _relative(data: SweepData, cells: pd.DataFrame, scope: str, column: str) -> 
     return tel.assign(t=tel["ts"] - tel["measured_start_ts"].fillna(tel.groupby("cell_id")["ts"].transform("min")))
 
 
+def _first_runs(cells: pd.DataFrame) -> pd.DataFrame:
+    """One run per configuration (its lowest repeat): time series of every repeat would overlap."""
+    return cells[cells["repeat"] == cells.groupby("repeat_group")["repeat"].transform("min")]
+
+
 def _timeline_figures(w: _Writer, data: SweepData) -> None:
-    uniform = data.cells[data.cells["mix"].isna()]
+    uniform = _first_runs(data.cells[data.cells["mix"].isna()])
     specs = [("fig5_pcie_rx", "pcie_rx_bytes_s", 1e-6, "PCIe rx (MB/s)", "PCIe rx over time"),
              ("fig7_power", "power_w", 1.0, "power (W)", "Power over time")]
     for name, column, scale, ylabel, title in specs:
@@ -170,7 +178,8 @@ def _timeline_figures(w: _Writer, data: SweepData) -> None:
                                                                     how="left")
         for workload, frame in tel.groupby("workload", sort=True):
             degrees = sorted(frame["degree"].unique())
-            fig, axes = plt.subplots(1, len(degrees), figsize=(4.2 * len(degrees), 3.6), squeeze=False, sharey=True)
+            fig, axes = plt.subplots(1, len(degrees), figsize=(max(6.4, 4.2 * len(degrees)), 3.6), squeeze=False,
+                                     sharey=True)
             frame = frame.assign(series=_series(frame))
             colours = {s: f"C{i}" for i, s in enumerate(sorted(frame["series"].unique(),
                                                                key=lambda s: _mode_key(s.split(" ")[0])))}
@@ -188,43 +197,69 @@ def _timeline_figures(w: _Writer, data: SweepData) -> None:
                 ax.grid(alpha=0.3)
                 ax.legend(fontsize=8)
             axes[0][0].set_ylabel(ylabel)
-            fig.suptitle(f"{title}: {workload} (dashed: measured start; dotted: end)")
+            fig.suptitle(f"{title}: {workload}\n(dashed: measured start; dotted: end)", fontsize=10)
+            w.save(fig, f"{name}_{_slug(workload)}")
+
+
+def _ratio_figures(w: _Writer, data: SweepData) -> None:
+    """Gain against the solo run (Fig. 1) and energy per sample (Fig. 10), one bar per mode and degree."""
+    runs = gain_cells(data.cells, data.jobs)
+    specs = [("fig1_gain", "gain_vs_solo", "gain vs solo (x)", "Throughput gain vs the same settings alone", 1.0),
+             ("fig10_energy_per_sample", "energy_per_sample_j", "energy per sample (J)",
+              "Energy per sample (measured window)", None)]
+    for name, value, ylabel, title, line in specs:
+        if runs.empty or runs[value].notna().sum() == 0:
+            w.skip(name, f"no {value} in any uniform cell" + (" (no energy counter or power samples)"
+                                                             if value.startswith("energy") else ""))
+            continue
+        for workload, frame in runs.groupby("workload", sort=True):
+            if frame[value].notna().sum() == 0:
+                w.skip(f"{name}_{_slug(workload)}", f"no {value} in any cell of {workload}")
+                continue
+            fig, ax = plt.subplots(figsize=(6.4, 4.0))
+            _bars(ax, frame, value, ylabel)
+            if line is not None:
+                ax.axhline(line, color="grey", linestyle="--", linewidth=0.8)
+            ax.set_title(f"{title}: {workload}")
             w.save(fig, f"{name}_{_slug(workload)}")
 
 
 def _mixed_total_figure(w: _Writer, data: SweepData) -> None:
-    table = mixed_table(data.cells, data.jobs, data.epochs)
+    table = table2(mixed_table(data.cells, data.jobs, data.epochs))
     if table.empty:
         w.skip("fig8_mixed_total", "no mixed cells (cells.mix is null everywhere)")
         return
-    cells = table.drop_duplicates(["sweep", "cell_id"])
-    mixes = sorted(cells["mix"].unique())
-    fig, axes = plt.subplots(1, len(mixes), figsize=(max(4.5, 1.6 * cells["mode"].nunique() + 2) * len(mixes), 4.0),
+    mixes = sorted(table["mix"].unique())
+    fig, axes = plt.subplots(1, len(mixes), figsize=(max(6.4, 1.6 * table["mode"].nunique() + 2) * len(mixes), 4.2),
                              squeeze=False)
     for ax, mix in zip(axes[0], mixes, strict=True):
-        sub = cells[cells["mix"] == mix].groupby("mode").agg(
-            total=("cell_total_s", "mean"), serial=("serial_s", "mean"), status=("status", "first"))
-        sub = sub.loc[sorted(sub.index, key=_mode_key)]
+        sub = table[table["mix"] == mix].drop_duplicates("mode")
         x = np.arange(len(sub))
-        ax.bar(x - 0.2, sub["total"], 0.4, label="collocated", color="C0")
-        ax.bar(x + 0.2, sub["serial"], 0.4, label="sequential (solo runs)", color="C7", hatch="//")
+        err = np.vstack([(sub["total_s"] - sub["total_s_min"]).clip(lower=0),
+                         (sub["total_s_max"] - sub["total_s"]).clip(lower=0)])
+        ax.bar(x - 0.2, sub["total_s"], 0.4, yerr=err, capsize=3, label="collocated", color="C0")
+        ax.bar(x + 0.2, sub["sequential_s"], 0.4, label="sequential (solo runs)", color="C7", hatch="//")
         for xi, (_, row) in zip(x, sub.iterrows(), strict=True):
             if row["status"] != "ok":
                 ax.text(xi - 0.2, 0, row["status"], rotation=90, ha="center", va="bottom", color="red", fontsize=8)
-            if pd.isna(row["serial"]):
+            if pd.isna(row["sequential_s"]):
                 ax.text(xi + 0.2, 0, "no solo", rotation=90, ha="center", va="bottom", color="grey", fontsize=8)
-        ax.set_xticks(x, list(sub.index))
+            elif pd.notna(row["change_vs_sequential_pct"]):
+                top = max(row["total_s_max"] if pd.notna(row["total_s_max"]) else 0, row["sequential_s"])
+                ax.text(xi, top * 1.02, f"{row['change_vs_sequential_pct']:+.0f}%", ha="center", va="bottom",
+                        fontsize=8)
+        ax.set_xticks(x, list(sub["mode"]))
         ax.set_xlim(-0.6, len(sub) - 0.4)
         ax.set_title(f"{mix}")
         ax.set_ylabel("total time (s)")
         ax.grid(axis="y", alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.suptitle("Mixed workloads: total time collocated vs sequential")
+        ax.legend(fontsize=8, loc="best")
+    fig.suptitle("Mixed workloads: total time collocated vs sequential\n(median, min-max bars; change in %)", fontsize=10)
     w.save(fig, "fig8_mixed_total")
 
 
 def _mixed_timeline_figures(w: _Writer, data: SweepData) -> None:
-    mixed = data.cells[data.cells["mix"].notna()]
+    mixed = _first_runs(data.cells[data.cells["mix"].notna()])
     if mixed.empty:
         w.skip("fig9_mixed_timeline", "no mixed cells (cells.mix is null everywhere)")
         return
@@ -262,7 +297,7 @@ def _mixed_timeline_figures(w: _Writer, data: SweepData) -> None:
 
 
 _FIGURES: tuple[Callable[[_Writer, SweepData], None], ...] = (
-    _bar_figures, _timeline_figures, _mixed_total_figure, _mixed_timeline_figures)
+    _ratio_figures, _bar_figures, _timeline_figures, _mixed_total_figure, _mixed_timeline_figures)
 
 
 def make_figures(data: SweepData, out_dir: str | Path, skipped: list[str] | None = None) -> list[Path]:

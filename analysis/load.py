@@ -1,7 +1,7 @@
 """Load one or several sweep directories into four pandas DataFrames.
 
 A sweep directory (``<out_dir>/multirun/<date>/<time>``) holds one cell directory per Hydra job;
-a cell directory is complete when it holds ``cells.parquet`` (``raycolloc.results`` writes it
+a cell directory is complete when it holds ``cells.parquet`` (``raycolloc.results.store`` writes it
 last). Cell directories are found recursively, so a parent of several sweeps works too. Every
 row gets a ``sweep`` column naming the directory it was loaded from; ``cells`` also gets
 ``cell_dir`` and ``failed`` (status other than ``ok``: oom, error, partial). Failed cells are
@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from raycolloc.results import SCHEMA_VERSION, SCHEMAS, TABLES
+from raycolloc.results.index import REFERENCE, read_reference
+from raycolloc.results.schema import TABLES
+from raycolloc.results.store import InvalidResult, UnknownSchemaVersion, read_cell
 
 __all__ = ["SweepData", "find_cell_dirs", "load_sweeps", "sweep_label"]
 
@@ -46,17 +47,17 @@ class SweepData:
 
 
 def find_cell_dirs(root: str | Path) -> list[Path]:
-    """Cell directories (holding ``cells.parquet``) under ``root``, sorted.
+    """Cell directories (holding ``cells.parquet`` or a reference) under ``root``, sorted.
 
     Raises:
-        SystemExit: ``root`` does not exist, is not a directory, or holds no cells.parquet.
+        SystemExit: ``root`` does not exist, is not a directory, or holds no cells.
     """
     root = Path(root)
     if not root.exists():
         raise SystemExit(f"error: sweep directory {root} does not exist; expected {_EXPECTED}")
     if not root.is_dir():
         raise SystemExit(f"error: {root} is not a directory; expected {_EXPECTED}")
-    dirs = sorted({p.parent for p in root.rglob("cells.parquet") if p.is_file()})
+    dirs = sorted({p.parent for name in ("cells.parquet", REFERENCE) for p in root.rglob(name) if p.is_file()})
     if not dirs:
         raise SystemExit(f"error: no cells.parquet found anywhere under {root}; expected {_EXPECTED}")
     return dirs
@@ -69,36 +70,36 @@ def sweep_label(path: Path, others: Sequence[Path]) -> str:
     return short if len(clashes) <= 1 else str(path.resolve())
 
 
-def _read(cell_dir: Path, name: str) -> pa.Table:
-    """One table of a cell dir, with its schema version checked; a missing non-cells table is empty."""
-    path = cell_dir / f"{name}.parquet"
-    if not path.exists():
-        log.warning("cell_dir=%s table=%s missing=true using=empty", cell_dir, name)
-        return SCHEMAS[name].empty_table()
+def _tables(cell_dir: Path) -> tuple[Path, dict[str, pa.Table]] | None:
+    """The result a cell directory holds or references, checked whole; None if invalid."""
+    target = read_reference(cell_dir) or cell_dir
     try:
-        table = pq.read_table(path)
-    except (OSError, pa.ArrowInvalid) as exc:
-        raise SystemExit(f"error: cannot read {path}: {exc}; expected a Parquet file written by raycolloc") from exc
-    if "schema_version" not in table.column_names:
-        raise SystemExit(f"error: {path} has no schema_version column; expected {_EXPECTED}")
-    versions = set(table.column("schema_version").to_pylist())
-    if versions - {SCHEMA_VERSION}:
-        raise SystemExit(f"error: {path} has schema_version {sorted(versions)}; this analysis reads version "
-                         f"{SCHEMA_VERSION} (re-run the sweep or use the raycolloc version that wrote it)")
-    return table
+        found = read_cell(target)
+    except UnknownSchemaVersion as exc:
+        raise SystemExit(f"error: {exc} (re-run the sweep or use the raycolloc version that wrote it)") from None
+    except InvalidResult as exc:
+        log.warning("cell_dir=%s invalid=true skipped: %s", cell_dir, exc)
+        return None
+    reused = target != cell_dir
+    cells = found.cells
+    if reused and cells.column("resumed_from")[0].as_py() is None:
+        idx = cells.schema.get_field_index("resumed_from")
+        cells = cells.set_column(idx, "resumed_from", pa.array([str(target)], pa.string()))
+    return target.resolve(), {"cells": cells, "jobs": found.jobs, "epochs": found.epochs, "telemetry": found.telemetry}
 
 
-def load_sweeps(paths: Sequence[str | Path]) -> SweepData:
+def load_sweeps(paths: Sequence[str | Path], all_results: bool = False) -> SweepData:
     """Load every cell under each sweep dir into four DataFrames.
 
     Args:
         paths: sweep directories (or any directory above cell directories).
+        all_results: keep every result of a config, not only its newest.
 
     Returns:
-        The concatenated tables; a cell reachable from two of the paths is loaded once.
+        The concatenated tables; a result reachable from several paths or references is loaded once.
 
     Raises:
-        SystemExit: a path is missing, holds no cells.parquet, or has another schema version.
+        SystemExit: a path is missing, holds no cells, or holds another schema version.
     """
     if not paths:
         raise SystemExit(f"error: no sweep directory given; expected {_EXPECTED}")
@@ -110,18 +111,57 @@ def load_sweeps(paths: Sequence[str | Path]) -> SweepData:
         label = sweep_label(root, roots)
         labels.append(label)
         for cell_dir in find_cell_dirs(root):
-            if cell_dir.resolve() in seen:
+            loaded = _tables(cell_dir)
+            if loaded is None or loaded[0] in seen:
                 continue
-            seen.add(cell_dir.resolve())
+            where, tables = loaded
+            seen.add(where)
             for name in TABLES:
-                table = _read(cell_dir, name)
-                table = table.append_column("sweep", pa.array([label] * table.num_rows, pa.string()))
+                table = tables[name].append_column("sweep", pa.array([label] * tables[name].num_rows, pa.string()))
                 if name == "cells":
-                    table = table.append_column("cell_dir", pa.array([str(cell_dir)] * table.num_rows, pa.string()))
+                    table = table.append_column("cell_dir", pa.array([str(where)], pa.string()))
                 parts[name].append(table)
         log.info("sweep=%s path=%s cells_total=%d", label, root, sum(t.num_rows for t in parts["cells"]))
+    if not parts["cells"]:
+        raise SystemExit(f"error: no readable cell under {', '.join(map(str, roots))}; expected {_EXPECTED}")
     frames = {name: pa.concat_tables(tables, promote_options="default").to_pandas() for name, tables in parts.items()}
     cells = frames["cells"]
+    if not all_results:
+        cells = _newest_per_config(cells)
+        ids = set(zip(cells["sweep"], cells["cell_id"], strict=True))
+        for name in ("jobs", "epochs", "telemetry"):
+            frame = frames[name]
+            frames[name] = frame[[k in ids for k in zip(frame["sweep"], frame["cell_id"], strict=True)]]
+    cells = cells.reset_index(drop=True)
     cells["failed"] = cells["status"].fillna("error") != "ok"
-    return SweepData(cells=cells, jobs=frames["jobs"], epochs=frames["epochs"], telemetry=frames["telemetry"],
-                     sweeps=tuple(dict.fromkeys(labels)))
+    jobs, epochs = frames["jobs"].reset_index(drop=True), frames["epochs"].reset_index(drop=True)
+    _derive_missing(cells, jobs, epochs)
+    return SweepData(cells=cells, jobs=jobs, epochs=epochs,
+                     telemetry=frames["telemetry"].reset_index(drop=True), sweeps=tuple(dict.fromkeys(labels)))
+
+
+def _derive_missing(cells: pd.DataFrame, jobs: pd.DataFrame, epochs: pd.DataFrame) -> None:
+    """Fill columns that results written before they existed lack (read back as nulls), in place:
+    ``repeat`` 0, ``repeat_group`` = the config hash (or the cell id), a job's ``samples`` and a
+    cell's ``measured_samples`` from its epochs, and a uniform cell's ``energy_per_sample_j``."""
+    cells["repeat"] = cells["repeat"].fillna(0).astype(int)
+    cells["repeat_group"] = cells["repeat_group"].fillna(cells["config_hash"]).fillna(cells["sweep"] + "/" + cells["cell_id"])
+    key = ["sweep", "cell_id"]
+    if not epochs.empty:
+        per_job = epochs.groupby([*key, "job_index"])["samples"].sum().rename("_samples").reset_index()
+        filled = jobs.merge(per_job, on=[*key, "job_index"], how="left")["_samples"]
+        jobs["samples"] = jobs["samples"].fillna(pd.Series(filled.to_numpy(), index=jobs.index))
+        measured = epochs[~epochs["warmup"].astype(bool)].groupby(key)["samples"].sum().rename("_measured").reset_index()
+        filled = cells.merge(measured, on=key, how="left")["_measured"]
+        cells["measured_samples"] = cells["measured_samples"].fillna(pd.Series(filled.to_numpy(), index=cells.index))
+    derived = (cells["energy_j"] / cells["measured_samples"].where(cells["measured_samples"] > 0)).where(cells["mix"].isna())
+    cells["energy_per_sample_j"] = cells["energy_per_sample_j"].fillna(derived)
+
+
+def _newest_per_config(cells: pd.DataFrame) -> pd.DataFrame:
+    """One row per config hash: the newest result (cells without a hash are all kept)."""
+    if "config_hash" not in cells or cells["config_hash"].isna().all():
+        return cells
+    hashed = cells[cells["config_hash"].notna()].sort_values("finished_at", na_position="first")
+    newest = hashed.drop_duplicates("config_hash", keep="last")
+    return pd.concat([newest, cells[cells["config_hash"].isna()]]).sort_index()

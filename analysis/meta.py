@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["config_tables", "environment_table", "failed_cells_table", "flatten"]
+__all__ = ["config_tables", "environment_table", "failed_cells_table", "flatten", "parse_json"]
 
 _ENV_COLUMNS = ("gpu_name", "gpu_memory_mib", "gpu_sm_count", "driver", "backend", "telemetry_source", "hostname")
 _ENV_SKIP = {"gpu_uuid", "hostname"}  # per-device identity: shown through gpu_name/hostname columns
@@ -31,7 +31,7 @@ def flatten(value: Any, prefix: str = "") -> dict[str, str]:
     return {prefix: value if isinstance(value, str) else json.dumps(value)}
 
 
-def _parse(text: Any) -> dict[str, Any]:
+def parse_json(text: Any) -> dict[str, Any]:
     if not isinstance(text, str) or not text:
         return {}
     try:
@@ -62,7 +62,8 @@ def environment_table(cells: pd.DataFrame) -> pd.DataFrame:
         if column in cells and cells[column].notna().any():
             value, n = _distinct(cells[column])
             rows.append({"key": column, "value": value, "n_cells": n})
-    env = pd.DataFrame([flatten(_parse(t)) for t in cells.get("env_json", pd.Series(dtype=object))])
+    env = pd.DataFrame([flatten(parse_json(t)) for t in cells.get("env_json", pd.Series(dtype=object))])
+    env = env.replace("null", None)  # a version that was not recorded is missing, not the word "null"
     for column in env.columns:
         if column in _ENV_SKIP or column in _ENV_COLUMNS or env[column].isna().all():
             continue
@@ -79,7 +80,7 @@ def config_tables(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         the same value; ``varying`` has one row per cell (``sweep, cell_id``) and one column per
         key whose value differs between cells (a key missing in some cells counts as varying).
     """
-    flat = pd.DataFrame([flatten(_parse(t)) for t in cells.get("config_json", pd.Series(dtype=object))],
+    flat = pd.DataFrame([flatten(parse_json(t)) for t in cells.get("config_json", pd.Series(dtype=object))],
                         index=cells.index)
     shared, varying = [], []
     for column in flat.columns:

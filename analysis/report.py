@@ -4,18 +4,19 @@ Usage::
 
     python -m analysis.report SWEEP_DIR [SWEEP_DIR ...] --out DIR [--baseline OTHER_SWEEP_DIR]
 
-The HTML embeds every figure as a base64 PNG and every table as HTML, with inline CSS and no
-scripts, so it reads offline and can be mailed as one file. The throughput-gain table is also
-printed to stdout.
+The page leads with what the sweeps found (the best configuration per workload, a verdict on each
+of the study's claims with its numbers), then per workload each figure beside the table it draws,
+then the mixed workloads (Fig. 8 beside Table 2); failed cells, the environment (raycolloc's
+version and commit), the sweeps and their configuration come last. Results from simulated GPUs
+carry a banner. Figures are inlined PNGs, CSS is inline, there are no scripts: it reads offline and
+can be mailed as one file. The gain table is also printed to stdout.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
 import html
 import logging
-import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,45 +25,30 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis import sections
 from analysis.figures import make_figures
+from analysis.findings import Verdict, best_configs, claims
 from analysis.load import SweepData, load_sweeps
 from analysis.meta import config_tables, environment_table, failed_cells_table
-from analysis.tables import baseline_table, cell_metrics_table, epoch2_table, gain_table, mixed_table
+from analysis.mixed import mixed_table, table2
+from analysis.page import CSS
+from analysis.tables import baseline_table, cell_metrics_table, epoch2_table, gain_table
 
 __all__ = ["Report", "build_report", "build_tables", "format_gain", "main", "render_html"]
 
 log = logging.getLogger(__name__)
 
-GAIN_COLUMNS = ["workload", "gpu_name", "mode", "degree", "settings", "status", "agg_samples_per_s",
-                "gain_vs_solo", "gain_vs_best_solo", "best_solo", "slowdown_mean", "slowdown_max"]
-_BAD_STATUS = ("oom", "error", "partial")
-_CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1400px;
-padding:0 1em;color:#222}
-h1{font-size:1.6em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:2em}h3{margin-top:1.4em}
-table{border-collapse:collapse;font-size:.82em;margin:.5em 0}
-th,td{border:1px solid #ddd;padding:.25em .5em;text-align:right;vertical-align:top}
-th{background:#f3f3f3;position:sticky;top:0}td:first-child,th:first-child{text-align:left}
-tr:nth-child(even) td{background:#fafafa}td.bad{color:#b00;font-weight:600}
-.scroll{overflow-x:auto}figure{display:inline-block;margin:.5em 1em .5em 0}
-figure img{max-width:100%;border:1px solid #eee}figcaption{font-size:.85em;color:#555}
-.note{color:#555;font-size:.9em}code{background:#f3f3f3;padding:0 .2em}
-"""
-
-_TABLE_TITLES = {
-    "gain": "Throughput gain of collocation (aggregate epoch-2 samples/s)",
-    "epoch2": "Epoch-2 time per job and slowdown vs solo (Fig. 2)",
-    "cell_metrics": "SM activity, memory, energy and power per cell (Figs. 3, 4, 6)",
-    "mixed": "Mixed workloads: total time vs sequential (Fig. 8, Table 2)",
-    "baseline": "Comparison with the baseline sweep (ratios current / baseline)",
-}
+GAIN_COLUMNS = ["workload", "gpu_name", "mode", "degree", "settings", "status", "n_runs", "agg_samples_per_s",
+                "gain_vs_solo", "gain_vs_best_solo", "best_solo", "slowdown_mean", "slowdown_max",
+                "energy_per_sample_j", "energy_vs_solo"]
 
 
 @dataclass
 class Report:
-    """What the CLI produced: the tables, the figure files and the skipped figures."""
+    """What the CLI produced: the tables, the verdicts, the figure files and the skipped figures."""
 
     tables: dict[str, pd.DataFrame]
+    verdicts: list[Verdict]
     figures: list[Path]
     skipped: list[str] = field(default_factory=list)
     html_path: Path | None = None
@@ -70,95 +56,81 @@ class Report:
 
 def build_tables(data: SweepData, baseline: SweepData | None = None) -> dict[str, pd.DataFrame]:
     """Every table of the report, by name (also the CSV file stem)."""
+    mixed = mixed_table(data.cells, data.jobs, data.epochs)
     tables = {
         "gain": gain_table(data.cells, data.jobs),
         "epoch2": epoch2_table(data.cells, data.jobs),
         "cell_metrics": cell_metrics_table(data.cells, data.epochs),
-        "mixed": mixed_table(data.cells, data.jobs, data.epochs),
+        "mixed": mixed,
+        "table2": table2(mixed),
         "failed_cells": failed_cells_table(data.cells, data.jobs),
         "environment": environment_table(data.cells),
     }
+    tables["best"] = best_configs(tables["gain"])
     tables["config_shared"], tables["config_varying"] = config_tables(data.cells)
     if baseline is not None:
         tables["baseline"] = baseline_table(data.cells, data.jobs, baseline.cells, baseline.jobs)
     return tables
 
 
-def _fmt(value: float) -> str:
-    """Numbers for people: thousands separators for big ones, three decimals for small ones."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if abs(value) >= 1e7:
-        return f"{value:.3e}"
-    if abs(value) >= 100:
-        return f"{value:,.0f}"
-    return f"{value:.3f}"
+def _verdicts(tables: dict[str, pd.DataFrame]) -> list[Verdict]:
+    return claims(tables["gain"], tables["epoch2"], tables["mixed"], tables["table2"])
 
 
 def format_gain(gain: pd.DataFrame) -> str:
-    """The gain table as fixed-width text (the stdout summary)."""
+    """The gain table as fixed-width text (the stdout summary): medians, ``[min-max]`` of several runs."""
     if gain.empty:
         return "no uniform cells: no throughput-gain table"
     cols = [c for c in GAIN_COLUMNS if c != "settings" or gain["settings"].nunique() > 1]
-    if gain["gpu_name"].nunique() <= 1:
-        cols.remove("gpu_name")
-    floats = gain[cols].select_dtypes("number").columns.difference(["degree"])
-    return gain[cols].to_string(index=False, na_rep="-", formatters={c: _fmt for c in floats})
+    for constant in ("gpu_name", "n_runs", "best_solo"):
+        if gain[constant].nunique(dropna=False) <= 1:
+            cols.remove(constant)
+    text = gain[cols].copy().astype(object)
+    for column in cols:
+        if f"{column}_min" in gain:
+            fmt = "{:,.0f}" if column == "agg_samples_per_s" else "{:.3g}" if column.startswith("energy_per") else "{:.2f}"
+            text[column] = [_spread_text(m, lo, hi, fmt) for m, lo, hi in
+                            zip(gain[column], gain[f"{column}_min"], gain[f"{column}_max"], strict=True)]
+        elif column.startswith("slowdown"):
+            text[column] = [("-" if pd.isna(v) else f"{v:.2f}") for v in gain[column]]
+    text["note"] = ["spread crosses 1" if flag else "" for flag in gain["gain_uncertain"]]
+    return text.to_string(index=False, na_rep="-")
 
 
-def _table_html(frame: pd.DataFrame) -> str:
-    if frame.empty:
-        return '<p class="note">(no rows)</p>'
-    floats = list(frame.select_dtypes("floating").columns)
-    text = frame.to_html(index=False, na_rep="-", escape=True, border=0, formatters={c: _fmt for c in floats})
-    for status in _BAD_STATUS:
-        text = text.replace(f"<td>{status}</td>", f'<td class="bad">{status}</td>')
-    return f'<div class="scroll">{text}</div>'
+def _spread_text(median: float, low: float, high: float, fmt: str) -> str:
+    if pd.isna(median):
+        return "-"
+    if pd.isna(low) or pd.isna(high) or abs(high - low) < 1e-12:
+        return fmt.format(median)
+    return f"{fmt.format(median)} [{fmt.format(low)}-{fmt.format(high)}]"
 
 
-def _figure_html(path: Path) -> str:
-    data = base64.b64encode(path.read_bytes()).decode("ascii")
-    name = html.escape(path.stem)
-    return (f'<figure><img alt="{name}" src="data:image/png;base64,{data}">'
-            f"<figcaption>{name}</figcaption></figure>")
-
-
-def _sweeps_html(data: SweepData) -> str:
-    cells = data.cells
-    rows = cells.groupby("sweep").agg(cells=("cell_id", "size"), ok=("failed", lambda f: int((~f).sum())),
-                                      failed=("failed", "sum"), first_cell_dir=("cell_dir", "min")).reset_index()
-    return _table_html(rows)
-
-
-def render_html(data: SweepData, tables: dict[str, pd.DataFrame], figures: Sequence[Path],
-                skipped: Sequence[str] = (), baseline_paths: Sequence[str] = ()) -> str:
+def render_html(data: SweepData, tables: dict[str, pd.DataFrame], verdicts: Sequence[Verdict],
+                figures: Sequence[Path], skipped: Sequence[str] = (), baseline_paths: Sequence[str] = ()) -> str:
     """The whole report as one HTML document (figures inlined, no external resources)."""
     esc = html.escape
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-    n_failed = int(data.cells["failed"].sum())
+    cells = data.cells
+    n_failed = int(cells["failed"].sum())
+    runs = cells.groupby("repeat_group").size()
+    repeats = f"{runs.min()}" if runs.min() == runs.max() else f"{runs.min()}-{runs.max()}"
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>raycolloc report: {esc(', '.join(data.sweeps))}</title><style>{_CSS}</style></head><body>",
+        f"<title>raycolloc report: {esc(', '.join(data.sweeps))}</title><style>{CSS}</style></head><body>",
         "<h1>raycolloc collocation report</h1>",
-        f'<p class="note">Generated {stamp}. {len(data.cells)} cells ({n_failed} failed), {len(data.jobs)} jobs, '
-        f"{len(data.telemetry)} telemetry samples. Metric: epoch 2 (epoch 1 is warm-up).</p>",
-        "<h2>Sweeps</h2>", _sweeps_html(data),
+        f'<p class="note">{esc(", ".join(data.sweeps))} · {len(cells)} cells ({n_failed} failed) · {runs.size} '
+        f"configurations, {repeats} run(s) each · metric: epoch 2 (epoch 1 is warm-up) · a configuration's runs "
+        f"are shown as median (min–max) · generated {stamp}</p>",
+        sections.simulated_banner(cells),
+        sections.findings(tables["best"], verdicts),
     ]
-    if baseline_paths:
-        parts.append(f'<p class="note">Baseline: {esc(", ".join(baseline_paths))}</p>')
-    parts += ["<h2>Environment</h2>", _table_html(tables["environment"])]
-    parts += ["<h2>Failed cells</h2>",
-              _table_html(tables["failed_cells"]) if n_failed else '<p class="note">None: every cell is ok.</p>']
-    for name in ("gain", "epoch2", "cell_metrics", "mixed", "baseline"):
-        if name in tables:
-            parts += [f"<h2>{esc(_TABLE_TITLES[name])}</h2>", _table_html(tables[name])]
-    parts.append("<h2>Figures</h2>")
-    parts += [_figure_html(p) for p in figures] or ['<p class="note">No figures.</p>']
-    if skipped:
-        parts.append("<h3>Figures not drawn</h3><ul>" + "".join(f"<li>{esc(s)}</li>" for s in skipped) + "</ul>")
-    parts += ["<h2>Configuration</h2>", "<h3>Keys that vary across cells</h3>", _table_html(tables["config_varying"]),
-              "<h3>Keys shared by every cell</h3>", _table_html(tables["config_shared"]), "</body></html>"]
-    return "\n".join(parts)
+    parts += sections.workloads(tables["gain"], figures)
+    parts += sections.mixed(tables["table2"], figures)
+    if "baseline" in tables:
+        parts += sections.baseline(tables["baseline"], baseline_paths)
+    parts += sections.closing(data, tables, figures, skipped)
+    parts.append("</body></html>")
+    return "\n".join(p for p in parts if p)
 
 
 def build_report(sweeps: Sequence[str | Path], out_dir: str | Path,
@@ -173,15 +145,17 @@ def build_report(sweeps: Sequence[str | Path], out_dir: str | Path,
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tables = build_tables(data, base)
+    verdicts = _verdicts(tables)
     for name, frame in tables.items():
         frame.to_csv(out / f"{name}.csv", index=False)
+    pd.DataFrame([vars(v) for v in verdicts]).to_csv(out / "claims.csv", index=False)
     skipped: list[str] = []
     figures = make_figures(data, out, skipped)
-    page = render_html(data, tables, figures, skipped, [str(b) for b in baseline])
+    page = render_html(data, tables, verdicts, figures, skipped, [str(b) for b in baseline])
     html_path = out / "report.html"
     html_path.write_text(page, encoding="utf-8")
     log.info("report=%s figures=%d tables=%d skipped=%d", html_path, len(figures), len(tables), len(skipped))
-    return Report(tables=tables, figures=figures, skipped=skipped, html_path=html_path)
+    return Report(tables=tables, verdicts=verdicts, figures=figures, skipped=skipped, html_path=html_path)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -200,8 +174,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=args.log_level, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s")
     report = build_report(args.sweeps, args.out, args.baseline)
-    print(_TABLE_TITLES["gain"])
+    print("Throughput gain of collocation (aggregate epoch-2 samples/s; median [min-max] of a configuration's runs)")
     print(format_gain(report.tables["gain"]))
+    print("\nThe study's claims")
+    for v in report.verdicts:
+        print(f"- {v.claim}: {v.verdict.upper()}. {v.evidence}")
     n_failed = len(report.tables["failed_cells"])
     if n_failed:
         print(f"\n{n_failed} failed cell(s): see failed_cells.csv")

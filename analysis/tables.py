@@ -17,18 +17,24 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.stats import crosses, spread_columns
+
 __all__ = [
+    "CELL_KEY",
+    "GAIN_SPREADS",
     "baseline_table",
     "cell_metrics_table",
     "cell_settings",
     "epoch2_table",
+    "epoch_span",
+    "gain_cells",
     "gain_table",
     "job_settings",
-    "mixed_table",
+    "jobs_with_cells",
 ]
 
 CELL_KEY = ["sweep", "cell_id"]
-_CELL_COLS = ["sweep", "cell_id", "workload", "mix", "mode", "degree", "gpu_name", "status"]
+_CELL_COLS = ["sweep", "cell_id", "repeat", "workload", "mix", "mode", "degree", "gpu_name", "status"]
 
 
 def job_settings(jobs: pd.DataFrame) -> pd.Series:
@@ -48,7 +54,7 @@ def cell_settings(jobs: pd.DataFrame) -> pd.DataFrame:
             .agg(lambda s: " | ".join(dict.fromkeys(s))).reset_index())
 
 
-def _jobs_with_cells(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
+def jobs_with_cells(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
     """Jobs joined to their cell's mode, degree, mix, GPU and status (``cell_status``)."""
     cell_part = cells[_CELL_COLS].rename(columns={"workload": "cell_workload", "status": "cell_status"})
     out = jobs.merge(cell_part, on=CELL_KEY, how="inner")
@@ -75,7 +81,7 @@ def epoch2_table(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
     epoch2_samples_per_s``; ``solo_epoch2_s`` (mean epoch-2 time of the same workload alone on
     the GPU in this mode with the same settings) and ``slowdown`` = epoch2_s / solo_epoch2_s.
     """
-    joined = _jobs_with_cells(cells, jobs)
+    joined = jobs_with_cells(cells, jobs)
     keys = ["workload", "mode", "gpu_name", "settings"]
     solo = (_ok_solo_jobs(joined).dropna(subset=["epoch2_s"]).groupby(keys, dropna=False)["epoch2_s"]
             .mean().rename("solo_epoch2_s").reset_index())
@@ -83,55 +89,125 @@ def epoch2_table(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
     # A job that failed after epoch 2 keeps its (valid) epoch-2 time; one that failed before has none.
     out["slowdown"] = out["epoch2_s"] / out["solo_epoch2_s"]
     out = out.rename(columns={"workload": "job_workload", "cell_workload": "workload"})
-    cols = ["sweep", "cell_id", "workload", "mix", "mode", "degree", "gpu_name", "cell_status", "job_index",
+    cols = ["sweep", "cell_id", "repeat", "workload", "mix", "mode", "degree", "gpu_name", "cell_status", "job_index",
             "job_name", "job_workload", "status", "settings", "epoch2_s", "epoch2_samples_per_s", "solo_epoch2_s",
             "slowdown"]
     return out[cols].sort_values(["workload", "gpu_name", "mode", "degree", "sweep", "cell_id", "job_index"],
                                  ignore_index=True)
 
 
-def gain_table(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
-    """Throughput gain of collocation per workload, GPU, mode and degree (uniform cells only).
+def _paired(cells: pd.DataFrame, ref: pd.DataFrame, keys: list[str], value: str) -> pd.Series:
+    """Per cell, its reference's ``value``: the run of the same repeat index where the reference has
+    one (repeats are interleaved, so runs of one index ran closest in time), else the median of the
+    reference's runs."""
+    per_repeat = ref.groupby([*keys, "repeat"], dropna=False)[value].median().rename("_by_repeat").reset_index()
+    median = ref.groupby(keys, dropna=False)[value].median().rename("_median").reset_index()
+    out = cells[[*keys, "repeat"]].merge(per_repeat, on=[*keys, "repeat"], how="left").merge(median, on=keys,
+                                                                                              how="left")
+    return pd.Series(out["_by_repeat"].fillna(out["_median"]).to_numpy(), index=cells.index)
 
-    Columns: ``workload, gpu_name, mode, degree, settings, sweep, cell_id, status, n_ok, n_jobs``;
-    ``agg_samples_per_s`` (sum of the jobs' epoch-2 samples/s); ``solo_samples_per_s`` and
-    ``gain_vs_solo`` (ratio to the degree-1 cell of the same workload, mode and settings);
-    ``best_solo_samples_per_s``, ``best_solo`` (which mode and settings it was) and
-    ``gain_vs_best_solo`` (ratio to the fastest degree-1 cell of the workload on that GPU model,
-    across modes and settings); ``slowdown_mean`` and ``slowdown_max`` over the cell's jobs
-    (see :func:`epoch2_table`).
+
+def _group_status(statuses: pd.Series) -> str:
+    """``ok`` when every run is ok, else the other statuses (``oom``, ``ok 2/3, oom``)."""
+    if (statuses == "ok").all():
+        return "ok"
+    bad = "/".join(sorted(set(statuses[statuses != "ok"].fillna("error"))))
+    n_ok = int((statuses == "ok").sum())
+    return f"ok {n_ok}/{len(statuses)}, {bad}" if n_ok else bad
+
+
+GAIN_SPREADS = ("agg_samples_per_s", "gain_vs_solo", "gain_vs_best_solo", "energy_per_sample_j", "energy_vs_solo")
+
+
+def gain_cells(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
+    """Every uniform cell (run) with its gains and energy ratio against its solo references.
+
+    Columns: the cell's ``sweep, cell_id, repeat, repeat_group, workload, gpu_name, mode, degree,
+    settings, status, n_ok, n_jobs, agg_samples_per_s, energy_per_sample_j, sm_active_mean,
+    mem_used_max_mib``; ``solo_samples_per_s`` and ``gain_vs_solo`` (against the degree-1 cell of
+    the same workload, mode and settings), ``best_solo_samples_per_s``, ``best_solo`` (its mode and
+    settings) and ``gain_vs_best_solo`` (against the fastest degree-1 configuration of the workload on
+    that GPU model); ``energy_vs_solo`` = J/sample / the same-settings solo's J/sample (below 1:
+    collocation spends less energy per sample). A reference with several runs is the run of the same
+    repeat index, else their median. Failed cells get no ratios.
     """
-    cols = ["workload", "gpu_name", "mode", "degree", "settings", "sweep", "cell_id", "status", "n_ok", "n_jobs",
-            "agg_samples_per_s", "solo_samples_per_s", "gain_vs_solo", "best_solo_samples_per_s", "best_solo",
-            "gain_vs_best_solo", "slowdown_mean", "slowdown_max"]
+    cols = ["sweep", "cell_id", "repeat", "repeat_group", "workload", "gpu_name", "mode", "degree", "settings",
+            "status", "n_ok", "n_jobs", "agg_samples_per_s", "energy_per_sample_j", "sm_active_mean",
+            "mem_used_max_mib", "solo_samples_per_s", "gain_vs_solo", "best_solo_samples_per_s", "best_solo",
+            "gain_vs_best_solo", "energy_vs_solo"]
     uniform = cells[_is_uniform(cells)]
     if uniform.empty:
         return pd.DataFrame(columns=cols)
     out = uniform.merge(cell_settings(jobs), on=CELL_KEY, how="left")
-    solo_mask = (out["degree"] == 1) & (out["status"] == "ok") & out["agg_samples_per_s"].notna()
-    solo = out[solo_mask]
-    keys = ["workload", "gpu_name", "mode", "settings"]
-    ref = solo.groupby(keys, dropna=False)["agg_samples_per_s"].mean().rename("solo_samples_per_s").reset_index()
-    out = out.merge(ref, on=keys, how="left")
-    if solo.empty:
-        out["best_solo_samples_per_s"], out["best_solo"] = np.nan, None
-    else:
-        per_config = solo.groupby([*keys], dropna=False)["agg_samples_per_s"].mean().reset_index()
-        best = per_config.loc[per_config.groupby(["workload", "gpu_name"], dropna=False)["agg_samples_per_s"].idxmax()]
-        best = best.assign(best_solo=best["mode"] + " " + best["settings"]).rename(
-            columns={"agg_samples_per_s": "best_solo_samples_per_s"})
-        out = out.merge(best[["workload", "gpu_name", "best_solo_samples_per_s", "best_solo"]],
-                        on=["workload", "gpu_name"], how="left")
     ok = out["status"] == "ok"
+    solo = out[(out["degree"] == 1) & ok & out["agg_samples_per_s"].notna()]
+    keys = ["workload", "gpu_name", "mode", "settings"]
+    out["solo_samples_per_s"] = _paired(out, solo, keys, "agg_samples_per_s")
     out["gain_vs_solo"] = (out["agg_samples_per_s"] / out["solo_samples_per_s"]).where(ok)
-    out["gain_vs_best_solo"] = (out["agg_samples_per_s"] / out["best_solo_samples_per_s"]).where(ok)
+    out["energy_vs_solo"] = (out["energy_per_sample_j"] / _paired(out, solo, keys, "energy_per_sample_j")).where(ok)
+    if solo.empty:
+        out["best_solo_samples_per_s"], out["best_solo"], out["gain_vs_best_solo"] = np.nan, None, np.nan
+        return out[cols]
+    per_config = solo.groupby(keys, dropna=False)["agg_samples_per_s"].median().reset_index()
+    best = per_config.loc[per_config.groupby(["workload", "gpu_name"], dropna=False)["agg_samples_per_s"].idxmax()]
+    best = best.assign(best_solo=best["mode"] + " " + best["settings"])[["workload", "gpu_name", "best_solo"]]
+    out = out.merge(best, on=["workload", "gpu_name"], how="left")
+    best_runs = solo.assign(best_solo=solo["mode"] + " " + solo["settings"])
+    out["best_solo_samples_per_s"] = _paired(out, best_runs, ["workload", "gpu_name", "best_solo"],
+                                             "agg_samples_per_s")
+    out["gain_vs_best_solo"] = (out["agg_samples_per_s"] / out["best_solo_samples_per_s"]).where(out["status"] == "ok")
+    return out[cols]
+
+
+def gain_table(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
+    """Throughput gain of collocation per configuration (uniform cells only), its runs summarised.
+
+    One row per configuration (its repeats together). Columns: ``workload, gpu_name, mode, degree,
+    settings``; ``sweep, cell_id`` (its first run), ``status`` (ok when every run is ok), ``n_runs``,
+    ``n_ok`` (ok runs); for each of ``agg_samples_per_s`` (sum of the jobs' epoch-2 samples/s),
+    ``gain_vs_solo``, ``gain_vs_best_solo``, ``energy_per_sample_j`` and ``energy_vs_solo`` (see
+    :func:`gain_cells`) the median over runs and ``_min``/``_max``; ``solo_samples_per_s``,
+    ``best_solo_samples_per_s``, ``best_solo``; ``gain_uncertain``: a collocated configuration whose
+    runs' gain against its solo reaches across 1.0 (it may gain nothing); ``slowdown_mean`` (median
+    over runs of the jobs' mean epoch-2 slowdown against their solo) and ``slowdown_max`` (worst job
+    of any run); ``epoch2_s`` (median of the runs' median job epoch-2 time; ``_min``/``_max`` over
+    every job of every run); medians over runs of ``sm_active_mean``, ``sm_active_max``,
+    ``mem_used_max_mib``, ``power_mean_w`` and ``energy_j``.
+    """
+    spreads = [f"{c}{s}" for c in GAIN_SPREADS for s in ("", "_min", "_max")]
+    cols = ["workload", "gpu_name", "mode", "degree", "settings", "sweep", "cell_id", "status", "n_runs", "n_ok",
+            *spreads, "solo_samples_per_s", "best_solo_samples_per_s", "best_solo", "gain_uncertain", "slowdown_mean",
+            "slowdown_max", "epoch2_s", "epoch2_s_min", "epoch2_s_max", "sm_active_mean", "sm_active_max",
+            "mem_used_max_mib", "power_mean_w", "energy_j"]
+    runs = gain_cells(cells, jobs)
+    if runs.empty:
+        return pd.DataFrame(columns=cols)
     slow = (epoch2_table(cells, jobs).groupby(CELL_KEY)["slowdown"].agg(slowdown_mean="mean", slowdown_max="max")
             .reset_index())
-    out = out.merge(slow, on=CELL_KEY, how="left")
+    e2 = epoch2_table(cells, jobs).groupby(CELL_KEY)["epoch2_s"].agg(epoch2_s="median", epoch2_s_lo="min",
+                                                                       epoch2_s_hi="max").reset_index()
+    extra = cells[[*CELL_KEY, "sm_active_max", "power_mean_w", "energy_j"]]
+    runs = (runs.merge(slow, on=CELL_KEY, how="left").merge(e2, on=CELL_KEY, how="left")
+            .merge(extra, on=CELL_KEY, how="left").sort_values(["repeat", "sweep"]))
+    keys = ["repeat_group", "workload", "gpu_name", "mode", "degree", "settings"]
+    grouped = runs.groupby(keys, dropna=False, sort=False)
+    out = pd.concat([
+        grouped[["sweep", "cell_id", "best_solo"]].first(),
+        grouped["status"].agg(_group_status),
+        grouped.size().rename("n_runs"),
+        grouped["status"].agg(lambda s: int((s == "ok").sum())).rename("n_ok"),
+        spread_columns(grouped, GAIN_SPREADS),
+        grouped[["solo_samples_per_s", "best_solo_samples_per_s", "slowdown_mean", "sm_active_mean", "sm_active_max",
+                 "mem_used_max_mib", "power_mean_w", "energy_j", "epoch2_s"]].median(),
+        grouped["slowdown_max"].max(), grouped["epoch2_s_lo"].min().rename("epoch2_s_min"),
+        grouped["epoch2_s_hi"].max().rename("epoch2_s_max"),
+    ], axis=1).reset_index()
+    out["gain_uncertain"] = (out["degree"] > 1) & crosses(out["gain_vs_solo_min"], out["gain_vs_solo_max"],
+                                                          out["n_ok"])
     return out[cols].sort_values(["workload", "gpu_name", "mode", "degree", "settings", "sweep"], ignore_index=True)
 
 
-def _epoch_span(epochs: pd.DataFrame) -> pd.DataFrame:
+def epoch_span(epochs: pd.DataFrame) -> pd.DataFrame:
     """Per cell: first epoch start to last epoch end (warm-up included), and measured job-epochs."""
     if epochs.empty:
         return pd.DataFrame(columns=[*CELL_KEY, "span_s", "measured_job_epochs"])
@@ -144,61 +220,24 @@ def _epoch_span(epochs: pd.DataFrame) -> pd.DataFrame:
 def cell_metrics_table(cells: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
     """GPU telemetry of each cell over its measured window (paper Figs. 3, 4, 6).
 
-    Columns: the cell's identity and ``status, telemetry_source``; ``sm_active_mean`` and
-    ``sm_active_max`` (%, of the GPU); ``gpu_util_mean`` (%); ``mem_used_max_mib`` (GPU memory
-    used, all jobs); ``energy_j`` (energy counter over the measured window) and
-    ``power_mean_w``; ``pcie_rx_mean_bytes_s``/``pcie_tx_mean_bytes_s``; ``makespan_s``
-    (measured window); ``measured_job_epochs`` (non-warm-up epochs finished by all jobs in the
-    window) and ``energy_per_job_epoch_j`` = energy_j / measured_job_epochs.
+    Columns: the cell's identity (``repeat`` included) and ``status, telemetry_source``;
+    ``sm_active_mean`` and ``sm_active_max`` (%, of the GPU); ``gpu_util_mean`` (%);
+    ``mem_used_max_mib`` (GPU memory used, all jobs); ``energy_j`` and ``power_mean_w`` over the
+    measured window ``makespan_s`` (energy_j = power_mean_w x makespan_s); ``measured_samples`` and
+    ``energy_per_sample_j`` (uniform cells); ``total_energy_j`` (every epoch, warm-up included: a
+    mixed cell's energy) over ``total_s``; ``pcie_rx_mean_bytes_s``/``pcie_tx_mean_bytes_s``;
+    ``measured_job_epochs`` (non-warm-up epochs finished by all jobs in the window) and
+    ``energy_per_job_epoch_j`` = energy_j / measured_job_epochs.
     """
     metrics = ["telemetry_source", "sm_active_mean", "sm_active_max", "gpu_util_mean", "mem_used_max_mib",
-               "energy_j", "power_mean_w", "pcie_rx_mean_bytes_s", "pcie_tx_mean_bytes_s", "makespan_s"]
-    out = cells[_CELL_COLS + metrics].merge(_epoch_span(epochs)[[*CELL_KEY, "measured_job_epochs"]],
+               "energy_j", "power_mean_w", "makespan_s", "measured_samples", "energy_per_sample_j", "total_energy_j",
+               "total_s", "pcie_rx_mean_bytes_s", "pcie_tx_mean_bytes_s"]
+    out = cells[_CELL_COLS + metrics].merge(epoch_span(epochs)[[*CELL_KEY, "measured_job_epochs"]],
                                              on=CELL_KEY, how="left")
     out["measured_job_epochs"] = out["measured_job_epochs"].fillna(0).astype(int)
     denom = out["measured_job_epochs"].where(out["measured_job_epochs"] > 0)
     out["energy_per_job_epoch_j"] = out["energy_j"] / denom
-    return out.sort_values(["workload", "gpu_name", "mode", "degree", "sweep"], ignore_index=True)
-
-
-def mixed_table(cells: pd.DataFrame, jobs: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
-    """Mixed cells against running their jobs one after the other (paper Fig. 8, Table 2).
-
-    One row per job of each mixed cell. Columns: ``sweep, cell_id, mix, workload, mode, gpu_name,
-    status`` (the cell); ``job_index, job_name, job_workload, job_status, job_total_s`` (the job's
-    epochs, warm-up included); ``solo_total_s`` (the same workload alone in the same mode with
-    the same settings, batch size, epochs and epoch length; mean of matches) and
-    ``job_slowdown`` = job_total_s / solo_total_s; ``cell_total_s`` (makespan: first epoch start
-    to last epoch end of the cell); ``serial_s`` = the sum of the jobs' ``solo_total_s`` (empty if
-    one is missing, see ``solo_missing``); ``change_vs_sequential_pct`` =
-    100 * (cell_total_s / serial_s - 1), negative when collocation is faster.
-    """
-    cols = ["sweep", "cell_id", "mix", "workload", "mode", "gpu_name", "status", "job_index", "job_name",
-            "job_workload", "job_status", "job_total_s", "solo_total_s", "job_slowdown", "cell_total_s", "serial_s",
-            "change_vs_sequential_pct", "solo_missing"]
-    mixed = cells[cells["mix"].notna()]
-    if mixed.empty:
-        return pd.DataFrame(columns=cols)
-    joined = _jobs_with_cells(cells, jobs)
-    match = ["workload", "mode", "gpu_name", "settings", "batch_size", "epochs", "epoch_samples"]
-    solo = (_ok_solo_jobs(joined).dropna(subset=["total_s"]).groupby(match, dropna=False)["total_s"].mean()
-            .rename("solo_total_s").reset_index())
-    out = joined[joined["mix"].notna()].merge(solo, on=match, how="left")
-    out = out.rename(columns={"workload": "job_workload", "cell_workload": "workload", "status": "job_status",
-                              "cell_status": "status", "total_s": "job_total_s"})
-    out["job_slowdown"] = out["job_total_s"] / out["solo_total_s"]
-    spans = _epoch_span(epochs)[[*CELL_KEY, "span_s"]]
-    totals = mixed[[*CELL_KEY, "total_s"]].merge(spans, on=CELL_KEY, how="left")
-    totals["cell_total_s"] = totals["span_s"].fillna(totals["total_s"])
-    out = out.merge(totals[[*CELL_KEY, "cell_total_s"]], on=CELL_KEY, how="left")
-    grouped = out.groupby(CELL_KEY)
-    serial = grouped["solo_total_s"].agg(lambda s: s.sum() if s.notna().all() else np.nan).rename("serial_s")
-    missing = (out["job_name"].astype(str).where(out["solo_total_s"].isna()).groupby([out[k] for k in CELL_KEY])
-               .agg(lambda s: ", ".join(s.dropna())).rename("solo_missing"))
-    out = out.merge(pd.concat([serial, missing], axis=1).reset_index(), on=CELL_KEY, how="left")
-    change = 100.0 * (out["cell_total_s"] / out["serial_s"] - 1.0)
-    out["change_vs_sequential_pct"] = change.where(out["status"] == "ok")
-    return out[cols].sort_values(["mix", "gpu_name", "mode", "sweep", "cell_id", "job_index"], ignore_index=True)
+    return out.sort_values(["workload", "gpu_name", "mode", "degree", "sweep", "repeat"], ignore_index=True)
 
 
 def _side_summary(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:

@@ -40,7 +40,7 @@ WORKLOADS = {"resnet26_cifar10": ("resnet26", 10, 32), "resnet50_imagenet64": ("
 def _gpu(sim: bool) -> tuple[str, str, int]:
     if sim:
         return "CPU (simulated GPU backend: plumbing test only)", "GPU-sim", 0
-    from raycolloc.gpu.nvml import NvmlBackend
+    from raycolloc.node.gpu.nvml import NvmlBackend
 
     gpu = NvmlBackend().gpus()[0]
     return gpu.name, gpu.uuid, gpu.index
@@ -48,7 +48,7 @@ def _gpu(sim: bool) -> tuple[str, str, int]:
 
 def raw_cell(args: argparse.Namespace, mode: str, degree: int, opts: dict[str, str]) -> dict[str, Any]:
     """``degree`` raw processes on GPU 0, warm, then one common window; returns the aggregate."""
-    from raycolloc.modes.mps import MpsDaemon
+    from raycolloc.node.modes.mps import MpsDaemon
 
     model, classes, res = WORKLOADS[args.workload]
     _, uuid, index = _gpu(args.backend == "sim")
@@ -61,7 +61,7 @@ def raw_cell(args: argparse.Namespace, mode: str, degree: int, opts: dict[str, s
     if mode == "mps" and args.backend != "sim":
         daemon = MpsDaemon(uuid, index, tempfile.mkdtemp(prefix="rawmps", dir="/tmp"))
         daemon.start()
-        env.update(daemon.binding_env(0, None, None))
+        env.update(daemon.binding_env(None, None))
     else:
         env["CUDA_MPS_PIPE_DIRECTORY"] = str(sync / "no-mps")  # never join a stray daemon
     cmd = [sys.executable, str(ROOT / "jobs" / "raw_train.py"), "--model", model, "--classes", str(classes),
@@ -115,11 +115,11 @@ def _raw_cores(args: argparse.Namespace, uuid: str, degree: int) -> list[list[st
     """``--cpus`` per rank: the cores raycolloc's steward would give the cell's jobs (same policy)."""
     if args.cpu_affinity == "none":
         return [[] for _ in range(degree)]
-    from raycolloc.cpus import CpuPool
+    from raycolloc.node.cpus import CpuPool
 
     near = None
     if args.backend != "sim":
-        from raycolloc.gpu.nvml import NvmlBackend
+        from raycolloc.node.gpu.nvml import NvmlBackend
 
         near = NvmlBackend().cpu_affinity(uuid)
     picked = CpuPool().allocate("raw", [1.0] * degree, near) or [()] * degree

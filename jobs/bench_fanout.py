@@ -45,15 +45,15 @@ def run_sweep(overrides: list[str], out_dir: Path, env: dict[str, str]) -> dict[
     cells = pd.concat([pd.read_parquet(p) for p in out_dir.rglob("cells.parquet")], ignore_index=True)
     jobs = pd.concat([pd.read_parquet(p) for p in out_dir.rglob("jobs.parquet")], ignore_index=True)
     start, end = cells["started_at"].min(), cells["finished_at"].max()
-    # Where a cell's time goes: waiting for its GPU, steward prepare (MPS daemon), trainer processes
-    # starting (Ray worker, imports), the trainers' own setup (CUDA, model, data), epochs, teardown,
-    # and the rest (writing the tables, Ray's calls between the phases).
+    # Where a cell's time goes: waiting for its GPU and the lane's set-up (a lane's first cell only),
+    # steward prepare (MPS daemon), trainer actors starting, the trainers' own setup (process,
+    # CUDA, model, data), epochs, teardown, and the rest (tables, Ray's calls between the phases).
     trainer_setup = jobs.groupby("cell_id")["setup_s"].max()
     cells["wall_s"] = cells["finished_at"] - cells["started_at"]
     cells["trainer_setup_s"] = cells["cell_id"].map(trainer_setup)
     cells["actor_start_s"] = cells["setup_s"] - cells["trainer_setup_s"]
     cells["epochs_s"] = cells["total_s"]
-    cells["other_s"] = cells["wall_s"] - cells[["lease_wait_s", "prepare_s", "setup_s", "total_s",
+    cells["other_s"] = cells["wall_s"] - cells[["lease_wait_s", "lane_setup_s", "prepare_s", "setup_s", "total_s",
                                                  "teardown_s"]].fillna(0).sum(axis=1)
     # Cells whose measured windows overlap in time: the most in flight at one moment.
     events = sorted([(t, 1) for t in cells["measured_start_ts"].dropna()] + [(t, -1) for t in cells["measured_end_ts"].dropna()])
@@ -69,8 +69,8 @@ def run_sweep(overrides: list[str], out_dir: Path, env: dict[str, str]) -> dict[
                                                   finished_at=lambda d: d.finished_at - start).to_dict("records")}
 
 
-PHASES = ["wall_s", "lease_wait_s", "prepare_s", "actor_start_s", "trainer_setup_s", "epochs_s", "teardown_s",
-          "other_s"]
+PHASES = ["wall_s", "lease_wait_s", "lane_setup_s", "prepare_s", "actor_start_s", "trainer_setup_s", "epochs_s",
+          "teardown_s", "other_s"]
 
 
 def print_cells(result: dict[str, Any]) -> None:
@@ -85,7 +85,7 @@ def print_cells(result: dict[str, Any]) -> None:
                   f"{row['finished_at']:>7.1f}" + "".join(f"{_fmt(row[k], '.1f'):>14}" for k in PHASES))
 
 
-WARM = ("import time; t = time.perf_counter(); import torch, timm, ray, raycolloc.trainer\n"
+WARM = ("import time; t = time.perf_counter(); import torch, timm, ray, raycolloc.job.trainer\n"
         "for i in range(torch.cuda.device_count() if torch.cuda.is_available() else 0):\n"
         "    torch.zeros(1, device=f'cuda:{i}')\n"
         "print(f'caches warm in {time.perf_counter() - t:.1f}s', flush=True)")

@@ -33,12 +33,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_collocation import WORKLOADS, _raw_cores, _start_ray, raw_cell  # noqa: E402 - a sibling script, not a package
 
 
-def _job(args: argparse.Namespace) -> Any:
-    """The JobSpec a one-job cell of these settings would give its trainer (real config composition)."""
+def _cell(args: argparse.Namespace) -> Any:
+    """The one-job cell of these settings (real config composition and validation)."""
     from hydra import compose, initialize_config_dir
 
-    from raycolloc.cellspec import plan_cell
-    from raycolloc.config import load_config, register_configs
+    from raycolloc.config import register_configs
+    from raycolloc.driver.cells import validate_cell
 
     register_configs()
     overrides = [f"workload={args.workload}", f"batch_size={args.batch_size}", f"epoch_samples={args.epoch_samples}",
@@ -46,48 +46,52 @@ def _job(args: argparse.Namespace) -> Any:
                  f"trainer.channels_last={args.channels_last}", f"data.placement={args.placement}",
                  f"cluster.backend={args.backend}"]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = load_config(compose(config_name="config", overrides=overrides))
-    return cfg, plan_cell(cfg).jobs[0]
+        return validate_cell(compose(config_name="config", overrides=overrides))
 
 
 VARIANTS = ("trainer", "steward")
 
 
-def trainer_round(variant: str, cfg: Any, job: Any, gpu: Any, core: int | None, steward: Any, cell_id: str,
+def trainer_round(variant: str, cell: Any, gpu: Any, core: int | None, steward: Any, cell_id: str,
                   timeout_s: float) -> dict[str, Any]:
     """One Trainer actor: setup, warm-up epoch, measured epochs; its measured epochs' rates."""
+    import dataclasses
+
     import ray
 
-    from raycolloc.cell import RemoteTrainer
-    from raycolloc.cellspec import Binding
+    from raycolloc.driver.trainers import RemoteTrainer
+    from raycolloc.spec import Binding
 
+    cell = dataclasses.replace(cell, cell_id=cell_id, jobs=tuple(dataclasses.replace(j, cell_id=cell_id)
+                                                                 for j in cell.jobs))
+    (job,) = cell.jobs
     telemetry_rows = None
     if variant == "steward":
-        (binding,) = ray.get(steward.prepare.remote(cell_id, gpu.uuid, cfg.mode, cfg.mig, (job,), None),
-                             timeout=timeout_s)
+        (binding,) = ray.get(steward.prepare.remote(cell, gpu.uuid), timeout=timeout_s)
     else:
-        binding = Binding(job_index=0, gpu_uuid=gpu.uuid, env={"CUDA_VISIBLE_DEVICES": gpu.uuid},
-                          cpus=(core,) if core is not None else None)
-    trainer = RemoteTrainer.options(num_cpus=1, num_gpus=0).remote(job, binding, cell_id, gpu.backend, steward)
+        env = {"CUDA_VISIBLE_DEVICES": gpu.uuid, **ray.get(steward.job_env.remote(gpu.uuid), timeout=60)}
+        binding = Binding(job_index=0, gpu_uuid=gpu.uuid, env=env, cpus=(core,) if core is not None else None)
+    trainer = RemoteTrainer.options(num_cpus=1, num_gpus=0).remote()
     try:
+        ray.get(trainer.start.remote(job, binding, gpu.backend), timeout=timeout_s)
         state = ray.get(trainer.setup.remote(), timeout=timeout_s)
-        if state["status"] == "ok" and variant == "steward":
-            ray.get(steward.start_sampling.remote(cell_id, {state["info"]["pid"]: 0}, cfg.telemetry), timeout=60)
-        if state["status"] == "ok":
+        if state.ok and variant == "steward":
+            ray.get(steward.start_sampling.remote(cell_id, {state.info.pid: 0}), timeout=60)
+        if state.ok:
             ray.get(trainer.run_epochs.remote(1, 1), timeout=timeout_s)
             state = ray.get(trainer.run_epochs.remote(2, job.epochs), timeout=timeout_s)
         if variant == "steward":
             telemetry_rows = len(ray.get(steward.stop_sampling.remote(cell_id), timeout=60)["rows"])
-        if state["status"] != "ok":
-            raise RuntimeError(f"{variant}: trainer failed: {state['error']}")
+        if not state.ok:
+            raise RuntimeError(f"{variant}: trainer failed: {state.error}")
     finally:
         ray.kill(trainer)
         if variant == "steward":
-            ray.get(steward.release.remote(cell_id), timeout=120)
-    measured = [e for e in state["epochs"] if not e["warmup"]]
-    return {"samples_per_s": [e["samples_per_s"] for e in measured],
-            "cpu_us_per_step": [1e6 * e["thread_cpu_s"] / e["steps"] for e in measured],
-            "cpus": state["info"].get("cpus"), "telemetry_rows": telemetry_rows}
+            ray.get(steward.release_gpu.remote(gpu.uuid), timeout=120)
+    measured = [e for e in state.epochs if not e.warmup]
+    return {"samples_per_s": [e.samples_per_s for e in measured],
+            "cpu_us_per_step": [1e6 * e.thread_cpu_s / e.steps for e in measured],
+            "cpus": state.info.cpus, "telemetry_rows": telemetry_rows}
 
 
 def main() -> None:
@@ -116,9 +120,10 @@ def main() -> None:
 
     import ray
 
-    from raycolloc.steward import get_steward
+    from raycolloc.node.steward import get_steward
 
-    cfg, job = _job(args)
+    cell = _cell(args)
+    cfg = cell.config
     _start_ray(args)  # a local instance of its own, never one the user runs
     try:
         steward = get_steward(ray.get_runtime_context().get_node_id(), cfg.cluster, cfg.mode.pipe_root)
@@ -137,7 +142,7 @@ def main() -> None:
             row: dict[str, Any] = {"raw_samples_per_s": raw["raw_samples_per_s"], "raw_cpu_us_per_step": raw["cpu_us_per_step"]}
             line = f"round {r + 1}: raw {raw['raw_samples_per_s']:,.0f} img/s ({raw['cpu_us_per_step']:,.0f} us CPU/step)"
             for variant in variants:
-                rc = trainer_round(variant, cfg, job, gpu, core, steward, f"bench-trainer-{r}-{variant}", args.timeout_s)
+                rc = trainer_round(variant, cell, gpu, core, steward, f"bench-trainer-{r}-{variant}", args.timeout_s)
                 row[variant] = rc
                 line += (f"  {variant} {', '.join(f'{v:,.0f}' for v in rc['samples_per_s'])}"
                          f" ({', '.join(f'{v:,.0f}' for v in rc['cpu_us_per_step'])} us) on {rc['cpus']}")

@@ -19,7 +19,18 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from raycolloc.workloads.registry import list_workloads
+from raycolloc.config_checks import ConfigError
+from raycolloc.config_checks import check_choice as _check_choice
+from raycolloc.config_checks import check_int as _check_int
+from raycolloc.config_checks import check_min as _check_min
+from raycolloc.node.mig.profiles import UnknownGpuModel, get_gpu_model, known_gpu_models
+from raycolloc.workload_config import (
+    MixJob,
+    WorkloadConfig,
+    mix_job_hash_view,
+    workload_hash_view,
+    workload_label,
+)
 
 __all__ = [
     "MODES",
@@ -46,43 +57,11 @@ COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
 AMP_MODES = ("off", "bf16", "fp16")
 FAULTS = ("oom", "error", "exit", "hang")
 CPU_AFFINITY = ("auto", "none")
+SPAWN_METHODS = ("fork", "exec")
 SOURCES = ("synthetic", "real")
 PLACEMENTS = ("host", "device")
 TELEMETRY_SOURCES = ("auto", "dcgm", "gpm", "nvml")
 SIM_MIG_MODES = ("auto", "enabled", "disabled")
-
-
-class ConfigError(ValueError):
-    """A configuration value is invalid; the message names the key and what is allowed."""
-
-
-def _check_choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(f"{key}={value!r} is not allowed; choose one of: {', '.join(allowed)}")
-
-
-def _check_min(key: str, value: Any, minimum: float, *, optional: bool = False) -> None:
-    if optional and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < minimum:
-        raise ConfigError(f"{key}={value!r} is not allowed; it must be a number >= {minimum}")
-
-
-def _check_int(key: str, value: Any, minimum: int, *, optional: bool = False) -> None:
-    if optional and value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{key}={value!r} is not allowed; it must be an integer >= {minimum}")
-
-
-@dataclass
-class WorkloadConfig:
-    """``workload/``: which registered workload each job of a uniform cell trains."""
-
-    name: str = "tiny_cnn"
-
-    def __post_init__(self) -> None:
-        _check_choice("workload", self.name, tuple(list_workloads()))
 
 
 @dataclass
@@ -98,8 +77,7 @@ class DataConfig:
         _check_choice("data.source", self.source, SOURCES)
         _check_choice("data.placement", self.placement, PLACEMENTS)
         _check_int("data.num_workers", self.num_workers, 0)
-        if self.source == "real" and not self.path:
-            raise ConfigError("data.source=real needs data.path=<dataset directory or file>")
+        # data.source=real without data.path is checked per job (a radT plan's rows bring their own).
 
 
 @dataclass
@@ -107,13 +85,15 @@ class ModeConfig:
     """``mode/``: how the jobs of a cell share the GPU.
 
     ``active_thread_percentage`` and ``pinned_mem_limit`` apply to MPS only; each is one value
-    for every job or a list with one value per job (mixed cells).
+    for every job or a list with one value per job (mixed cells). ``keep_daemon``: an MPS cell's
+    daemon serves the next MPS cell on the same GPU (false: stopped after every cell).
     """
 
     name: str = "naive"
     active_thread_percentage: Any = None
     pinned_mem_limit: Any = None
     pipe_root: str = "/tmp/raycolloc-mps"
+    keep_daemon: bool = True
 
     def __post_init__(self) -> None:
         _check_choice("mode", self.name, MODES)
@@ -135,10 +115,12 @@ class ModeConfig:
 
 @dataclass
 class MigConfig:
-    """``mig/``: the MIG layout of a mig cell (``auto`` = the study's layout for the degree)."""
+    """``mig/``: the MIG layout of a mig cell (``auto`` = the study's layout for the degree).
+    ``allow_reconfigure``: may the steward create it (and restore the one it found)? ``null``: yes
+    on simulated GPUs, no on real ones (root, a shared machine); never hashed."""
 
     layout: Any = "auto"
-    allow_reconfigure: bool = False
+    allow_reconfigure: bool | None = None
 
 
 @dataclass
@@ -146,7 +128,9 @@ class ClusterConfig:
     """``cluster/``: which Ray cluster and which GPU backend.
 
     ``backend=auto`` picks ``nvml`` when NVML finds a GPU and ``sim`` otherwise. With ``sim`` and
-    no ``address`` a local Ray instance starts with ``num_gpus`` fake GPUs of ``gpu_model``.
+    no ``address`` a local Ray instance starts with ``num_gpus`` fake GPUs of ``gpu_model``, whose
+    state (MIG layouts, memory in use) lives under ``sim_root``. ``reuse_lease``: a sweep leases
+    each GPU once and runs its cells on it one after the other (false: a lease per cell).
     """
 
     backend: str = "auto"
@@ -155,7 +139,9 @@ class ClusterConfig:
     num_cpus: int | None = None
     gpu_model: str = "H100-80GB"
     sim_mig_mode: str = "auto"
+    sim_root: str = "/tmp/raycolloc-sim"
     max_concurrent_cells: int | None = None
+    reuse_lease: bool = True
     lease_timeout_s: float = 86400.0
     dashboard: bool = False
     dashboard_host: str = "127.0.0.1"
@@ -165,6 +151,10 @@ class ClusterConfig:
     def __post_init__(self) -> None:
         _check_choice("cluster.backend", self.backend, BACKENDS)
         _check_choice("cluster.sim_mig_mode", self.sim_mig_mode, SIM_MIG_MODES)
+        try:
+            get_gpu_model(self.gpu_model)
+        except UnknownGpuModel:
+            _check_choice("cluster.gpu_model", self.gpu_model, tuple(known_gpu_models()))
         _check_int("cluster.num_gpus", self.num_gpus, 1)
         _check_int("cluster.num_cpus", self.num_cpus, 1, optional=True)
         _check_int("cluster.max_concurrent_cells", self.max_concurrent_cells, 1, optional=True)
@@ -173,7 +163,12 @@ class ClusterConfig:
 
 @dataclass
 class TrainerConfig:
-    """``trainer``: how each training process runs (allocator, fast paths, fault injection)."""
+    """``trainer``: how each training process runs (allocator, fast paths, fault injection).
+
+    ``spawn``: training processes forked from the node's warm parent (``fork``) or started afresh
+    (``exec``); ``reuse_actors``: a lane lends its trainer actors to cell after cell (false: fresh
+    actors per cell).
+    """
 
     allocator: str = "native"
     compile: str = "off"
@@ -181,9 +176,12 @@ class TrainerConfig:
     channels_last: bool = False
     num_cpus: float = 1.0
     cpu_affinity: str = "auto"
+    spawn: str = "fork"
+    reuse_actors: bool = True
     torch_threads: int | None = None
     setup_timeout_s: float = 1800.0
-    epoch_timeout_s: float = 21600.0
+    stall_timeout_s: float = 300.0  # silent this long (and 20 warm-up steps): status=hang (driver/stall.py)
+    epoch_timeout_s: float | None = None  # an optional cap on one call's epochs; null = none
     fault: str | None = None
     fault_job: int = 0
     fault_epoch: int = 2
@@ -194,9 +192,11 @@ class TrainerConfig:
         _check_choice("trainer.amp", self.amp, AMP_MODES)
         _check_min("trainer.num_cpus", self.num_cpus, 0)
         _check_choice("trainer.cpu_affinity", self.cpu_affinity, CPU_AFFINITY)
+        _check_choice("trainer.spawn", self.spawn, SPAWN_METHODS)
         _check_int("trainer.torch_threads", self.torch_threads, 1, optional=True)
         _check_min("trainer.setup_timeout_s", self.setup_timeout_s, 1)
-        _check_min("trainer.epoch_timeout_s", self.epoch_timeout_s, 1)
+        _check_min("trainer.stall_timeout_s", self.stall_timeout_s, 1)
+        _check_min("trainer.epoch_timeout_s", self.epoch_timeout_s, 1, optional=True)
         if self.fault is not None:
             _check_choice("trainer.fault", self.fault, FAULTS)
         _check_int("trainer.fault_job", self.fault_job, 0)
@@ -217,31 +217,6 @@ class TelemetryConfig:
         _check_int("telemetry.interval_ms", self.interval_ms, 10)
         if self.source == "gpm" and self.interval_ms < 100:
             raise ConfigError("telemetry.interval_ms must be >= 100 with telemetry.source=gpm (NVML GPM limit)")
-
-
-@dataclass
-class MixJob:
-    """One job of a mixed cell; unset fields fall back to the top-level keys."""
-
-    workload: str = "tiny_cnn"
-    batch_size: int | None = None
-    epochs: int | None = None
-    epoch_samples: int | None = None
-    mig_profile: str | None = None
-    active_thread_percentage: int | None = None
-    compile: str | None = None
-    amp: str | None = None
-    channels_last: bool | None = None
-
-    def __post_init__(self) -> None:
-        _check_choice("mix.jobs[].workload", self.workload, tuple(list_workloads()))
-        _check_int("mix.jobs[].batch_size", self.batch_size, 1, optional=True)
-        _check_int("mix.jobs[].epochs", self.epochs, 2, optional=True)
-        _check_int("mix.jobs[].epoch_samples", self.epoch_samples, 1, optional=True)
-        if self.compile is not None:
-            _check_choice("mix.jobs[].compile", self.compile, COMPILE_MODES)
-        if self.amp is not None:
-            _check_choice("mix.jobs[].amp", self.amp, AMP_MODES)
 
 
 @dataclass
@@ -268,8 +243,11 @@ class Config:
     degree: int = 1
     epochs: int = 2
     epoch_samples: int | None = None
+    epoch_time_s: float | None = None
     batch_size: int | None = None
     seed: int = 0
+    repeats: int = 1
+    repeat: int = 0
     out_dir: str = "results"
     tags: dict[str, str] = field(default_factory=dict)
 
@@ -277,6 +255,9 @@ class Config:
         _check_int("degree", self.degree, 1)
         _check_int("epochs", self.epochs, 2)
         _check_int("epoch_samples", self.epoch_samples, 1, optional=True)
+        _check_min("epoch_time_s", self.epoch_time_s, 0.001, optional=True)
+        _check_int("repeats", self.repeats, 1)
+        _check_int("repeat", self.repeat, 0)
         _check_int("batch_size", self.batch_size, 1, optional=True)
         _check_int("seed", self.seed, 0)
         n_jobs = len(self.mix.jobs)
@@ -285,6 +266,10 @@ class Config:
                 f"degree={self.degree} conflicts with mix={self.mix.name} of {n_jobs} jobs; "
                 f"leave degree unset or set degree={n_jobs}"
             )
+        if n_jobs:
+            # A mix's list sets its jobs: degree=1 and degree=<n> are the same cell (one hash), so a
+            # sweep such as ``-m mix=none,tiny_mixed degree=1,2`` runs each mix once.
+            self.degree = 1
         mps_lists = [v for v in (self.mode.active_thread_percentage, self.mode.pinned_mem_limit) if isinstance(v, list)]
         for values in mps_lists:
             if len(values) != self.num_jobs:
@@ -306,10 +291,11 @@ class Config:
 
     @property
     def cell_label(self) -> str:
-        """A short human name: ``resnet26_cifar10-mps-x3`` or ``mix-s_m_m-naive``."""
-        if self.mix.jobs:
-            return f"mix-{self.mix.name or 'custom'}-{self.mode.name}"
-        return f"{self.workload.name}-{self.mode.name}-x{self.degree}"
+        """A short human name: ``resnet26_cifar10-mps-x3``, ``mix-s_m_m-naive``; repeats after the
+        first end in ``-r<k>`` (``resnet26_cifar10-mps-x3-r1``)."""
+        base = (f"mix-{self.mix.name or 'custom'}-{self.mode.name}" if self.mix.jobs
+                else f"{workload_label(self.workload)}-{self.mode.name}-x{self.degree}")
+        return f"{base}-r{self.repeat}" if self.repeat else base
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -324,10 +310,23 @@ def _is_mem_limit(value: Any) -> bool:
 
 
 # Keys that do not change what a cell measures: excluded from the config hash used for resume.
-_NON_SEMANTIC = {("out_dir",), ("tags",), ("cluster", "address"), ("cluster", "max_concurrent_cells"),
+# ``repeats`` is how many repeats a sweep runs; each repeat's index (``repeat``) is part of the hash.
+_NON_SEMANTIC = {("out_dir",), ("tags",), ("repeats",), ("cluster", "address"), ("cluster", "sim_root"),
+                 ("cluster", "reuse_lease"), ("mode", "keep_daemon"), ("cluster", "max_concurrent_cells"),
                  ("cluster", "lease_timeout_s"), ("cluster", "dashboard"), ("cluster", "dashboard_host"),
                  ("cluster", "dashboard_port"), ("cluster", "metrics_export_port"),
-                 ("trainer", "setup_timeout_s"), ("trainer", "epoch_timeout_s")}
+                 ("trainer", "setup_timeout_s"), ("trainer", "stall_timeout_s"), ("trainer", "epoch_timeout_s"),
+                 ("trainer", "spawn"), ("trainer", "reuse_actors")}
+# Keys that do not change a cell's work but were hashed before: hashed as their (old) default
+# whatever their value, so results written with the default keep their hash.
+_HASHED_AS_DEFAULT = {("cluster", "num_gpus"): 1, ("cluster", "num_cpus"): None, ("cluster", "sim_mig_mode"): "auto",
+                      ("mig", "allow_reconfigure"): False}
+
+
+# Keys added after results existed: left out of the hash while at their default, so every config
+# written before them keeps its hash (and its results are still found on resume).
+_LATER_KEYS = {"repeat": 0, "epoch_time_s": None}
+_LATER_MIX_JOB_KEYS = {"epoch_time_s": None}
 
 
 def config_hash(cfg: Config) -> str:
@@ -338,6 +337,15 @@ def config_hash(cfg: Config) -> str:
         for key in path[:-1]:
             node = node[key]
         node.pop(path[-1], None)
+    for (group, key), default in _HASHED_AS_DEFAULT.items():
+        data[group][key] = default
+    data["workload"] = workload_hash_view(cfg.workload)
+    data["mix"]["jobs"] = [mix_job_hash_view(job) for job in cfg.mix.jobs]
+    # Keys added after the first results: left out while at their defaults, so old hashes hold.
+    for entries, defaults in ((data, _LATER_KEYS), *((job, _LATER_MIX_JOB_KEYS) for job in data["mix"]["jobs"])):
+        for key, default in defaults.items():
+            if entries.get(key, default) == default:
+                entries.pop(key, None)
     blob = json.dumps(data, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

@@ -1,64 +1,123 @@
 """Entry point: ``python -m raycolloc.sweep [-m] key=value ...``.
 
-One Hydra job is one cell. This module only composes and validates the config, then hands the
-cell to :func:`raycolloc.cell.run_cell`, which always writes a result row and releases the GPU.
-With ``-m`` our Ray launcher (``hydra_plugins/raycolloc_launcher``) runs the cells concurrently.
+One Hydra job is one cell. With ``-m`` Hydra hands every cell to our launcher
+(``hydra_plugins/raycolloc_launcher``); without it, :func:`task` validates its one cell (or a
+radT plan, ``+plan=PATH.csv``) and runs it through the same engine. ``+dry_run=true`` prints what
+would run instead, and leaves no run directory.
+
+Exit status (:mod:`raycolloc.driver.outcome`): 0 every cell has a result; 1 some cells have none
+(the last lines say which and why); 2 refused before anything ran (a config error, Hydra's
+included, or an output directory another sweep holds or that cannot be written), leaving no run
+directory; 3 results could not be written (disk full); 130 interrupted.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from raycolloc.config import ConfigError, register_configs
-from raycolloc.prepare import CellJob, prepare_job, run_prepared
+from raycolloc.driver.cells import cell_dir_names, split_options, sweep_cells, validate_cell
+from raycolloc.driver.engine import run_cells
+from raycolloc.driver.hydra_errors import CONF_ROOT, as_config_error, check_group_choices
+from raycolloc.driver.outcome import EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, EXIT_WRITE, print_outcome
+from raycolloc.results.store import ResultWriteError
 
 __all__ = ["main", "task"]
 
 log = logging.getLogger("raycolloc")
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+CONF_DIR = str(CONF_ROOT)  # the config tree (raycolloc.advise composes from it too)
+# Errors of Hydra creating its run directory (out_dir a file, read-only, full): config errors.
+_DIR_ERRORS = (errno.ENOTDIR, errno.EEXIST, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.ENOENT)
 
 register_configs()
 
 
-def _discard_run_dir(job_dir: Path) -> None:
-    """A config error writes nothing: remove the fresh directory Hydra made for this job."""
-    leftovers = {p.name for p in job_dir.iterdir()} if job_dir.exists() else set()
+def _discard_run_dir(run_dir: Path) -> None:
+    """A config error (or a dry run) writes nothing: remove the fresh directory Hydra made for this run."""
+    leftovers = {p.name for p in run_dir.iterdir()} if run_dir.exists() else set()
     if leftovers <= {".hydra", "sweep.log", f"{HydraConfig.get().job.name}.log"}:
-        shutil.rmtree(job_dir, ignore_errors=True)
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _dry_run_status(run_dir: Path, refused: int) -> int:
+    _discard_run_dir(run_dir)  # a dry run leaves nothing behind
+    return EXIT_CONFIG if refused else EXIT_OK
+
+
+def _run(dcfg: DictConfig, run_dir: Path) -> int:
+    """Run the cell(s) or the plan; returns the exit status."""
+    options = split_options(dcfg)
+    check_group_choices(HydraConfig.get().runtime.choices)
+    if options.plan:
+        from raycolloc.driver.radt_runner import run_plan
+
+        ended = run_plan(dcfg, options, run_dir)
+        if ended.get("dry_run"):
+            return _dry_run_status(run_dir, ended["refused"])
+        return print_outcome(ended["results"])
+    specs = sweep_cells([validate_cell(dcfg)])
+    if options.dry_run:
+        from raycolloc.driver.dryrun import DryRunLine, print_dry_run
+
+        print_dry_run([DryRunLine(s.label, s) for s in specs], specs[0].config.out_dir, rerun=options.rerun)
+        return _dry_run_status(run_dir, 0)
+    if len(specs) == 1:
+        results = run_cells([(specs[0], run_dir)], rerun=options.rerun)
+    else:
+        # A mix (with its solo cells) or repeats: one directory per cell under the run directory.
+        from raycolloc.driver.launcher import print_sweep_summary
+
+        results = run_cells([(s, run_dir / name) for s, name in zip(specs, cell_dir_names(specs), strict=True)],
+                            rerun=options.rerun)
+        print_sweep_summary(run_dir)
+    return print_outcome(results)
 
 
 @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
-def task(dcfg: DictConfig) -> Any:
-    """One Hydra job: validate, then run (or resume) the cell in this job's directory."""
-    job_dir = Path(HydraConfig.get().runtime.output_dir)
+def task(dcfg: DictConfig) -> int:
+    """One cell (or a radT plan) run in Hydra's run directory; multiruns go to our launcher."""
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
-        job: CellJob = prepare_job(dcfg)
-        if job.options.plan:
-            from raycolloc.plan_runner import run_plan
-
-            return run_plan(job.cfg, job.options, job_dir)
-        result = run_prepared(job, job_dir)
+        code = _run(dcfg, run_dir)
     except ConfigError as exc:
-        _discard_run_dir(job_dir)
+        _discard_run_dir(run_dir)
         log.error("config error: %s", exc)
-        sys.exit(2)
-    if HydraConfig.get().mode != RunMode.MULTIRUN:
-        print(result["summary"], flush=True)
-    return result
+        sys.exit(EXIT_CONFIG)
+    except ResultWriteError as exc:
+        log.error("%s", exc)
+        sys.exit(EXIT_WRITE)
+    if code:
+        sys.exit(code)
+    return code
 
 
 def main() -> None:
-    """Console-script entry point (``raycolloc-sweep``)."""
-    task()
+    """Console-script entry point (``raycolloc-sweep``): Hydra's own errors exit 2 like ours."""
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors to us instead of printing them
+    try:
+        task()
+    except KeyboardInterrupt:
+        print("interrupted: the running cells released their GPUs and wrote nothing; a re-run resumes",
+              file=sys.stderr, flush=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except Exception as exc:
+        error = as_config_error(exc)
+        if error is None and isinstance(exc, OSError) and exc.errno in _DIR_ERRORS and exc.filename:
+            error = ConfigError(f"cannot create {exc.filename}: {exc.strerror} (out_dir must be a writable "
+                                f"directory)")
+        if error is None:
+            raise
+        print(f"config error: {error}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_CONFIG)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ CONF = ROOT / "conf"
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAYCOLLOC_COMPILE_CACHE", str(Path(tempfile.gettempdir()) / "raycolloc-test-compile-cache"))
+# The simulated GPUs of this test session (MIG layouts and memory persist in state files, as on a GPU).
+os.environ.setdefault("RAYCOLLOC_SIM_ROOT", tempfile.mkdtemp(prefix="raycolloc-test-sim-"))
 
 CPU_OVERRIDES = ["cluster=local", "workload=tiny_cnn", "telemetry.interval_ms=50"]
 
@@ -35,11 +37,57 @@ def compose(overrides: list[str] | None = None):  # noqa: ANN201 - returns a Dic
 
 
 def load(overrides: list[str] | None = None, out_dir: Path | None = None):  # noqa: ANN201
-    """Compose and validate into a raycolloc Config (CPU overrides first)."""
-    from raycolloc.prepare import prepare_job
+    """Compose and validate into a raycolloc CellSpec (CPU overrides first)."""
+    from raycolloc.driver.cells import validate_cell
 
     extra = [f"out_dir={out_dir}"] if out_dir else []
-    return prepare_job(compose(CPU_OVERRIDES + extra + (overrides or [])))
+    return validate_cell(compose(CPU_OVERRIDES + extra + (overrides or [])))
+
+
+def table_rows(name: str, dicts: list[dict]) -> list:
+    """Fixture rows for ``write_cell``: each dict as the table's row dataclass, unset columns None."""
+    import dataclasses
+
+    from raycolloc.results.rows import ROWS
+
+    fields = {f.name for f in dataclasses.fields(ROWS[name])}
+    for d in dicts:
+        unknown = set(d) - fields
+        assert not unknown, f"{name}: no such columns {sorted(unknown)}"
+    return [ROWS[name](**{f: d.get(f) for f in fields}) for d in dicts]
+
+
+def write_fixture_cell(cell_dir: Path, tables: dict[str, list[dict]]) -> None:
+    """Write a fixture cell through the real writer (rows given as dicts)."""
+    from raycolloc.results.store import write_cell
+
+    write_cell(cell_dir, {name: table_rows(name, rows) for name, rows in tables.items()})
+
+
+def run_one(spec, cell_dir: Path):  # noqa: ANN001, ANN201
+    """Run one cell in this process through the engine (the session's Ray instance); returns its
+    result and its four tables as DataFrames."""
+    import pandas as pd
+
+    from raycolloc.driver.engine import run_cells
+    from raycolloc.results.schema import TABLES
+
+    (result,) = run_cells([(spec, cell_dir)], rerun=True)
+    return result, {name: pd.read_parquet(cell_dir / f"{name}.parquet") for name in TABLES}
+
+
+def sim_backend(spec):  # noqa: ANN001, ANN201
+    """The simulated GPUs the session's steward for ``spec``'s cluster uses, opened from this
+    process: what an administrator sees (and changes) with nvidia-smi."""
+    import ray
+
+    from raycolloc.node.gpu.sim import SimBackend
+    from raycolloc.node.steward import node_key
+
+    c = spec.config.cluster
+    node = ray.get_runtime_context().get_node_id()
+    gpus = next(int(n["Resources"]["GPU"]) for n in ray.nodes() if n["NodeID"] == node)
+    return SimBackend(c.sim_root, node_key(node), gpus, c.gpu_model, c.sim_mig_mode)
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
 """Tests for analysis/: tables from fixture sweeps with known numbers, figures, the report CLI.
 
-Fixture cells are written with the real writer (raycolloc.results.write_cell); the numbers are
+Fixture cells are written with the real writer (raycolloc.results.store.write_cell); the numbers are
 chosen so each table's expected values can be computed by hand.
 """
 
@@ -20,9 +20,11 @@ from analysis.figures import make_figures
 from analysis.load import load_sweeps
 from analysis.meta import config_tables, environment_table, failed_cells_table
 from analysis.report import build_report, main
-from analysis.tables import baseline_table, cell_metrics_table, epoch2_table, gain_table, mixed_table
-from raycolloc import results
-from raycolloc.results import write_cell
+from analysis.mixed import mixed_table
+from analysis.tables import baseline_table, cell_metrics_table, epoch2_table, gain_table
+from raycolloc.results import rows as result_rows
+
+from .conftest import write_fixture_cell
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU = "Test GPU-80GB"
@@ -69,8 +71,9 @@ def telemetry(end: float, *, sm: bool = True, jobs: int = 1) -> list[dict[str, A
 def cell(root: Path, name: str, workload: str, mode: str, jobs: list[dict[str, Any]], *, agg: float | None,
          status: str = "ok", reason: str | None = None, mix: str | None = None, energy_j: float | None = 100.0,
          epochs: list[dict[str, Any]] | None = None, sm: bool = True, total_s: float | None = None,
-         extra_config: dict[str, Any] | None = None) -> str:
-    """Write one cell dir ``root/name`` through the real writer; returns its cell_id."""
+         extra_config: dict[str, Any] | None = None, **columns: Any) -> str:
+    """Write one cell dir ``root/name`` through the real writer (``columns``: more cell columns);
+    returns its cell_id."""
     cell_id = f"{name}-{mode}"
     eps = epochs if epochs is not None else [e for j in jobs for e in epochs_of(j)]
     measured = [e for e in eps if not e["warmup"]]
@@ -87,7 +90,7 @@ def cell(root: Path, name: str, workload: str, mode: str, jobs: list[dict[str, A
         "n_ok": sum(j["status"] == "ok" for j in jobs), "total_s": total_s,
         "sm_active_mean": 50.0 if sm else None, "sm_active_max": 60.0 if sm else None,
         "mem_used_max_mib": 1024.0 * len(jobs), "energy_j": energy_j, "power_mean_w": 200.0,
-        "config_json": json.dumps(config), "env_json": json.dumps(env),
+        "config_json": json.dumps(config), "env_json": json.dumps(env), **columns,
     }
     for j in jobs:
         j["cell_id"] = cell_id
@@ -95,7 +98,7 @@ def cell(root: Path, name: str, workload: str, mode: str, jobs: list[dict[str, A
         e["cell_id"] = cell_id
     tel = [dict(r, cell_id=cell_id) for r in telemetry(max((e["end_ts"] for e in eps), default=T0), sm=sm,
                                                         jobs=len(jobs))]
-    write_cell(root / name, {"cells": [row], "jobs": jobs, "epochs": eps, "telemetry": tel})
+    write_fixture_cell(root / name, {"cells": [row], "jobs": jobs, "epochs": eps, "telemetry": tel})
     return cell_id
 
 
@@ -167,10 +170,10 @@ def test_foreign_dir_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_other_schema_version_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(results, "SCHEMA_VERSION", 99)
+    monkeypatch.setattr(result_rows, "SCHEMA_VERSION", 99)
     cell(tmp_path, "0", "cnn", "naive", [job(0, "cnn", 1.5)], agg=200.0)
     monkeypatch.undo()
-    with pytest.raises(SystemExit, match=r"schema_version \[99\].*reads version 1"):
+    with pytest.raises(SystemExit, match=r"schema_version \[99\].*reads versions 1, 2"):
         load_sweeps([tmp_path])
 
 
@@ -292,11 +295,14 @@ def test_cli_writes_self_contained_report(sweep: Path, tmp_path: Path, capsys: p
     out = tmp_path / "report"
     assert main([str(sweep), "--out", str(out), "--baseline", str(base)]) == 0
     stdout = capsys.readouterr().out
-    assert "gain_vs_solo" in stdout and "2.000" in stdout and "oom" in stdout
+    assert "gain_vs_solo" in stdout and " 2.00 " in stdout and "oom" in stdout
+    assert "Mixing memory- and compute-bound jobs pays (collocated beats one after the other): SUPPORTED" in stdout
     page = (out / "report.html").read_text()
     assert page.count("data:image/png;base64,") == len(list(out.glob("*.png"))) >= 10
-    assert "gain_vs_best_solo" in page and "<td>2.000</td>" in page
+    assert "<th>gain vs solo</th>" in page and "<td>2.00</td>" in page
     assert '<td class="bad">oom</td>' in page and "CUDA out of memory" in page
+    # Findings come first, the record (environment, configuration) last.
+    assert page.index("<h2>Findings</h2>") < page.index("<h2>cnn</h2>") < page.index("<h2>Environment</h2>")
     assert "Test GPU-80GB" in page and "550.54" in page and "sim-gpm" in page
     assert "http://" not in page and "https://" not in page and "<script" not in page and "<link" not in page
     for name in ("gain", "epoch2", "cell_metrics", "mixed", "baseline", "failed_cells", "environment"):

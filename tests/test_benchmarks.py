@@ -81,3 +81,27 @@ def test_bench_fanout_runs_the_sweep_on_every_gpu_then_on_one_and_accounts_each_
     # On one GPU the second cell waited for the first one's lease.
     assert max(c["lease_wait_s"] for c in one["cell_table"]) > min(c["epochs_s"] for c in one["cell_table"])
     assert "caches warm" in proc.stdout and "trainer_setup" in proc.stdout
+
+
+def test_bench_overhead_times_every_phase_per_variant_and_switches_one_saving_off_at_a_time(tmp_path: Path) -> None:
+    out = tmp_path / "overhead.json"
+    proc = _run("bench_overhead.py", ["--sweep", "degree=1,2 mode=mps workload=tiny_cnn epoch_samples=64",
+                                      "--extra", "cluster=local", "--variants", "all,exec,stop-mps",
+                                      "--out", str(out)], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = {r["variant"]: r for r in json.loads(out.read_text())["results"]}
+    assert set(results) == {"all", "exec", "stop-mps"}
+    for r in results.values():
+        assert r["ok"] == r["cells"] == 2
+        assert r["fixed_median_s"] > 0 and 0 < r["measured_share"] < 1
+        assert r["job_spawn_s"] is not None and r["job_cuda_init_s"] is not None
+        # Every cell's fixed cost is its phases and what lies between them: never less than their sum.
+        for cell in r["cells_table"]:
+            phases = sum(cell[k] or 0.0 for k in ("lease_wait_s", "lane_setup_s", "prepare_s", "setup_s", "teardown_s"))
+            assert cell["fixed"] >= phases - 1e-6
+    assert results["all"]["spawn"] == ["fork"] and results["exec"]["spawn"] == ["exec"]
+    # Only the lane's first cell waits for the lease and the lane's set-up; with the daemon kept the
+    # second MPS cell prepares without starting one.
+    cells = sorted(results["all"]["cells_table"], key=lambda c: c["started_at"])
+    assert cells[1]["lease_wait_s"] == 0 and cells[1]["lane_setup_s"] == 0
+    assert "median" in proc.stdout and "exec" in proc.stdout

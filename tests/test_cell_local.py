@@ -3,32 +3,30 @@
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 
-import pandas as pd
 import pytest
 import ray
 
-from raycolloc.cell import run_cell
-from raycolloc.results import SCHEMA_VERSION, TABLES
-from raycolloc.steward import NAMESPACE, steward_name
+from raycolloc.node.steward import NAMESPACE, steward_name
+from raycolloc.results.schema import SCHEMA_VERSION
 
-from .conftest import load
+from .conftest import load, run_one
 
 pytestmark = pytest.mark.usefixtures("ray_local")
 
 
 def _cell(tmp_path: Path, overrides: list[str]):  # noqa: ANN202
-    job = load(["epoch_samples=256", *overrides], out_dir=tmp_path)
-    outcome = run_cell(job.cfg, job.spec, tmp_path / "cell")
-    tables = {name: pd.read_parquet(tmp_path / "cell" / f"{name}.parquet") for name in TABLES}
-    return job, outcome, tables
+    spec = load(["epoch_samples=256", *overrides], out_dir=tmp_path)
+    outcome, tables = run_one(spec, tmp_path / "cell")
+    return spec, outcome, tables
 
 
-def _steward(job):  # noqa: ANN001, ANN202
+def _steward(spec):  # noqa: ANN001, ANN202
     node = ray.get_runtime_context().get_node_id()
-    return ray.get_actor(steward_name(node, job.cfg.cluster), namespace=NAMESPACE)
+    return ray.get_actor(steward_name(node, spec.config.cluster), namespace=NAMESPACE)
 
 
 def test_naive_cell_writes_four_tables_with_one_gpu_per_cell(tmp_path: Path) -> None:
@@ -40,6 +38,9 @@ def test_naive_cell_writes_four_tables_with_one_gpu_per_cell(tmp_path: Path) -> 
     assert len(jobs) == 2 and set(jobs["status"]) == {"ok"}
     assert jobs["gpu_uuid"].nunique() == 1 and jobs["gpu_uuid"].iloc[0] == cells.loc[0, "gpu_uuid"]
     assert jobs["pid"].nunique() == 2  # one process per job
+    # Forked by the node's warm parent (trainer.spawn=fork, the default): torch came imported.
+    assert set(jobs["spawn"]) == {"fork"} and (jobs["import_s"] < jobs["spawn_s"] + 1e-9).all()
+    assert (jobs["cuda_visible_devices"] == cells.loc[0, "gpu_uuid"]).all()
     assert not jobs["mps_client"].any()
     # Each job pinned to a core of its own (trainer.cpu_affinity=auto), as its training thread saw it.
     assert jobs["cpus"].notna().all() and jobs["cpus"].nunique() == 2
@@ -64,9 +65,11 @@ def test_naive_cell_writes_four_tables_with_one_gpu_per_cell(tmp_path: Path) -> 
 
 
 def test_injected_oom_is_a_row_and_the_cell_finishes(tmp_path: Path) -> None:
-    _, outcome, t = _cell(tmp_path, ["degree=2", "trainer.fault=oom", "trainer.fault_job=1", "trainer.cpu_affinity=none"])
+    _, outcome, t = _cell(tmp_path, ["degree=2", "trainer.fault=oom", "trainer.fault_job=1", "trainer.cpu_affinity=none",
+                                     "trainer.spawn=exec"])
     jobs = t["jobs"].set_index("job_index")
     assert jobs["cpus"].isna().all()  # not pinned: left to the scheduler
+    assert set(jobs["spawn"]) == {"exec"}  # a fresh interpreter: it imported torch and timm itself
     assert jobs.loc[1, "status"] == "oom" and "injected out of memory" in jobs.loc[1, "error"]
     assert jobs.loc[0, "status"] == "ok" and jobs.loc[0, "epoch2_s"] > 0
     assert outcome.status == "partial"
@@ -81,17 +84,20 @@ def test_crashed_trainer_process_is_an_error_row(tmp_path: Path) -> None:
     assert outcome.status == "partial"
 
 
-def test_simulated_gpu_refuses_memory_it_does_not_have(tmp_path: Path) -> None:
-    # 7 x resnet152 at batch 512 declares ~7 x 112 GiB: the simulated A100-40GB runs out of memory.
+def test_a_cell_whose_memory_estimate_exceeds_the_gpu_is_unfit(tmp_path: Path) -> None:
+    # 2 x resnet152 at batch 512 needs ~2 x 129 GiB (the model's estimate): more than the A100-40GB
+    # has. The pre-flight records the cell as unfit, with the numbers, and starts no job (the
+    # simulated GPU itself would refuse the memory: tests/test_trust.py).
     _, outcome, t = _cell(tmp_path, ["workload=resnet152_imagenet", "degree=2", "batch_size=512", "epoch_samples=512",
                                      "cluster.gpu_model=A100-SXM4-40GB"])
-    assert set(t["jobs"]["status"]) == {"oom"}
-    assert "simulated CUDA out of memory" in t["jobs"]["error"].iloc[0]
-    assert outcome.status == "oom"
+    assert outcome.status == "unfit"
+    reason = t["cells"].loc[0, "reason"]
+    assert re.search(r"2 jobs x about 12\d\.\d GiB .* need 2\d\d\.\d GiB; .* has 40\.0 GiB", reason), reason
+    assert set(t["jobs"]["status"]) == {"skipped"} and t["jobs"]["pid"].isna().all()
 
 
 def test_mps_cell_jobs_are_clients_of_one_server_and_the_daemon_stops(tmp_path: Path) -> None:
-    from raycolloc.modes.mps import find_control_daemons
+    from raycolloc.node.modes.mps import find_control_daemons
 
     pipe_root = Path(tempfile.mkdtemp(prefix="rcmps", dir="/tmp"))  # Unix socket paths must stay short
     job, outcome, t = _cell(tmp_path, ["degree=3", "mode=mps", f"mode.pipe_root={pipe_root}"])
@@ -100,14 +106,14 @@ def test_mps_cell_jobs_are_clients_of_one_server_and_the_daemon_stops(tmp_path: 
     assert jobs["mps_client"].all()
     assert jobs["mps_server_pid"].nunique() == 1
     assert not [d for d in find_control_daemons() if str(pipe_root) in d["pipe_dir"]]
-    gpu_dir = pipe_root / jobs["gpu_uuid"].iloc[0]
-    assert oct(gpu_dir.stat().st_mode & 0o777) == "0o700"
-    assert not (gpu_dir / "daemon.json").exists()
+    # The GPU's directory (pipes, logs, records) goes with its lease: nothing accumulates under the
+    # pipe root (its owner-only mode while it exists: tests/test_faults.py).
+    assert not (pipe_root / jobs["gpu_uuid"].iloc[0]).exists()
 
 
 def test_trainer_actors_take_one_call_at_a_time_on_their_main_thread() -> None:
-    from raycolloc.cell import RemoteTrainer
+    from raycolloc.driver.trainers import RemoteTrainer
 
-    # Nothing calls a trainer concurrently (progress goes to the steward; a hung or interrupted one is
+    # Nothing calls a trainer concurrently (progress goes to the board; a hung or interrupted one is
     # killed), so it needs no thread pool beside the main thread that relays to its training process.
     assert RemoteTrainer._default_options.get("max_concurrency", 1) == 1

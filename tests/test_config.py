@@ -9,9 +9,17 @@ from hydra.errors import HydraException, MissingConfigException
 from omegaconf.errors import OmegaConfBaseException
 
 from raycolloc.config import Config, ConfigError, config_hash
-from raycolloc.workloads import list_workloads
+from raycolloc.job.workloads import list_workloads
+from raycolloc.workload_config import KINDS
 
 from .conftest import CONF, ROOT, compose, load, run_cli
+
+# What each kind of workload needs beside its name, to compose on its own.
+KIND_KEYS = {
+    ("workload", "timm"): ["workload.model=resnet10t", "workload.dataset=cifar10"],
+    ("workload", "python"): ["workload.entry=jobs.examples.tiny_regression:build"],
+    ("workload", "script"): ["workload.command=[python,jobs/examples/plain_train.py]"],
+}
 
 
 def _options(group: str) -> list[str]:
@@ -22,35 +30,35 @@ def test_every_config_group_option_composes() -> None:
     seen = 0
     for group in ("workload", "mode", "cluster", "mig", "mix"):
         for option in _options(group):
-            overrides = [f"{group}={option}"]
+            overrides = [f"{group}={option}", *KIND_KEYS.get((group, option), [])]
             if group == "mix" and option != "none":
                 overrides.append("mode=naive")
             job = load(overrides)
-            assert isinstance(job.cfg, Config)
+            assert isinstance(job.config, Config)
             seen += 1
     for option in _options("experiment"):
-        assert isinstance(load([f"+experiment={option}"]).cfg, Config)
+        assert isinstance(load([f"+experiment={option}"]).config, Config)
         seen += 1
     assert seen >= 20
 
 
-def test_workload_yaml_files_match_the_registry() -> None:
-    assert _options("workload") == list_workloads()
+def test_workload_yaml_files_are_the_presets_and_the_kinds() -> None:
+    assert _options("workload") == sorted([*list_workloads(), *KINDS])
 
 
 def test_uniform_cell_resolves_degree_jobs_with_defaults() -> None:
     job = load(["degree=3", "epoch_samples=640", "batch_size=64", "seed=5"])
-    assert [j.index for j in job.spec.jobs] == [0, 1, 2]
-    assert {j.batch_size for j in job.spec.jobs} == {64}
-    assert [j.seed for j in job.spec.jobs] == [5, 6, 7]
-    assert job.spec.jobs[0].steps_per_epoch == 10
-    assert job.cfg.cluster.backend == "sim"  # cluster=local
+    assert [j.index for j in job.jobs] == [0, 1, 2]
+    assert {j.batch_size for j in job.jobs} == {64}
+    assert [j.seed for j in job.jobs] == [5, 6, 7]
+    assert job.jobs[0].steps_per_epoch == 10
+    assert job.config.cluster.backend == "sim"  # cluster=local
 
 
 def test_full_dataset_is_the_default_epoch() -> None:
     job = load(["workload=resnet26_cifar10"])
-    assert job.spec.jobs[0].epoch_samples == 50_000
-    assert job.spec.jobs[0].batch_size == 128
+    assert job.jobs[0].epoch_samples == 50_000
+    assert job.jobs[0].batch_size == 128
 
 
 @pytest.mark.parametrize(
@@ -88,8 +96,8 @@ def test_mps_options_are_checked_per_job() -> None:
     with pytest.raises(ConfigError, match="one per job"):
         load(["mode=mps", "degree=3", "mode.active_thread_percentage=[10,20]"])
     job = load(["mode=mps", "degree=2", "mode.active_thread_percentage=[30,70]", "mode.pinned_mem_limit=8G"])
-    assert [j.active_thread_percentage for j in job.spec.jobs] == [30, 70]
-    assert {j.pinned_mem_limit for j in job.spec.jobs} == {"8G"}
+    assert [j.active_thread_percentage for j in job.jobs] == [30, 70]
+    assert {j.pinned_mem_limit for j in job.jobs} == {"8G"}
 
 
 @pytest.mark.parametrize("override", ["degree=abc", "degree=1.5", "epochs=two"])
@@ -110,9 +118,9 @@ def test_unknown_group_option_lists_the_allowed_ones(group: str, bad: str) -> No
 
 
 def test_config_hash_ignores_where_results_go_but_not_what_runs(tmp_path: Path) -> None:
-    a = load(["degree=2"], out_dir=tmp_path / "a").cfg
-    b = load(["degree=2"], out_dir=tmp_path / "b").cfg
-    c = load(["degree=3"], out_dir=tmp_path / "a").cfg
+    a = load(["degree=2"], out_dir=tmp_path / "a").config
+    b = load(["degree=2"], out_dir=tmp_path / "b").config
+    c = load(["degree=3"], out_dir=tmp_path / "a").config
     assert config_hash(a) == config_hash(b)
     assert config_hash(a) != config_hash(c)
 

@@ -9,7 +9,8 @@ import textwrap
 
 import pytest
 
-from raycolloc.cpus import CpuPool, format_cpus
+from raycolloc.node.cpus import CpuPool
+from raycolloc.procs import format_cpus
 
 
 def test_jobs_get_distinct_free_cores_near_the_gpu_core_0_last() -> None:
@@ -56,7 +57,7 @@ def test_move_threads_off_moves_every_thread_of_the_process_off_the_jobs_cores()
     _run_with_a_spare_core("""
         import os, threading
         from pathlib import Path
-        from raycolloc.cpus import move_threads_off
+        from raycolloc.procs import move_threads_off
         stop = threading.Event()
         early = threading.Thread(target=stop.wait); early.start()   # e.g. one of Ray's threads
         others = move_threads_off((CORE,))

@@ -30,7 +30,7 @@ import pandas as pd
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from raycolloc.steward import NAMESPACE, steward_name
+from raycolloc.node.steward import NAMESPACE, steward_name
 
 from .conftest import CPU_OVERRIDES, ROOT, load
 
@@ -90,10 +90,14 @@ class _Seen:
     rates: dict[str, float] = field(default_factory=dict)  # job name -> highest samples/s seen
     sm_active: dict[str, float] = field(default_factory=dict)  # gpu label -> highest SM activity seen
 
-    def complete(self, trainers: set[str]) -> bool:
+    def trainers(self) -> list[str]:
+        """Trainer actors seen alive (a lane's, lent to the cell's jobs)."""
+        return [n for n, a in self.actors.items() if a["class_name"] == "Trainer" and a["state"] == "ALIVE"]
+
+    def complete(self, jobs: set[str]) -> bool:
         alive = {n for n, a in self.actors.items() if a["state"] == "ALIVE"}
         steward = any(n.startswith("raycolloc:steward:") for n in alive)
-        return trainers <= alive and steward and set(self.rates) >= {t.rsplit("/", 1)[1] for t in trainers} \
+        return len(self.trainers()) >= len(jobs) and steward and set(self.rates) >= jobs \
             and all(v > 0 for v in self.rates.values()) and any(v > 0 for v in self.sm_active.values())
 
 
@@ -148,7 +152,7 @@ def test_dashboard_shows_the_cells_actors_and_gauges(tmp_path: Path, ray_tmp: st
     overrides = ["degree=2", "epoch_samples=6144", "cluster.dashboard=true", "cluster.dashboard_host=127.0.0.1",
                  f"cluster.dashboard_port={dash_port}", f"cluster.metrics_export_port={metrics_port}"]
     job = load(overrides, out_dir=out)
-    trainers = {f"raycolloc:{job.spec.cell_id}/{j.name}" for j in job.spec.jobs}
+    trainers = {j.name for j in job.jobs}
     dashboard, metrics = f"http://127.0.0.1:{dash_port}", f"http://127.0.0.1:{metrics_port}"
 
     env = dict(os.environ, RAY_TMPDIR=ray_tmp, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0",
@@ -169,10 +173,10 @@ def test_dashboard_shows_the_cells_actors_and_gauges(tmp_path: Path, ray_tmp: st
                     seen.actors[actor["name"]] = actor
                 gauges = _gauges(metrics)
                 for labels, value in gauges[SAMPLES]:
-                    if labels.get("cell") == job.spec.cell_id:
+                    if labels.get("cell") == job.cell_id:
                         seen.rates[labels["job_name"]] = max(value, seen.rates.get(labels["job_name"], 0.0))
                 for labels, value in gauges[SM_ACTIVE]:
-                    if labels.get("cell") == job.spec.cell_id:
+                    if labels.get("cell") == job.cell_id:
                         seen.sm_active[labels["gpu"]] = max(value, seen.sm_active.get(labels["gpu"], 0.0))
                 time.sleep(1.0)
             watched = seen.complete(trainers)
@@ -187,15 +191,16 @@ def test_dashboard_shows_the_cells_actors_and_gauges(tmp_path: Path, ray_tmp: st
     assert watched, f"not all seen while the cell ran: {seen}\n--- sweep output ---\n{output[-4000:]}"
     assert proc.returncode == 0 and "status=ok" in output, f"rc={proc.returncode}\n{output[-4000:]}"
 
-    # The actors: both trainers and the node's steward, alive, in our namespace, on the same node.
-    nodes = {seen.actors[t]["node_id"] for t in trainers}
+    # The actors: both trainers (the lane's, named after it) and the node's steward, alive, in our
+    # namespace, on the same node.
+    assert len(seen.trainers()) == 2 and all(n.startswith("raycolloc:lane-") for n in seen.trainers())
+    nodes = {seen.actors[t]["node_id"] for t in seen.trainers()}
     assert len(nodes) == 1
-    steward = steward_name(nodes.pop(), job.cfg.cluster)
+    steward = steward_name(nodes.pop(), job.config.cluster)
     assert steward in seen.actors, sorted(seen.actors)
     assert seen.actors[steward]["state"] == "ALIVE" and seen.actors[steward]["class_name"] == "Steward"
-    assert {seen.actors[t]["class_name"] for t in trainers} == {"Trainer"}
     # The gauges: every job's throughput, and the SM activity of the GPU the cell's row names.
-    assert set(seen.rates) == {j.name for j in job.spec.jobs}
+    assert set(seen.rates) == {j.name for j in job.jobs}
     cells = pd.read_parquet(next(out.rglob("cells.parquet")))
     assert list(seen.sm_active) == [cells.loc[0, "gpu_uuid"]]
     assert 0 < seen.sm_active[cells.loc[0, "gpu_uuid"]] <= 100

@@ -1,4 +1,4 @@
-"""Round-trip and error-path tests for raycolloc.data.real (small files in tmp_path)."""
+"""Round-trip and error-path tests for raycolloc.job.data.real (small files in tmp_path)."""
 
 from __future__ import annotations
 
@@ -11,18 +11,15 @@ import pytest
 import torch
 from PIL import Image
 
-from raycolloc.data import real
-from raycolloc.data.real import (
+from raycolloc.job.data import real
+from raycolloc.job.data.real import (
     DatasetError,
     load_cifar10,
     load_criteo_tsv,
     load_imagenet64,
     open_imagefolder,
-    write_cifar10,
-    write_criteo_tsv,
-    write_imagefolder,
-    write_imagenet64,
 )
+from raycolloc.job.data.writers import write_cifar10, write_criteo_tsv, write_imagefolder, write_imagenet64
 
 SIZES = [1000, 7, 1, 10**7, *range(2, 24)]  # 26 table sizes
 

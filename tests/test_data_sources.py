@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from raycolloc.data import real
-from raycolloc.data.sources import build_source
-from raycolloc.workloads import create_workload
+from raycolloc.job.data import real, writers
+from raycolloc.job.data.sources import build_source
+from raycolloc.job.workloads import create_workload
 
 CPU = torch.device("cpu")
 
@@ -44,7 +44,7 @@ def test_cifar10_files_feed_normalised_images(tmp_path: Path, placement: str) ->
     rng = np.random.default_rng(0)
     images = rng.integers(0, 256, (50, 3, 32, 32), dtype=np.uint8)
     labels = rng.integers(0, 10, 50)
-    real.write_cifar10(tmp_path, images, labels)
+    writers.write_cifar10(tmp_path, images, labels)
     source = build_source(create_workload("tiny_cnn"), 10, CPU, "real", placement, str(tmp_path), 0, seed=0)
     seen = set()
     for _ in range(5):  # one pass of a shuffled epoch covers every sample once
@@ -58,25 +58,25 @@ def test_cifar10_files_feed_normalised_images(tmp_path: Path, placement: str) ->
 def test_imagenet64_and_imagefolder_and_criteo_through_build_source(tmp_path: Path) -> None:
     rng = np.random.default_rng(1)
     imgs = rng.integers(0, 256, (20, 3, 64, 64), dtype=np.uint8)
-    real.write_imagenet64(tmp_path / "i64", imgs, rng.integers(0, 1000, 20), per_file=8)
+    writers.write_imagenet64(tmp_path / "i64", imgs, rng.integers(0, 1000, 20), per_file=8)
     (x,), y = build_source(create_workload("resnet50_imagenet64"), 4, CPU, "real", "host", str(tmp_path / "i64"), 0,
                            seed=0).next()
     assert x.shape == (4, 3, 64, 64) and int(y.max()) < 1000
-    real.write_imagefolder(tmp_path / "folder", rng.integers(0, 256, (6, 3, 40, 40), dtype=np.uint8),
+    writers.write_imagefolder(tmp_path / "folder", rng.integers(0, 256, (6, 3, 40, 40), dtype=np.uint8),
                            np.array([0, 1, 2, 0, 1, 2]))
     (x,), y = build_source(create_workload("resnet152_imagenet"), 2, CPU, "real", "host", str(tmp_path / "folder"), 0,
                            seed=0).next()
     assert x.shape == (2, 3, 224, 224)
     dense = rng.integers(0, 100, (16, 13))
     cats = [[f"{rng.integers(0, 2**32):08x}" for _ in range(26)] for _ in range(16)]
-    real.write_criteo_tsv(tmp_path / "criteo.tsv", dense, cats, rng.integers(0, 2, 16))
+    writers.write_criteo_tsv(tmp_path / "criteo.tsv", dense, cats, rng.integers(0, 2, 16))
     spec = create_workload("tiny_dlrm")
     (d, s), y = build_source(spec, 8, CPU, "real", "device", str(tmp_path / "criteo.tsv"), 0, seed=0).next()
     assert d.shape == (8, 13) and s.shape == (8, 26) and int(s.max()) < 100 and set(y.tolist()) <= {0.0, 1.0}
 
 
 def test_image_folder_cannot_live_on_the_device(tmp_path: Path) -> None:
-    real.write_imagefolder(tmp_path, np.zeros((2, 3, 8, 8), dtype=np.uint8), np.array([0, 1]))
+    writers.write_imagefolder(tmp_path, np.zeros((2, 3, 8, 8), dtype=np.uint8), np.array([0, 1]))
     with pytest.raises(ValueError, match="data.placement=device needs an in-memory dataset"):
         build_source(create_workload("resnet152_imagenet"), 1, CPU, "real", "device", str(tmp_path), 0, seed=0)
 

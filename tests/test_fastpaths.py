@@ -21,15 +21,14 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from raycolloc.cell import run_cell
 from raycolloc.config import TrainerConfig
-from raycolloc.data.sources import build_source
-from raycolloc.results import TABLES
-from raycolloc.step import TrainStep, build_step
-from raycolloc.jobproc import COMPILE_CACHE
-from raycolloc.workloads.registry import create_workload
+from raycolloc.job.data.sources import build_source
+from raycolloc.job.process import COMPILE_CACHE
+from raycolloc.job.step import TrainStep, build_step
+from raycolloc.job.workloads.registry import create_workload
+from raycolloc.results.schema import TABLES
 
-from .conftest import ROOT, load, run_cli
+from .conftest import ROOT, load, run_cli, run_one
 
 CPU = torch.device("cpu")
 STEPS = 12  # three passes over the synthetic pool of 4 batches: the loss of a later pass must be lower
@@ -199,9 +198,7 @@ def _tables(job_dir: Path) -> dict[str, pd.DataFrame]:
 
 
 def _cell(tmp_path: Path, overrides: list[str]) -> tuple[Any, dict[str, pd.DataFrame]]:
-    job = load(["epoch_samples=128", *overrides], out_dir=tmp_path)
-    outcome = run_cell(job.cfg, job.spec, tmp_path / "cell")
-    return outcome, _tables(tmp_path / "cell")
+    return run_one(load(["epoch_samples=128", *overrides], out_dir=tmp_path), tmp_path / "cell")
 
 
 def _assert_compile_outside_measured_epochs(jobs: pd.DataFrame, epochs: pd.DataFrame) -> None:
@@ -235,7 +232,7 @@ def test_compiled_cell_times_compile_outside_the_measured_epochs(tmp_path: Path,
     extra = [f"mode.pipe_root={pipe_root}"] if mode == "mps" else []
     outcome, t = _cell(tmp_path, ["degree=2", "trainer.compile=default", *MODE_OVERRIDES[mode], *extra])
     jobs, epochs = t["jobs"], t["epochs"]
-    assert outcome.status == "ok", outcome.cell["reason"]
+    assert outcome.status == "ok", t["cells"].loc[0, "reason"]
     assert len(jobs) == 2 and set(jobs["status"]) == {"ok"}, jobs[["status", "error"]]
     assert t["cells"].loc[0, "mode"] == mode
     _assert_compile_outside_measured_epochs(jobs, epochs)
@@ -280,7 +277,7 @@ def test_mixed_cell_takes_fast_paths_per_job(tmp_path: Path) -> None:
            f"{{workload:tiny_dlrm,amp:{fp16}}}]")
     outcome, t = _cell(tmp_path, ["mix.name=custom", f"mix.jobs={mix}"])
     jobs = t["jobs"].set_index("job_index")
-    assert outcome.status == "ok", outcome.cell["reason"]
+    assert outcome.status == "ok", t["cells"].loc[0, "reason"]
     assert set(jobs["status"]) == {"ok"}, jobs[["status", "error"]]
     assert t["cells"].loc[0, "mix"] == "custom" and t["cells"].loc[0, "degree"] == 3
     assert jobs["workload"].tolist() == ["tiny_cnn", "tiny_cnn", "tiny_dlrm"]

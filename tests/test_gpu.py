@@ -19,7 +19,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module")
 def backend():  # noqa: ANN201
-    from raycolloc.gpu.nvml import NvmlBackend, nvml_gpu_count
+    from raycolloc.node.gpu.nvml import NvmlBackend, nvml_gpu_count
 
     if nvml_gpu_count() == 0:
         pytest.skip("no NVIDIA GPU visible")
@@ -56,14 +56,14 @@ def test_gpm_gives_sm_activity_on_hopper(backend) -> None:  # noqa: ANN001
 
 
 def test_real_mps_daemon_serves_a_cuda_client_then_stops(backend) -> None:  # noqa: ANN001
-    from raycolloc.modes.mps import MpsDaemon, find_control_daemons
+    from raycolloc.node.modes.mps import MpsDaemon, find_control_daemons
 
     gpu = backend.gpus()[0]
     root = tempfile.mkdtemp(prefix="rcmps", dir="/tmp")
     daemon = MpsDaemon(gpu.uuid, gpu.index, root)
     daemon.start()
     try:
-        env = dict(os.environ, **daemon.binding_env(0, 50, None))
+        env = dict(os.environ, **daemon.binding_env(50, None))
         code = ("import torch, os, subprocess; torch.ones(1, device='cuda'); torch.cuda.synchronize();"
                 "s=subprocess.run(['nvidia-cuda-mps-control'], input='get_server_list\\n', capture_output=True,"
                 " text=True).stdout.split();"
@@ -78,16 +78,18 @@ def test_real_mps_daemon_serves_a_cuda_client_then_stops(backend) -> None:  # no
 
 
 def test_mig_refuses_when_mig_mode_is_disabled_and_changes_nothing(backend) -> None:  # noqa: ANN001
-    from raycolloc.cellspec import JobSpec
-    from raycolloc.config import DataConfig, MigConfig, TrainerConfig
-    from raycolloc.gpu.backend import MigUnavailable
-    from raycolloc.modes.mig import MigManager
+    from raycolloc.driver.cells import build_cell
+    from raycolloc.config import ClusterConfig, Config, MigConfig, ModeConfig, WorkloadConfig
+    from raycolloc.mpsctl import CONTROL
+    from raycolloc.node.modes import GpuSlot, ModeError
+    from raycolloc.node.modes.mig import MigMode
 
     gpu = backend.gpus()[0]
     if backend.mig_mode(gpu.uuid)[0]:
         pytest.skip("MIG is enabled here; this test is for GPUs with MIG disabled")
     before = _smi("mig.mode.current")
-    jobs = [JobSpec(i, "tiny_cnn", 32, 2, 64, 0, DataConfig(), TrainerConfig()) for i in range(2)]
-    with pytest.raises(MigUnavailable, match=r"nvidia-smi -i 0 -mig 1"):
-        MigManager(backend, gpu).prepare(MigConfig(allow_reconfigure=True), jobs, None)
+    cell = build_cell(Config(workload=WorkloadConfig("tiny_cnn"), mode=ModeConfig("mig"), degree=2,
+                             cluster=ClusterConfig(backend="nvml"), mig=MigConfig(allow_reconfigure=True)))
+    with pytest.raises(ModeError, match=r"nvidia-smi -i 0 -mig 1"):
+        MigMode(GpuSlot(backend, gpu, CONTROL), cell).prepare()
     assert _smi("mig.mode.current") == before

@@ -2,8 +2,9 @@
 
 The simulated backend enforces the MIG tables' profiles and placements. Stewards are named per
 ``cluster.gpu_model`` and ``cluster.sim_mig_mode`` (``steward_name``), and each owns its own
-simulated GPUs, so tests that pre-create a layout (``sim_mig_mode=enabled``, through the steward's
-``sim_admin``) do not disturb the ``auto`` stewards other tests use.
+simulated GPUs, so tests that pre-create a layout (``sim_mig_mode=enabled``, as an administrator
+would with nvidia-smi, from this process on the simulated devices' state) do not disturb the
+``auto`` stewards other tests use.
 """
 
 from __future__ import annotations
@@ -16,22 +17,21 @@ import pandas as pd
 import pytest
 import ray
 
-from raycolloc.cell import run_cell
 from raycolloc.config import ConfigError
-from raycolloc.gpu.backend import MigUnavailable
-from raycolloc.mig.profiles import get_gpu_model
-from raycolloc.prepare import check_cluster
-from raycolloc.results import TABLES
-from raycolloc.steward import get_steward
+from raycolloc.driver.preflight import check_cluster
+from raycolloc.node.mig.profiles import get_gpu_model
+from raycolloc.node.modes import ModeError
+from raycolloc.node.modes.mig import apply_instances
+from raycolloc.node.steward import get_steward
 
-from .conftest import ROOT, load, run_cli
+from .conftest import ROOT, load, run_cli, run_one, sim_backend
 
 A100 = "A100-SXM4-40GB"
 STUDY_PROFILES = {1: "7g.40gb", 2: "3g.20gb", 3: "2g.10gb", 7: "1g.5gb"}
 
 
 def _inst(model: str, gi: str, start: int, *cis: tuple[str, int]) -> tuple[int, int, list[tuple[int, int]]]:
-    """An instance for ``Steward.sim_admin``: GI profile at ``start`` with ``(ci, ci_start)`` CIs."""
+    """An instance for ``apply_instances``: GI profile at ``start`` with ``(ci, ci_start)`` CIs."""
     prof = get_gpu_model(model).profile(gi)
     cis = cis or ((f"{prof.compute_slices}c", 0),)  # by default one CI spanning the GI
     return prof.profile_id, start, [(prof.ci_profile(c).nvml_index, s) for c, s in cis]
@@ -48,7 +48,7 @@ def _job(tmp_path: Path, overrides: list[str]):  # noqa: ANN202
 
 def _steward(job) -> Any:  # noqa: ANN001
     """The steward a cell of ``job`` uses (created here if no cell has used it yet)."""
-    return get_steward(ray.get_runtime_context().get_node_id(), job.cfg.cluster, job.cfg.mode.pipe_root)
+    return get_steward(ray.get_runtime_context().get_node_id(), job.config.cluster, job.config.mode.pipe_root)
 
 
 def _gpus(steward: Any) -> list[Any]:
@@ -67,7 +67,7 @@ def _shape(records: list[Any]) -> list[tuple[Any, ...]]:
 
 
 def _planned(instances: list[Any]) -> list[tuple[Any, ...]]:
-    """What :func:`_shape` reads back after ``sim_admin`` created ``instances``."""
+    """What :func:`_shape` reads back after ``apply_instances`` created ``instances``."""
     return sorted((gi, start, tuple(sorted(cis))) for gi, start, cis in instances)
 
 
@@ -75,15 +75,21 @@ def _layouts(steward: Any) -> dict[str, list[tuple[Any, ...]]]:
     return {uuid: _shape(records) for uuid, records in _records(steward).items()}
 
 
-def _set_layout(steward: Any, instances: list[Any]) -> None:
-    for gpu in _gpus(steward):
-        ray.get(steward.sim_admin.remote(gpu.uuid, instances=instances), timeout=60)
+def _set_layout(job, instances: list[Any]) -> None:  # noqa: ANN001
+    """What an administrator does with nvidia-smi on every GPU: MIG on, then these instances."""
+    backend = sim_backend(job)
+    for gpu in backend.gpus():
+        apply_instances(backend, gpu.uuid, [])
+        backend.set_mig_mode(gpu.uuid, True)
+        apply_instances(backend, gpu.uuid, instances)
 
 
 def _run(job, tmp_path: Path):  # noqa: ANN001, ANN202
-    outcome = run_cell(job.cfg, job.spec, tmp_path / "cell")
-    tables = {name: pd.read_parquet(tmp_path / "cell" / f"{name}.parquet") for name in TABLES}
-    return outcome, tables
+    return run_one(job, tmp_path / "cell")
+
+
+def _infos(steward: Any) -> list[Any]:
+    return [ray.get(steward.info.remote(), timeout=60)]
 
 
 def _assert_pinned(jobs: pd.DataFrame, degree: int, profile: str) -> None:
@@ -115,11 +121,11 @@ def test_cell_restores_the_layout_it_found(tmp_path: Path, sim_mig_mode: str, ex
     job = _job(tmp_path, ["degree=2", "mig.allow_reconfigure=true", f"cluster.sim_mig_mode={sim_mig_mode}"])
     steward = _steward(job)
     if existing is not None:
-        _set_layout(steward, existing)
+        _set_layout(job, existing)
     before = _layouts(steward)
     assert all(layout == _planned(existing or []) for layout in before.values())
     outcome, t = _run(job, tmp_path)
-    assert outcome.status == "ok", outcome.cell["reason"]
+    assert outcome.status == "ok", t["cells"].loc[0, "reason"]
     _assert_pinned(t["jobs"], 2, "3g.20gb")
     assert _layouts(steward) == before
     assert ray.get(steward.held.remote()) == {}
@@ -130,7 +136,7 @@ def test_layout_is_restored_after_a_job_crashes(tmp_path: Path) -> None:
     job = _job(tmp_path, ["degree=3", "mig.allow_reconfigure=true", "cluster.sim_mig_mode=enabled",
                           "trainer.fault=exit", "trainer.fault_job=1"])
     steward = _steward(job)
-    _set_layout(steward, EXISTING)
+    _set_layout(job, EXISTING)
     before = _layouts(steward)
     outcome, t = _run(job, tmp_path)
     jobs = t["jobs"].set_index("job_index")
@@ -146,39 +152,38 @@ def test_mig_mode_off_is_refused_by_the_preflight_and_the_steward(tmp_path: Path
     job = _job(tmp_path, ["degree=2", "mig.allow_reconfigure=true", "cluster.sim_mig_mode=disabled"])
     steward = _steward(job)
     before = _records(steward)
-    with pytest.raises(ConfigError, match=r"nvidia-smi -i 0 -mig 1"):
-        check_cluster([job.cfg])
-    # Past the pre-flight, the steward itself refuses (MigManager) and leaves the GPU as it was.
+    # The pre-flight skips the cell (a result row; the sweep's other cells run), naming the fix.
+    assert "nvidia-smi -i 0 -mig 1" in check_cluster([job], _infos(steward))[job.cell_id]
+    # Past the pre-flight, the steward itself refuses (the mig mode) and leaves the GPU as it was.
     gpu = _gpus(steward)[0]
     assert gpu.index == 0
-    with pytest.raises(MigUnavailable, match=r"MIG mode is disabled on GPU 0 .*nvidia-smi -i 0 -mig 1"):
-        ray.get(steward.prepare.remote("refused-cell", gpu.uuid, job.cfg.mode, job.cfg.mig, job.spec.jobs), timeout=60)
+    with pytest.raises(ModeError, match=r"MIG mode is disabled on GPU 0 .*nvidia-smi -i 0 -mig 1"):
+        ray.get(steward.prepare.remote(job, gpu.uuid), timeout=60)
     assert ray.get(steward.held.remote()) == {}
-    # A cell run without the pre-flight is an error row, not a crash.
+    # Through the engine: a skipped row, no job started.
     outcome, t = _run(job, tmp_path)
-    assert outcome.status == "error" and "nvidia-smi -i" in outcome.cell["reason"]
-    assert set(t["jobs"]["status"]) == {"error"} and t["jobs"]["pid"].isna().all()
+    assert outcome.status == "skipped" and "nvidia-smi -i" in t["cells"].loc[0, "reason"]
+    assert set(t["jobs"]["status"]) == {"skipped"} and t["jobs"]["pid"].isna().all()
     assert _records(steward) == before
     assert not any(g.mig_enabled for g in _gpus(steward))
 
 
 @pytest.mark.usefixtures("ray_local")
 def test_existing_layout_is_used_as_is_or_refused_without_allow_reconfigure(tmp_path: Path) -> None:
-    job = _job(tmp_path / "refused", ["degree=2", "cluster.sim_mig_mode=enabled"])
-    assert job.cfg.mig.allow_reconfigure is False
+    job = _job(tmp_path / "refused", ["degree=2", "cluster.sim_mig_mode=enabled", "mig.allow_reconfigure=false"])
     steward = _steward(job)
-    _set_layout(steward, EXISTING)
+    _set_layout(job, EXISTING)
     before = _records(steward)
     outcome, t = _run(job, tmp_path / "refused")
     assert outcome.status == "error"
-    assert "MigUnavailable" in outcome.cell["reason"] and "set mig.allow_reconfigure=true" in outcome.cell["reason"]
+    assert "ModeError" in t["cells"].loc[0, "reason"] and "set mig.allow_reconfigure=true" in t["cells"].loc[0, "reason"]
     assert t["jobs"]["pid"].isna().all()
     assert _records(steward) == before
     # The layout the cell needs, created by an administrator: used as it is, nothing recreated.
-    _set_layout(steward, [_inst(A100, "3g.20gb", 4), _inst(A100, "3g.20gb", 0)])
+    _set_layout(job, [_inst(A100, "3g.20gb", 4), _inst(A100, "3g.20gb", 0)])
     before = _records(steward)
     outcome, t = _run(job, tmp_path / "used")
-    assert outcome.status == "ok", outcome.cell["reason"]
+    assert outcome.status == "ok", t["cells"].loc[0, "reason"]
     _assert_pinned(t["jobs"], 2, "3g.20gb")
     assert _records(steward) == before
 
@@ -191,7 +196,7 @@ def test_impossible_layout_is_refused_before_anything_starts(tmp_path: Path, deg
     steward = _steward(job)
     before = _records(steward)
     with pytest.raises(ConfigError, match=rf"needs {slices} compute slices; {A100} has 7"):
-        check_cluster([job.cfg])
+        check_cluster([job], _infos(steward))
     assert _records(steward) == before and ray.get(steward.held.remote()) == {}
 
 
@@ -210,7 +215,7 @@ def test_mig_cell_on_h100_samples_every_instance_with_gpm(tmp_path: Path) -> Non
     job = load(["mode=mig", "degree=2", "epoch_samples=256", "cluster.gpu_model=H100-80GB",
                 "mig.allow_reconfigure=true"], out_dir=tmp_path)
     outcome, t = _run(job, tmp_path)
-    assert outcome.status == "ok", outcome.cell["reason"]
+    assert outcome.status == "ok", t["cells"].loc[0, "reason"]
     jobs, tel = t["jobs"], t["telemetry"]
     _assert_pinned(jobs, 2, "3g.40gb")
     mig = tel[tel.scope == "mig"]
@@ -242,7 +247,7 @@ def test_two_compute_instances_share_one_gpu_instance(tmp_path: Path) -> None:
     finally:
         done.set()
         watcher.join(timeout=30)
-    assert outcome.status == "ok", outcome.cell["reason"]
+    assert outcome.status == "ok", t["cells"].loc[0, "reason"]
     _assert_pinned(t["jobs"], 2, "3c.7g.40gb")
     gi = get_gpu_model(A100).profile("7g.40gb")
     three_c = gi.ci_profile("3c").nvml_index

@@ -1,4 +1,4 @@
-"""Tests for raycolloc.mig.profiles: every registered table against its own rules, plus known facts."""
+"""Tests for raycolloc.node.mig.profiles: every registered table against its own rules, plus known facts."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from raycolloc.mig import profiles
-from raycolloc.mig.planner import GiSpec, Layout, LayoutError, plan_layout
-from raycolloc.mig.profiles import (
+from raycolloc.node.mig import profiles
+from raycolloc.node.mig.placement import GiSpec, Layout, LayoutError, place_layout
+from raycolloc.node.mig.profiles import (
     NVML_COMPUTE_INSTANCE_PROFILE,
     NVML_GPU_INSTANCE_PROFILE,
     GpuModel,
@@ -80,12 +80,12 @@ def test_model_table_is_self_consistent(model: str) -> None:
 def test_profile_max_count_fits_and_one_more_does_not(model: str, profile: str) -> None:
     p = get_gpu_model(model).profile(profile)
     assert 1 <= p.max_count <= _max_disjoint(p.placements, p.slot_size)
-    plan = plan_layout(model, [profile] * p.max_count)
+    plan = place_layout(model, [profile] * p.max_count)
     assert len(plan) == p.max_count
     starts = [d.gi_start for d in plan]
     assert len(set(starts)) == len(starts) and set(starts) <= set(p.placements)
     with pytest.raises(LayoutError):
-        plan_layout(model, [profile] * (p.max_count + 1))
+        place_layout(model, [profile] * (p.max_count + 1))
 
 
 @pytest.mark.parametrize(("model", "profile"), PROFILES)
@@ -114,11 +114,11 @@ def test_gi_has_a_whole_ci_and_valid_ci_table(model: str, profile: str) -> None:
 @pytest.mark.parametrize(("model", "profile", "ci"), CIS)
 def test_ci_max_count_fits_and_one_more_does_not(model: str, profile: str, ci: str) -> None:
     c = get_gpu_model(model).profile(profile).ci_profile(ci)
-    plan = plan_layout(model, [{"gi": profile, "ci": [ci] * c.max_count}])
+    plan = place_layout(model, [{"gi": profile, "ci": [ci] * c.max_count}])
     assert [d.ci.name for d in plan] == [ci] * c.max_count
     assert len({d.ci_start for d in plan}) == c.max_count
     with pytest.raises(LayoutError):
-        plan_layout(model, [{"gi": profile, "ci": [ci] * (c.max_count + 1)}])
+        place_layout(model, [{"gi": profile, "ci": [ci] * (c.max_count + 1)}])
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -239,7 +239,7 @@ def test_register_gpu_model_adds_a_model(scratch_registry: None) -> None:
 
     assert "TOY-8GB" in known_gpu_models()
     assert get_gpu_model("NVIDIA Toy").name == "TOY-8GB"
-    assert plan_layout("TOY-8GB", Layout((GiSpec("7g.8gb"),))).devices[0].sm_count == 14
+    assert place_layout("TOY-8GB", Layout((GiSpec("7g.8gb"),))).devices[0].sm_count == 14
     with pytest.raises(ValueError, match="registered twice"):
         register_gpu_model(_toy)
 

@@ -1,4 +1,4 @@
-"""Tests for raycolloc.plan (radT experiment-plan CSV reader)."""
+"""Tests for raycolloc.driver.radt (radT experiment-plan CSV reader)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from raycolloc.plan import KNOWN_WORKLOADS, PlanError, groups_to_run, read_plan
+from raycolloc.driver.radt import PlanError, groups_to_run, read_plan
 
 HEADER = "Experiment,Workload,Status,Run,Devices,Collocation,File,Listeners,Params\n"
 
@@ -115,13 +115,13 @@ def test_blank_and_comment_lines_keep_file_line_numbers(tmp_path: Path) -> None:
     assert read_plan(write(tmp_path, body))[0].cells[0].jobs[0].line == 5
 
 
-def test_unknown_model_names_line_and_allowed(tmp_path: Path) -> None:
-    body = "1,1,,ok,0,-,t.py,smi,--model resnet26 --data /d/cifar10\n4,9,,r7,0,-,t.py,smi,--model vgg16 --data /d/cifar10\n"
+def test_unknown_model_names_line_column_and_closest(tmp_path: Path) -> None:
+    body = "1,1,,ok,0,-,t.py,smi,--model resnet26 --data /d/cifar10\n4,9,,r7,0,-,t.py,smi,--model vggg16 --data /d/cifar10\n"
     with pytest.raises(PlanError) as err:
         read_plan(write(tmp_path, body))
     msg = str(err.value)
-    assert "plan.csv:3:" in msg and "Experiment '4' Workload '9' Run 'r7'" in msg and "'vgg16'" in msg
-    assert "allowed: cait_xxs24, cait_xxs24_224, dlrm, efficientnet_v2_s" in msg
+    assert "plan.csv:3:" in msg and "Experiment '4' Workload '9' Run 'r7'" in msg and "'vggg16'" in msg
+    assert "column Params: unknown model 'vggg16' (--model takes any timm model); allowed: vgg16" in msg
 
 
 def test_unknown_dataset_names_line_and_allowed(tmp_path: Path) -> None:
@@ -132,12 +132,16 @@ def test_unknown_dataset_names_line_and_allowed(tmp_path: Path) -> None:
     assert "cifar-10-batches-py" in msg and "imagenet64" in msg and "criteo_kaggle" in msg
 
 
-def test_model_dataset_pair_not_a_workload(tmp_path: Path) -> None:
-    with pytest.raises(PlanError) as err:
-        read_plan(write(tmp_path, "1,2,,,0,-,t.py,smi,--model resnet26 --data /d/imagenet\n"))
-    msg = str(err.value)
-    assert "plan.csv:2:" in msg and "'resnet26' with dataset 'imagenet'" in msg
-    assert "allowed: " + ", ".join(KNOWN_WORKLOADS) in msg
+def test_any_timm_model_on_any_dataset_is_a_composition(tmp_path: Path) -> None:
+    body = ("1,2,,,0,-,t.py,smi,--model resnet26 --data /d/imagenet\n"
+            "1,2,,,0,-,t.py,smi,--model efficientnetv2_s --data /d/cifar10\n"
+            "1,2,,,0,-,t.py,smi,--model cait_xxs24_224 --data /d/imagenet64\n")
+    jobs = read_plan(write(tmp_path, body))[0].cells[0].jobs
+    assert [(j.workload.name, j.workload.model, j.workload.dataset) for j in jobs] == [
+        ("timm", "resnet26", "imagenet"), ("timm", "efficientnetv2_s", "cifar10"), ("timm", "cait_xxs24_224", "imagenet64")]
+    # Pairs of the study keep their preset's name (and config hash).
+    assert read_plan(write(tmp_path, "1,2,,,0,-,t.py,smi,--model resnet26 --data /d/cifar10\n"))[0].cells[0].jobs[
+        0].workload == "resnet26_cifar10"
 
 
 @pytest.mark.parametrize(

@@ -1,26 +1,81 @@
-"""Finding earlier results for resume: newest first, errors skipped, the run's own directory excluded."""
+"""Results on disk: rows built from the schema, validated reads, and the resume index (newest valid
+result wins, errors and corrupt tables do not count, corrupt ones are set aside)."""
 
 from __future__ import annotations
 
-import os
+import dataclasses
 from pathlib import Path
 
-from raycolloc.results import completed_index, find_completed, write_cell
+import pyarrow.parquet as pq
+import pytest
+
+from raycolloc.results.index import ResultIndex, read_reference, write_reference
+from raycolloc.results.rows import ROWS, SCHEMA_VERSION, CellRow, JobRow
+from raycolloc.results.schema import SCHEMAS
+from raycolloc.results.store import InvalidResult, read_cell
+
+from .conftest import write_fixture_cell
 
 
-def _cell(where: Path, digest: str, status: str, mtime: float) -> Path:
-    write_cell(where, {"cells": [{"cell_id": where.name, "config_hash": digest, "status": status}]})
-    os.utime(where / "cells.parquet", (mtime, mtime))
+def _cell(where: Path, digest: str, status: str, finished: float, jobs: int = 1) -> Path:
+    write_fixture_cell(where, {
+        "cells": [{"cell_id": where.name, "config_hash": digest, "status": status, "finished_at": finished,
+                   "n_jobs": jobs}],
+        "jobs": [{"cell_id": where.name, "job_index": i, "status": status} for i in range(jobs)],
+    })
     return where
 
 
-def test_newest_result_wins_errors_do_not_count_and_exclude_falls_back_to_the_older(tmp_path: Path) -> None:
+def test_every_schema_column_is_a_row_field_and_builders_must_fill_them() -> None:
+    for name, row in ROWS.items():
+        assert SCHEMAS[name].names == ["schema_version", *(f.name for f in dataclasses.fields(row))]
+    # A builder that forgets a column fails at once (no silent empty column).
+    with pytest.raises(TypeError, match="missing"):
+        JobRow(cell_id="c", job_index=0)  # type: ignore[call-arg]
+    required = [f.name for f in dataclasses.fields(CellRow) if f.default is dataclasses.MISSING]
+    assert "agg_samples_per_s" in required and "status" in required
+
+
+def test_newest_valid_result_wins_and_errors_do_not_count(tmp_path: Path) -> None:
     older = _cell(tmp_path / "a", "h1", "ok", 1_000)
     newer = _cell(tmp_path / "b", "h1", "partial", 2_000)
     _cell(tmp_path / "c", "h1", "error", 3_000)  # a crash is not a result
     _cell(tmp_path / "d", "h2", "error", 1_000)
-    assert completed_index(tmp_path) == {"h1": newer}
-    assert find_completed(tmp_path, "h1") == newer
-    assert find_completed(tmp_path, "h1", exclude=newer) == older
-    assert find_completed(tmp_path, "h2") is None
-    assert completed_index(tmp_path / "missing") == {}
+    _cell(tmp_path / "e", "h3", "skipped", 1_000)  # nor is a cell the cluster could not run
+    index = ResultIndex(tmp_path)
+    assert index.find("h1").path == newer
+    assert index.find("h2") is None and index.find("h3") is None
+    assert older.exists()
+    assert ResultIndex(tmp_path / "missing").find("h1") is None
+
+
+def test_a_corrupt_table_is_set_aside_and_the_older_result_found(tmp_path: Path) -> None:
+    older = _cell(tmp_path / "a", "h1", "ok", 1_000)
+    newer = _cell(tmp_path / "b", "h1", "ok", 2_000)
+    jobs = newer / "jobs.parquet"
+    jobs.write_bytes(jobs.read_bytes()[:40])  # truncated, as a full disk or a killed copy leaves it
+    with pytest.raises(InvalidResult, match="jobs.parquet"):
+        read_cell(newer)
+    index = ResultIndex(tmp_path)
+    assert index.find("h1").path == older
+    ((aside, why),) = index.set_aside
+    assert not newer.exists() and aside.name.startswith("b.invalid-") and (aside / "cells.parquet").exists()
+    assert "jobs.parquet" in why
+
+
+def test_tables_that_disagree_are_not_a_result(tmp_path: Path) -> None:
+    cell = _cell(tmp_path / "a", "h1", "ok", 1_000, jobs=2)
+    table = pq.read_table(cell / "jobs.parquet").slice(0, 1)  # one job row lost: cells says two
+    pq.write_table(table, cell / "jobs.parquet")
+    with pytest.raises(InvalidResult, match="1 jobs; cells.parquet says 2"):
+        read_cell(cell)
+    assert ResultIndex(tmp_path).find("h1") is None
+
+
+def test_a_reference_names_the_result_it_reuses(tmp_path: Path) -> None:
+    result = _cell(tmp_path / "a", "h1", "ok", 1_000)
+    found = ResultIndex(tmp_path).find("h1")
+    write_reference(tmp_path / "sweep2" / "cell", found, "h1")
+    assert read_reference(tmp_path / "sweep2" / "cell") == result.resolve()
+    assert read_reference(tmp_path / "a") is None
+    assert read_cell(result).cells.column("schema_version")[0].as_py() == SCHEMA_VERSION

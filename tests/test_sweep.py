@@ -12,7 +12,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from raycolloc.modes.mps import find_control_daemons
+from analysis.load import load_sweeps
+
+from raycolloc.node.modes.mps import find_control_daemons
 
 from .conftest import ROOT, compose, run_cli
 
@@ -20,9 +22,8 @@ TINY = ["workload=tiny_cnn", "cluster=local", "epoch_samples=128"]
 
 
 def _tables(root: Path, name: str) -> pd.DataFrame:
-    files = sorted(root.rglob(f"{name}.parquet"))
-    assert files, f"no {name}.parquet under {root}"
-    return pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+    """Every result under ``root``, references to earlier runs' results followed (as a report reads them)."""
+    return load_sweeps([root], all_results=True).table(name)
 
 
 def _sweep_dirs(out: Path) -> list[Path]:
@@ -53,7 +54,7 @@ def test_resume_second_run_starts_nothing_and_rerun_forces(tmp_path: Path) -> No
     second = run_cli(args, cwd=ROOT)
     elapsed = time.monotonic() - t0
     assert second.returncode == 0, second.stderr[-2000:]
-    assert second.stdout.count("skipped; +rerun=true runs it again") == 2
+    assert second.stdout.count("reused; +rerun=true runs it again") == 2
     assert "Started a local Ray instance" not in second.stdout + second.stderr  # no Ray, no job
     assert elapsed < 60, elapsed  # seconds on an idle laptop; generous for a loaded CI machine
     first_dir, second_dir = _sweep_dirs(out)
@@ -62,7 +63,7 @@ def test_resume_second_run_starts_nothing_and_rerun_forces(tmp_path: Path) -> No
     assert after["resumed_from"].notna().all()
     assert sorted(after["agg_samples_per_s"]) == sorted(before["agg_samples_per_s"])
     third = run_cli([*args, "+rerun=true", "degree=1"], cwd=ROOT)
-    assert third.returncode == 0 and "skipped" not in third.stdout
+    assert third.returncode == 0 and "reused" not in third.stdout
 
 
 def _popen_sweep(args: list[str]) -> subprocess.Popen[str]:
@@ -150,10 +151,11 @@ def test_radt_plan_runs_groups_and_writes_status_back(tmp_path: Path) -> None:
 def test_radt_plan_errors_name_the_row(tmp_path: Path) -> None:
     plan = tmp_path / "plan.csv"
     plan.write_text("Experiment,Workload,Status,Run,Devices,Collocation,File,Listeners,Params\n"
-                    "1,1,,a,0,-,train.py,smi,--model vgg16 --data /d/cifar10\n")
+                    "1,1,,a,0,-,train.py,smi,--model vggg16 --data /d/cifar10\n")
     proc = run_cli([f"+plan={plan}", "cluster=local", f"out_dir={tmp_path / 'res'}"], cwd=ROOT, timeout=120)
     assert proc.returncode != 0
-    assert "plan.csv:2" in proc.stderr + proc.stdout and "vgg16" in proc.stderr + proc.stdout
+    assert "plan.csv:2" in proc.stderr + proc.stdout and "vggg16" in proc.stderr + proc.stdout
+    assert "column Params" in proc.stderr + proc.stdout and "allowed: vgg16" in proc.stderr + proc.stdout
 
 
 @pytest.mark.timeout(900)
@@ -207,12 +209,12 @@ def test_largest_cells_start_first_when_cells_outnumber_gpus(tmp_path: Path) -> 
 
 
 def test_cell_size_puts_more_samples_first_and_naive_before_mps() -> None:
-    from hydra_plugins.raycolloc_launcher.raycolloc_launcher import _cell_size
-    from raycolloc.prepare import prepare_job
+    from raycolloc.driver.cells import validate_cell
+    from raycolloc.driver.engine import cell_size
 
     specs = {}
     for degree, mode in ((1, "naive"), (7, "mps"), (7, "naive"), (3, "mig"), (3, "naive")):
         cfg = compose(["workload=tiny_cnn", "cluster=local", f"degree={degree}", f"mode={mode}"])
-        specs[f"{mode}{degree}"] = prepare_job(cfg).spec
-    order = sorted(specs, key=lambda k: _cell_size(specs[k]))
+        specs[f"{mode}{degree}"] = validate_cell(cfg)
+    order = sorted(specs, key=lambda k: cell_size(specs[k]))
     assert order == ["naive7", "mps7", "naive3", "mig3", "naive1"]

@@ -1,0 +1,154 @@
+"""Mixed workloads against running their jobs one after the other (paper Fig. 8, Table 2).
+
+A mixed cell's jobs are unlike (a click of DLRM is not an image of ResNet152), so its samples are
+never added up: its headline is its total time (first epoch start to last epoch end, warm-up
+included) against the *sequential* time, the sum of each job's time alone on the GPU. A sweep runs
+the solo cell of every job of a mix (same mode, workload, batch size, epochs, epoch length or time
+budget, trainer settings), so that reference is measured, not assumed.
+
+A job's time alone is its solo's time per sample times the samples the job trained in the mix:
+the solo's own total when both trained as many samples (fixed ``epoch_samples``), and a fair
+equivalent when a time budget (``epoch_time_s``) let the two train different amounts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.stats import crosses, spread_columns
+from analysis.tables import CELL_KEY, epoch_span, jobs_with_cells
+
+__all__ = ["mixed_table", "table2"]
+
+_MATCH = ["workload", "mode", "gpu_name", "settings", "batch_size", "epochs", "epoch_samples", "epoch_time_s"]
+
+
+def _job_peak(frame: pd.DataFrame) -> pd.Series:
+    """A job's peak memory: PyTorch's (CUDA) where known, else what the device attributed to it."""
+    return frame["peak_mem_allocated_mib"].fillna(frame["peak_device_mem_mib"])
+
+
+def _solo_refs(cells: pd.DataFrame, joined: pd.DataFrame) -> pd.DataFrame:
+    """Per solo configuration (:data:`_MATCH`): medians over its ok runs of time and energy per
+    sample (every epoch, warm-up included), SM activity and memory."""
+    solo = joined[joined["mix"].isna() & (joined["degree"] == 1) & (joined["cell_status"] == "ok")
+                  & (joined["status"] == "ok") & joined["total_s"].notna() & (joined["samples"] > 0)]
+    solo = solo.merge(cells[[*CELL_KEY, "total_energy_j", "sm_active_mean", "mem_used_max_mib"]], on=CELL_KEY,
+                      how="left")
+    solo = solo.assign(s_per_sample=solo["total_s"] / solo["samples"],
+                       j_per_sample=solo["total_energy_j"] / solo["samples"], solo_peak_mib=_job_peak(solo))
+    return (solo.groupby(_MATCH, dropna=False)
+            .agg(solo_s_per_sample=("s_per_sample", "median"), solo_j_per_sample=("j_per_sample", "median"),
+                 solo_sm_active_mean=("sm_active_mean", "median"), solo_mem_used_max_mib=("mem_used_max_mib", "median"),
+                 solo_peak_mib=("solo_peak_mib", "median"), solo_runs=("s_per_sample", "size"))
+            .reset_index())
+
+
+def mixed_table(cells: pd.DataFrame, jobs: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
+    """Every job of every mixed cell (run) against its solo (paper Fig. 8, Table 2).
+
+    Columns: ``sweep, cell_id, repeat, repeat_group, mix, workload, mode, gpu_name, status`` (the
+    cell); ``job_index, job_name, job_workload, job_status, job_samples, job_total_s`` (every epoch,
+    warm-up included), ``job_peak_mem_mib``; ``solo_total_s`` (the job's samples at its solo's time
+    per sample: median over the solo's ok runs; empty if no solo ran, see ``solo_missing``),
+    ``solo_runs`` and ``job_slowdown`` = job_total_s / solo_total_s; ``cell_total_s`` (first epoch
+    start to last epoch end of the cell); ``serial_s`` = the sum of the jobs' ``solo_total_s``;
+    ``change_vs_sequential_pct`` = 100 x (cell_total_s / serial_s - 1), negative when collocation is
+    faster; the cell's ``sm_active_mean`` and ``mem_used_max_mib`` and ``total_energy_j``; the
+    solo's ``solo_sm_active_mean``, ``solo_mem_used_max_mib`` and ``serial_energy_j`` (the jobs'
+    samples at their solos' energy per sample, summed) and ``energy_vs_sequential`` (below 1:
+    collocation spends less energy than one job after the other).
+    """
+    cols = ["sweep", "cell_id", "repeat", "repeat_group", "mix", "workload", "mode", "gpu_name", "status", "job_index",
+            "job_name", "job_workload", "job_status", "job_samples", "job_total_s", "job_peak_mem_mib", "solo_total_s",
+            "solo_runs", "job_slowdown", "cell_total_s", "serial_s", "change_vs_sequential_pct", "sm_active_mean",
+            "mem_used_max_mib", "total_energy_j", "solo_sm_active_mean", "solo_mem_used_max_mib", "serial_energy_j",
+            "energy_vs_sequential", "solo_missing"]
+    mixed = cells[cells["mix"].notna()]
+    if mixed.empty:
+        return pd.DataFrame(columns=cols)
+    joined = jobs_with_cells(cells, jobs)
+    out = joined[joined["mix"].notna()].merge(_solo_refs(cells, joined), on=_MATCH, how="left")
+    out = out.rename(columns={"workload": "job_workload", "cell_workload": "workload", "status": "job_status",
+                              "cell_status": "status", "total_s": "job_total_s", "samples": "job_samples"})
+    out["job_peak_mem_mib"] = _job_peak(out)
+    out["solo_total_s"] = out["job_samples"] * out["solo_s_per_sample"]
+    out["job_serial_energy_j"] = out["job_samples"] * out["solo_j_per_sample"]
+    out["job_slowdown"] = out["job_total_s"] / out["solo_total_s"]
+    spans = epoch_span(epochs)[[*CELL_KEY, "span_s"]]
+    per_cell = mixed[[*CELL_KEY, "repeat_group", "total_s", "sm_active_mean", "mem_used_max_mib",
+                      "total_energy_j"]].merge(spans, on=CELL_KEY, how="left")
+    per_cell["cell_total_s"] = per_cell["span_s"].fillna(per_cell["total_s"])
+    out = out.merge(per_cell.drop(columns=["span_s", "total_s"]), on=CELL_KEY, how="left")
+    grouped = out.groupby(CELL_KEY)
+
+    def whole(column: str) -> pd.Series:  # a sum over the cell's jobs only if every job has its part
+        return grouped[column].agg(lambda s: s.sum() if s.notna().all() else np.nan)
+
+    missing = (out["job_name"].astype(str).where(out["solo_total_s"].isna()).groupby([out[k] for k in CELL_KEY])
+               .agg(lambda s: ", ".join(s.dropna())).rename("solo_missing"))
+    sums = pd.concat([whole("solo_total_s").rename("serial_s"), whole("job_serial_energy_j").rename("serial_energy_j"),
+                      missing], axis=1).reset_index()
+    out = out.merge(sums, on=CELL_KEY, how="left")
+    ok = out["status"] == "ok"
+    out["change_vs_sequential_pct"] = (100.0 * (out["cell_total_s"] / out["serial_s"] - 1.0)).where(ok)
+    out["energy_vs_sequential"] = (out["total_energy_j"] / out["serial_energy_j"]).where(ok)
+    return out[cols].sort_values(["mix", "gpu_name", "mode", "sweep", "repeat", "cell_id", "job_index"],
+                                 ignore_index=True)
+
+
+def _sequential(rows: pd.DataFrame) -> pd.Series:
+    """The sequential run of one mix configuration's jobs: SM activity weighted by each job's time
+    alone, memory the largest solo's (one job at a time)."""
+    first = rows.drop_duplicates("job_index")
+    weight = first["solo_total_s"]
+    sm = (first["solo_sm_active_mean"] * weight).sum() / weight.sum() if weight.notna().all() and weight.sum() else np.nan
+    return pd.Series({"sequential_sm_active_mean": sm, "sequential_mem_used_max_mib": first["solo_mem_used_max_mib"].max()})
+
+
+_TABLE2_FIXED = ["mix", "gpu_name", "mode", "repeat_group", "status", "n_runs", "total_s", "total_s_min", "total_s_max",
+                 "sequential_s", "change_vs_sequential_pct", "change_vs_sequential_pct_min",
+                 "change_vs_sequential_pct_max", "change_uncertain", "sm_active_mean", "sequential_sm_active_mean",
+                 "mem_used_max_gib", "sequential_mem_used_max_gib", "energy_vs_sequential", "energy_vs_sequential_min",
+                 "energy_vs_sequential_max"]
+
+
+def table2(mixed: pd.DataFrame) -> pd.DataFrame:
+    """The study's Table 2: one row per mix, GPU model and mode, its runs summarised.
+
+    Columns: ``mix, gpu_name, mode, repeat_group, status, n_runs``; per job ``<job_name>_s`` (its
+    total time collocated: median, ``_min``, ``_max``) and ``<job_name>_alone_s`` (its time alone);
+    ``total_s`` (the cell's total time, with spread), ``sequential_s``, ``change_vs_sequential_pct``
+    (with spread) and ``change_uncertain`` (the runs' change reaches across 0); ``sm_active_mean``,
+    ``mem_used_max_gib`` (collocated, medians) and ``sequential_sm_active_mean``,
+    ``sequential_mem_used_max_gib``; ``energy_vs_sequential`` (with spread). Job columns are those of
+    the row's mix (other mixes' are empty).
+    """
+    if mixed.empty:
+        return pd.DataFrame(columns=_TABLE2_FIXED)
+    key = ["mix", "gpu_name", "mode", "repeat_group"]
+    cells = mixed.drop_duplicates(CELL_KEY)
+    grouped = cells.groupby(key, dropna=False, sort=False)
+    out = pd.concat([
+        grouped["status"].agg(lambda s: "ok" if (s == "ok").all() else "/".join(sorted(set(s)))),
+        grouped.size().rename("n_runs"),
+        spread_columns(grouped, ["cell_total_s", "change_vs_sequential_pct", "energy_vs_sequential"]),
+        grouped[["serial_s", "sm_active_mean", "mem_used_max_mib"]].median(),
+    ], axis=1)
+    out = out.join(mixed.groupby(key, dropna=False, sort=False).apply(_sequential, include_groups=False))
+    for (name, index), rows in mixed.groupby(["job_name", "job_index"], sort=True):
+        per = rows.groupby(key, dropna=False, sort=False)
+        times = spread_columns(per, ["job_total_s"]).rename(columns=lambda c: c.replace("job_total", str(name)))
+        out = out.join(times).join(per["solo_total_s"].median().rename(f"{name}_alone_s"))
+    out = out.reset_index().rename(columns={"cell_total_s": "total_s", "cell_total_s_min": "total_s_min",
+                                            "cell_total_s_max": "total_s_max", "serial_s": "sequential_s"})
+    n_ok = cells.assign(ok=cells["status"] == "ok").groupby(key, dropna=False)["ok"].sum().rename("n_ok")
+    out = out.merge(n_ok.reset_index(), on=key, how="left")
+    out["change_uncertain"] = crosses(out["change_vs_sequential_pct_min"], out["change_vs_sequential_pct_max"],
+                                      out["n_ok"], at=0.0)
+    for column in ("mem_used_max_mib", "sequential_mem_used_max_mib"):
+        out[column.replace("_mib", "_gib")] = out.pop(column) / 1024.0
+    order = {"naive": 0, "mps": 1, "mig": 2}
+    return (out.drop(columns="n_ok").assign(_o=out["mode"].map(order).fillna(9))
+            .sort_values(["mix", "gpu_name", "_o"]).drop(columns="_o").reset_index(drop=True))

@@ -1,0 +1,98 @@
+"""``python -m raycolloc.advise``: what should I collocate, and how? Asked before spending GPU hours.
+
+::
+
+    python -m raycolloc.advise workload=resnet26_cifar10 [workload=... for a mix] [cluster=...]
+        [epoch_samples=...] [max_slowdown=1.5] [degrees=1,2,3,7] [cores=N] [--fit DIR ...]
+        [--emit-sweep] [--out FILE.json]
+    python -m raycolloc.advise --validate SWEEP_DIR [SWEEP_DIR ...] [--fit DIR ...] [cores=N] [--out FILE.json]
+
+The first form profiles each workload alone (one short degree-1 cell each, or an existing one with
+the same settings), fits the model's parameters on the measured sweeps under ``out_dir`` (or
+``--fit``) of *other* workloads, and prints a ranked table per workload (and for the mix) with
+memory fit, aggregate throughput, each job's slowdown and energy per sample; ``advice.json`` holds
+it all, and ``--emit-sweep`` writes the recommended cells as a sweep and as a radT plan. The second
+form compares the model with a measured sweep (leave-one-out). Exit status: 0; 2 for a config error
+(nothing has run); 1 for a validation that misses a target or a cell predicted to fit that ran out
+of memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import sys
+from pathlib import Path
+
+from raycolloc.config import ConfigError
+
+__all__ = ["main"]
+
+log = logging.getLogger("raycolloc")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m raycolloc.advise", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("words", nargs="*", help="workload=NAME [workload.KEY=V] ... overrides and advisor keys")
+    p.add_argument("--validate", nargs="+", metavar="SWEEP_DIR", help="compare predictions with measured sweeps")
+    p.add_argument("--fit", action="append", default=[], metavar="DIR",
+                   help="measured sweeps to fit the parameters on (default: out_dir)")
+    p.add_argument("--emit-sweep", action="store_true", help="write the recommended cells as a sweep and a radT plan")
+    p.add_argument("--out", type=Path, help="where the JSON goes (default: the advice directory / validation.json)")
+    return p
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from raycolloc.advise.advice import write_json
+    from raycolloc.advise.validate import format_validation, validate
+
+    cores = None
+    for word in args.words:
+        key, _, value = word.partition("=")
+        if key != "cores" or not value.isdigit():
+            raise ConfigError(f"{word!r} is not allowed with --validate; it takes cores=N (the GPU node's cores)")
+        cores = int(value)
+    result = validate(args.validate, args.fit, cores=cores)
+    print(format_validation(result), flush=True)
+    out = args.out or Path(args.validate[0]) / "validation.json"
+    print(f"wrote {write_json(out, result)}")
+    failed = any(m.passed is False for m in result.metrics) or bool(result.unsafe_fits)
+    return 1 if failed else 0
+
+
+def _advise(args: argparse.Namespace) -> int:
+    from raycolloc.advise.advice import advise, format_advice, write_json
+    from raycolloc.advise.emit import emit_sweep
+    from raycolloc.advise.rank import DEFAULT_DEGREES
+    from raycolloc.advise.run import node_cores, parse_request, run_profiles
+
+    request = parse_request(args.words, DEFAULT_DEGREES)
+    profiled, advice_dir = run_profiles(request)
+    out_dir = Path(profiled[0].spec.config.out_dir).absolute()
+    fit_dirs = [Path(d) for d in args.fit] or [out_dir]
+    backend = next((p.profile.backend for p in profiled if p.profile is not None), "nvml")
+    advice = advise(profiled, request, fit_dirs, out_dir, node_cores(request.cores, backend))
+    if args.emit_sweep:
+        advice = dataclasses.replace(advice, emitted=emit_sweep(advice_dir, list(advice.rankings), profiled,
+                                                                request.common))
+    print(format_advice(advice), flush=True)
+    out = args.out or advice_dir / "advice.json"
+    print(f"wrote {write_json(out, advice, {'command': ['python', '-m', 'raycolloc.advise', *sys.argv[1:]]})}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the advisor; returns the exit status."""
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
+    args = _parser().parse_args(argv)
+    try:
+        return _validate(args) if args.validate else _advise(args)
+    except ConfigError as exc:
+        log.error("config error: %s", exc)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

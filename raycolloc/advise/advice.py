@@ -1,0 +1,160 @@
+"""From measured profiles to the advice: parameters fitted on other workloads, every configuration
+predicted and ranked, printed and written as JSON (and, with ``--emit-sweep``, as a sweep)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from raycolloc.advise.emit import Emitted
+from raycolloc.advise.fit import fit, observations_in
+from raycolloc.advise.model import ASSUMPTIONS, DEFAULT_PARAMS, Gpu, Params
+from raycolloc.advise.profile import Profile, combine, gpu_costs_in, load_costs, profile_key, profiles_in
+from raycolloc.advise.rank import Ranking, format_ranking, mix_candidates, rank, uniform_candidates
+from raycolloc.advise.run import Profiled, Request
+
+__all__ = ["Advice", "Measured", "advise", "format_advice", "measured", "write_json"]
+
+log = logging.getLogger("raycolloc")
+
+
+@dataclass(frozen=True)
+class Advice:
+    """Everything the advisor concluded, and what it concluded it from."""
+
+    gpu: Gpu
+    params: Params
+    profiles: tuple[Profile, ...]
+    not_profiled: dict[str, str]
+    rankings: tuple[Ranking, ...]
+    fit_sweeps: tuple[str, ...]
+    assumptions: tuple[str, ...] = ASSUMPTIONS
+    emitted: Emitted | None = None
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What the measured sweeps under the fit directories hold for the advice: the parameters fitted
+    on other workloads, and every solo profile found there (to combine with the new one)."""
+
+    params: Params
+    profiles: dict[tuple[str, str, str], Profile]
+    dirs: tuple[str, ...]
+
+
+def measured(fit_dirs: Sequence[Path], exclude: frozenset[str], gpu_name: str, cores: int) -> Measured:
+    """Parameters fitted on the measured sweeps under ``fit_dirs`` (cells of ``gpu_name`` whose
+    workloads are not in ``exclude``; the defaults where there are none) and the profiles there."""
+    from analysis.load import load_sweeps
+
+    dirs = [d for d in fit_dirs if Path(d).is_dir()]
+    try:
+        data = load_sweeps(dirs) if dirs else None
+    except SystemExit as exc:  # no readable cell there: nothing to fit on
+        log.info("advise: nothing to fit on under %s (%s)", ", ".join(map(str, dirs)), exc)
+        data = None
+    if data is None:
+        return Measured(DEFAULT_PARAMS, {}, ())
+    costs = gpu_costs_in(data.cells, data.jobs)
+    profiles = profiles_in(data.cells, data.jobs, data.epochs, data.telemetry, costs)
+    observations = observations_in(data.cells, data.jobs, profiles, costs, cores)
+    return Measured(fit(observations, exclude=exclude, gpu_name=gpu_name), profiles, tuple(map(str, dirs)))
+
+
+def _with_history(p: Profile, found: dict[tuple[str, str, str], Profile]) -> Profile:
+    """The profile combined with every other solo run of the same workload and settings on this GPU
+    model found among the measured sweeps (the median of several runs is steadier than one)."""
+    known = found.get(profile_key(p.gpu_name, p.workload, p.settings))
+    if known is None:
+        return p
+    return known if set(p.cell_dirs) <= set(known.cell_dirs) else combine([p, known])
+
+
+def advise(profiled: list[Profiled], request: Request, fit_dirs: Sequence[Path], out_dir: Path, cores: int) -> Advice:
+    """Fit, predict and rank for the profiled workloads (and their mix, when there are several).
+
+    Raises:
+        SystemExit: no workload could be profiled.
+    """
+    new = [p.profile for p in profiled if p.profile is not None]
+    missing = {p.spec.jobs[0].workload.name: str(p.reason) for p in profiled if p.profile is None}
+    if not new:
+        raise SystemExit("advise: no workload could be profiled: " + "; ".join(f"{k}: {v}" for k, v in missing.items()))
+    first = new[0]
+    costs = load_costs(out_dir, first.gpu_name)
+    gpu = Gpu(first.gpu_name, first.gpu_memory_mib, costs.base_mib if costs else 0.0, cores)
+    history = measured(fit_dirs, frozenset(p.workload for p in new), first.gpu_name, cores)
+    profiles = [_with_history(p, history.profiles) for p in new]
+    params = history.params
+    rankings = [rank(p.workload, uniform_candidates(p, gpu, request.degrees), gpu, params, request.max_slowdown)
+                for p in dict.fromkeys(profiles)]
+    if len(profiled) > 1 and not missing:
+        label = "mix " + "+".join(p.workload for p in profiles)
+        rankings.append(rank(label, mix_candidates(profiles, gpu), gpu, params, request.max_slowdown, mix=True))
+    elif len(profiled) > 1:
+        missing["mix"] = "not predicted: a job of it has no profile (see above)"
+    return Advice(gpu=gpu, params=params, profiles=tuple(dict.fromkeys(profiles)), not_profiled=missing,
+                  rankings=tuple(rankings), fit_sweeps=history.dirs)
+
+
+def format_advice(a: Advice) -> str:
+    """The advice as printed: profiles, parameters, one ranked table per group, the picks, the assumptions."""
+    lines = [f"GPU: {a.gpu.name} ({a.gpu.memory_mib / 1024:.0f} GiB, base {a.gpu.base_mib:.0f} MiB used by no job; "
+             f"{a.gpu.cores} cores on its node)"]
+    for p in a.profiles:
+        lines.append(f"profile {p.workload} ({p.mode} solo, {', '.join(p.cell_dirs)}): {p.samples_per_s:,.0f} samples/s, "
+                     f"SM activity {100 * p.sm_active:.1f}%, busy {100 * p.busy:.1f}% ({p.busy_source}), "
+                     f"DRAM {_pct(p.dram_active)}, occupancy {_pct(p.sm_occupancy)}, launching thread "
+                     f"{100 * p.cpu_busy:.0f}% of a core, memory {p.job_mem_mib:,.0f} MiB/job ({p.mem_source})")
+    for name, why in a.not_profiled.items():
+        lines.append(f"no profile for {name}: {why}")
+    p = a.params
+    lines.append(f"parameters: naive capacity={p.naive.capacity:.2f} k={p.naive.sharpness:g}; mps capacity="
+                 f"{p.mps.capacity:.2f} k={p.mps.sharpness:g}; mig capacity={p.mig.capacity:.2f} k={p.mig.sharpness:g}; "
+                 f"power slope={'-' if p.power_slope_w is None else f'{p.power_slope_w:.0f} W per unit SM activity'}; "
+                 f"{p.source}")
+    for r in a.rankings:
+        lines += ["", format_ranking(r)]
+        for tag, name in (("best throughput", r.best_throughput), ("best energy per sample", r.best_energy),
+                          (f"best throughput with every job's slowdown <= {r.max_slowdown:g}"
+                           if r.max_slowdown is not None else "best throughput (no max_slowdown given)",
+                           r.best_within_cap)):
+            lines.append(f"  {tag}: {name or 'none fits'}")
+    lines += ["", "the model assumes:"] + [f"  - {text}" for text in a.assumptions]
+    if a.emitted is not None:
+        lines += ["", f"recommended cells as a sweep ({a.emitted.sweep_txt}):", *(f"  {x}" for x in a.emitted.lines),
+                  f"and as a radT plan: {a.emitted.plan_command}"]
+        if a.emitted.not_in_plan:
+            lines.append(f"  (not in the plan: {'; '.join(a.emitted.not_in_plan)})")
+    return "\n".join(lines)
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def write_json(path: Path, obj: Any, extra: dict[str, Any] | None = None) -> Path:
+    """Write a dataclass (the advice or a validation) as JSON, atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps({**_plain(obj), **(extra or {})}, indent=1, default=str))
+    tmp.replace(path)
+    return path
+

@@ -1,0 +1,202 @@
+"""Measured cells as the model sees them, and the model's few parameters fitted on them.
+
+An :class:`Observation` is one measured cell: the :class:`~raycolloc.advise.model.Candidate` it was
+(its mode, its jobs' profiles, their MIG devices or MPS limits) and what it measured. :func:`fit`
+chooses each mode's ``capacity`` and ``sharpness`` by least squares on the log of the measured
+throughput (a uniform cell's aggregate, a mixed cell's every job), over a grid, and the power slope
+by least squares within each workload. Cells of the excluded workloads never enter a fit: a
+workload is predicted with parameters fitted on the others only (leave-one-out).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+import pandas as pd
+
+from raycolloc.advise.model import DEFAULT_PARAMS, Candidate, Gpu, ModeParams, Params, Slot, predict
+from raycolloc.advise.profile import GpuCosts, Profile, profile_key, settings_of
+from raycolloc.advise.slots import mig_slots, mps_slots
+
+__all__ = ["Observation", "fit", "observations_in"]
+
+_CAPACITIES = tuple(round(0.30 + 0.02 * i, 2) for i in range(46))  # 0.30 .. 1.20
+_SHARPNESS = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0)
+_PRIOR = 1e-4  # a tie between grid points (a resource no fit cell saturated) goes to the defaults
+
+
+@dataclass(frozen=True)
+class Observation:
+    """A measured cell: the candidate it was and what it measured (None where it did not)."""
+
+    sweep: str
+    cell_id: str
+    label: str
+    status: str
+    candidate: Candidate
+    gpu: Gpu
+    job_samples_per_s: tuple[float | None, ...]
+    agg_samples_per_s: float | None
+    mem_used_mib: float | None
+    power_w: float | None
+    sm_active: float | None
+    energy_per_sample_j: float | None
+    profile_cell: bool
+
+    @property
+    def workloads(self) -> frozenset[str]:
+        return frozenset(p.workload for p in self.candidate.jobs)
+
+
+def _num(value: object) -> float | None:
+    try:
+        out = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
+
+
+def _per_job(value: object, n: int) -> list[int | None]:
+    if isinstance(value, list):
+        return [None if v is None else int(v) for v in value]
+    return [None if value is None else int(value)] * n  # type: ignore[call-overload]
+
+
+def _gpu_name(cell: pd.Series, profiles: dict[tuple[str, str, str], Profile]) -> str | None:
+    """The cell's GPU model; for a cell that never leased a GPU (refused before it started: ``unfit``,
+    ``skipped``), the one GPU model the profiles were measured on, if there is only one."""
+    if isinstance(cell.get("gpu_name"), str):
+        return str(cell["gpu_name"])
+    models = {p.gpu_name for p in profiles.values()}
+    return models.pop() if len(models) == 1 else None
+
+
+def _candidate(cell: pd.Series, jobs: pd.DataFrame, profiles: dict[tuple[str, str, str], Profile],
+               gpu_name: str) -> Candidate | None:
+    """The candidate a measured cell was; None if one of its jobs has no profile or it is not a
+    mode the model predicts."""
+    mode = str(cell["mode"])
+    found = [profiles.get(profile_key(gpu_name, str(j["workload"]), settings_of(j)))
+             for _, j in jobs.sort_values("job_index").iterrows()]
+    if not found or any(p is None for p in found) or mode not in ("naive", "mps", "mig"):
+        return None
+    chosen: tuple[Profile, ...] = tuple(p for p in found if p is not None)
+    cfg = json.loads(cell["config_json"]) if isinstance(cell.get("config_json"), str) else {}
+    mix_jobs = (cfg.get("mix") or {}).get("jobs") or []
+    if mode == "mps":
+        atp = _per_job((cfg.get("mode") or {}).get("active_thread_percentage"), len(chosen))
+        atp = [(mix_jobs[i].get("active_thread_percentage") if i < len(mix_jobs) else None) or a
+               for i, a in enumerate(atp)]
+        limited = tuple(int(a) for a in atp if a is not None)
+        return Candidate(mode, chosen, mps_slots(atp), limited if len(limited) == len(chosen) else None)
+    if mode == "mig":
+        per_job = [j.get("mig_profile") for j in mix_jobs] if mix_jobs else [None] * len(chosen)
+        placed = mig_slots(gpu_name, (cfg.get("mig") or {}).get("layout", "auto"),
+                           (cfg.get("mix") or {}).get("mig_layout"), per_job)
+        if placed is None:
+            return None
+        return Candidate(mode, chosen, placed[0], mig_profiles=placed[1])
+    return Candidate(mode, chosen, (Slot(),) * len(chosen))
+
+
+def observations_in(cells: pd.DataFrame, jobs: pd.DataFrame, profiles: dict[tuple[str, str, str], Profile],
+                    costs: dict[str, GpuCosts], cores: int | None) -> list[Observation]:
+    """Every cell of the loaded sweeps that the model can describe (all its jobs have a profile)."""
+    profile_cells = {(p.gpu_name, d) for p in profiles.values() for d in p.cell_dirs}
+    out = []
+    for _, cell in cells.iterrows():
+        rows = jobs[(jobs["sweep"] == cell["sweep"]) & (jobs["cell_id"] == cell["cell_id"])]
+        gpu_name = _gpu_name(cell, profiles)
+        candidate = _candidate(cell, rows, profiles, gpu_name) if not rows.empty and gpu_name else None
+        if candidate is None or gpu_name is None:
+            continue
+        cost = costs.get(gpu_name)
+        memory = _num(cell.get("gpu_memory_mib")) or candidate.jobs[0].gpu_memory_mib
+        gpu = Gpu(gpu_name, memory, cost.base_mib if cost else 0.0, cores)
+        ordered = rows.sort_values("job_index")
+        rates = tuple(_num(r["epoch2_samples_per_s"]) if r["status"] == "ok" else None for _, r in ordered.iterrows())
+        sm = _num(cell.get("sm_active_mean"))
+        out.append(Observation(
+            sweep=str(cell["sweep"]), cell_id=str(cell["cell_id"]), label=str(cell["label"]), status=str(cell["status"]),
+            candidate=candidate, gpu=gpu, job_samples_per_s=rates, agg_samples_per_s=_num(cell.get("agg_samples_per_s")),
+            mem_used_mib=_num(cell.get("mem_used_max_mib")), power_w=_num(cell.get("power_mean_w")),
+            sm_active=None if sm is None else sm / 100.0, energy_per_sample_j=_num(cell.get("energy_per_sample_j")),
+            profile_cell=(gpu_name, str(cell.get("cell_dir", ""))) in profile_cells,
+        ))
+    return out
+
+
+def _log_error(o: Observation, params: Params) -> float | None:
+    """Squared log error of one cell's throughput: the aggregate of a uniform cell, the mean over a
+    mixed cell's jobs; None where nothing was measured."""
+    pred = predict(o.candidate, o.gpu, params)
+    if o.candidate.uniform:
+        if o.agg_samples_per_s is None or not pred.agg_samples_per_s or o.status != "ok":
+            return None
+        return math.log(pred.agg_samples_per_s / o.agg_samples_per_s) ** 2
+    errs = [math.log(j.samples_per_s / m) ** 2 for j, m in zip(pred.jobs, o.job_samples_per_s, strict=True) if m]
+    return sum(errs) / len(errs) if errs else None
+
+
+def _fit_mode(obs: list[Observation], mode: str, start: ModeParams) -> tuple[ModeParams, float]:
+    """Grid search of one mode's (capacity, sharpness), then a finer capacity around the best; returns
+    them and the RMS log error."""
+
+    def loss(mp: ModeParams) -> tuple[float, float]:
+        params = replace(DEFAULT_PARAMS, **{mode: mp})
+        errs = [e for o in obs if (e := _log_error(o, params)) is not None]
+        if not errs:
+            return math.inf, math.nan
+        mse = sum(errs) / len(errs)
+        prior = _PRIOR * ((mp.capacity - start.capacity) ** 2 + math.log(mp.sharpness / start.sharpness) ** 2)
+        return mse + prior, math.sqrt(mse)
+
+    coarse = [ModeParams(c, k) for c in _CAPACITIES for k in _SHARPNESS]
+    best = min(coarse, key=lambda mp: loss(mp)[0])
+    fine = [ModeParams(round(best.capacity + 0.0025 * i, 4), best.sharpness) for i in range(-8, 9)]
+    best = min([best, *fine], key=lambda mp: loss(mp)[0])
+    value, rms = loss(best)
+    return (best, rms) if math.isfinite(value) else (start, math.nan)
+
+
+def _power_slope(obs: Iterable[Observation]) -> float | None:
+    """Watts per unit of SM activity, from the cells of each workload (and mode) around their mean:
+    the slope shared by every workload, their idle-plus-activity lines differing by an offset."""
+    groups: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for o in obs:
+        if o.candidate.uniform and o.power_w is not None and o.sm_active is not None and o.status == "ok":
+            groups.setdefault((o.candidate.workloads, o.gpu.name), []).append((o.sm_active, o.power_w))
+    sxy = sxx = 0.0
+    for points in groups.values():
+        mx = sum(x for x, _ in points) / len(points)
+        my = sum(y for _, y in points) / len(points)
+        sxy += sum((x - mx) * (y - my) for x, y in points)
+        sxx += sum((x - mx) ** 2 for x, _ in points)
+    return sxy / sxx if sxx > 1e-4 else None
+
+
+def fit(observations: list[Observation], exclude: frozenset[str] = frozenset(), gpu_name: str | None = None) -> Params:
+    """Parameters fitted on the observations of workloads not in ``exclude`` (and of ``gpu_name``'s
+    cells when given); a mode without such cells keeps its default (MIG: the fitted MPS values)."""
+    usable = [o for o in observations if not (o.workloads & exclude) and (gpu_name is None or o.gpu.name == gpu_name)]
+    fitted: dict[str, ModeParams] = {}
+    notes = []
+    for mode in ("naive", "mps", "mig"):
+        cells = [o for o in usable if o.candidate.mode == mode and o.candidate.degree > 1 and o.status == "ok"]
+        start = fitted.get("mps", DEFAULT_PARAMS.mig) if mode == "mig" else DEFAULT_PARAMS.mode(mode)
+        if not cells:
+            if mode == "mig" and "mps" in fitted:
+                fitted[mode] = fitted["mps"]
+                notes.append("mig: as mps (no mig cell)")
+            continue
+        fitted[mode], rms = _fit_mode(cells, mode, start)
+        notes.append(f"{mode}: {len(cells)} cells, rms log error {rms:.3f}")
+    slope = _power_slope(usable)
+    names = sorted({w for o in usable for w in o.workloads})
+    source = (f"fitted on {', '.join(names)} ({'; '.join(notes)})" if fitted
+              else "defaults (no measured collocated cell of another workload on this GPU)")
+    return Params(naive=fitted.get("naive", DEFAULT_PARAMS.naive), mps=fitted.get("mps", DEFAULT_PARAMS.mps),
+                  mig=fitted.get("mig", DEFAULT_PARAMS.mig), power_slope_w=slope, source=source)

@@ -1,0 +1,345 @@
+"""The advisor's model: from solo profiles to a collocated cell's memory, throughput, slowdown, energy.
+
+A roofline with smooth corners. Each job, alone, used a share of some GPU resources (its profile);
+collocated, the jobs of a cell offer their demands to the same resources, and a resource that
+cannot serve them all slows every job that uses it in proportion. Which resources are shared
+depends on the mode:
+
+* **naive** (time-slicing): the GPU's time. Only one context runs at a time, so the shares of time
+  during which a kernel ran (``busy``) add up; the time-slicer serves at most ``capacity`` of the
+  time (context switches take the rest).
+* **mps**: the SMs and the DRAM bandwidth (SM and DRAM activity add up: kernels of all clients run
+  at once) up to ``capacity``; with ``active_thread_percentage`` a job also has only its share of
+  the SMs.
+* **mig**: each job has its instance's SMs (SM activity is scaled by the instance's share of the
+  GPU's SMs), the jobs of one GPU instance share its memory bandwidth.
+* every mode: the host's cores (each job's launching thread needs its CPU time per step; the node
+  has ``cores``) and the PCIe link (each job's host-to-device bytes per second).
+
+A resource of capacity ``C`` that is offered ``O`` serves ``W(O) = (O^-k + C^-k)^(-1/k)``: close
+to ``O`` when it is lightly loaded, close to ``C`` when it is saturated; the sharpness ``k`` sets how
+much jobs already interfere before saturation. A solo job's measured share ``a`` is what the
+resource served it, so it offered ``W^-1(a)``; collocated, each job gets its part of ``W(sum of the
+offers)``, and its rate relative to alone is that part over ``a``. A job's rate is bound by its
+tightest resource. Throughput per unit of SM activity is assumed constant (the SM activity of a
+cell is the profiles' activity scaled by each job's predicted rate), and power linear in SM
+activity (slope fitted on measured sweeps). ``capacity`` and ``k`` per mode, and the power slope,
+are the model's only fitted parameters (:mod:`raycolloc.advise.fit`).
+
+Memory is predicted on the safe side: every job's measured memory (context included) plus a margin,
+the GPU's base reservation, the MPS server, and headroom must fit the GPU (MIG: each GPU instance).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from raycolloc.advise.profile import Profile
+
+__all__ = ["ASSUMPTIONS", "DEFAULT_PARAMS", "MEM_HEADROOM_MIB", "MEM_MARGIN", "MPS_MAX_CLIENTS", "MPS_SERVER_MIB",
+           "Candidate", "Gpu", "JobPrediction", "ModeParams", "Params", "Prediction", "Slot", "max_degree",
+           "memory_need", "predict", "served"]
+
+MEM_MARGIN = 0.08  # per job, over its measured peak: cuDNN may pick other algorithms (workspaces) when collocated
+MEM_HEADROOM_MIB = 256.0  # per GPU (or GPU instance): allocator fragmentation and NVML's rounding
+# The MPS control daemon's server: 66 MiB more GPU memory used at degree 1 under MPS than naive (H200,
+# resnet26_cifar10, two sweeps); counted twice over to stay on the safe side.
+MPS_SERVER_MIB = 128.0
+MPS_MAX_CLIENTS = 48  # client CUDA contexts one MPS server takes on Volta and newer (NVIDIA MPS documentation)
+# Host-to-device bandwidth a job's copies can reach over the GPU's PCIe link (pinned memory,
+# measured ~ 80% of the theoretical 32 GB/s for Gen4 x16 and 64 GB/s for Gen5 x16).
+_PCIE_BYTES_S = (("A100", 25e9), ("H100", 50e9), ("H200", 50e9), ("B200", 50e9))
+_PCIE_DEFAULT = 25e9
+
+ASSUMPTIONS = (
+    "a job alone is the profile measured (its epoch-2 samples/s, SM activity, GPU time busy, DRAM and PCIe "
+    "activity, CPU time per step of its launching thread, peak memory); collocated jobs are alike to it",
+    "naive: the jobs' shares of GPU time add up, served up to `capacity` (time-slicing); mps: SM and DRAM "
+    "activity add up, served up to `capacity` (concurrent kernels until the SMs or DRAM saturate); mig: each job "
+    "has its instance's share of the SMs and of the memory bandwidth; every mode: the node's cores and PCIe",
+    "a loaded resource serves W(O) = (O^-k + C^-k)^(-1/k) of an offer O (capacity C, sharpness k); a job's rate "
+    "is bound by its tightest resource, and the jobs sharing a resource slow down in proportion",
+    "samples per unit of SM activity stay as alone; power is linear in SM activity (slope fitted); "
+    "energy per sample = predicted power / predicted throughput",
+    "memory: each job's measured memory (NVML per process, or PyTorch's reserved peak + the GPU model's "
+    f"context overhead) + {MEM_MARGIN:.0%}, the GPU's base reservation, {MPS_SERVER_MIB:.0f} MiB for an MPS "
+    f"server and {MEM_HEADROOM_MIB:.0f} MiB headroom must fit (MIG: per GPU instance); at most "
+    f"{MPS_MAX_CLIENTS} MPS clients",
+    "parameters (capacity, sharpness per mode, power slope) are fitted on measured sweeps of other workloads "
+    "on the same GPU model, never on the workload predicted",
+)
+
+
+@dataclass(frozen=True)
+class ModeParams:
+    """One mode's fitted parameters: the share of a resource it can serve, and how sharply it saturates."""
+
+    capacity: float
+    sharpness: float
+
+
+@dataclass(frozen=True)
+class Params:
+    """Everything the model fits. ``power_slope_w``: watts per unit (0..1) of SM activity (None:
+    power held at the solo's). ``source`` says what they were fitted on."""
+
+    naive: ModeParams
+    mps: ModeParams
+    mig: ModeParams
+    power_slope_w: float | None
+    source: str
+
+    def mode(self, name: str) -> ModeParams:
+        return {"naive": self.naive, "mps": self.mps, "mig": self.mig}[name]
+
+
+# Before any fit (no measured sweep of another workload on the GPU model): round values, fitted on
+# nothing. A fit starts from them and a tie between grid points goes to them.
+DEFAULT_PARAMS = Params(ModeParams(0.9, 4.0), ModeParams(0.9, 4.0), ModeParams(0.9, 4.0), None, "defaults (no fit)")
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """The GPU (and its node) a cell would run on."""
+
+    name: str
+    memory_mib: float
+    base_mib: float = 0.0
+    cores: int | None = None  # None: not known (results do not record the node's cores): no CPU limit
+
+    @property
+    def pcie_bytes_s(self) -> float:
+        return next((bw for key, bw in _PCIE_BYTES_S if key in self.name), _PCIE_DEFAULT)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one job runs: a share of the SMs (MIG compute instance, MPS active-thread percentage),
+    of the memory bandwidth (its MIG GPU instance) and of memory (``memory_mib``; None: the GPU's);
+    jobs with the same ``group`` share a MIG GPU instance's memory and bandwidth."""
+
+    sm_fraction: float = 1.0
+    mem_fraction: float = 1.0
+    memory_mib: float | None = None
+    group: int = 0
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration to predict: a mode and its jobs, each with its slot."""
+
+    mode: str
+    jobs: tuple[Profile, ...]
+    slots: tuple[Slot, ...]
+    active_thread_percentage: tuple[int, ...] | None = None
+    mig_profiles: tuple[str, ...] | None = None
+
+    @property
+    def degree(self) -> int:
+        return len(self.jobs)
+
+    @property
+    def uniform(self) -> bool:
+        return len({(p.workload, p.settings) for p in self.jobs}) == 1
+
+    @property
+    def workloads(self) -> str:
+        names = [p.workload for p in self.jobs]
+        return names[0] if self.uniform else "+".join(names)
+
+    @property
+    def label(self) -> str:
+        extra = (f" atp={'/'.join(map(str, self.active_thread_percentage))}" if self.active_thread_percentage
+                 else f" [{','.join(self.mig_profiles)}]" if self.mig_profiles else "")
+        size = f"x{self.degree}" if self.uniform else f"{self.degree} jobs"
+        return f"{self.workloads} {self.mode} {size}{extra}"
+
+
+@dataclass(frozen=True)
+class JobPrediction:
+    """One job of a predicted cell."""
+
+    workload: str
+    samples_per_s: float
+    slowdown: float
+    bound: str
+    mem_mib: float
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A predicted cell. ``gain`` = the sum of the jobs' rates relative to alone (a uniform cell's
+    aggregate over its solo); ``energy_vs_alone`` = its energy per unit of work over the jobs' alone.
+    ``mem_need_mib`` (safe side) must fit ``mem_capacity_mib`` (the GPU's, or under MIG the fullest GPU
+    instance's); ``mem_expected_mib`` is the GPU memory expected in use (``cells.mem_used_max_mib``)."""
+
+    label: str
+    mode: str
+    degree: int
+    workloads: str
+    fits: bool
+    why_not: str | None
+    mem_need_mib: float
+    mem_expected_mib: float
+    mem_capacity_mib: float
+    gain: float
+    agg_samples_per_s: float | None
+    max_slowdown: float
+    sm_active: float
+    power_w: float | None
+    energy_per_sample_j: float | None
+    energy_vs_alone: float | None
+    bound: str
+    active_thread_percentage: tuple[int, ...] | None = None
+    mig_profiles: tuple[str, ...] | None = None
+    jobs: tuple[JobPrediction, ...] = field(default_factory=tuple)
+
+
+def served(offered: float, capacity: float, k: float) -> float:
+    """W(O): what a resource of ``capacity`` serves of an offer (smooth minimum of the two)."""
+    if offered <= 0:
+        return 0.0
+    return (offered ** -k + capacity ** -k) ** (-1.0 / k)
+
+
+def _offered(achieved: float, capacity: float, k: float) -> float:
+    """W^-1: the offer that a resource of ``capacity`` served as ``achieved`` (below capacity)."""
+    return (achieved ** -k - capacity ** -k) ** (-1.0 / k) if achieved > 0 else 0.0
+
+
+class _Rates:
+    """Each job's rate relative to alone, and the resource that binds it, lowered resource by resource."""
+
+    def __init__(self, n: int) -> None:
+        self.ratio = [1.0] * n
+        self.bound = ["none"] * n
+
+    def smooth(self, members: list[int], achieved: list[float | None], capacity: float, share: float, k: float,
+               name: str) -> None:
+        """A resource the jobs ``members`` share, each alone having used ``achieved`` of the whole GPU's;
+        ``share`` of the GPU's capacity is this pool's (MIG instance, MPS limit: 1 = the whole GPU)."""
+        # A solo at or above capacity is taken as just below it: its offer stays finite, and alone it
+        # is as measured (a job that saturated a resource alone gains nothing from company).
+        used = [(j, min(a, 0.98 * capacity)) for j, a in zip(members, achieved, strict=True) if a is not None and a > 0]
+        if not used:
+            return
+        pool = capacity * share
+        offers = {j: _offered(a, capacity, k) for j, a in used}
+        total = sum(offers.values())
+        given = served(total, pool, k)
+        for j, a in used:
+            self._lower(j, offers[j] * given / total / a, name)
+
+    def hard(self, demands: list[float], capacity: float, name: str) -> None:
+        """A resource with a hard limit (cores, the PCIe link): shared in proportion beyond it."""
+        total = sum(demands)
+        if total > capacity > 0:
+            for j, d in enumerate(demands):
+                if d > 0:
+                    self._lower(j, capacity / total, name)
+
+    def _lower(self, j: int, ratio: float, name: str) -> None:
+        if ratio < self.ratio[j] - 1e-9:
+            self.ratio[j], self.bound[j] = ratio, name
+
+
+def memory_need(c: Candidate, gpu: Gpu) -> tuple[bool, str | None, float, float, float]:
+    """``(fits, why not, need on the safe side, expected GPU memory in use, capacity)`` in MiB. The need
+    and the capacity are the GPU's, or under MIG the fullest GPU instance's; the expected use is the
+    whole GPU's (what ``cells.mem_used_max_mib`` measures)."""
+    safe = [p.job_mem_mib * (1 + MEM_MARGIN) for p in c.jobs]
+    server = MPS_SERVER_MIB if c.mode == "mps" else 0.0
+    expected = gpu.base_mib + sum(p.job_mem_mib for p in c.jobs) + server / 2
+    if c.mode == "mig":
+        worst: tuple[float, float, str] | None = None
+        for group in sorted({s.group for s in c.slots}):
+            idx = [i for i, s in enumerate(c.slots) if s.group == group]
+            cap = float(c.slots[idx[0]].memory_mib or gpu.memory_mib)
+            need = sum(safe[i] for i in idx) + MEM_HEADROOM_MIB
+            if worst is None or need / cap > worst[0] / worst[1]:
+                worst = (need, cap, c.slots[idx[0]].name)
+        assert worst is not None
+        need, cap, name = worst
+        why = None if need <= cap else (f"MIG instance {name} holds {cap / 1024:.1f} GiB; "
+                                         f"its job(s) need {need / 1024:.1f} GiB")
+        return need <= cap, why, need, expected, cap
+    need = gpu.base_mib + sum(safe) + server + MEM_HEADROOM_MIB
+    why = None if need <= gpu.memory_mib else (f"{c.degree} job(s) need {need / 1024:.1f} GiB (with margins); "
+                                               f"{gpu.name} has {gpu.memory_mib / 1024:.1f} GiB")
+    if c.mode == "mps" and c.degree > MPS_MAX_CLIENTS:
+        why = f"MPS serves at most {MPS_MAX_CLIENTS} clients"
+    return why is None, why, need, expected, gpu.memory_mib
+
+
+def max_degree(profile: Profile, gpu: Gpu, mode: str) -> int:
+    """The largest uniform degree of ``profile`` that fits (naive, mps): its memory, MPS's clients,
+    and a core per job (raycolloc pins each job's training process to a core of its own); 0 if none."""
+    free = gpu.memory_mib - gpu.base_mib - MEM_HEADROOM_MIB - (MPS_SERVER_MIB if mode == "mps" else 0.0)
+    fit = int(free // (profile.job_mem_mib * (1 + MEM_MARGIN)))
+    limits = [fit, *([MPS_MAX_CLIENTS] if mode == "mps" else []), *([gpu.cores] if gpu.cores else [])]
+    return max(0, min(limits))
+
+
+def _rates(c: Candidate, gpu: Gpu, params: Params) -> _Rates:
+    """Each job's rate relative to alone (and what binds it) for the candidate's mode."""
+    jobs, n = c.jobs, c.degree
+    rates = _Rates(n)
+    everyone = list(range(n))
+    p = params.mode(c.mode)
+    if c.mode == "naive":
+        rates.smooth(everyone, [j.busy for j in jobs], p.capacity, 1.0, p.sharpness, "GPU time (time-slicing)")
+    elif c.mode == "mps":
+        rates.smooth(everyone, [j.sm_active for j in jobs], p.capacity, 1.0, p.sharpness, "SMs")
+        rates.smooth(everyone, [j.dram_active for j in jobs], p.capacity, 1.0, p.sharpness, "DRAM bandwidth")
+        for i, slot in enumerate(c.slots):
+            if slot.sm_fraction < 1.0:
+                rates.smooth([i], [jobs[i].sm_active], p.capacity, slot.sm_fraction, p.sharpness,
+                             "SMs (active-thread %)")
+    elif c.mode == "mig":
+        for i, slot in enumerate(c.slots):
+            rates.smooth([i], [jobs[i].sm_active], p.capacity, slot.sm_fraction, p.sharpness, "SMs (MIG)")
+        for group in sorted({s.group for s in c.slots}):
+            idx = [i for i, s in enumerate(c.slots) if s.group == group]
+            rates.smooth(idx, [jobs[i].dram_active for i in idx], p.capacity, c.slots[idx[0]].mem_fraction,
+                         p.sharpness, "DRAM bandwidth (MIG)")
+    else:
+        raise ValueError(f"mode={c.mode!r}: the advisor predicts naive, mps and mig")
+    if gpu.cores is not None:
+        rates.hard([j.cpu_busy for j in jobs], float(gpu.cores), "CPU cores")
+    rates.hard([(j.pcie_rx_bytes_s or 0.0) for j in jobs], gpu.pcie_bytes_s, "PCIe")
+    return rates
+
+
+def predict(c: Candidate, gpu: Gpu, params: Params) -> Prediction:
+    """The candidate's memory fit, each job's rate and slowdown, and the cell's throughput and energy."""
+    fits, why, need, expected, capacity = memory_need(c, gpu)
+    rates = _rates(c, gpu, params)
+    jobs = tuple(JobPrediction(p.workload, p.samples_per_s * r, 1.0 / r, b, p.job_mem_mib * (1 + MEM_MARGIN))
+                 for p, r, b in zip(c.jobs, rates.ratio, rates.bound, strict=True))
+    sm = min(1.0, sum(p.sm_active * r for p, r in zip(c.jobs, rates.ratio, strict=True)))
+    power = _power(c.jobs, sm, params.power_slope_w)
+    agg = sum(j.samples_per_s for j in jobs) if c.uniform else None
+    alone = sum(r * p.power_w for p, r in zip(c.jobs, rates.ratio, strict=True) if p.power_w is not None)
+    worst = max(range(c.degree), key=lambda i: jobs[i].slowdown)
+    return Prediction(
+        label=c.label, mode=c.mode, degree=c.degree, workloads=c.workloads, fits=fits, why_not=why,
+        mem_need_mib=need, mem_expected_mib=expected, mem_capacity_mib=capacity, gain=sum(rates.ratio),
+        agg_samples_per_s=agg, max_slowdown=jobs[worst].slowdown, sm_active=100.0 * sm, power_w=power,
+        energy_per_sample_j=power / agg if power is not None and agg else None,
+        energy_vs_alone=power / alone if power is not None and alone > 0 else None,
+        bound=jobs[worst].bound if jobs[worst].slowdown > 1.02 else "none",
+        active_thread_percentage=c.active_thread_percentage, mig_profiles=c.mig_profiles, jobs=jobs,
+    )
+
+
+def _power(jobs: tuple[Profile, ...], sm: float, slope: float | None) -> float | None:
+    """Power at SM activity ``sm`` (0..1): each profile's idle-plus-slope line, averaged; the solo's
+    power where no slope was fitted."""
+    known = [p for p in jobs if p.power_w is not None]
+    if not known:
+        return None
+    if slope is None:
+        return sum(p.power_w for p in known) / len(known)  # type: ignore[misc]
+    idle = sum(p.power_w - slope * p.sm_active for p in known) / len(known)  # type: ignore[operator]
+    return idle + slope * sm

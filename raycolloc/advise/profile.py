@@ -1,0 +1,279 @@
+"""A workload alone on a GPU, as the advisor sees it: read from a measured degree-1 cell.
+
+A :class:`Profile` is everything the advisor's model predicts from: the job's epoch-2 samples/s, the
+CPU time its launching thread spends per step, the GPU's SM activity, occupancy, time busy, DRAM
+and PCIe activity over the measured window, its power, and the device memory one such job needs.
+It is read from the four tables of one ok degree-1 uniform cell (a naive one where there is one:
+under MPS, NVML does not attribute memory to the client's process).
+
+Memory per job is NVML's view of the job's process where there is one (context included), else
+PyTorch's reserved peak plus the GPU model's per-process context overhead (:class:`GpuCosts`,
+measured once per GPU model from a naive solo cell and cached under ``out_dir``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pandas as pd
+
+__all__ = ["GpuCosts", "Profile", "combine", "gpu_costs_in", "load_costs", "profile_of", "profile_key", "profiles_in",
+           "save_costs", "solo_cells"]
+
+_SETTING_COLUMNS = ("batch_size", "compile", "amp", "channels_last", "data_source", "data_placement")
+
+
+@dataclass(frozen=True)
+class GpuCosts:
+    """What a GPU model costs beyond each job's own memory (MiB), measured once and cached.
+
+    ``context_mib``: a process's device memory beyond PyTorch's reserved pool (its CUDA context,
+    cuBLAS/cuDNN handles and workspaces): NVML's per-process memory minus ``peak_mem_reserved_mib``
+    of a naive solo job. ``base_mib``: memory the GPU reports used that no job holds (the driver's
+    own reservations): the cell's ``mem_used_max_mib`` minus the job's NVML memory.
+    """
+
+    gpu_name: str
+    context_mib: float | None
+    base_mib: float
+    source: str
+
+
+@dataclass(frozen=True)
+class Profile:
+    """One workload trained alone on one GPU: the advisor's input for every prediction.
+
+    Read from one solo cell, or combined from several (``cell_dirs``: naive and MPS solos, repeats).
+
+    Fractions (``sm_active``, ``busy``, ``dram_active``, ``sm_occupancy``, ``cpu_busy``) are 0..1.
+    ``busy`` is the share of time any kernel ran (GPM's graphics-engine activity, else NVML's
+    utilisation; SM activity where neither was sampled: ``busy_source`` says which). ``job_mem_mib``
+    is the device memory one such job holds, its context included (``mem_source`` says how it was
+    known).
+    """
+
+    workload: str
+    settings: str
+    gpu_name: str
+    gpu_memory_mib: float
+    backend: str
+    mode: str
+    cell_dirs: tuple[str, ...]
+    config_hash: str
+    batch_size: int
+    samples_per_s: float
+    cpu_s_per_step: float | None
+    cpu_busy: float
+    sm_active: float
+    busy: float
+    busy_source: str
+    sm_occupancy: float | None
+    dram_active: float | None
+    pcie_rx_bytes_s: float | None
+    power_w: float | None
+    energy_per_sample_j: float | None
+    peak_reserved_mib: float | None
+    peak_device_mib: float | None
+    gpu_mem_used_mib: float | None
+    job_mem_mib: float
+    mem_source: str
+
+
+def _num(value: object) -> float | None:
+    """A finite float, or None for missing values (NaN, None, pandas NA)."""
+    try:
+        out = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return out if math.isfinite(out) else None
+
+
+def settings_of(job: pd.Series) -> str:
+    """The trainer settings a profile is only valid for, as one comparable string."""
+    return " ".join(f"{c}={job.get(c)}" for c in _SETTING_COLUMNS)
+
+
+def profile_key(gpu_name: str, workload: str, settings: str) -> tuple[str, str, str]:
+    """Profiles are looked up by GPU model, workload and trainer settings."""
+    return gpu_name, workload, settings
+
+
+def solo_cells(cells: pd.DataFrame) -> pd.DataFrame:
+    """Ok degree-1 uniform cells in naive or MPS mode (the cells a profile can be read from)."""
+    return cells[(cells["status"] == "ok") & cells["mix"].isna() & (cells["degree"] == 1)
+                 & cells["mode"].isin(["naive", "mps"]) & cells["agg_samples_per_s"].notna()]
+
+
+def _window_means(cell: pd.Series, telemetry: pd.DataFrame) -> dict[str, float | None]:
+    """Means of the GPU-scope samples inside the cell's measured window (the epochs that count)."""
+    start, end = _num(cell.get("measured_start_ts")), _num(cell.get("measured_end_ts"))
+    if telemetry.empty or start is None or end is None:
+        return {}
+    gpu = telemetry[(telemetry["scope"] == "gpu") & (telemetry["ts"] >= start) & (telemetry["ts"] <= end)]
+    return {c: _num(gpu[c].mean()) for c in ("sm_active", "sm_occupancy", "dram_active", "gr_engine_active",
+                                                 "gpu_util", "pcie_rx_bytes_s") if c in gpu}
+
+
+def profile_of(cell: pd.Series, jobs: pd.DataFrame, epochs: pd.DataFrame, telemetry: pd.DataFrame,
+               costs: GpuCosts | None) -> Profile:
+    """The profile of one ok degree-1 cell (its rows of the four tables).
+
+    Raises:
+        ValueError: the cell is not an ok solo cell with a throughput and SM activity.
+    """
+    if len(jobs) != 1 or cell.get("status") != "ok" or _num(cell.get("agg_samples_per_s")) is None:
+        raise ValueError(f"cell {cell.get('cell_id')} is not an ok solo cell with a measured throughput")
+    job = jobs.iloc[0]
+    measured = epochs[~epochs["warmup"].astype(bool)]
+    steps = measured["steps"].sum() if "steps" in measured else 0
+    cpu = _num(measured["thread_cpu_s"].sum()) if steps and measured["thread_cpu_s"].notna().all() else None
+    rate = float(cell["agg_samples_per_s"])
+    batch = int(job["batch_size"])
+    cpu_step = cpu / steps if cpu is not None and steps else None
+    window = _window_means(cell, telemetry)
+    sm = _num(cell.get("sm_active_mean")) if _num(cell.get("sm_active_mean")) is not None else window.get("sm_active")
+    busy, source = next(((v, k) for k in ("gr_engine_active", "gpu_util") if (v := window.get(k)) is not None),
+                        (sm, "sm_active"))
+    if busy is None:
+        raise ValueError(f"cell {cell.get('cell_id')} has no SM activity nor utilisation (telemetry off?): no profile")
+    if sm is None:
+        # Basic NVML (no GPM, no DCGM: an A100 without DCGM) samples no SM activity: the share of time a
+        # kernel ran stands in for it, an upper bound (MPS gains are then predicted low, never high).
+        sm, source = busy, f"{source}, also for SM activity (none sampled)"
+    reserved, device = _num(job.get("peak_mem_reserved_mib")), _num(job.get("peak_device_mem_mib"))
+    used = _num(cell.get("mem_used_max_mib"))
+    job_mem, mem_source = _job_memory(reserved, device, used, costs, cell.get("mode"))
+    return Profile(
+        workload=str(cell["workload"]), settings=settings_of(job), gpu_name=str(cell["gpu_name"]),
+        gpu_memory_mib=float(cell["gpu_memory_mib"]), backend=str(cell.get("backend")), mode=str(cell["mode"]),
+        cell_dirs=(str(cell.get("cell_dir", "")),), config_hash=str(cell.get("config_hash")), batch_size=batch,
+        samples_per_s=rate, cpu_s_per_step=cpu_step,
+        # The launching thread's share of one core: CPU time per step over the step's wall time.
+        cpu_busy=min(1.0, cpu_step * rate / batch) if cpu_step is not None and batch > 0 else 0.0,
+        sm_active=sm / 100.0, busy=max(busy, sm) / 100.0, busy_source=source,
+        sm_occupancy=_frac(window.get("sm_occupancy")), dram_active=_frac(window.get("dram_active")),
+        pcie_rx_bytes_s=window.get("pcie_rx_bytes_s") or _num(cell.get("pcie_rx_mean_bytes_s")),
+        power_w=_num(cell.get("power_mean_w")), energy_per_sample_j=_num(cell.get("energy_per_sample_j")),
+        peak_reserved_mib=reserved, peak_device_mib=device, gpu_mem_used_mib=used, job_mem_mib=job_mem,
+        mem_source=mem_source,
+    )
+
+
+def _frac(percent: float | None) -> float | None:
+    return None if percent is None else percent / 100.0
+
+
+def _job_memory(reserved: float | None, device: float | None, used: float | None, costs: GpuCosts | None,
+                mode: object) -> tuple[float, str]:
+    """One job's device memory, context included, from the best view the cell has."""
+    if device is not None:
+        return device, "NVML per-process memory"
+    if reserved is not None and costs is not None and costs.context_mib is not None:
+        return reserved + costs.context_mib, f"PyTorch reserved peak + context overhead of {costs.gpu_name}"
+    if used is not None:
+        base = costs.base_mib if costs is not None else 0.0
+        # Alone on the GPU, everything used but the driver's base is this job's (and, under MPS, its server's).
+        return used - base, f"GPU memory used by the solo {mode} cell"
+    raise ValueError("the cell has no memory measurement (no NVML per-process memory, reserved peak or GPU memory used)")
+
+
+def gpu_costs_in(cells: pd.DataFrame, jobs: pd.DataFrame) -> dict[str, GpuCosts]:
+    """Per GPU model, its costs from the naive solo cells that show both PyTorch's and NVML's view
+    of the job's memory (median over such cells)."""
+    solo = solo_cells(cells)
+    solo = solo[solo["mode"] == "naive"]
+    merged = solo.merge(jobs, on=["sweep", "cell_id"], suffixes=("", "_job"))
+    out: dict[str, GpuCosts] = {}
+    for gpu, group in merged.groupby("gpu_name"):
+        ctx = (group["peak_device_mem_mib"] - group["peak_mem_reserved_mib"]).dropna()
+        base = (group["mem_used_max_mib"] - group["peak_device_mem_mib"]).dropna()
+        if base.empty:
+            continue
+        out[str(gpu)] = GpuCosts(str(gpu), _num(ctx.median()) if not ctx.empty else None,
+                                 max(0.0, float(base.median())), f"{len(group)} naive solo cell(s)")
+    return out
+
+
+def _cost_file(out_dir: str | Path, gpu_name: str) -> Path:
+    return Path(out_dir) / "advise" / "gpu" / (re.sub(r"[^A-Za-z0-9_.-]+", "_", gpu_name) + ".json")
+
+
+def load_costs(out_dir: str | Path, gpu_name: str) -> GpuCosts | None:
+    """The cached costs of a GPU model under ``out_dir`` (None: not measured yet)."""
+    path = _cost_file(out_dir, gpu_name)
+    if not path.is_file():
+        return None
+    return GpuCosts(**json.loads(path.read_text()))
+
+
+def save_costs(out_dir: str | Path, costs: GpuCosts) -> Path:
+    """Cache a GPU model's costs under ``out_dir`` (written atomically); returns the file."""
+    path = _cost_file(out_dir, costs.gpu_name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(asdict(costs), indent=1))
+    tmp.replace(path)
+    return path
+
+
+def combine(profiles: list[Profile]) -> Profile:
+    """One profile from several solo runs of the same workload and settings (naive and MPS solos,
+    repeats): the median rate, and the activities per sample averaged over the runs and scaled to it
+    (a run slowed from outside, e.g. by its CPU, shows proportionally less activity: per sample, the
+    runs agree). Memory: the largest (the safe side), from NVML's per-process view where one has it.
+
+    A single run of a degree-1 cell spreads by about +-15% on the study's GPU machines
+    (docs/measurements.md, fifth session); every prediction scales with the profile's rate.
+    """
+    if len(profiles) == 1:
+        return profiles[0]
+    rates = sorted(p.samples_per_s for p in profiles)
+    rate = rates[len(rates) // 2] if len(rates) % 2 else (rates[len(rates) // 2 - 1] + rates[len(rates) // 2]) / 2
+
+    def per_sample(name: str) -> float | None:
+        values = [v / p.samples_per_s for p in profiles if (v := getattr(p, name)) is not None]
+        return rate * sum(values) / len(values) if values else None
+
+    cpu = sorted(p.cpu_s_per_step for p in profiles if p.cpu_s_per_step is not None)
+    cpu_step = cpu[len(cpu) // 2] if cpu else None
+    powers = [p.power_w for p in profiles if p.power_w is not None]
+    memory = max(profiles, key=lambda p: (p.peak_device_mib is not None, p.job_mem_mib))
+    first = profiles[0]
+    return Profile(
+        workload=first.workload, settings=first.settings, gpu_name=first.gpu_name, gpu_memory_mib=first.gpu_memory_mib,
+        backend=first.backend, mode="+".join(dict.fromkeys(p.mode for p in profiles)),
+        cell_dirs=tuple(d for p in profiles for d in p.cell_dirs), config_hash=first.config_hash,
+        batch_size=first.batch_size, samples_per_s=rate, cpu_s_per_step=cpu_step,
+        cpu_busy=min(1.0, cpu_step * rate / first.batch_size) if cpu_step is not None and first.batch_size else 0.0,
+        sm_active=per_sample("sm_active") or 0.0, busy=per_sample("busy") or 0.0,
+        busy_source=first.busy_source, sm_occupancy=per_sample("sm_occupancy"), dram_active=per_sample("dram_active"),
+        pcie_rx_bytes_s=per_sample("pcie_rx_bytes_s"), power_w=sum(powers) / len(powers) if powers else None,
+        energy_per_sample_j=sum(powers) / len(powers) / rate if powers else None,
+        peak_reserved_mib=memory.peak_reserved_mib, peak_device_mib=memory.peak_device_mib,
+        gpu_mem_used_mib=memory.gpu_mem_used_mib, job_mem_mib=memory.job_mem_mib, mem_source=memory.mem_source,
+    )
+
+
+def profiles_in(cells: pd.DataFrame, jobs: pd.DataFrame, epochs: pd.DataFrame, telemetry: pd.DataFrame,
+                costs: dict[str, GpuCosts]) -> dict[tuple[str, str, str], Profile]:
+    """One profile per (GPU model, workload, settings): every ok solo cell of it (naive and MPS,
+    every repeat and sweep) combined (:func:`combine`)."""
+    found: dict[tuple[str, str, str], list[Profile]] = {}
+    for _, cell in solo_cells(cells).iterrows():
+
+        def rows(frame: pd.DataFrame, cell: pd.Series = cell) -> pd.DataFrame:
+            return frame[(frame["sweep"] == cell["sweep"]) & (frame["cell_id"] == cell["cell_id"])]
+
+        job_rows = rows(jobs)
+        if len(job_rows) != 1:
+            continue
+        try:
+            profile = profile_of(cell, job_rows, rows(epochs), rows(telemetry), costs.get(str(cell["gpu_name"])))
+        except ValueError:
+            continue
+        found.setdefault(profile_key(profile.gpu_name, profile.workload, profile.settings), []).append(profile)
+    return {key: combine(sorted(runs, key=lambda p: p.mode != "naive")) for key, runs in found.items()}

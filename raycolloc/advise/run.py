@@ -1,0 +1,203 @@
+"""What the user asked the advisor, and the solo profiles it measures for it through the engine.
+
+The command line is ``workload=... [workload.KEY=...] [workload=... for a mix] [overrides] [advisor
+keys]``: each ``workload=`` starts a job, the ``workload.*`` words after it belong to it, the other
+overrides (``cluster=``, ``epoch_samples=``, ``data.placement=``, ``trainer.*`` ...) apply to every
+profile and to the sweep the advice writes. Every profile config is composed from the real
+``conf/`` tree and validated before any cell runs (a config error exits 2 before any GPU state
+changes). Each profile is one degree-1 naive cell run through :func:`raycolloc.driver.engine.run_cells`,
+which reuses an existing result of the same config hash anywhere under ``out_dir``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+from omegaconf.errors import OmegaConfBaseException
+
+from raycolloc.advise.profile import GpuCosts, Profile, gpu_costs_in, load_costs, profile_of, save_costs
+from raycolloc.config import ConfigError
+from raycolloc.spec import CellSpec
+from raycolloc.workload_config import workload_hash_view
+
+__all__ = ["ADVISOR_KEYS", "Profiled", "Request", "compose_profile", "node_cores", "parse_request", "run_profiles"]
+
+ADVISOR_KEYS = ("max_slowdown", "degrees", "cores")
+# Keys the advisor sets for each configuration it weighs: a user's value would be silently replaced.
+_OWN_KEYS = ("mode", "degree", "mix", "mig", "repeats", "repeat")
+# Without an epoch length, a profile is a short window: epochs end after this many seconds.
+PROFILE_EPOCH_S = 10.0
+
+
+@dataclass(frozen=True)
+class Request:
+    """The advisor's command line: each workload's words, the words for every cell, its own keys."""
+
+    workloads: tuple[tuple[str, ...], ...]
+    common: tuple[str, ...]
+    max_slowdown: float | None
+    degrees: tuple[int, ...]
+    cores: int | None
+    rerun: bool
+
+
+@dataclass(frozen=True)
+class Profiled:
+    """One requested workload: its words, its composed workload (as the config hash sees it), its
+    profile cell and profile (None with the reason where the solo did not run to the end)."""
+
+    words: tuple[str, ...]
+    workload: dict[str, Any]
+    epochs: int
+    spec: CellSpec
+    cell_dir: Path
+    profile: Profile | None
+    reason: str | None
+    reused: bool
+
+
+def _number(key: str, value: str, kind: type) -> Any:
+    try:
+        out = kind(value)
+    except ValueError:
+        raise ConfigError(f"{key}={value!r} is not allowed; it takes a {kind.__name__}") from None
+    if out <= 0:
+        raise ConfigError(f"{key}={value!r} is not allowed; it must be > 0")
+    return out
+
+
+def parse_request(words: list[str], degrees: tuple[int, ...]) -> Request:
+    """Split the command line's words (see the module docstring).
+
+    Raises:
+        ConfigError: a word that is not ``key=value``, a key the advisor sets itself, a bad value of
+            an advisor key, or no workload.
+    """
+    workloads: list[list[str]] = []
+    common: list[str] = []
+    own: dict[str, str] = {}
+    rerun = False
+    for word in words:
+        key, eq, value = word.partition("=")
+        if not eq:
+            raise ConfigError(f"{word!r} is not key=value (e.g. workload=resnet26_cifar10 cluster=local)")
+        if word == "+rerun=true":
+            rerun = True
+        elif key == "workload":
+            workloads.append([word])
+        elif key.startswith("workload."):
+            if not workloads:
+                raise ConfigError(f"{key} comes before any workload=; write workload=NAME first, then its keys")
+            workloads[-1].append(word)
+        elif key in ADVISOR_KEYS:
+            own[key] = value
+        elif (key.lstrip("+~").split(".")[0] in _OWN_KEYS and key != "mig.allow_reconfigure") or key.startswith(
+                ("+plan", "+dry_run")):
+            raise ConfigError(f"{key}={value} is not allowed: the advisor weighs every mode, degree and MIG layout "
+                              f"itself (allowed: workload=..., overrides such as cluster=, epoch_samples=, "
+                              f"data.placement=, trainer.*, and {', '.join(ADVISOR_KEYS)})")
+        else:
+            common.append(word)
+    if not workloads:
+        raise ConfigError("no workload: give workload=NAME (one per job; several for a mix)")
+    if not any(w.split("=")[0] in ("epoch_samples", "epoch_time_s") for w in common):
+        common.append(f"epoch_time_s={PROFILE_EPOCH_S:g}")  # a short window; the advised sweep keeps it
+    if "degrees" in own:
+        text = own["degrees"].strip("[]() ")
+        degrees = tuple(sorted({_number("degrees", d.strip(), int) for d in text.split(",") if d.strip()}))
+    return Request(workloads=tuple(tuple(w) for w in workloads), common=tuple(common),
+                   max_slowdown=_number("max_slowdown", own["max_slowdown"], float) if "max_slowdown" in own else None,
+                   degrees=degrees, cores=_number("cores", own["cores"], int) if "cores" in own else None, rerun=rerun)
+
+
+def compose_profile(words: tuple[str, ...], common: tuple[str, ...]) -> DictConfig:
+    """The composed config of one workload's solo profile cell (degree 1, naive).
+
+    Raises:
+        ConfigError: Hydra cannot compose the words (unknown group option, bad override).
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+
+    from raycolloc.sweep import CONF_DIR  # registers the schemas
+
+    overrides = [*words, *common, "mode=naive", "degree=1"]
+    try:
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+            return compose(config_name="config", overrides=overrides)
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        lines = str(exc).splitlines()
+        # Hydra lists a group's options on tab-indented lines after the first: the allowed values.
+        options = [x.strip() for x in lines[1:]
+                   if x.startswith("\t") and "=" not in x and not x.strip().startswith("base_")]
+        allowed = f"; allowed: {', '.join(options)}" if options else ""
+        raise ConfigError(f"{' '.join(words)}: {lines[0]}{allowed}") from None
+
+
+def node_cores(requested: int | None, backend: str) -> int:
+    """Cores of the GPU node: ``cores=N`` if given; simulated GPUs train on this machine's cores;
+    else the CPUs of the Ray node with a GPU that ran the profiles (this machine where none did)."""
+    if requested is not None:
+        return requested
+    if backend == "sim":
+        return len(os.sched_getaffinity(0))
+    import ray
+
+    if ray.is_initialized():
+        cpus = [int(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n.get("Alive") and n["Resources"].get("GPU")]
+        if cpus:
+            return max(cpus)
+    return os.cpu_count() or 1
+
+
+def run_profiles(request: Request) -> tuple[list[Profiled], Path]:
+    """Validate every profile cell, then run (or reuse) them; returns them and the advice directory.
+
+    Raises:
+        ConfigError: a profile's config is invalid (nothing has run).
+    """
+    from analysis.load import load_sweeps
+    from raycolloc.driver.cells import validate_cell
+    from raycolloc.driver.engine import run_cells
+
+    specs = [validate_cell(compose_profile(words, request.common)) for words in request.workloads]
+    out_root = Path(specs[0].config.out_dir).absolute()
+    advice_dir = out_root / "advise" / time.strftime("%Y-%m-%d") / time.strftime("%H-%M-%S")
+    dirs = {s.config_hash: advice_dir / s.label for s in specs}
+    unique = list({s.config_hash: s for s in specs}.values())  # a mix of one workload twice profiles it once
+    results = {r.cell.config_hash: r for r in run_cells([(s, dirs[s.config_hash]) for s in unique], rerun=request.rerun)}
+    out = []
+    for words, spec in zip(request.workloads, specs, strict=True):
+        result = results[spec.config_hash]
+        where = result.reused_from or result.cell_dir
+        profile, reason = None, None
+        if result.status == "ok":
+            data = load_sweeps([where])
+            try:
+                profile = profile_of(data.cells.iloc[0], data.jobs, data.epochs, data.telemetry,
+                                     _costs(out_root, data.cells, data.jobs))
+            except ValueError as exc:  # e.g. a script that reports no samples, telemetry off
+                reason = f"its solo cell {where} cannot be profiled: {exc}"
+        else:
+            reason = f"its solo cell ended {result.status}: {result.summary.splitlines()[0]}"
+        out.append(Profiled(words=words, workload=workload_hash_view(spec.config.workload), epochs=spec.config.epochs,
+                            spec=spec, cell_dir=Path(where), profile=profile, reason=reason,
+                            reused=result.reused_from is not None))
+    return out, advice_dir
+
+
+def _costs(out_dir: Path, cells: Any, jobs: Any) -> GpuCosts | None:
+    """The GPU model's costs: cached under ``out_dir``, else measured from this solo cell and cached."""
+    gpu = str(cells.iloc[0]["gpu_name"])
+    cached = load_costs(out_dir, gpu)
+    if cached is not None:
+        return cached
+    measured = gpu_costs_in(cells, jobs).get(gpu)
+    if measured is not None and (measured.context_mib is not None or cells.iloc[0]["backend"] == "sim"):
+        save_costs(out_dir, measured)
+    return measured

@@ -1,0 +1,206 @@
+"""``--validate SWEEP_DIR``: the advisor's predictions against a measured sweep, cell by cell.
+
+Each workload with a solo cell in the sweep is profiled from it; every other cell whose jobs all have
+a profile is predicted with parameters fitted on the cells of the *other* workloads only (the
+sweep's and those of ``--fit`` sweeps on the same GPU model: leave-one-out), and compared with what
+it measured: aggregate throughput (uniform cells), each job's slowdown (its profile's samples/s over
+its epoch-2 samples/s), the GPU memory used, and whether a cell predicted to fit ran out of memory.
+The profile cells themselves are listed but not scored (they are the input).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from raycolloc.advise.fit import Observation, fit, observations_in
+from raycolloc.advise.model import ASSUMPTIONS, Params, Prediction, predict
+from raycolloc.advise.profile import Profile, gpu_costs_in, profiles_in
+
+__all__ = ["CellCheck", "Metric", "Targets", "Validation", "format_validation", "validate"]
+
+
+@dataclass(frozen=True)
+class Targets:
+    """Acceptance bounds on the absolute relative errors (0.10 = 10%)."""
+
+    throughput_median: float = 0.10
+    throughput_max: float = 0.25
+    slowdown_median: float = 0.10
+
+
+@dataclass(frozen=True)
+class CellCheck:
+    """One measured cell against its prediction. Errors are predicted / measured - 1."""
+
+    sweep: str
+    cell_id: str
+    label: str
+    status: str
+    profile_cell: bool
+    params: str
+    predicted: Prediction
+    measured_agg_samples_per_s: float | None
+    throughput_error: float | None
+    measured_slowdowns: tuple[float | None, ...]
+    slowdown_errors: tuple[float, ...]
+    mem_used_mib: float | None
+    mem_error: float | None
+    mem_safe: bool | None
+    unsafe_fit: bool
+    energy_per_sample_j: float | None
+    energy_error: float | None
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One error over the validated cells: count, median and maximum of the absolute error."""
+
+    name: str
+    n: int
+    median_abs: float | None
+    max_abs: float | None
+    target: str
+    passed: bool | None
+
+
+@dataclass(frozen=True)
+class Validation:
+    """The whole comparison: per cell, per metric, and the parameters each workload was predicted with."""
+
+    sweeps: tuple[str, ...]
+    checks: tuple[CellCheck, ...]
+    metrics: tuple[Metric, ...]
+    params: dict[str, Params]
+    profiles: dict[str, Profile]
+    unsafe_fits: tuple[str, ...]
+    assumptions: tuple[str, ...] = field(default=ASSUMPTIONS)
+
+
+def _rel(pred: float | None, meas: float | None) -> float | None:
+    return pred / meas - 1.0 if pred is not None and meas else None
+
+
+def _check(o: Observation, params: Params, profile_rates: Sequence[float]) -> CellCheck:
+    pred = predict(o.candidate, o.gpu, params)
+    measured_slow = tuple(alone / m if m else None for alone, m in zip(profile_rates, o.job_samples_per_s, strict=True))
+    slow_err = () if o.profile_cell else tuple(
+        j.slowdown / m - 1.0 for j, m in zip(pred.jobs, measured_slow, strict=True) if m)
+    ok = o.status == "ok"
+    tput = _rel(pred.agg_samples_per_s, o.agg_samples_per_s) if ok and not o.profile_cell else None
+    return CellCheck(
+        sweep=o.sweep, cell_id=o.cell_id, label=o.label, status=o.status, profile_cell=o.profile_cell,
+        params=params.source, predicted=pred, measured_agg_samples_per_s=o.agg_samples_per_s, throughput_error=tput,
+        measured_slowdowns=measured_slow, slowdown_errors=slow_err, mem_used_mib=o.mem_used_mib,
+        mem_error=_rel(pred.mem_expected_mib, o.mem_used_mib) if ok and not o.profile_cell else None,
+        # The GPU's memory in use against the safe-side need (under MIG the need is per GPU instance).
+        mem_safe=pred.mem_need_mib >= o.mem_used_mib if o.mem_used_mib is not None and ok and pred.mode != "mig"
+        else None,
+        # The promise: a configuration predicted to fit does not run out of memory.
+        unsafe_fit=pred.fits and o.status in ("oom", "unfit"),
+        energy_per_sample_j=o.energy_per_sample_j,
+        energy_error=_rel(pred.energy_per_sample_j, o.energy_per_sample_j) if ok and not o.profile_cell else None,
+    )
+
+
+def _metric(name: str, values: list[float], target: float | None = None, of: str = "median") -> Metric:
+    absolute = [abs(v) for v in values]
+    med = statistics.median(absolute) if absolute else None
+    top = max(absolute) if absolute else None
+    if target is None:
+        return Metric(name, len(values), med, top, "-", None)
+    value = med if of == "median" else top
+    return Metric(name, len(values), med, top, f"{of} < {target:.0%}", None if value is None else value < target)
+
+
+def validate(paths: Sequence[str | Path], fit_paths: Sequence[str | Path] = (), cores: int | None = None,
+             targets: Targets = Targets()) -> Validation:
+    """Predict every describable cell of the sweeps at ``paths`` and compare (see the module docstring).
+
+    Raises:
+        SystemExit: a path holds no readable sweep (as ``analysis.load`` says).
+    """
+    from analysis.load import load_sweeps
+
+    data = load_sweeps(list(paths))
+    extra = load_sweeps(list(fit_paths)) if fit_paths else None
+    costs = gpu_costs_in(data.cells, data.jobs)
+    profiles = profiles_in(data.cells, data.jobs, data.epochs, data.telemetry, costs)
+    # Simulated GPUs run on this machine's cores; a real node's count is not in the results (None: no CPU limit).
+    if cores is None and set(data.cells["backend"].dropna()) == {"sim"}:
+        cores = len(os.sched_getaffinity(0))
+    checked = observations_in(data.cells, data.jobs, profiles, costs, cores)
+    fit_on = list(checked)
+    if extra is not None:
+        extra_costs = gpu_costs_in(extra.cells, extra.jobs)
+        extra_profiles = profiles_in(extra.cells, extra.jobs, extra.epochs, extra.telemetry, extra_costs)
+        fit_on += observations_in(extra.cells, extra.jobs, extra_profiles, extra_costs, cores)
+    by_workloads: dict[tuple[frozenset[str], str], Params] = {}
+    checks = []
+    for o in checked:
+        key = (o.workloads, o.gpu.name)
+        if key not in by_workloads:
+            by_workloads[key] = fit(fit_on, exclude=o.workloads, gpu_name=o.gpu.name)
+        alone = [p.samples_per_s for p in o.candidate.jobs]
+        checks.append(_check(o, by_workloads[key], alone))
+    scored = [c for c in checks if not c.profile_cell]
+    throughput = [c.throughput_error for c in scored if c.throughput_error is not None]
+    slowdown = [e for c in scored for e in c.slowdown_errors]
+    memory = [c.mem_error for c in scored if c.mem_error is not None]
+    energy = [c.energy_error for c in scored if c.energy_error is not None]
+    metrics = (
+        _metric("aggregate throughput", throughput, targets.throughput_median),
+        _metric("aggregate throughput", throughput, targets.throughput_max, of="max"),
+        _metric("per-job slowdown", slowdown, targets.slowdown_median),
+        _metric("memory (expected vs used)", memory),
+        _metric("energy per sample", energy),
+    )
+    unsafe = tuple(c.label for c in checks if c.unsafe_fit)
+    return Validation(
+        sweeps=data.sweeps, checks=tuple(checks), metrics=metrics,
+        params={"+".join(sorted(w)) + f" on {g}": p for (w, g), p in by_workloads.items()},
+        profiles={f"{p.workload} on {p.gpu_name}": p for p in profiles.values()}, unsafe_fits=unsafe,
+    )
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:+.1f}%"
+
+
+def format_validation(v: Validation) -> str:
+    """The per-cell comparison and the error summary, as printed."""
+    lines = [f"validation of {', '.join(v.sweeps)}: {len(v.checks)} cells described, "
+             f"{sum(not c.profile_cell for c in v.checks)} predicted (profile cells are the input)"]
+    head = (f"{'cell':<42} {'status':<7} {'fits':<5} {'pred samples/s':>14} {'measured':>10} {'err':>7} "
+            f"{'slowdown p/m':>13} {'mem GiB p/m':>12} {'mem err':>8}  bound")
+    lines += [head, "-" * len(head)]
+    for c in sorted(v.checks, key=lambda c: (c.predicted.workloads, c.predicted.mode, c.predicted.degree, c.label)):
+        p = c.predicted
+        meas_slow = [s for s in c.measured_slowdowns if s is not None]
+        slow = (f"{p.max_slowdown:.2f}/{max(meas_slow):.2f}" if meas_slow else f"{p.max_slowdown:.2f}/-")
+        mem = f"{p.mem_expected_mib / 1024:.1f}/{c.mem_used_mib / 1024:.1f}" if c.mem_used_mib else "-"
+        pred_rate = f"{p.agg_samples_per_s:,.0f}" if p.agg_samples_per_s else "-"
+        meas_rate = f"{c.measured_agg_samples_per_s:,.0f}" if c.measured_agg_samples_per_s else "-"
+        mark = " (profile)" if c.profile_cell else (" UNSAFE: predicted to fit" if c.unsafe_fit else "")
+        lines.append(f"{c.label[:42]:<42} {c.status:<7} {'yes' if p.fits else 'no':<5} {pred_rate:>14} {meas_rate:>10} "
+                     f"{_pct(c.throughput_error):>7} {slow:>13} {mem:>12} {_pct(c.mem_error):>8}  {p.bound}{mark}")
+    lines.append("")
+    lines.append(f"{'error (|predicted/measured - 1|)':<34} {'n':>4} {'median':>8} {'max':>8}  target")
+    for m in v.metrics:
+        verdict = "" if m.passed is None else ("  PASS" if m.passed else "  FAIL")
+        med = "-" if m.median_abs is None else f"{100 * m.median_abs:.1f}%"
+        top = "-" if m.max_abs is None else f"{100 * m.max_abs:.1f}%"
+        lines.append(f"{m.name:<34} {m.n:>4} {med:>8} {top:>8}  {m.target}{verdict}")
+    safe = [c.mem_safe for c in v.checks if c.mem_safe is not None]
+    lines.append(f"memory: {sum(safe)}/{len(safe)} ok cells used no more than the safe-side prediction; "
+                 f"cells predicted to fit that ran out of memory: {len(v.unsafe_fits)}"
+                 + (f" ({', '.join(v.unsafe_fits)})" if v.unsafe_fits else ""))
+    lines.append("parameters (leave-one-out):")
+    for name, p in v.params.items():
+        lines.append(f"  {name}: naive capacity={p.naive.capacity:.2f} k={p.naive.sharpness:g}; mps capacity="
+                     f"{p.mps.capacity:.2f} k={p.mps.sharpness:g}; power slope="
+                     f"{'-' if p.power_slope_w is None else f'{p.power_slope_w:.0f} W'}; {p.source}")
+    return "\n".join(lines)

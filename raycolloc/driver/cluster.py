@@ -1,0 +1,92 @@
+"""Connecting to Ray: an existing cluster (``cluster.address``) or a local instance.
+
+``cluster.backend=auto`` resolves here, once, before anything else: ``nvml`` when NVML finds a GPU
+on this machine or an address is given, else ``sim`` (local mode with simulated GPUs).
+
+With ``cluster.dashboard=true`` the local instance's dashboard URL is printed. Ray 2.60 turns on
+token authentication for every new local cluster unless ``RAY_AUTH_MODE`` says otherwise, and the
+dashboard then answers 401 to anyone without the token: so the token is printed with the URL (the
+dashboard's page asks for it once). The token stays on: anyone else on the machine reaches
+127.0.0.1 too, and the dashboard runs code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from raycolloc.config import ClusterConfig, Config
+
+__all__ = ["auth_token", "connect", "dashboard_line", "resolve_backend"]
+
+log = logging.getLogger(__name__)
+NAMESPACE = "raycolloc"
+
+
+def resolve_backend(cfg: Config) -> Config:
+    """Replace ``cluster.backend=auto`` by ``nvml`` or ``sim``."""
+    if cfg.cluster.backend != "auto":
+        return cfg
+    from raycolloc.node.gpu.nvml import nvml_gpu_count
+
+    remote = cfg.cluster.address or os.environ.get("RAY_ADDRESS")
+    backend = "nvml" if remote or nvml_gpu_count() > 0 else "sim"
+    return dataclasses.replace(cfg, cluster=dataclasses.replace(cfg.cluster, backend=backend))
+
+
+def connect(cluster: ClusterConfig, max_jobs_per_cell: int = 1) -> dict[str, Any]:
+    """Connect to Ray once per process (no-op inside a Ray worker or when already connected)."""
+    if ray.is_initialized():
+        return ray.cluster_resources()
+    kwargs: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": True}
+    address = cluster.address or os.environ.get("RAY_ADDRESS")  # `ray job submit` sets RAY_ADDRESS
+    if address:
+        ray.init(address=address, **kwargs)
+        return ray.cluster_resources()
+    cpus = cluster.num_cpus or os.cpu_count() or 1
+    if cluster.backend == "sim":
+        # Simulated GPUs: logical CPUs for a degree-7 cell on every fake GPU (the jobs are tiny).
+        cpus = cluster.num_cpus or max(cpus, (max(7, max_jobs_per_cell) + 1) * cluster.num_gpus)
+        kwargs["num_gpus"] = cluster.num_gpus
+    kwargs["include_dashboard"] = cluster.dashboard
+    if cluster.dashboard:
+        kwargs.update(dashboard_host=cluster.dashboard_host, dashboard_port=cluster.dashboard_port)
+    if cluster.metrics_export_port:
+        kwargs["_metrics_export_port"] = cluster.metrics_export_port
+    # Workers at normal priority (Ray's default niceness 15 slows CPU-bound kernel launching).
+    # address="local": a new instance even where `ray start` left one (ray.init() would join that
+    # one, and refuse num_cpus/num_gpus for it).
+    context = ray.init(address="local", num_cpus=cpus, _system_config={"worker_niceness": 0}, **kwargs)
+    log.info("ray=local cpus=%s gpus=%s backend=%s", cpus, ray.cluster_resources().get("GPU"), cluster.backend)
+    if cluster.dashboard and context.dashboard_url:
+        # print, not log: the token must not land in the run's log files.
+        print(dashboard_line(f"http://{context.dashboard_url}"), flush=True)
+    return ray.cluster_resources()
+
+
+def auth_token() -> str | None:
+    """The Ray token of this user when token authentication is on (where Ray itself reads it:
+    ``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH``, else ``~/.ray/auth_token``), else None."""
+    if os.environ.get("RAY_AUTH_MODE", "").lower() != "token":  # ray.init sets it when it turns auth on
+        return None
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return os.environ["RAY_AUTH_TOKEN"].strip()
+    path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def dashboard_line(url: str) -> str:
+    """The dashboard's URL, with the token it asks for when token authentication is on."""
+    token = auth_token()
+    if token is None:
+        return f"Ray dashboard: {url}"
+    return (f"Ray dashboard: {url}  token: {token}  (token authentication is on: the page asks for it once; "
+            f"`ray get-auth-token` prints it again; API calls send 'Authorization: Bearer <token>')")

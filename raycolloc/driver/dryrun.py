@@ -1,0 +1,76 @@
+"""``+dry_run=true``: print what a sweep or a plan would do, and do none of it.
+
+Each cell it would run (label, mode, where it would run, each job's workload), each it would reuse
+(a valid result with the same config hash under ``out_dir``: resume), each it would refuse (a
+config error, with the reason). Validation is the same as a real run's, so what a dry run accepts
+a real run accepts; it does not connect to Ray, so checks against the cluster itself (MIG support
+and layouts on the GPUs there, a GPU model it lacks) happen when the sweep starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from raycolloc.results.index import ResultIndex
+from raycolloc.spec import CellSpec, JobSpec
+
+__all__ = ["DryRunLine", "describe_job", "print_dry_run"]
+
+NOT_CHECKED = ("not checked against the cluster: the dry run does not connect to Ray; GPU models, MIG "
+               "support and layouts are checked when the sweep starts (a cell the cluster cannot run is "
+               "then a skipped row)")
+
+
+@dataclass(frozen=True)
+class DryRunLine:
+    """One cell of a dry run: a validated cell (with where it would run), or a refused one."""
+
+    name: str
+    cell: CellSpec | None = None
+    where: str = "any free GPU of the cluster"
+    refused: str | None = None
+
+
+def describe_job(job: JobSpec) -> str:
+    """One job as a line: what it trains and how much (or the command it runs)."""
+    w = job.workload
+    if job.kind == "script":
+        return f"{job.name}: script `{' '.join(w.command)}` in {w.cwd}" + (  # type: ignore[union-attr]
+            f", epochs marked by {w.epoch_regex!r}" if w.epoch_regex else ", no epoch marks (lifetime only)")  # type: ignore[union-attr]
+    amount = f"batch {job.batch_size}, {job.epoch_samples} samples x {job.epochs} epochs"
+    if job.kind == "python":
+        return f"{job.name}: python {w.entry}({w.args or ''}), {amount}"  # type: ignore[union-attr]
+    shape = "x".join(map(str, w.sample_shape))  # type: ignore[union-attr]
+    memory = f", ~{job.mem_estimate_mib:,.0f} MiB estimated" if job.mem_estimate_mib is not None else ""
+    data = f"data {job.data.source}" + (f" {job.data.path}" if job.data.source == "real" else "")
+    return (f"{job.name}: {w.model} on {w.dataset} ({shape}, {w.num_classes} classes), {amount}, "  # type: ignore[union-attr]
+            f"{data}{memory}")
+
+
+def print_dry_run(lines: Sequence[DryRunLine], out_dir: str, rerun: bool = False) -> int:
+    """Print the dry run; returns how many cells were refused."""
+    index = None if rerun else ResultIndex(out_dir, repair=False)  # a dry run renames nothing
+    counts = {"run": 0, "reuse": 0, "refuse": 0}
+    print(f"dry run: nothing runs, no GPU state changes (results under {out_dir})")
+    for line in lines:
+        if line.refused is not None:
+            counts["refuse"] += 1
+            print(f"  refuse {line.name}: {line.refused}")
+            continue
+        cell = line.cell
+        assert cell is not None
+        found = index.find(cell.config_hash) if index is not None else None
+        if found is not None:
+            counts["reuse"] += 1
+            print(f"  reuse  {cell.label}: result in {found.path} (status={found.status}, config hash "
+                  f"{cell.config_hash}); +rerun=true runs it again")
+            continue
+        counts["run"] += 1
+        print(f"  run    {cell.label}  mode={cell.mode}  jobs={cell.degree}  gpu: {line.where}  "
+              f"(cell {cell.cell_id})")
+        for job in cell.jobs:
+            print(f"           {describe_job(job)}")
+    print(f"dry run: {counts['run']} cell(s) to run, {counts['reuse']} to reuse, {counts['refuse']} refused; "
+          f"{NOT_CHECKED}", flush=True)
+    return counts["refuse"]

@@ -1,0 +1,334 @@
+"""Run validated cells on the cluster's GPUs: the one path every cell takes.
+
+Hydra multiruns (the launcher), single runs and radT plans all end here with a list of
+:class:`~raycolloc.spec.CellSpec` and the directory each cell's result goes to. In order:
+
+0. hold the output directory (one sweep writes to an output at a time: ``driver/outlock.py``);
+1. resume: a cell with a valid result under ``out_dir`` is referenced, not run again;
+2. connect to Ray, start every GPU node's steward, check the cells against the cluster: a config
+   that fits no node is refused (``ConfigError``), a cell the cluster cannot run is a ``skipped``
+   row, a cell whose jobs' memory estimate exceeds every GPU an ``unfit`` row;
+3. one *lane* per GPU the sweep may use (``cluster.max_concurrent_cells`` fewer): a driver thread
+   that leases one whole GPU once and runs cells on it one after the other, largest first;
+4. each finished cell's rows are written at once (atomically), so a later crash loses nothing.
+
+Ctrl-C sets a flag every lane polls: running cells kill their trainers, release their GPU and
+write nothing (a re-run resumes them); the lanes end their leases. A result that cannot be written
+(disk full) does the same to the cells still running, and :func:`run_cells` raises
+:class:`~raycolloc.results.store.ResultWriteError`: the cells written before are intact.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import ray
+
+from raycolloc.config import ConfigError
+from raycolloc.driver.cell import CellCancelled, Lane, run_cell
+from raycolloc.driver.cluster import connect
+from raycolloc.driver.lease import LeaseError, acquire_gpu
+from raycolloc.driver.outlock import hold_output
+from raycolloc.driver.preflight import check_cluster, check_nodes, gpu_nodes, unfit_cells
+from raycolloc.driver.progress import ProgressBoard, ProgressView
+from raycolloc.driver.rows import CellRecord, cell_row, job_rows
+from raycolloc.driver.summary import cell_summary
+from raycolloc.driver.trainers import TrainerPool
+from raycolloc.node.steward import NAMESPACE, get_steward, start_stewards
+from raycolloc.results.index import REFERENCE, ResultIndex, write_reference
+from raycolloc.results.rows import CellRow
+from raycolloc.results.store import ResultWriteError, free_space, write_cell
+from raycolloc.spec import CellSpec
+
+__all__ = ["CellResult", "check_config", "run_cells", "time_share"]
+
+log = logging.getLogger("raycolloc")
+_MODE_ORDER = {"naive": 0, "mig": 1, "mps": 2}
+
+
+@dataclass(frozen=True)
+class CellResult:
+    """How one cell of the sweep ended: run (its row), reused, skipped or unfit (an interrupted cell has none)."""
+
+    cell: CellSpec
+    cell_dir: Path
+    status: str
+    summary: str
+    reused_from: Path | None = None
+    row: CellRow | None = None
+
+    @property
+    def reason(self) -> str | None:
+        """Why the cell ended as it did (its row's reason; None for a reused result)."""
+        return self.row.reason if self.row is not None else None
+
+
+def cell_size(cell: CellSpec) -> tuple[int, int]:
+    """Sort key, largest cell first (LPT scheduling): with more cells than GPUs this keeps a long
+    cell from starting last and stretching the sweep.
+
+    Size is the samples to train, summed over the cell's jobs. Of two cells with as many samples,
+    the naive one comes first: time-slicing's aggregate throughput barely grows with the degree, so
+    it runs longest (4 x H200, resnet26, 51,200 samples a job: naive x7 31.5 s against MPS x7 21.0 s
+    alone).
+    """
+    samples = sum(j.epoch_samples * j.epochs for j in cell.jobs)
+    return -samples, _MODE_ORDER.get(cell.mode, len(_MODE_ORDER))
+
+
+def _record(rec: CellRecord, cell_dir: Path) -> CellResult:
+    """Write a cell's rows into its directory; returns how it ended."""
+    jobs, epochs = job_rows(rec)
+    row = cell_row(rec, jobs, epochs)
+    write_cell(cell_dir, {"cells": [row], "jobs": jobs, "epochs": epochs, "telemetry": rec.telemetry})
+    (cell_dir / REFERENCE).unlink(missing_ok=True)  # a run replaces a reference (+rerun=true)
+    return CellResult(rec.cell, cell_dir, row.status, cell_summary(row, jobs), row=row)
+
+
+class _Sweep:
+    """The shared state of one :func:`run_cells` call: the queue, the lanes and the results."""
+
+    def __init__(self, todo: list[tuple[CellSpec, Path]], board: Any, view: ProgressView) -> None:
+        # Repeats interleaved (every cell's repeat 0, then every repeat 1, ...), largest first within each.
+        self.queue = sorted(todo, key=lambda item: (item[0].config.repeat, *cell_size(item[0])))
+        self.board, self.view = board, view
+        self.cancel = threading.Event()
+        self.lock = threading.Lock()
+        self.results: dict[str, CellResult] = {}
+        self.finished: list[threading.Event] = []
+        self.lease_errors: list[str] = []
+        self.write_error: ResultWriteError | None = None
+        first = todo[0][0].config
+        self.cluster, self.pipe_root = first.cluster, first.mode.pipe_root
+        self.lease_cpus = max(max(c.config.trainer.num_cpus * c.degree, 1.0) for c, _ in todo)
+        self.pool_size = max(c.degree for c, _ in todo)  # a lane's trainers: enough for its largest cell
+        self.trainer_cpus = max(c.config.trainer.num_cpus for c, _ in todo)
+
+    def next_cell(self) -> tuple[CellSpec, Path] | None:
+        with self.lock:
+            return self.queue.pop(0) if self.queue and not self.cancel.is_set() else None
+
+    def finish(self, cell_dir: Path, rec: CellRecord) -> None:
+        try:
+            result = self.results[rec.cell.cell_id] = _record(rec, cell_dir)
+        except ResultWriteError as exc:
+            # Nothing more can be kept: the running cells stop as on Ctrl-C, writing nothing.
+            log.error("%s; stopping the sweep", exc)
+            self.write_error = self.write_error or exc
+            self.cancel.set()
+            raise CellCancelled from exc
+        self.board.update.remote(rec.cell.cell_id, {"state": "done", "status": result.status})
+        self.view.write(result.summary)
+
+    def lane(self, index: int) -> None:
+        """Lease one GPU and run cells on it until the queue is empty; says so when it ends."""
+        try:
+            self._lane(index)
+        finally:
+            self.finished[index].set()
+
+    def _lane(self, index: int) -> None:
+        lane: Lane | None = None
+        try:
+            while True:
+                started_at, waits = time.time(), {}
+                if lane is None:
+                    opened = self._open(index)
+                    if opened is None:
+                        return
+                    lane, waits = opened
+                item = self.next_cell()
+                if item is None:
+                    return
+                cell, cell_dir = item
+                # A lane's first cell waited for the GPU and the lane's set-up (its wall time includes
+                # both); the lane's next cells find the GPU held and wait for nothing.
+                self.finish(cell_dir, run_cell(cell, lane, started_at, **waits))
+                if not self.cluster.reuse_lease:  # a lease per cell, as before lanes kept theirs
+                    self._close(index, lane)
+                    lane = None
+        except CellCancelled:
+            log.warning("lane=%d interrupted: its cell released the GPU and wrote nothing", index)
+        finally:
+            if lane is not None:
+                self._close(index, lane)
+
+    def _open(self, index: int) -> tuple[Lane, dict[str, float]] | None:
+        """Lease a GPU and get the lane ready on it (its steward, GPU, fork server); None if that
+        cannot be had (the reason is kept for the cells no lane could run)."""
+
+        def waiting(waited: float) -> None:
+            if self.cancel.is_set():
+                raise CellCancelled
+            log.debug("lane=%d waiting for a GPU (%.0fs)", index, waited)
+
+        try:
+            lease = acquire_gpu(f"raycolloc:lane:{os.getpid()}:{index}", self.lease_cpus,
+                                self.cluster.lease_timeout_s, on_wait=waiting)
+        except LeaseError as exc:
+            self.lease_errors.append(str(exc))
+            return None
+        t0 = time.monotonic()
+        try:
+            steward = get_steward(lease.node_id, self.cluster, self.pipe_root)
+            gpu = ray.get(steward.resolve_gpu.remote(lease.ray_gpu_id), timeout=60)
+            # Waiting for the node's warm parent is worth it only to cells that fork from it.
+            with self.lock:
+                forks = any(c.config.trainer.spawn == "fork" for c, _ in self.queue)
+            forkserver = ray.get(steward.forkserver.remote(), timeout=180) if forks else None
+        except Exception as exc:  # noqa: BLE001 - the node cannot serve: its cells go to other lanes or fail
+            lease.release()
+            self.lease_errors.append(f"GPU node {lease.node_id[:12]} unusable: {type(exc).__name__}: {exc}")
+            return None
+        except BaseException:
+            lease.release()
+            raise
+        lane = Lane(lease, steward, gpu, self.board, self.cancel, forkserver,
+                    TrainerPool(lease, index, self.pool_size, self.trainer_cpus))
+        return lane, {"lease_wait_s": lease.waited_s, "lane_setup_s": time.monotonic() - t0}
+
+    def _close(self, index: int, lane: Lane) -> None:
+        """End the lane's lease: its trainers and what the steward kept between cells (the MPS daemon) go."""
+        lane.trainers.close()
+        try:
+            ray.get(lane.steward.release_gpu.remote(lane.gpu.uuid), timeout=120)
+        except Exception as exc:  # noqa: BLE001 - the lease goes either way
+            log.warning("lane=%d release_gpu failed: %s", index, exc)
+        lane.lease.release()
+
+
+def _resume(cells: list[tuple[CellSpec, Path]], rerun: bool) -> tuple[list[tuple[CellSpec, Path]], list[CellResult]]:
+    """Split cells into those to run and those whose valid result exists (referenced here)."""
+    if rerun or not cells:
+        return list(cells), []
+    index = ResultIndex(cells[0][0].config.out_dir)
+    todo, reused = [], []
+    for cell, cell_dir in cells:
+        found = index.find(cell.config_hash)
+        if found is None:
+            todo.append((cell, cell_dir))
+            continue
+        if found.path.resolve() != cell_dir.resolve():
+            try:
+                write_reference(cell_dir, found, cell.config_hash)
+            except OSError as exc:
+                raise ResultWriteError(f"cannot write {cell_dir / REFERENCE}: {exc.strerror} "
+                                       f"({free_space(cell_dir)})") from exc
+        summary = (f"cell {cell.cell_id}: result exists in {found.path} (config hash {cell.config_hash}, "
+                   f"status={found.status}) - reused; +rerun=true runs it again")
+        reused.append(CellResult(cell, cell_dir, found.status, summary, reused_from=found.path))
+    return todo, reused
+
+
+def _skip(cell: CellSpec, cell_dir: Path, reason: str, status: str = "skipped") -> CellResult:
+    """A cell that never started: ``skipped`` (the cluster cannot run it) or ``unfit`` (too big)."""
+    return _record(CellRecord(cell, status=status, reason=reason, backend=cell.config.cluster.backend), cell_dir)
+
+
+def run_cells(cells: list[tuple[CellSpec, Path]], rerun: bool = False) -> list[CellResult]:
+    """Run (or reuse) every cell; returns one result per cell, in the order given.
+
+    Raises:
+        ConfigError: a cell fits no node or GPU of the cluster, or another sweep holds the output
+            directory (nothing has run).
+        ResultWriteError: a result could not be written; the running cells stopped, the cells
+            written before are intact.
+        KeyboardInterrupt: Ctrl-C; running cells released their GPUs and wrote nothing.
+    """
+    with contextlib.ExitStack() as held:
+        for out_dir in sorted({c.config.out_dir for c, _ in cells}):
+            held.enter_context(hold_output(out_dir))
+        todo, reused = _resume(cells, rerun)
+        for result in reused:
+            print(result.summary, flush=True)
+        results = {r.cell.cell_id: r for r in reused}
+        if todo:
+            results.update(_run(todo))
+    return [results[c.cell_id] for c, _ in cells if c.cell_id in results]
+
+
+def _run(todo: list[tuple[CellSpec, Path]]) -> dict[str, CellResult]:
+    first = todo[0][0].config
+    connect(first.cluster, max_jobs_per_cell=max(c.degree for c, _ in todo))
+    nodes = gpu_nodes()
+    infos = start_stewards(nodes, first.cluster, first.mode.pipe_root)
+    skips = check_cluster([c for c, _ in todo], infos)
+    check_nodes([c for c, _ in todo if c.cell_id not in skips], infos)
+    unfit = unfit_cells([c for c, _ in todo], infos, skips)
+    results = {c.cell_id: _skip(c, d, skips[c.cell_id]) for c, d in todo if c.cell_id in skips}
+    results.update({c.cell_id: _skip(c, d, unfit[c.cell_id], "unfit") for c, d in todo if c.cell_id in unfit})
+    for result in results.values():
+        print(result.summary, flush=True)
+    todo = [(c, d) for c, d in todo if c.cell_id not in results]
+    if not todo:
+        return results
+    board = ProgressBoard.options(name=f"raycolloc:progress:{os.getpid()}:{time.time_ns()}",
+                                  namespace=NAMESPACE).remote()
+    view = ProgressView({c.cell_id: c.label for c, _ in todo}, board)
+    sweep = _Sweep(todo, board, view)
+    gpus = sum(nodes.values())
+    lanes = min(first.cluster.max_concurrent_cells or gpus, gpus, len(todo))
+    log.info("cells=%d lanes=%d gpus=%d", len(todo), lanes, gpus)
+    sweep.finished = [threading.Event() for _ in range(lanes)]
+    for i in range(lanes):
+        threading.Thread(target=sweep.lane, args=(i,), name=f"raycolloc-lane-{i}").start()
+    # Wait on events, never Thread.join: a KeyboardInterrupt inside join() corrupts the thread's
+    # state in CPython 3.11 (is_alive() turns False while it runs), and the lanes must outlive it.
+    try:
+        while not all(e.is_set() for e in sweep.finished):
+            time.sleep(0.5)
+            view.refresh()
+    except KeyboardInterrupt:
+        log.warning("interrupted: cancelling the running cells; each releases its GPU and writes nothing; a re-run resumes")
+        sweep.cancel.set()
+        for done in sweep.finished:
+            done.wait(timeout=first.trainer.setup_timeout_s)
+        raise
+    finally:
+        view.refresh()
+        view.close()
+        ray.kill(board)
+    results.update(sweep.results)
+    if sweep.write_error is not None:
+        raise sweep.write_error
+    # From the command's start: Ray's start-up and the validation count too.
+    wall = time.time() - psutil.Process().create_time()
+    print(time_share([r.row for r in sweep.results.values() if r.row is not None], wall, lanes), flush=True)
+    reason = "; ".join(dict.fromkeys(sweep.lease_errors)) or "no lane could run it"
+    for cell, cell_dir in todo:
+        if cell.cell_id not in results:  # every lane failed to lease a GPU
+            rec = CellRecord(cell, status="error", reason=f"not run: {reason}", backend=first.cluster.backend)
+            results[cell.cell_id] = _record(rec, cell_dir)
+            print(results[cell.cell_id].summary, flush=True)
+    return results
+
+
+def time_share(rows: list[CellRow], wall_s: float, lanes: int) -> str:
+    """Where the sweep's time went: measured epochs (their share of ``wall_s`` x the GPUs used),
+    warm-up, and each cell's fixed cost (everything but its epochs)."""
+    measured = sum(r.makespan_s or 0.0 for r in rows)
+    epochs = sum(r.total_s or 0.0 for r in rows)
+    fixed = sorted(r.fixed_s for r in rows if r.fixed_s is not None)
+    median = fixed[len(fixed) // 2] if fixed else float("nan")
+    gpu_s = max(wall_s * lanes, 1e-9)
+    return (f"time: {wall_s:.1f} s on {lanes} GPU(s); measured epochs {measured:.1f} s = {100 * measured / gpu_s:.0f}% "
+            f"of the GPU time, warm-up {epochs - measured:.1f} s, fixed cost per cell median {median:.1f} s "
+            f"(sum {sum(fixed):.1f} s over {len(fixed)} cells)")
+
+
+def check_config(cells: list[CellSpec]) -> None:
+    """Settings every cell of one sweep must share.
+
+    Raises:
+        ConfigError: naming the key.
+    """
+    if len({repr(c.config.cluster) for c in cells}) > 1:
+        raise ConfigError("cluster.* must be the same for every cell of a sweep")

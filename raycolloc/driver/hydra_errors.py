@@ -1,0 +1,106 @@
+"""Hydra's own errors as raycolloc config errors: the key, the value and the allowed values.
+
+Hydra reports an unknown group option (``workload=resnet9000``), a value of the wrong type
+(``degree=two``) or an override it cannot parse before raycolloc's code runs, and exits 1 with
+its own message, which lists the ConfigStore's internal schemas (``base_workload``) among the
+options. The entry point lets Hydra raise them (``HYDRA_FULL_ERROR``) and turns them into a
+:class:`~raycolloc.config.ConfigError` here, so every config error reads the same and exits 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import typing
+from pathlib import Path
+from typing import Any
+
+from hydra.errors import HydraException, MissingConfigException, OverrideParseException
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+
+from raycolloc.config import Config, ConfigError
+
+__all__ = ["CONF_ROOT", "as_config_error", "check_group_choices", "group_options"]
+
+CONF_ROOT = Path(__file__).resolve().parents[2] / "conf"
+_MISSING = re.compile(r"Could not find '([^']+)/([^']+)'")
+_VALUE = re.compile(r"Value '(.*)' (?:of type|is not)")
+_EXPECTED = {int: "it must be an integer", float: "it must be a number", bool: "it must be true or false",
+             str: "it must be a string", list: "it must be a list such as [a,b]"}
+
+
+def group_options(group: str) -> list[str]:
+    """What a user may choose for a config group: its YAML files under ``conf/`` (never the
+    ConfigStore's internal ``base_<group>`` schema)."""
+    return sorted(p.stem for p in (CONF_ROOT / group).glob("*.yaml"))
+
+
+def check_group_choices(choices: Any) -> None:
+    """Refuse a group option that is an internal schema (``workload=base_workload``): Hydra offers
+    the ConfigStore's ``base_<group>`` entries as options, and one alone would silently run the
+    schema's defaults (tiny_cnn, naive).
+
+    Args:
+        choices: Hydra's ``runtime.choices`` (group -> chosen option).
+
+    Raises:
+        ConfigError: naming the group, the option and the options a user may choose.
+    """
+    for group, option in (choices or {}).items():
+        if isinstance(option, str) and option == f"base_{group}":
+            raise ConfigError(f"{group}={option!r} is not allowed; choose one of: {', '.join(group_options(str(group)))}")
+
+
+def _field_type(full_key: str) -> tuple[type | None, list[str]]:
+    """The declared type of a dotted key of :class:`Config` (None if unknown), and the field names
+    of the schema holding it."""
+    schema: Any = Config
+    parts = full_key.split(".")
+    for i, part in enumerate(parts):
+        if not dataclasses.is_dataclass(schema):
+            return None, []
+        hints = typing.get_type_hints(schema)
+        names = sorted(hints)
+        if part not in hints:
+            return None, names
+        kind = hints[part]
+        if i == len(parts) - 1:
+            args = [a for a in typing.get_args(kind) if a is not type(None)]
+            base = typing.get_origin(kind) or kind
+            return (args[0] if args and base not in (list, dict) else base), names
+        schema = kind
+    return None, []
+
+
+def _expected(full_key: str) -> str:
+    kind, _ = _field_type(full_key)
+    origin = typing.get_origin(kind) or kind
+    return _EXPECTED[origin] if origin in _EXPECTED else "see the key's type in raycolloc/config.py"
+
+
+def as_config_error(exc: BaseException) -> ConfigError | None:
+    """The config error an exception of Hydra or OmegaConf stands for, or None if it is not one."""
+    if isinstance(exc, ConfigError):
+        return exc
+    if isinstance(exc, MissingConfigException):
+        found = _MISSING.search(str(exc))
+        if found:
+            group, option = found.groups()
+            return ConfigError(f"{group}={option!r} is not allowed; choose one of: {', '.join(group_options(group))}")
+        return ConfigError(str(exc).splitlines()[0])
+    if isinstance(exc, OverrideParseException):
+        return ConfigError(f"{str(exc).splitlines()[0]}; write key=value (see "
+                           f"https://hydra.cc/docs/advanced/override_grammar/basic)")
+    if not isinstance(exc, HydraException | OmegaConfBaseException):
+        return None
+    cause = exc.__cause__ if isinstance(exc.__cause__, OmegaConfBaseException) else exc
+    key = getattr(cause, "full_key", None)
+    if isinstance(cause, OmegaConfBaseException) and key:
+        if isinstance(cause, ConfigKeyError | ConfigAttributeError):
+            _, names = _field_type(str(key))
+            return ConfigError(f"unknown key {key}; allowed keys there: {', '.join(names) or '(none)'}")
+        first = str(getattr(cause, "msg", cause)).splitlines()[0]
+        value = _VALUE.search(first)
+        shown = f"{key}={value.group(1)!r}" if value else str(key)
+        return ConfigError(f"{shown} is not allowed; {_expected(str(key))} ({first})")
+    return ConfigError(str(exc).splitlines()[0])

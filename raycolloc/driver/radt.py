@@ -1,0 +1,167 @@
+"""Read a radT experiment-plan CSV into collocation cells.
+
+A radT plan has the columns
+``Experiment,Workload,Status,Run,Devices,Collocation,File,Listeners,Params``.
+Rows sharing (Experiment, Workload) form a group that starts together; within a
+group, rows with the same ``Devices`` value share that GPU and form one cell. Each row becomes a
+job (:mod:`raycolloc.driver.radt_rows`); every row is checked, and all the errors of a plan are
+reported at once, each naming its line, row and column, before anything runs.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from raycolloc.driver.radt_rows import (
+    COLUMNS,
+    PlanError,
+    PlanJob,
+    Row,
+    RowContext,
+    parse_row,
+    row_mode,
+)
+from raycolloc.workload_config import WorkloadConfig, workload_hash_view
+
+__all__ = ["PlanCell", "PlanError", "PlanGroup", "PlanJob", "groups_to_run", "read_plan"]
+
+log = logging.getLogger("raycolloc")
+_PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class PlanCell:
+    """Jobs of one group that share one ``Devices`` value (one GPU)."""
+
+    experiment: str
+    workload_group: str
+    devices: str
+    mode: str  # "naive" | "mps" | "mig"
+    jobs: tuple[PlanJob, ...]
+
+    def to_overrides(self) -> list[str]:
+        """Hydra command-line overrides describing this cell (a composition as a nested mapping)."""
+        keys = ("workload", "batch_size", "epochs", "mig_profile")
+        jobs = ",".join("{" + ",".join(f"{k}:{_hydra_value(getattr(j, k))}" for k in keys) + "}" for j in self.jobs)
+        return [f"mode={self.mode}", f"+cell.jobs=[{jobs}]"]
+
+
+@dataclass(frozen=True)
+class PlanGroup:
+    """Cells that start together: one (Experiment, Workload) pair."""
+
+    experiment: str
+    workload: str
+    status: str  # "run" | "finished" | "failed"
+    cells: tuple[PlanCell, ...]
+
+
+def _hydra_value(value: object) -> str:
+    """Render a value for Hydra's override grammar, quoting strings that are not plain."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, WorkloadConfig):
+        value = workload_hash_view(value)
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{_hydra_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(_hydra_value(v) for v in value) + "]"
+    text = str(value)
+    if _PLAIN.match(text) and text.lower() not in ("null", "true", "false", "nan", "inf"):
+        return text
+    # Hydra: inside quotes, escape the quote and any backslashes preceding a quote or the end.
+    text = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", text)
+    text = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, text)
+    return f"'{text}'"
+
+
+def _rows(path: Path) -> list[Row]:
+    header: list[str] | None = None
+    rows: list[Row] = []
+    for lineno, text in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), 1):
+        if not text.strip() or text.lstrip().startswith("#"):
+            continue
+        try:
+            cells = [c.strip() for c in next(csv.reader([text], skipinitialspace=True, strict=True))]
+        except csv.Error as exc:
+            raise PlanError(f"{path}:{lineno}: malformed CSV line: {exc}") from None
+        if header is None:
+            if missing := [c for c in COLUMNS if c.lower() not in (h.lower() for h in cells)]:
+                raise PlanError(f"{path}:{lineno}: header lacks column(s) {', '.join(missing)}; "
+                                f"expected: {','.join(COLUMNS)}")
+            header = cells
+            continue
+        if len(cells) != len(header):
+            raise PlanError(f"{path}:{lineno}: {len(cells)} fields, header has {len(header)} "
+                            "(quote Params that contain commas)")
+        by_lower = {h.lower(): v for h, v in zip(header, cells)}
+        rows.append(Row(lineno, {c: by_lower[c.lower()] for c in COLUMNS}))
+    if header is None:
+        raise PlanError(f"{path}: no header line; expected: {','.join(COLUMNS)}")
+    return rows
+
+
+def read_plan(path: str | Path, known_workloads: Sequence[str] | None = None, *,
+              datasets: Mapping[str, str] | None = None, synthetic: bool = False,
+              epoch_regex: str | None = None) -> list[PlanGroup]:
+    """Parse a radT plan CSV into groups of cells, in file order.
+
+    Args:
+        known_workloads: preset names a row may ask for (default: every registered workload).
+        datasets: ``+plan_datasets``: a data directory's name (or path) -> a dataset name.
+        synthetic: ``data.source=synthetic``: a dataset not recognised trains on synthetic images.
+        epoch_regex: ``+plan_epoch_regex``: marks epoch ends on the stdout of the script rows.
+
+    Raises:
+        PlanError: listing every row that cannot run, each with its line and column.
+    """
+    if known_workloads is None:
+        from raycolloc.job.workloads.registry import list_workloads
+
+        known_workloads = list_workloads()
+    path = Path(path)
+    ctx = RowContext(path.resolve().parent, tuple(known_workloads), dict(datasets or {}), synthetic, epoch_regex)
+    grouped: dict[tuple[str, str], dict[str, list[Row]]] = {}
+    for row in _rows(path):
+        grouped.setdefault((row.f["Experiment"], row.f["Workload"]), {}).setdefault(row.f["Devices"], []).append(row)
+    groups, errors = [], []
+    for (experiment, workload), by_device in grouped.items():
+        cells = []
+        for devices, rows in by_device.items():
+            modes, jobs = [], []
+            for row in rows:
+                try:
+                    modes.append(mode := row_mode(path, row))
+                    jobs.append(parse_row(path, row, mode, ctx))
+                except PlanError as exc:
+                    errors.append(str(exc))
+            if len(set(modes)) > 1:
+                rows_text = "; ".join(f"line {r.line} Run {r.f['Run']!r}: {r.f['Collocation'] or '(empty)'} -> {m}"
+                                      for r, m in zip(rows, modes))
+                errors.append(f"{path}: Experiment {experiment!r} Workload {workload!r} Devices {devices!r} "
+                              f"mixes collocation modes ({rows_text}); one cell needs one of naive, mps, mig")
+            if len(jobs) == len(rows) and len(set(modes)) == 1:
+                cells.append(PlanCell(experiment, workload, devices, modes[0], tuple(jobs)))
+        states = [j.status for c in cells for j in c.jobs]
+        status = ("finished" if all(s == "finished" for s in states)
+                  else "failed" if "failed" in states else "run")
+        groups.append(PlanGroup(experiment, workload, status, tuple(cells)))
+    if errors:
+        raise PlanError("\n".join(errors) if len(errors) == 1 else f"{len(errors)} rows cannot run:\n" + "\n".join(errors))
+    for job in (j for g in groups for c in g.cells for j in c.jobs if j.note):
+        log.warning("plan %s:%d (Run %r): %s", path, job.line, job.run, job.note)
+    return groups
+
+
+def groups_to_run(groups: Sequence[PlanGroup], rerun: bool = False) -> list[PlanGroup]:
+    """Groups still to run: never all-FINISHED ones; FAILED ones only with ``rerun``."""
+    return [g for g in groups if g.status == "run" or (g.status == "failed" and rerun)]

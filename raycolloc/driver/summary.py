@@ -1,0 +1,44 @@
+"""The short table printed after each cell."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from raycolloc.results.rows import CellRow, JobRow
+
+__all__ = ["cell_summary"]
+
+
+def _fmt(value: Any, spec: str = ",.0f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def cell_summary(cell: CellRow, jobs: Sequence[JobRow]) -> str:
+    """A few lines: the cell's aggregate, then one line per job."""
+    if cell.mix is None:
+        rate = (f"aggregate={_fmt(cell.agg_samples_per_s)} samples/s  "
+                f"energy={_fmt(cell.energy_per_sample_j, '.3g')} J/sample")
+    else:  # a mix's samples are unlike: its headline is its total time (against serial: the sweep's summary)
+        rate = f"total={_fmt(cell.total_s, ',.2f')} s  energy={_fmt(cell.total_energy_j, ',.1f')} J"
+    head = (f"cell {cell.cell_id}  status={cell.status}  gpu={cell.gpu_name or '-'}  {rate}  "
+            f"sm_active={_fmt(cell.sm_active_mean, '.1f')}%  mem_max={_fmt(cell.mem_used_max_mib)} MiB  "
+            f"telemetry={cell.telemetry_source}")
+    width = max([28, *(len(j.job_name) + 2 for j in jobs)])
+    lines = [head, f"  {'job':<{width}}{'status':<8}{'epoch2 s':>10}{'samples/s':>12}{'peak MiB':>10}  note"]
+    for j in jobs:
+        note = (j.error or "")[:80]
+        if j.kind == "script":
+            # Measured from outside: its life and exit (peak MiB: what NVML saw of its process).
+            note = f"script, exit {_fmt(j.exit_code, 'd')} after {_fmt(j.total_s, '.1f')} s {note}"
+        if j.mig_uuid:
+            note = f"{j.mig_profile} {j.mig_uuid[:12]}… {note}"
+        elif j.mps_client:
+            note = f"MPS client of {j.mps_server_pid} {note}"
+        # PyTorch's peak where it has one (CUDA); else what the device attributed to the process.
+        peak = j.peak_mem_allocated_mib if j.peak_mem_allocated_mib is not None else j.peak_device_mem_mib
+        lines.append(f"  {j.job_name:<{width}}{j.status:<8}{_fmt(j.epoch2_s, '.2f'):>10}"
+                     f"{_fmt(j.epoch2_samples_per_s):>12}{_fmt(peak):>10}  {note}")
+    if cell.reason and cell.status != "ok":
+        lines.append(f"  reason: {cell.reason[:300]}")
+    return "\n".join(lines)

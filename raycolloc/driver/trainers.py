@@ -1,0 +1,94 @@
+"""The trainer actors of one lane: created once for the lane's GPU, lent to each cell in turn.
+
+Creating a trainer actor means Ray starting a worker process for it: about 2 s of every cell's
+set-up on the H200 with the training processes forked (setup_s 2.5-2.8 s of which the jobs' own
+0.6 s; docs/measurements.md, sixth session). A lane therefore keeps its actors: each holds
+``1/size`` of the lane's GPU lease (``size`` = the largest cell of the sweep), so any cell of the
+lane can borrow as many as it has jobs, and they go back to the pool when it ends. A borrowed
+actor carries nothing from the previous cell: it never imports torch or touches CUDA (its training
+process does), never changes its own environment (the binding goes to the training process), and
+closes the previous training process's connection before it starts the next one. An actor that
+failed (died, hung, or was interrupted mid-epoch) is killed, never lent again.
+
+``trainer.reuse_actors=false`` gives each cell fresh actors of ``1/degree`` of the GPU, named after
+the cell's jobs, killed when it ends (what every cell did before lanes kept them); so does a cell
+of script jobs (``raycolloc.job.script``), whose actors are of another kind.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import ray
+
+from raycolloc.driver.lease import GpuLease
+from raycolloc.job.script import ScriptTrainer
+from raycolloc.job.trainer import Trainer
+from raycolloc.node.steward import NAMESPACE
+from raycolloc.spec import CellSpec
+
+__all__ = ["RemoteScriptTrainer", "RemoteTrainer", "TrainerPool"]
+
+log = logging.getLogger(__name__)
+# One call at a time: no caller needs a second concurrent call (progress goes to the board; a hung or
+# interrupted trainer is killed, not asked). The actor only relays; the job trains in a process of its own
+# (raycolloc.job.process says why).
+RemoteTrainer = ray.remote(Trainer)
+RemoteScriptTrainer = ray.remote(ScriptTrainer)  # a script job: the user's process (raycolloc.job.script)
+
+
+class TrainerPool:
+    """The trainer actors of one lane (see the module docstring).
+
+    Args:
+        lease: the lane's GPU lease; every actor is placed inside it.
+        index: the lane's number (in the actors' names).
+        size: the most jobs any cell of the lane may have.
+        num_cpus: CPUs each actor holds (``trainer.num_cpus``).
+    """
+
+    def __init__(self, lease: GpuLease, index: int, size: int, num_cpus: float) -> None:
+        self.lease, self.index, self.size, self.num_cpus = lease, index, max(1, size), num_cpus
+        self._idle: list[Any] = []
+        self._created = 0
+
+    def _pooled(self, cell: CellSpec) -> bool:
+        return cell.config.trainer.reuse_actors and all(job.kind != "script" for job in cell.jobs)
+
+    def borrow(self, cell: CellSpec) -> list[Any]:
+        """Actors for the cell's jobs, in job order (idle ones first, new ones for the rest); a cell
+        with script jobs, or ``trainer.reuse_actors=false``, gets actors of its own."""
+        if not self._pooled(cell):
+            return [self._create(RemoteScriptTrainer if job.kind == "script" else RemoteTrainer,
+                                 f"raycolloc:{cell.cell_id}/{job.name}", 1.0 / cell.degree) for job in cell.jobs]
+        if cell.degree > self.size:
+            raise ValueError(f"cell {cell.cell_id} has {cell.degree} jobs; the lane's pool holds {self.size}")
+        lent = [self._idle.pop() for _ in range(min(len(self._idle), cell.degree))]
+        while len(lent) < cell.degree:
+            self._created += 1
+            lent.append(self._create(RemoteTrainer, f"raycolloc:lane-{os.getpid()}-{self.index}/trainer-{self._created}",
+                                     1.0 / self.size))
+        return lent
+
+    def _create(self, actor_class: Any, name: str, gpu_share: float) -> Any:
+        # No runtime_env: the binding's environment (GPU or MIG UUID, MPS pipe) is the training
+        # process's, set by its actor; an actor without one may take a worker Ray already started.
+        return actor_class.options(name=name, namespace=NAMESPACE, num_gpus=gpu_share, num_cpus=self.num_cpus,
+                                   scheduling_strategy=self.lease.strategy()).remote()
+
+    def give_back(self, cell: CellSpec, healthy: list[Any], failed: list[Any]) -> None:
+        """The cell is over: healthy actors are lent again (unless they were the cell's own), failed
+        ones are killed."""
+        keep = self._pooled(cell)
+        for actor in failed + ([] if keep else healthy):
+            ray.kill(actor, no_restart=True)
+        if keep:
+            self._idle.extend(healthy)
+
+    def close(self) -> None:
+        """The lane ends: every idle actor goes."""
+        for actor in self._idle:
+            ray.kill(actor, no_restart=True)
+        self._idle.clear()

@@ -1,0 +1,176 @@
+"""The node's warm parent of training processes: torch and timm imported once, a fork per job.
+
+A training process used to start as a fresh ``python -m raycolloc.job.process``: importing torch and
+timm cost it 6.3-6.5 s of every cell's set-up on 2 busy cores (local mode, tiny_cnn), more than
+anything else a cell did before its epochs. The fork server imports them (and raycolloc's job
+modules) once per node and forks a training process per job in milliseconds.
+
+What a fork must not inherit, and why it cannot:
+
+* CUDA: the server never initialises it (checked before every fork), so each child creates its own
+  context, after it applied its binding's environment (``CUDA_VISIBLE_DEVICES`` = GPU or MIG UUID,
+  the MPS pipe), exactly as a fresh process would.
+* Threads: the server is single-threaded (one ``select`` loop, no helper threads) and starts with
+  ``OMP_NUM_THREADS=1`` (with more, importing torch starts an OpenMP thread, which a fork would lose
+  while the runtime still counts on it); the child pins itself to the job's cores before any thread of
+  it starts, so all of them inherit the cores.
+* The parent's environment and files: the child replaces its whole environment with the one its
+  trainer actor sent (the actor's own plus the binding), closes the server's sockets, and talks only
+  over the connection its actor passed in (``SCM_RIGHTS``).
+
+A child dies with its trainer actor (it watches the actor's pid), as an exec'd child did through
+``PR_SET_PDEATHSIG``. The server reaps its children and tells each requester its child's exit code.
+The server itself dies with the steward that started it.
+
+Protocol on the server's Unix socket (``multiprocessing`` connections): a requester sends
+``(env, actor_pid)`` then passes the fd of its end of the job's socket pair; the server answers
+``("pid", pid)``, later ``("exit", code)`` on the same connection. The child then speaks
+:mod:`raycolloc.job.process`'s protocol with the actor, exactly as an exec'd one does.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import os
+import select
+import signal
+import socket
+import sys
+import time
+from multiprocessing import reduction
+from multiprocessing.connection import Connection
+
+__all__ = ["PRELOAD", "main", "watch_parent"]
+
+PRELOAD = ("torch", "timm", "raycolloc.job.process", "raycolloc.job.step", "raycolloc.job.data.sources",
+           "raycolloc.job.workloads.presets", "raycolloc.job.workloads.models")
+_PR_SET_PDEATHSIG = 1
+
+
+def watch_parent(pid: int) -> None:
+    """End this process when ``pid`` ends (a thread blocked on the pid's descriptor: no CPU used)."""
+    import threading
+
+    def wait() -> None:
+        try:
+            fd = os.pidfd_open(pid)
+            select.select([fd], [], [])  # readable once the process has exited
+        except OSError:  # no pidfd (old kernel): poll instead
+            while os.getppid() != 1 and _exists(pid):
+                time.sleep(0.5)
+        os._exit(1)
+
+    if not _exists(pid):
+        os._exit(1)
+    threading.Thread(target=wait, name="watch-actor", daemon=True).start()
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _child(listener: socket.socket, conns: list[Connection], env: dict[str, str], actor_pid: int,
+           job_fd: int) -> None:
+    """In the forked child: become the job's training process (never returns)."""
+    try:
+        listener.close()
+        for conn in conns:
+            conn.close()
+        os.environ.clear()
+        os.environ.update(env)  # before CUDA initialises: its device, MPS pipe and allocator
+        from raycolloc.job import process
+
+        process.run(Connection(job_fd), actor_pid, forked=True)
+    except BaseException:  # noqa: BLE001 - a child never returns into the server's loop
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        os._exit(1)
+
+
+def _serve(path: str) -> None:
+    import torch
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    os.chmod(path, 0o600)  # owner only: the node's trainer actors run as the steward's user
+    requests: dict[int, Connection] = {}  # child pid -> its requester's connection
+    waiting: list[Connection] = []
+    print(f"forkserver ready pid={os.getpid()} socket={path}", flush=True)
+    while True:
+        readable, _, _ = select.select([listener, *waiting], [], [], 0.2)
+        for item in readable:
+            if item is listener:
+                sock, _ = listener.accept()
+                waiting.append(Connection(sock.detach()))
+                continue
+            conn = next(c for c in waiting if c is item)
+            waiting.remove(conn)
+            try:
+                env, actor_pid = conn.recv()
+                job_fd = reduction.recv_handle(conn)
+            except (EOFError, OSError):
+                conn.close()
+                continue
+            if torch.cuda.is_initialized():  # never: a forked CUDA context is unusable
+                conn.send(("error", "the fork server has initialised CUDA; it cannot fork training processes"))
+                conn.close()
+                continue
+            pid = os.fork()
+            if pid == 0:
+                _child(listener, [conn, *waiting, *requests.values()], env, actor_pid, job_fd)
+            os.close(job_fd)
+            requests[pid] = conn
+            conn.send(("pid", pid))
+        _reap(requests)
+
+
+def _reap(requests: dict[int, Connection]) -> None:
+    """Collect exited children and tell each requester its child's exit code."""
+    while requests:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        conn = requests.pop(pid, None)
+        if conn is None:
+            continue
+        try:
+            conn.send(("exit", os.waitstatus_to_exitcode(status)))
+        except OSError:
+            pass
+        conn.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m raycolloc.job.forkserver SOCKET``: preload, then fork training processes on request."""
+    (path,) = argv or sys.argv[1:]
+    if sys.platform.startswith("linux"):  # the server goes with the steward that started it
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    t0 = time.perf_counter()
+    for module in PRELOAD:
+        __import__(module)
+    # Preloaded objects go to the permanent generation: a child's collections never walk them, so they
+    # do not touch (and copy) the pages it shares with this process.
+    gc.freeze()
+    print(f"forkserver preloaded {', '.join(PRELOAD)} in {time.perf_counter() - t0:.1f}s", flush=True)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    _serve(path)
+
+
+if __name__ == "__main__":
+    main()

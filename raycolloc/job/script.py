@@ -1,0 +1,227 @@
+"""A script job (``workload=script``): the user's unmodified training process, bound and measured
+from outside, as radT runs scripts.
+
+The cell creates a :class:`ScriptTrainer` actor for each script job, exactly where it would create a
+:class:`~raycolloc.job.trainer.Trainer`, with the same binding. ``setup`` starts the process (every
+job's at once: a script cell has no warm-up barrier; each process runs as written) through a short
+launcher (``python -m raycolloc.job.script_exec``) that pins itself to the binding's cores, restores
+normal priority, dies with its actor, and ``exec``s the command: the job *is* the user's process,
+with the binding's environment (``CUDA_VISIBLE_DEVICES`` = the GPU or MIG UUID, the MPS pipe).
+
+What is measured without the script's cooperation: its start and exit (wall clock), its exit status,
+and, through the steward's telemetry of its pid (and its children), its GPU memory and SM
+activity; whether it became a client of the cell's MPS server. With ``workload.epoch_regex``, each
+line of its stdout that matches marks an epoch's end (named groups ``epoch``, ``samples`` and
+``loss`` fill those columns), so epoch-2 times exist for scripts too. A non-zero exit is
+``status=error`` (``oom`` when its stderr says out of memory) with the tail of its stderr.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from raycolloc.job.script_exec import PYTHONPATH_KEEP
+from raycolloc.mpsctl import MpsError, control_command, pids
+from raycolloc.procs import format_cpus, move_threads_off, normal_priority, python_env
+from raycolloc.results.rows import EpochRow
+from raycolloc.spec import Binding, JobInfo, JobSpec, JobState
+
+__all__ = ["EpochMarks", "ScriptTrainer", "script_command"]
+
+log = logging.getLogger(__name__)
+TAIL_LINES = 25
+MPS_CHECK_TRIES = 3  # a daemon that fails to answer three times in a row is not asked again
+POLL_S = 1.0
+_OOM = re.compile(r"out of memory|CUDA_ERROR_OUT_OF_MEMORY|CUBLAS_STATUS_ALLOC_FAILED", re.IGNORECASE)
+
+
+def script_command(command: tuple[str, ...]) -> list[str]:
+    """The command to exec: a leading ``python`` is the interpreter raycolloc itself runs under."""
+    return [sys.executable, *command[1:]] if command and command[0] == "python" else list(command)
+
+
+class EpochMarks:
+    """Epoch ends read off a script's stdout: line ``k`` matching ``pattern`` ends epoch ``k`` (or
+    the epoch its ``epoch`` group names); epoch 1 starts when the process starts (warm-up)."""
+
+    def __init__(self, job: JobSpec, pattern: str | None, started: float) -> None:
+        self.job, self.pattern = job, re.compile(pattern) if pattern else None
+        self.last = started
+        self.rows: list[EpochRow] = []
+
+    def feed(self, line: str, ts: float) -> EpochRow | None:
+        match = self.pattern.search(line) if self.pattern else None
+        if match is None:
+            return None
+        groups = match.groupdict()
+        epoch = int(groups["epoch"]) if groups.get("epoch") else len(self.rows) + 1
+        samples = int(groups["samples"]) if groups.get("samples") else None
+        loss = float(groups["loss"]) if groups.get("loss") else None
+        wall = max(ts - self.last, 1e-9)
+        row = EpochRow(cell_id=self.job.cell_id, job_index=self.job.index, epoch=epoch, warmup=not self.rows,
+                       start_ts=self.last, end_ts=ts, wall_s=wall, samples=samples,
+                       samples_per_s=samples / wall if samples else None, steps=None, loss=loss, thread_cpu_s=None,
+                       thread_sys_s=None, minor_faults=None, involuntary_switches=None, voluntary_switches=None,
+                       peak_mem_allocated_mib=None, peak_mem_reserved_mib=None)
+        self.rows.append(row)
+        self.last = ts
+        return row
+
+
+def _read(stream: IO[bytes], handler: Any, echo: IO[str]) -> None:
+    """Hand each line of a script's output to ``handler`` as it arrives, and echo it to the actor's
+    log (as the script would have printed it)."""
+    for raw in stream:
+        line = raw.decode(errors="replace").rstrip("\r\n")
+        handler(line)
+        print(line, file=echo, flush=True)
+
+
+class ScriptTrainer:
+    """One script job (see the module docstring); the cell calls it as it calls a ``Trainer``
+    (:meth:`start`, then setup, epochs, finish). A script job's actor is its cell's own: the lane
+    does not lend it to another cell."""
+
+    def __init__(self) -> None:
+        normal_priority()
+        self.job: JobSpec | None = None
+
+    def start(self, job: JobSpec, binding: Binding, backend: str, board: Any = None,
+              forkserver: str | None = None) -> None:
+        """Take the job (its process starts in :meth:`setup`).
+
+        Args:
+            job: the job; ``job.workload`` is a ``ScriptWorkload``.
+            binding: how the job is bound to its GPU (from the steward).
+            backend: ``nvml`` or ``sim``.
+            board: the sweep's progress board (an actor handle), or None.
+            forkserver: ignored: a script is exec'd as written, never forked from raycolloc's warm parent.
+        """
+        self.job, self.binding, self.backend, self.board = job, binding, backend, board
+        self.workload: Any = job.workload
+        if binding.cpus:
+            move_threads_off(binding.cpus)
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._readers: list[threading.Thread] = []
+        self._stderr: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
+        self._marks: EpochMarks | None = None
+        self._state = JobState(info=JobInfo(hostname=socket.gethostname(), mig_uuid=binding.mig_uuid,
+                                            mig_profile=binding.mig_profile, cpus=format_cpus(binding.cpus)))
+
+    def __repr__(self) -> str:
+        return f"ScriptTrainer({self.job.cell_id}/{self.job.name})" if self.job else "ScriptTrainer(idle)"
+
+    def _env(self) -> dict[str, str]:
+        """The script's environment: the node's, the workload's, then the binding's (which wins:
+        the GPU or MIG device and the MPS pipe are the mode's), and where the launcher is; the
+        directory of raycolloc's interpreter first on ``PATH``."""
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.workload.env, **self.binding.env,
+               "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "RAYCOLLOC_JOB_INDEX": str(self.job.index),
+               "RAYCOLLOC_CELL_ID": self.job.cell_id}
+        # ``python`` inside the script's own commands (a shell line, a subprocess) is raycolloc's too.
+        env["PATH"] = os.pathsep.join(p for p in (str(Path(sys.executable).parent), env.get("PATH")) if p)
+        env[PYTHONPATH_KEEP] = env.get("PYTHONPATH", "")
+        return python_env(env)  # the launcher imports raycolloc; it gives the script its own back
+
+    # --- lifecycle (each returns the job's state; never raises for the script's failures) -------
+    def setup(self) -> JobState:
+        """Start the script; returns at once with its pid (the steward samples it from now on)."""
+        info = self._state.info
+        cpus = ",".join(map(str, self.binding.cpus)) if self.binding.cpus else "-"
+        launcher = [sys.executable, "-m", "raycolloc.job.script_exec", str(os.getpid()), cpus, self.backend, "--",
+                    *script_command(self.workload.command)]
+        env = self._env()
+        info.cuda_visible_devices, info.mps_pipe_dir = env.get("CUDA_VISIBLE_DEVICES"), env.get("CUDA_MPS_PIPE_DIRECTORY")
+        info.spawn = "exec"
+        try:
+            self._proc = subprocess.Popen(launcher, env=env, cwd=self.workload.cwd, stdin=subprocess.DEVNULL,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        except OSError as exc:
+            return self._state.failed("error", f"cannot start {self.workload.command[0]}: {exc}")
+        info.pid, info.started_ts = self._proc.pid, time.time()
+        self._marks = EpochMarks(self.job, self.workload.epoch_regex, info.started_ts)
+        for stream, handler, echo in ((self._proc.stdout, self._stdout_line, sys.stdout),
+                                      (self._proc.stderr, self._stderr.append, sys.stderr)):
+            reader = threading.Thread(target=_read, args=(stream, handler, echo), daemon=True)
+            reader.start()
+            self._readers.append(reader)
+        return self._state
+
+    def run_epochs(self, first: int, last: int) -> JobState:
+        """Wait for the script to exit (it runs its own epochs; ``first``/``last`` do not apply)."""
+        proc = self._proc
+        if proc is None or not self._state.ok:
+            return self._state
+        failures = 0
+        while proc.poll() is None:
+            # Until the script is a client: it may start CUDA late. A daemon that keeps failing to
+            # answer (a naive cell's empty pipe) ends the asking after three tries, its error kept.
+            if self.binding.mps_pipe_dir and self.binding.mps_control and not self._state.info.mps_client \
+                    and failures < MPS_CHECK_TRIES:
+                failures = 0 if self._check_mps(proc.pid) else failures + 1
+            time.sleep(POLL_S)
+        self._state.info.ended_ts = time.time()
+        for reader in self._readers:
+            reader.join(timeout=10)
+        return self._ended(proc.returncode)
+
+    def finish(self) -> JobState:
+        """Final record; a script still running (the cell was cut short) is killed."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait(timeout=30)
+        return self._state
+
+    # --- internals ---------------------------------------------------------------------------
+    def _stdout_line(self, line: str) -> None:
+        row = self._marks.feed(line, time.time()) if self._marks else None
+        if row is None:
+            return
+        self._state.epochs.append(row)
+        if self.board is not None:
+            # Fire and forget: the driver draws it; the script's own epoch count is not known ahead.
+            progress = {"epoch": row.epoch, "step": 1, "steps": 1, "epochs": max(self.job.epochs, row.epoch),
+                        "samples_per_s": row.samples_per_s or 0.0}
+            self.board.job.remote(self.job.cell_id, self.job.index, progress)
+
+    def _check_mps(self, pid: int) -> bool:
+        """Is the script (or a child of it) a client of the cell's MPS server? Asked of the control
+        daemon, as the training process asks from inside; False (the error kept) if it did not answer."""
+        import psutil
+
+        try:
+            ours = {pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))}
+            for server in pids(control_command(str(self.binding.mps_control), self.binding.mps_pipe_dir,
+                                               "get_server_list")):
+                reply = control_command(str(self.binding.mps_control), self.binding.mps_pipe_dir,
+                                        f"get_client_list {server}")
+                if ours & set(pids(reply)):
+                    self._state.info.mps_client, self._state.info.mps_server_pid = True, server
+                    self._state.info.mps_check_error = None
+                    return True
+        except (MpsError, subprocess.TimeoutExpired, OSError, psutil.Error) as exc:
+            self._state.info.mps_check_error = str(exc)[:500]
+            return False
+        return True
+
+    def _ended(self, code: int) -> JobState:
+        info = self._state.info
+        info.exit_code = code
+        info.mps_client = bool(info.mps_client)
+        if code == 0:
+            return self._state
+        tail = "\n".join(self._stderr)[-2000:]
+        how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        status = "oom" if _OOM.search(tail) else "error"
+        log.error("script job %s %s", self.job.name, how)
+        return self._state.failed(status, f"script {how}; stderr ends: {tail}" if tail else f"script {how}")

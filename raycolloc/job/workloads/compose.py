@@ -1,0 +1,242 @@
+"""Compose a workload from a model, a dataset and settings; resolve a ``workload`` config into what
+a job runs.
+
+:func:`compose` builds the :class:`~raycolloc.job.workloads.registry.WorkloadSpec` of any timm model
+on any dataset of :data:`~raycolloc.job.workloads.datasets.DATASETS` (the presets are such
+compositions, with names). :func:`resolve` turns a validated
+:class:`~raycolloc.workload_config.WorkloadConfig` into the spec of one of three kinds: a model
+raycolloc trains, the user's function (:class:`PythonWorkload`) or the user's script
+(:class:`ScriptWorkload`). It runs in the driver, once per cell; the training process receives the
+result and builds the model from it.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from raycolloc.config_checks import ConfigError, closest
+from raycolloc.job.workloads.datasets import DATASETS
+from raycolloc.job.workloads.registry import WorkloadSpec, create_workload
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from raycolloc.workload_config import WorkloadConfig
+
+__all__ = ["PythonWorkload", "ScriptWorkload", "UnknownModel", "Workload", "build_model", "check_composition",
+           "compose", "resolve", "timm_model_names"]
+
+# Defaults of a python job (the function builds batches of raycolloc's batch size; an epoch is
+# dataset_size samples) where neither the workload nor the top-level keys set them.
+PYTHON_BATCH_SIZE = 32
+PYTHON_DATASET_SIZE = 2048
+
+
+class UnknownModel(ValueError):
+    """A model name timm does not know; the message lists the closest names."""
+
+
+@dataclass(frozen=True)
+class PythonWorkload:
+    """The user's function builds the job (``workload=python``); raycolloc runs the protocol.
+
+    ``sys_path`` is the directory the entry's top-level package lives in, found in the driver, so
+    the training process imports the same module wherever its Ray worker started.
+    """
+
+    name: str
+    entry: str
+    args: dict[str, Any]
+    batch_size: int
+    dataset_size: int
+    lr: float | None = None
+    model: str | None = None
+    dataset: str | None = None
+    sys_path: str | None = None
+    kind: ClassVar[str] = "python"
+
+
+@dataclass(frozen=True)
+class ScriptWorkload:
+    """The user's unmodified script is the job (``workload=script``); see ``raycolloc.job.script``."""
+
+    name: str
+    command: tuple[str, ...]
+    cwd: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    epoch_regex: str | None = None
+    model: str | None = None
+    dataset: str | None = None
+    kind: ClassVar[str] = "script"
+
+
+Workload = WorkloadSpec | PythonWorkload | ScriptWorkload
+
+
+def build_model(name: str, *args: Any) -> nn.Module:
+    """Build a model of :mod:`raycolloc.job.workloads.models` (imported here, so that listing and
+    validating workloads never imports torch)."""
+    from raycolloc.job.workloads import models
+
+    return getattr(models, name)(*args)
+
+
+@functools.cache
+def timm_model_names() -> tuple[str, ...]:
+    """Every model name timm's registry knows (imports timm, hence torch)."""
+    import timm
+
+    return tuple(timm.list_models())
+
+
+def check_model(name: str) -> None:
+    """Raises :class:`UnknownModel` naming the closest timm names."""
+    names = timm_model_names()
+    if name not in names:
+        near = closest(name, names) or closest(name.lower(), names)
+        hint = f"closest: {', '.join(near)}" if near else "see timm.list_models()"
+        raise UnknownModel(f"timm knows no model {name!r}; {hint}")
+
+
+def check_composition(dataset: str, resolution: int | None, num_classes: int | None,
+                      dataset_size: int | None) -> None:
+    """What a ``workload=timm`` composition needs of its dataset, checked without building anything
+    (the model's name: :func:`check_model`).
+
+    Raises:
+        ValueError: the dataset is unknown, or lacks a shape it must be given.
+    """
+    if dataset not in DATASETS:
+        raise ValueError(f"unknown dataset; choose one of: {', '.join(DATASETS)}")
+    info = DATASETS[dataset]
+    if info.family != "vision":
+        raise ValueError(f"{dataset} holds click logs, not images; it trains a DLRM: workload=dlrm_criteo "
+                         "(or tiny_dlrm)")
+    if dataset == "synthetic":
+        missing = [k for k, v in (("resolution", resolution), ("num_classes", num_classes),
+                                  ("dataset_size", dataset_size)) if v is None]
+        if missing:
+            raise ValueError("synthetic data needs an explicit shape: set "
+                             + " ".join(f"workload.{k}=N" for k in missing))
+
+
+def compose(model: str, dataset: str, *, name: str | None = None, size: str | None = None,
+            batch_size: int | None = None, resolution: int | None = None, num_classes: int | None = None,
+            dataset_size: int | None = None, lr: float | None = None) -> WorkloadSpec:
+    """A timm model on a dataset: resolution, classes and size follow the dataset unless given.
+
+    Raises:
+        ValueError: the dataset leaves a shape open that is not given (synthetic, imagefolder).
+    """
+    info = DATASETS[dataset]
+    res = resolution or info.resolution
+    classes = num_classes or info.num_classes
+    samples = dataset_size or info.size
+    if res is None or classes is None or samples is None:
+        raise ValueError(f"dataset {dataset} needs workload.resolution, workload.num_classes and "
+                         "workload.dataset_size (or data.source=real with data.path for an image folder)")
+    return WorkloadSpec(
+        name=name or f"{model}_{dataset}", family="vision", dataset=dataset, sample_shape=(3, res, res),
+        num_classes=classes, dataset_size=samples, batch_size=batch_size or info.batch_size, model=model,
+        size=size, lr=0.1 if lr is None else lr, build_model=functools.partial(build_model, "timm_model", model, classes, res),
+        description=f"timm {model} on {dataset} {res}x{res}, {classes} classes",
+    )
+
+
+def _count_imagefolder(path: str | None, resolution: int) -> tuple[int, int]:
+    """(classes, images) of an ImageFolder tree, for a composition on ``data.source=real``."""
+    from raycolloc.job.data.real import DatasetError, open_imagefolder
+
+    try:
+        folder = open_imagefolder(str(path), resolution)
+    except DatasetError as exc:
+        raise ConfigError(f"data.path: {exc}") from None
+    return folder.num_classes, len(folder)
+
+
+def _resolve_preset(wc: WorkloadConfig) -> WorkloadSpec:
+    spec = create_workload(wc.name)
+    for key in ("resolution", "num_classes"):
+        if getattr(wc, key) is not None:
+            raise ConfigError(f"workload.{key} does not apply to the preset {wc.name} (its model is built for "
+                              f"{spec.dataset}); compose it instead: workload=timm workload.model={spec.model} "
+                              f"workload.dataset={spec.dataset} workload.{key}=...")
+    changes = {k: getattr(wc, k) for k in ("batch_size", "dataset_size", "lr") if getattr(wc, k) is not None}
+    return replace(spec, **changes) if changes else spec
+
+
+def _resolve_timm(wc: WorkloadConfig, label: str, source: str, path: str | None) -> WorkloadSpec:
+    info = DATASETS[str(wc.dataset)]
+    classes, samples = wc.num_classes, wc.dataset_size
+    if wc.dataset == "imagefolder" and (classes is None or samples is None):
+        if source != "real":
+            raise ConfigError("workload.dataset=imagefolder counts its classes and images in data.path: set "
+                              "data.source=real data.path=DIR, or workload.num_classes and workload.dataset_size")
+        counted_classes, counted = _count_imagefolder(path, wc.resolution or info.resolution or 224)
+        classes, samples = classes or counted_classes, samples or counted
+    return compose(str(wc.model), str(wc.dataset), name=label, batch_size=wc.batch_size, resolution=wc.resolution,
+                   num_classes=classes, dataset_size=samples, lr=wc.lr)
+
+
+def _entry_root(entry: str) -> str | None:
+    """The directory to put on ``sys.path`` so that ``entry``'s module imports in another process.
+
+    Raises:
+        ConfigError: the module cannot be found or imported, or has no such function.
+    """
+    module, function = entry.split(":")
+    try:
+        found = importlib.util.find_spec(module)
+    except (ImportError, ValueError) as exc:
+        found, why = None, str(exc)
+    else:
+        why = "no such module on sys.path (run from the directory that holds it, or install it)"
+    if found is None:
+        raise ConfigError(f"workload.entry={entry!r}: cannot import {module}: {why}")
+    try:
+        target = getattr(importlib.import_module(module), function, None)
+    except Exception as exc:  # noqa: BLE001 - the user's module failed on import: say why
+        raise ConfigError(f"workload.entry={entry!r}: importing {module} failed: {type(exc).__name__}: {exc}") from None
+    if not callable(target):
+        raise ConfigError(f"workload.entry={entry!r}: {module} has no function {function!r}")
+    if not found.origin or found.origin in ("built-in", "frozen"):
+        return None
+    origin = Path(found.origin).resolve()
+    depth = module.count(".") + (1 if origin.name == "__init__.py" else 0)
+    return str(origin.parents[depth])
+
+
+def resolve(wc: WorkloadConfig, label: str, source: str = "synthetic", path: str | None = None) -> Workload:
+    """What a job of this workload runs (in the driver, once).
+
+    Args:
+        wc: the validated workload config.
+        label: its name in the result tables (``raycolloc.workload_config.workload_label``).
+        source: ``data.source`` (an image folder's classes are counted with ``real``).
+        path: the job's dataset location.
+
+    Raises:
+        ConfigError: naming the key.
+    """
+    if wc.kind == "preset":
+        return _resolve_preset(wc)
+    if wc.kind == "timm":
+        return _resolve_timm(wc, label, source, path)
+    if wc.kind == "python":
+        return PythonWorkload(name=label, entry=str(wc.entry), args=dict(wc.args),
+                              batch_size=wc.batch_size or PYTHON_BATCH_SIZE,
+                              dataset_size=wc.dataset_size or PYTHON_DATASET_SIZE, lr=wc.lr, model=wc.model,
+                              dataset=wc.dataset, sys_path=_entry_root(str(wc.entry)))
+    # Relative paths in the command are relative to where the sweep was started, as in a shell.
+    cwd = str(Path(wc.cwd).expanduser().resolve()) if wc.cwd else os.getcwd()
+    if not Path(cwd).is_dir():
+        raise ConfigError(f"workload.cwd={wc.cwd!r} is not a directory")
+    return ScriptWorkload(name=label, command=tuple(wc.command), cwd=cwd, env=dict(wc.env),
+                          epoch_regex=wc.epoch_regex, model=wc.model, dataset=wc.dataset)
+

@@ -1,0 +1,106 @@
+"""How much device memory a job needs, estimated from its model (never from a table per model).
+
+The model is built on PyTorch's ``meta`` device (shapes without storage, nothing allocated) and run
+forward once at the job's batch size, counting the tensors autograd saves for the backward pass:
+those are the activations that live until the backward frees them. Added to that: the weights,
+their gradients and the optimiser's state (SGD momentum: one buffer per weight; DLRM's plain SGD:
+none, and its embedding gradients are sparse). The allocator's caching and cuDNN workspaces come on
+top on a real GPU; the measured peak is recorded per epoch (``peak_mem_reserved_mib``).
+
+Uses: a simulated GPU's memory accounting (a job that does not fit fails as an out-of-memory
+would), the size class of compositions that are not presets, and the dry run's listing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from raycolloc.job.workloads.registry import WorkloadSpec
+
+__all__ = ["MemoryEstimate", "estimate_memory", "size_class"]
+
+MIB = 1 << 20
+# Upper bounds (MiB of the estimate) of each size class, set between the estimates of the study's
+# presets at their batch sizes: ResNet26/CIFAR-10 (S) 0.4 GiB; ResNet50 and EfficientNetV2-S on
+# ImageNet64 (M) 1.7-1.9 GiB; CaiT-XXS24 and ResNet152 at 224 px (L) 7.7-16.9 GiB; XL beyond.
+# (``tiny`` stays the name of the CPU presets.)
+SIZE_CLASSES = (("S", 1024.0), ("M", 4096.0), ("L", 32768.0))
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """A job's estimated device memory, in MiB."""
+
+    params: int
+    weights_mib: float
+    gradients_mib: float
+    optimizer_mib: float
+    activations_mib: float
+
+    @property
+    def total_mib(self) -> float:
+        return self.weights_mib + self.gradients_mib + self.optimizer_mib + self.activations_mib
+
+
+def estimate_memory(spec: WorkloadSpec, batch_size: int) -> MemoryEstimate:
+    """The estimate for ``spec`` at ``batch_size`` (cached per model, shape and batch).
+
+    Raises:
+        Exception: whatever the model raises when it cannot run on this input (a shape it does
+            not take, too few pixels for its depth): the composition cannot train.
+    """
+    key = (spec.model or spec.name, spec.family, spec.sample_shape, spec.num_classes, spec.table_sizes, batch_size)
+    if key not in _CACHE:
+        _CACHE[key] = _estimate(spec, batch_size)
+    return _CACHE[key]
+
+
+# (model, family, sample shape, classes, tables, batch) -> estimate: the same composition in many
+# cells of a sweep is estimated once.
+_CACHE: dict[tuple[object, ...], MemoryEstimate] = {}
+
+
+def _estimate(spec: WorkloadSpec, batch: int) -> MemoryEstimate:
+    import torch
+
+    family, shape, tables = spec.family, spec.sample_shape, spec.table_sizes
+
+    saved = [0]
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved[0] += t.numel() * t.element_size()
+        return t
+
+    with torch.device("meta"):
+        model = spec.build_model()
+        if family == "dlrm":
+            inputs: tuple[torch.Tensor, ...] = (torch.empty(batch, shape[0]),
+                                                torch.zeros(batch, len(tables), dtype=torch.long))
+        else:
+            inputs = (torch.empty(batch, *shape),)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            model(*inputs)
+    dense = sparse = 0
+    for module in model.modules():
+        for p in module.parameters(recurse=False):
+            size = p.numel() * p.element_size()
+            if isinstance(module, torch.nn.EmbeddingBag | torch.nn.Embedding) and getattr(module, "sparse", False):
+                sparse += size
+            else:
+                dense += size
+    # Sparse embedding gradients hold only the rows of a batch: one row per sample and table.
+    sparse_grads = batch * len(tables) * 4 * (next((m.embedding_dim for m in model.modules()
+                                                   if isinstance(m, torch.nn.EmbeddingBag)), 0))
+    momentum = 0 if family == "dlrm" else dense
+    return MemoryEstimate(params=sum(p.numel() for p in model.parameters()), weights_mib=(dense + sparse) / MIB,
+                          gradients_mib=(dense + sparse_grads) / MIB, optimizer_mib=momentum / MIB,
+                          activations_mib=saved[0] / MIB)
+
+
+def size_class(spec: WorkloadSpec, estimate: MemoryEstimate | None) -> str:
+    """The study's class of a preset; for other compositions, the class of its estimate."""
+    if spec.size is not None:
+        return spec.size
+    if estimate is None:
+        return "?"
+    return next((name for name, bound in SIZE_CLASSES if estimate.total_mib <= bound), "XL")

@@ -1,1 +1,0 @@
-"""Collocation modes: naive time-slicing, MPS and MIG."""

@@ -1,0 +1,83 @@
+"""The interface every collocation mode implements, and the GPU slot the steward keeps per GPU.
+
+A mode prepares one GPU for one cell and returns one :class:`~raycolloc.spec.Binding` per job
+(the environment and device each job's training process starts with), then releases what it
+changed. The steward picks the mode by name from :data:`raycolloc.node.modes.MODES`; nothing
+above this package knows which modes exist.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+
+from raycolloc.node.gpu.backend import GpuBackend, GpuInfo
+from raycolloc.spec import Binding, CellSpec
+
+if TYPE_CHECKING:
+    from raycolloc.node.modes.mps import MpsDaemon
+
+__all__ = ["GpuSlot", "Mode", "ModeError"]
+
+log = logging.getLogger(__name__)
+
+
+class ModeError(RuntimeError):
+    """The GPU cannot be prepared for the mode as it is (the message says why and what to do)."""
+
+
+@dataclass
+class GpuSlot:
+    """One GPU of the node, as the steward holds it from cell to cell.
+
+    Attributes:
+        backend: the node's GPU backend.
+        gpu: the GPU as the backend saw it when the current cell arrived.
+        control: the MPS control executable (NVIDIA's, or the simulated one).
+        daemon: this GPU's MPS control daemon, kept between consecutive MPS cells.
+        dirs: the GPU's directories under ``mode.pipe_root`` that cells used.
+    """
+
+    backend: GpuBackend
+    gpu: GpuInfo
+    control: str
+    daemon: MpsDaemon | None = None
+    dirs: set[Path] = field(default_factory=set)
+
+    def dir(self, cell: CellSpec) -> Path:
+        """This GPU's directory under the cell's ``mode.pipe_root`` (MPS pipes, logs, records);
+        the slot remembers it, to remove it when the GPU's lease ends."""
+        path = Path(cell.config.mode.pipe_root) / self.gpu.uuid
+        self.dirs.add(path)
+        return path
+
+    def stop_daemon(self) -> bool:
+        """Stop the MPS daemon kept from an earlier MPS cell; True if there was one."""
+        if self.daemon is None:
+            return False
+        daemon, self.daemon = self.daemon, None
+        daemon.stop()
+        return True
+
+
+class Mode(Protocol):
+    """One way of sharing a GPU among a cell's jobs."""
+
+    name: ClassVar[str]
+    uses_mig: ClassVar[bool]  # the GPU must be in MIG mode for it
+
+    def __init__(self, slot: GpuSlot, cell: CellSpec) -> None: ...
+
+    def prepare(self) -> list[Binding]:
+        """Make the GPU ready; one binding per job, in job order.
+
+        Raises:
+            ModeError: the GPU cannot run this cell as it is; nothing was left changed.
+        """
+        ...
+
+    def release(self) -> dict[str, Any]:
+        """Undo what :meth:`prepare` changed (keeping what the next cell may reuse); what was done."""
+        ...

@@ -1,0 +1,334 @@
+"""The node steward: one named actor per Ray node that owns GPU state and samples the GPUs.
+
+It is the only process that touches a node's MPS daemons and MIG layouts, and the only one that
+reads NVML for telemetry (it never initialises CUDA). It also keeps the node's warm parent of
+training processes running (:mod:`raycolloc.job.forkserver`), which trainers ask for forks. For a cell it ``prepare``s the GPU through
+the cell's mode (:data:`raycolloc.node.modes.MODES`), which returns one binding per job, gives each
+job cores of its own, samples the GPU while the cell measures, and ``release``s the GPU, which the
+cell always asks for in ``finally``. It knows nothing of trainers or progress: jobs are bound
+through their environment and report to the driver directly.
+
+A GPU is held by at most one cell. Ray grants a cell's GPU lease only after the previous holder's
+lease is gone, so when a cell arrives for a GPU that a dead cell still holds here (its driver was
+killed), that stale state is released first: its MPS daemon stopped, its MIG layout restored.
+
+What a dead steward left (its driver or Ray SIGKILLed, or the steward itself killed) is put right
+when a steward starts: MPS daemons of its GPUs stopped, MIG layouts restored, directories removed
+(:mod:`raycolloc.node.leftovers`, from records that survive SIGKILL). When a GPU's lease ends, its
+directories under ``mode.pipe_root`` go with its daemon.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import psutil
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from raycolloc.config import ClusterConfig
+from raycolloc.gauges import make_gauge
+from raycolloc.mpsctl import CONTROL
+from raycolloc.node.cpus import CpuPool
+from raycolloc.node.gpu.backend import GpuBackend, GpuInfo
+from raycolloc.node.leftovers import claim, clean_leftovers, find_leftovers
+from raycolloc.node.modes.mig import MIG_RECORD
+from raycolloc.node.modes import MODES, GpuSlot, Mode
+from raycolloc.node.telemetry import Sampler, gi_sm_shares, pick_source
+from raycolloc.procs import normal_priority, python_env
+from raycolloc.results.rows import TelemetryRow
+from raycolloc.spec import Binding, CellSpec
+
+__all__ = ["NAMESPACE", "Steward", "get_steward", "node_key", "start_stewards", "steward_name"]
+
+log = logging.getLogger(__name__)
+NAMESPACE = "raycolloc"
+
+
+@dataclass
+class _CellState:
+    cell: CellSpec
+    slot: GpuSlot
+    mode: Mode
+    bindings: list[Binding] = field(default_factory=list)
+    sampler: Sampler | None = None
+
+
+def node_key(node_id: str) -> str:
+    """A stable name of this node on its host: simulated GPUs keep their UUIDs across runs."""
+    head = any(n["NodeID"] == node_id and "node:__internal_head__" in n["Resources"] for n in ray.nodes())
+    return f"{socket.gethostname()}-{'0' if head else node_id[:12]}"
+
+
+def _make_backend(node_id: str, cluster: ClusterConfig, num_gpus: int) -> GpuBackend:
+    if cluster.backend == "nvml":
+        from raycolloc.node.gpu.nvml import NvmlBackend
+
+        return NvmlBackend()
+    from raycolloc.node.gpu.sim import SimBackend
+
+    return SimBackend(cluster.sim_root, node_key(node_id), num_gpus, cluster.gpu_model, cluster.sim_mig_mode)
+
+
+class Steward:
+    """See the module docstring. Created through :func:`get_steward`."""
+
+    def __init__(self, node_id: str, cluster: ClusterConfig, num_gpus: int, pipe_root: str) -> None:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s steward %(message)s")
+        normal_priority()  # MPS daemons and servers it starts inherit its niceness
+        self.node_id = node_id
+        self.backend = _make_backend(node_id, cluster, num_gpus)
+        self.pipe_root = Path(pipe_root)
+        self.control = os.environ.get("RAYCOLLOC_MPS_CONTROL", CONTROL)
+        if self.backend.kind == "sim":
+            from raycolloc.node.gpu.sim_mps import install_control
+
+            self.control = install_control(self.pipe_root / "sim-bin")
+        self._lock = threading.RLock()
+        self._slots: dict[str, GpuSlot] = {}  # gpu uuid -> its slot, kept from cell to cell
+        self._cells: dict[str, _CellState] = {}
+        self._holder: dict[str, str] = {}  # gpu uuid -> cell id
+        self._gauges: dict[str, Any] = {}
+        self._cpus = CpuPool()  # the cores Ray may use on this node, handed to jobs per cell
+        self.leftovers = self._clean_leftovers()
+        self._forkserver: subprocess.Popen[bytes] | None = None
+        self._forkserver_path = str(self.pipe_root / f"forkserver-{os.getpid()}.sock")
+        self._start_forkserver()
+
+    def _clean_leftovers(self) -> list[str]:
+        """Stop daemons, restore MIG layouts and remove directories that dead stewards left on this
+        node's GPUs; returns what was found (logged, and in :meth:`info`)."""
+        found, in_use = find_leftovers(self.pipe_root, {g.uuid for g in self.backend.gpus()})
+        for item in in_use:
+            log.warning("gpu_dir=%s in use by %s (another Ray instance on this host?): left alone",
+                        item.path, item.owner.describe())
+        failed = clean_leftovers(found, lambda env: self.backend)
+        for line in failed:
+            log.error("leftover not cleaned: %s (python -m raycolloc.doctor reports it)", line)
+        return [item.detail for item in found if item.kind != "directory"]
+
+    def _start_forkserver(self) -> None:
+        """Start the warm parent now: it imports torch and timm while the sweep leases its GPUs."""
+        self.pipe_root.mkdir(parents=True, exist_ok=True)
+        # OMP_NUM_THREADS=1: importing torch with more starts an OpenMP thread, which forks would lose.
+        env = python_env({**os.environ, "OMP_NUM_THREADS": "1"})
+        with open(self.pipe_root / f"forkserver-{os.getpid()}.log", "ab") as out:
+            self._forkserver = subprocess.Popen([sys.executable, "-m", "raycolloc.job.forkserver",
+                                                 self._forkserver_path], env=env, stdout=out, stderr=out)
+
+    def forkserver(self, timeout: float = 120.0) -> str | None:
+        """The fork server's socket once it serves (restarted if it died); None if it cannot start."""
+        if self._forkserver is None or self._forkserver.poll() is not None:
+            log.warning("forkserver exited (%s): starting it again", None if self._forkserver is None
+                        else self._forkserver.returncode)
+            self._start_forkserver()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if os.path.exists(self._forkserver_path):
+                return self._forkserver_path
+            if self._forkserver is not None and self._forkserver.poll() is not None:
+                break
+            time.sleep(0.05)
+        log.warning("forkserver did not come up (log: %s): training processes will be exec'd",
+                    self.pipe_root / f"forkserver-{os.getpid()}.log")
+        return None
+
+    def __repr__(self) -> str:
+        return f"Steward({self.node_id[:12]}:{self.backend.kind})"
+
+    # --- discovery -----------------------------------------------------------------------
+    def info(self) -> dict[str, Any]:
+        """The node, its backend and its GPUs (used by the sweep's pre-flight checks)."""
+        mem = psutil.virtual_memory()
+        return {"node_id": self.node_id, "backend": self.backend.kind, "pid": os.getpid(),
+                "gpus": self.backend.gpus(), "driver": self.backend.driver_version(),
+                "cpus": len(self._cpus.cpus), "mem_total_mib": mem.total / (1 << 20),
+                "mem_available_mib": mem.available / (1 << 20), "leftovers": self.leftovers}
+
+    def resolve_gpu(self, ray_gpu_id: str) -> GpuInfo:
+        return self.backend.gpu_for_ray_id(ray_gpu_id)
+
+    def job_env(self, gpu_uuid: str) -> dict[str, str]:
+        """What a job on this GPU needs in its environment beyond its mode's binding (the simulated
+        driver's device state); for tools that bind a job by hand, like ``jobs/bench_trainer.py``."""
+        return self.backend.job_env(gpu_uuid)
+
+    # --- prepare / release -----------------------------------------------------------------
+    def prepare(self, cell: CellSpec, gpu_uuid: str) -> list[Binding]:
+        """Make the GPU ready for the cell's mode and return one binding per job.
+
+        Raises:
+            ModeError: the GPU cannot be prepared; nothing was left changed.
+        """
+        mode_cls = MODES[cell.mode]
+        with self._lock:
+            holder = self._holder.get(gpu_uuid)
+            if holder is not None and holder != cell.cell_id:
+                log.warning("gpu=%s held by stale cell=%s: releasing it first", gpu_uuid, holder)
+                self.release(holder)
+            self.backend.expect_mig_mode(gpu_uuid, mode_cls.uses_mig)
+            slot = self._slots.get(gpu_uuid)
+            gpu = self.backend.gpu(gpu_uuid)
+            if slot is None:
+                slot = self._slots[gpu_uuid] = GpuSlot(self.backend, gpu, self.control)
+            slot.gpu = gpu
+            claim(slot.dir(cell))  # this steward uses the GPU's directory: not a leftover while it runs
+            state = _CellState(cell, slot, mode_cls(slot, cell))
+            self._cells[cell.cell_id] = state
+            self._holder[gpu_uuid] = cell.cell_id
+        try:
+            bindings = state.mode.prepare()
+            env = self.backend.job_env(gpu_uuid)
+            bindings = [replace(b, env={**b.env, **env}) for b in bindings]
+            state.bindings = self._pin_cpus(cell, gpu, bindings)
+            return state.bindings
+        except BaseException:
+            self.release(cell.cell_id)
+            raise
+
+    def _pin_cpus(self, cell: CellSpec, gpu: GpuInfo, bindings: list[Binding]) -> list[Binding]:
+        """Give each job with ``trainer.cpu_affinity=auto`` cores of its own (see raycolloc.node.cpus)."""
+        wanted = [job for job in cell.jobs if job.trainer.cpu_affinity == "auto"]
+        if not wanted:
+            return bindings
+        near = self.backend.cpu_affinity(gpu.uuid)
+        with self._lock:
+            picked = self._cpus.allocate(cell.cell_id, [job.trainer.num_cpus for job in wanted], near)
+        if picked is None:
+            return bindings
+        cores = dict(zip([job.index for job in wanted], picked, strict=True))
+        return [replace(b, cpus=cores[b.job_index]) if b.job_index in cores else b for b in bindings]
+
+    def release(self, cell_id: str) -> dict[str, Any]:
+        """Stop sampling and undo the cell's mode (the MPS daemon stays for a next MPS cell). Safe to
+        call twice."""
+        with self._lock:
+            state = self._cells.pop(cell_id, None)
+            if state is None:
+                return {"released": False}
+            uuid = state.slot.gpu.uuid
+            if self._holder.get(uuid) == cell_id:
+                del self._holder[uuid]
+            self._cpus.release(cell_id)
+        done: dict[str, Any] = {"released": True, "errors": []}
+        if state.sampler is not None:
+            state.sampler.stop()
+        try:
+            done.update(state.mode.release())
+        except Exception as exc:  # noqa: BLE001 - report it; the GPU is free for the next cell either way
+            done["errors"].append(f"{state.mode.name}: {exc}")
+        log.info("cell=%s gpu=%s released %s", cell_id, uuid, done)
+        return done
+
+    def release_gpu(self, gpu_uuid: str) -> dict[str, Any]:
+        """The GPU's lease ends: stop what was kept between cells (its MPS daemon)."""
+        with self._lock:
+            holder = self._holder.get(gpu_uuid)
+            slot = self._slots.get(gpu_uuid)
+        done = self.release(holder) if holder is not None else {}
+        if slot is not None and slot.stop_daemon():
+            done["mps_stopped"] = True
+        if slot is not None:
+            for gpu_dir in list(slot.dirs):
+                # A MIG layout that could not be restored keeps its record (and the directory) for
+                # the next steward or the doctor.
+                if not (gpu_dir / MIG_RECORD).exists():
+                    shutil.rmtree(gpu_dir, ignore_errors=True)
+                    slot.dirs.discard(gpu_dir)
+        return done
+
+    # --- telemetry -------------------------------------------------------------------------
+    def start_sampling(self, cell_id: str, pids: dict[int, int]) -> str:
+        """Start sampling the cell's GPU (``pids``: training process -> job index); returns the source."""
+        state = self._cells[cell_id]
+        cfg = state.cell.config.telemetry
+        uuid = state.slot.gpu.uuid
+        source = pick_source(self.backend, uuid, cfg.source)
+        if not cfg.enabled:
+            return "off"
+        mig = {b.mig_uuid for b in state.bindings if b.mig_uuid}
+        devices = [d for d in self.backend.mig_devices(uuid) if d.uuid in mig] if mig else []
+        state.sampler = Sampler(self.backend, cell_id, uuid, source, cfg.interval_ms, pids, devices,
+                                on_row=self._publish, processes=cfg.processes,
+                                gi_sm_share=gi_sm_shares(state.slot.gpu.name, devices))
+        state.sampler.start()
+        return source
+
+    def stop_sampling(self, cell_id: str) -> dict[str, Any]:
+        state = self._cells.get(cell_id)
+        if state is None or state.sampler is None:
+            return {"rows": [], "errors": []}
+        sampler, state.sampler = state.sampler, None
+        rows = sampler.stop()
+        return {"rows": rows, "errors": sampler.errors}
+
+    def _publish(self, row: TelemetryRow) -> None:
+        if not self._gauges:
+            tags = ("gpu", "cell")
+            self._gauges = {
+                "sm_active": make_gauge("raycolloc_gpu_sm_active", "SM activity of a GPU (%)", tags),
+                "mem_used_mib": make_gauge("raycolloc_gpu_mem_used_mib", "GPU memory used (MiB)", tags),
+                "power_w": make_gauge("raycolloc_gpu_power_w", "GPU power (W)", tags),
+            }
+        tags = {"gpu": row.gpu_uuid, "cell": row.cell_id}
+        # Without GPM or DCGM there is no SM activity; the gauge then shows NVML utilisation.
+        sm = row.sm_active if row.sm_active is not None else row.gpu_util
+        for key, value in (("sm_active", sm), ("mem_used_mib", row.mem_used_mib), ("power_w", row.power_w)):
+            if value is not None:
+                self._gauges[key].set(float(value), tags=tags)
+
+    # --- inspection (tests, tools) -----------------------------------------------------------
+    def mig_layout(self, gpu_uuid: str) -> list[Any]:
+        return self.backend.gpu_instances(gpu_uuid)
+
+    def held(self) -> dict[str, str]:
+        return dict(self._holder)
+
+
+RemoteSteward = ray.remote(num_cpus=0, max_concurrency=32)(Steward)
+
+
+def steward_name(node_id: str, cluster: ClusterConfig) -> str:
+    kind = cluster.backend if cluster.backend != "sim" else f"sim-{cluster.gpu_model}-{cluster.sim_mig_mode}"
+    return f"raycolloc:steward:{node_id[:12]}:{kind}"
+
+
+def _steward_actor(node_id: str, cluster: ClusterConfig, num_gpus: int, pipe_root: str) -> Any:
+    """The steward actor of ``node_id``, created unless one runs (detached: it outlives any one
+    sweep); not waited for."""
+    return RemoteSteward.options(
+        name=steward_name(node_id, cluster), namespace=NAMESPACE, get_if_exists=True, lifetime="detached",
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+    ).remote(node_id, cluster, num_gpus, pipe_root)
+
+
+def get_steward(node_id: str, cluster: ClusterConfig, pipe_root: str, timeout: float = 60.0) -> Any:
+    """The steward of ``node_id``, created on first use, once it answers."""
+    gpus = next((int(n["Resources"].get("GPU", 0)) for n in ray.nodes() if n["NodeID"] == node_id), 0)
+    handle = _steward_actor(node_id, cluster, gpus, pipe_root)
+    ray.get(handle.held.remote(), timeout=timeout)  # wait until it is up
+    return handle
+
+
+def start_stewards(nodes: dict[str, int], cluster: ClusterConfig, pipe_root: str,
+                   timeout: float = 60.0) -> list[dict[str, Any]]:
+    """Start the steward of every GPU node (node id -> GPU count) at once, before a sweep's first
+    cells, so they do not each wait for it inside their set-up (2.6-2.8 s on 4 x H200,
+    docs/measurements.md, fourth session). Returns the ``info()`` of those that answered; one that
+    does not is left to its first cell, which records the error."""
+    handles = [_steward_actor(node, cluster, count, pipe_root) for node, count in nodes.items()]
+    refs = [h.info.remote() for h in handles]
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+    if len(ready) < len(refs):
+        log.warning("%d of %d stewards did not start within %gs", len(refs) - len(ready), len(refs), timeout)
+    return ray.get(ready, timeout=timeout)

@@ -1,0 +1,115 @@
+"""Process helpers shared by the node and the jobs: priority and liveness.
+
+Ray starts its worker processes at niceness 15 (``worker_niceness``). A trainer whose step rate is
+bound by the CPU launching kernels, and an MPS server started by the steward (it inherits the
+steward's niceness), then lose CPU time to any process at normal priority: on an H100 that cost
+raycolloc up to 10% against raw processes (H100, benchB). Local Ray instances start with niceness 0; on other
+clusters each trainer and the steward move themselves back to 0 where they may (root), else they
+log it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import psutil
+
+__all__ = ["alive", "die_with_parent", "format_cpus", "move_threads_off", "normal_priority", "python_env", "wait_gone"]
+
+log = logging.getLogger(__name__)
+_PR_SET_PDEATHSIG = 1
+
+
+def normal_priority() -> int:
+    """Set this process's niceness to 0 if it is higher and we may; returns the niceness in effect."""
+    current = os.getpriority(os.PRIO_PROCESS, 0)
+    if current > 0:
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, 0)
+        except PermissionError:
+            log.warning("niceness=%d: cannot lower it without root; start Ray with RAY_worker_niceness=0", current)
+    return os.getpriority(os.PRIO_PROCESS, 0)
+
+
+def die_with_parent(parent: int) -> None:
+    """Be killed with SIGKILL when the process ``parent`` ends (Linux), also when Ray kills it; the
+    setting survives ``exec`` (a script job execs into the user's program)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent ended before prctl took effect
+        os._exit(1)
+
+
+def alive(pid: int) -> bool:
+    """A process that exists and is not a zombie."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def wait_gone(pids: list[int], timeout: float) -> list[int]:
+    """Wait up to ``timeout`` seconds for the processes to end; returns those still alive."""
+    deadline = time.monotonic() + timeout
+    left = [p for p in pids if alive(p)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = [p for p in left if alive(p)]
+    return left
+
+
+def format_cpus(cpus: tuple[int, ...] | list[int] | None) -> str | None:
+    """``(3, 4, 5, 9)`` -> ``"3-5,9"``; None stays None."""
+    if not cpus:
+        return None
+    runs: list[str] = []
+    ordered = sorted(set(cpus))
+    start = prev = ordered[0]
+    for c in [*ordered[1:], None]:
+        if c is not None and c == prev + 1:
+            prev = c
+            continue
+        runs.append(str(start) if start == prev else f"{start}-{prev}")
+        if c is not None:
+            start = prev = c
+    return ",".join(runs)
+
+
+def move_threads_off(cpus: tuple[int, ...]) -> set[int]:
+    """Move every thread of this process (a trainer actor: Ray's gRPC and event loops) off ``cpus``,
+    the cores of the job's training process, onto the node's other cores; returns those cores.
+
+    The training process is pinned to ``cpus`` as a whole before it starts a thread (``raycolloc.
+    jobproc``), so each of its threads, CUDA's included, stays with the training thread.
+    """
+    others = (set(os.sched_getaffinity(0)) | _node_cpus()) - set(cpus)
+    if not others:
+        return set(os.sched_getaffinity(0))
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            os.sched_setaffinity(int(task.name), others)
+        except OSError as exc:  # a thread that just ended
+            log.debug("thread %s: %s", task.name, exc)
+    return others
+
+
+def _node_cpus() -> set[int]:
+    return set(range(os.cpu_count() or 1))
+
+
+def python_env(base: Mapping[str, str]) -> dict[str, str]:
+    """``base`` with raycolloc importable (its source root first on ``PYTHONPATH``), for the Python
+    processes raycolloc starts (training processes, the fork server)."""
+    import raycolloc
+
+    env = dict(base)
+    root = str(Path(raycolloc.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env

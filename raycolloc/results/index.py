@@ -1,0 +1,113 @@
+"""The resume index: which cells already have a valid result under an output directory.
+
+Resume is keyed to the work (the config hash), not to a directory: a re-run finds a cell's result
+wherever an earlier run of any sweep under the same ``out_dir`` wrote it, its own sweep directory
+included. A result is a cell whose status is one of :data:`RESULT_STATUSES` and whose four tables
+read back and agree (:func:`raycolloc.results.store.read_cell`); a cell that ended in ``error``
+or was ``skipped`` is not, so a re-run tries it again. A directory whose tables are corrupt is set
+aside (renamed ``<name>.invalid-<time>``, kept for inspection) and the cell runs again.
+
+A reused cell is referenced from the new sweep, not copied: its directory there holds only
+``reused.json`` naming the result, so the results tree holds each measurement once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from raycolloc.results.store import InvalidResult, read_cell
+
+__all__ = ["REFERENCE", "RESULT_STATUSES", "ResultIndex", "Reused", "read_reference", "write_reference"]
+
+log = logging.getLogger(__name__)
+RESULT_STATUSES = ("ok", "partial", "oom", "unfit")
+REFERENCE = "reused.json"
+
+
+@dataclass(frozen=True)
+class Reused:
+    """A cell whose valid result already exists."""
+
+    path: Path
+    status: str
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    path: Path
+    status: str
+    finished_at: float
+
+
+class ResultIndex:
+    """Config hash -> the newest valid result under ``root``. Built once per sweep, in the driver."""
+
+    def __init__(self, root: str | Path, repair: bool = True) -> None:
+        self.root = Path(root)
+        self.repair = repair  # False (a dry run): invalid results are reported, never renamed
+        self._candidates: dict[str, list[_Candidate]] = {}
+        self.set_aside: list[tuple[Path, str]] = []
+        if self.root.is_dir():
+            for path in self.root.rglob("cells.parquet"):
+                self._add(path)
+        for found in self._candidates.values():
+            found.sort(key=lambda c: c.finished_at, reverse=True)
+
+    def _add(self, path: Path) -> None:
+        try:
+            table = pq.read_table(path, columns=["config_hash", "status", "finished_at"])
+            digest, status, finished = (table.column(c)[0].as_py() for c in ("config_hash", "status", "finished_at"))
+        except (OSError, pa.ArrowException, KeyError, IndexError) as exc:
+            self._set_aside(path.parent, f"cells.parquet unreadable: {exc}")
+            return
+        if status in RESULT_STATUSES:
+            when = finished if finished is not None else path.stat().st_mtime
+            self._candidates.setdefault(digest, []).append(_Candidate(path.parent, status, when))
+
+    def _set_aside(self, cell_dir: Path, why: str) -> None:
+        if not self.repair:
+            self.set_aside.append((cell_dir, why))
+            return
+        target = cell_dir.with_name(f"{cell_dir.name}.invalid-{time.strftime('%Y%m%d-%H%M%S')}")
+        try:
+            cell_dir.rename(target)
+        except OSError as exc:
+            log.warning("result=invalid path=%s reason=%s set_aside_failed=%s", cell_dir, why, exc)
+            return
+        self.set_aside.append((target, why))
+        log.warning("result=invalid path=%s reason=%s set_aside=%s: the cell runs again", cell_dir, why, target)
+
+    def find(self, config_hash: str) -> Reused | None:
+        """The newest valid result for ``config_hash``; invalid candidates are set aside on the way."""
+        for candidate in self._candidates.get(config_hash, []):
+            try:
+                read_cell(candidate.path)
+            except InvalidResult as exc:
+                self._set_aside(candidate.path, str(exc))
+                continue
+            return Reused(candidate.path, candidate.status)
+        return None
+
+
+def write_reference(cell_dir: Path, result: Reused, config_hash: str) -> None:
+    """Record in ``cell_dir`` that this cell's result is ``result`` (written atomically)."""
+    cell_dir.mkdir(parents=True, exist_ok=True)
+    tmp = cell_dir / f".{REFERENCE}.tmp"
+    tmp.write_text(json.dumps({"result": str(result.path.resolve()), "config_hash": config_hash,
+                               "status": result.status, "referenced_at": time.time()}))
+    tmp.replace(cell_dir / REFERENCE)
+
+
+def read_reference(cell_dir: Path) -> Path | None:
+    """The result a reference in ``cell_dir`` names, or None if ``cell_dir`` holds none."""
+    ref = cell_dir / REFERENCE
+    if not ref.is_file():
+        return None
+    return Path(json.loads(ref.read_text())["result"])

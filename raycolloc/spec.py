@@ -1,0 +1,166 @@
+"""What crosses process boundaries: a validated cell, its jobs, their bindings and their state.
+
+The driver validates a config once into a :class:`CellSpec` (``raycolloc.driver.cells``); the
+node's steward turns it into one :class:`Binding` per job; each trainer reports a :class:`JobState`.
+All are plain dataclasses (never DictConfigs), so every process reads the same typed shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from raycolloc.config import Config, DataConfig, TrainerConfig
+from raycolloc.job.workloads.compose import Workload
+from raycolloc.results.rows import EpochRow
+
+__all__ = ["JOB_STATUSES", "Binding", "CellSpec", "JobInfo", "JobSpec", "JobState", "JobStatus"]
+
+# ok; oom (out of device memory); error (crashed, or died); hang (no progress for
+# trainer.stall_timeout_s); skipped (its cell was skipped: never started).
+JobStatus = Literal["ok", "oom", "error", "hang", "skipped"]
+JOB_STATUSES: tuple[JobStatus, ...] = ("ok", "oom", "error", "hang", "skipped")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One training job of a cell: its workload (resolved in the driver) and how much it trains.
+
+    An epoch is ``epoch_samples`` samples, or fewer when ``epoch_time_s`` is set: the epoch then
+    ends after the first step that reaches that many seconds (a time budget per job). A script job
+    (``workload.kind == "script"``) trains as it was written: ``batch_size`` and ``epoch_samples``
+    are 0 there (raycolloc sets neither), ``epochs`` is only what is expected.
+    """
+
+    cell_id: str
+    index: int
+    workload: Workload
+    batch_size: int
+    epochs: int
+    epoch_samples: int
+    seed: int
+    data: DataConfig
+    trainer: TrainerConfig
+    mig_profile: str | None = None
+    active_thread_percentage: int | None = None
+    pinned_mem_limit: str | None = None
+    epoch_time_s: float | None = None
+    mem_estimate_mib: float | None = None  # from the model (driver, for compositions); None: not yet
+
+    @property
+    def name(self) -> str:
+        return f"{self.index}-{self.workload.name}"
+
+    @property
+    def kind(self) -> str:
+        """``model`` (raycolloc builds it), ``python`` (the user's function) or ``script``."""
+        return self.workload.kind
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return max(1, self.epoch_samples // max(1, self.batch_size))
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """One validated cell: one GPU, one mode, a list of jobs, and the config they came from."""
+
+    cell_id: str
+    label: str
+    config_hash: str
+    config: Config
+    jobs: tuple[JobSpec, ...]
+    mix_name: str | None = None
+    mix_mig_layout: Any = None
+
+    @property
+    def degree(self) -> int:
+        return len(self.jobs)
+
+    @property
+    def mode(self) -> str:
+        return self.config.mode.name
+
+    @property
+    def workloads(self) -> str:
+        """The workload name (uniform cells) or ``+``-joined names (mixed cells)."""
+        names = [j.workload.name for j in self.jobs]
+        return names[0] if len(set(names)) == 1 else "+".join(names)
+
+    @property
+    def scripted(self) -> bool:
+        """Every job is a script: each runs as written, without raycolloc's warm-up barrier."""
+        return all(j.kind == "script" for j in self.jobs)
+
+
+@dataclass(frozen=True)
+class Binding:
+    """How one job is bound to its GPU, as the node's mode prepared it.
+
+    ``env`` is set in the training process before CUDA initialises: the GPU or MIG device
+    (``CUDA_VISIBLE_DEVICES``), the MPS pipe, MPS limits.
+    """
+
+    job_index: int
+    gpu_uuid: str
+    env: dict[str, str]
+    mig_uuid: str | None = None
+    mig_profile: str | None = None
+    mps_pipe_dir: str | None = None
+    mps_control: str | None = None
+    cpus: tuple[int, ...] | None = None  # cores the job is pinned to (trainer.cpu_affinity=auto)
+
+
+@dataclass
+class JobInfo:
+    """What a job learnt about itself while it ran (the jobs table's descriptive columns)."""
+
+    pid: int | None = None
+    actor_pid: int | None = None  # the trainer actor's process (a lane lends it to cell after cell)
+    hostname: str | None = None
+    mig_uuid: str | None = None
+    mig_profile: str | None = None
+    cuda_visible_devices: str | None = None  # as the job's CUDA reads them, from its own environment
+    mps_pipe_dir: str | None = None
+    cpus: str | None = None
+    niceness: int | None = None
+    device_name: str | None = None
+    params: int | None = None
+    spawn: str | None = None  # how its training process started: "fork" (warm parent) or "exec"
+    # Where a job's set-up went (seconds): its process started and ready (imports done, as the
+    # actor saw it), then inside the process: CUDA's context, model (built and moved), data.
+    spawn_s: float | None = None
+    import_s: float | None = None
+    cuda_init_s: float | None = None
+    model_s: float | None = None
+    data_s: float | None = None
+    setup_s: float | None = None
+    compile_s: float | None = None
+    nvml_mem_mib: float | None = None
+    h2d_bytes_per_step: int = 0
+    mps_client: bool | None = None
+    mps_server_pid: int | None = None
+    mps_check_error: str | None = None
+    traceback: str | None = None
+    started_ts: float | None = None  # the job's process started (wall clock)
+    ended_ts: float | None = None  # ... and ended (a script: exited; a training process: finished)
+    exit_code: int | None = None  # a script's exit status
+
+
+@dataclass
+class JobState:
+    """A job's status, its info and the epochs it finished; failures are states, never raised."""
+
+    status: JobStatus = "ok"
+    error: str | None = None
+    info: JobInfo = field(default_factory=JobInfo)
+    epochs: list[EpochRow] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def failed(self, status: JobStatus, error: str) -> JobState:
+        """This state with a failure recorded (keeps the info and finished epochs)."""
+        self.status, self.error = status, error
+        return self

@@ -1,0 +1,140 @@
+"""The advisor end to end on simulated GPUs: profiles run through the engine, the emitted sweep runs
+unchanged, and a mix predicted not to fit is refused or recorded as not fitting by the sweep.
+
+Simulated GPUs train on the CPU, so nothing here judges the model's accuracy (the fixture tests in
+``test_advise_validate.py`` do, and ``jobs/advise_acceptance.sh`` on a GPU); these tests check that
+the advisor's words, files and predictions meet the real engine, Hydra and Parquet.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from raycolloc.advise.__main__ import main
+from raycolloc.advise.run import compose_profile, parse_request
+from raycolloc.advise.validate import validate
+from raycolloc.driver.cells import validate_cell
+from raycolloc.driver.radt import read_plan
+
+from .conftest import load, run_cli, run_one, write_fixture_cell
+
+A100 = "A100-SXM4-40GB"
+# A composition whose estimate (25 GiB at batch 9600, on the meta device) fits an A100-40GB alone but not
+# one of its two study MIG instances (3g.20gb): its job fails when the simulated driver allocates its
+# memory, before a step is trained, so this costs no CPU time.
+BIG = ("workload=timm", "workload.model=resnet18", "workload.dataset=synthetic", "workload.resolution=64",
+       "workload.num_classes=10", "workload.dataset_size=9600", "workload.batch_size=9600")
+BIG_JOB = ("{workload:{name:timm,model:resnet18,dataset:synthetic,resolution:64,num_classes:10,dataset_size:9600,"
+           "batch_size:9600}}")
+
+
+def _advice(out: Path) -> dict[str, Any]:
+    (path,) = sorted(out.rglob("advice.json"))
+    return json.loads(path.read_text())
+
+
+def test_advise_emits_a_sweep_that_runs_unchanged(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = subprocess_advise(["workload=tiny_cnn", "cluster=local", f"out_dir={out}", "max_slowdown=2",
+                              "degrees=1,2", "epoch_samples=256", "--emit-sweep"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "configurations ranked by throughput gain" in proc.stdout and "the model assumes:" in proc.stdout
+    advice = _advice(out)
+    (ranking,) = advice["rankings"]
+    assert ranking["best_throughput"] and ranking["best_within_cap"]
+    labels = [r["label"] for r in ranking["rows"]]
+    assert {"tiny_cnn naive x1", "tiny_cnn mps x2", "tiny_cnn mps x2 atp=50/50"} <= set(labels)
+    assert all(r["max_slowdown"] <= 2 for r in ranking["rows"] if r["label"] == ranking["best_within_cap"])
+    (profile,) = advice["profiles"]
+    assert profile["workload"] == "tiny_cnn" and profile["samples_per_s"] > 0 and profile["job_mem_mib"] > 0
+    advice_dir = Path(sorted(out.rglob("advice.json"))[0]).parent
+    lines = (advice_dir / "sweep.txt").read_text().splitlines()
+    assert lines and all(line.startswith("python -m raycolloc.sweep -m ") for line in lines)
+    assert any("mode=naive" in line and "degree=1" in line for line in lines)  # the solo baseline
+    for line in lines:  # as written, with this interpreter for `python`
+        words = shlex.split(line)
+        run = run_cli(words[3:], cwd=tmp_path, timeout=600)
+        assert run.returncode == 0, run.stderr[-4000:]
+        if "mode=naive" in line:
+            assert "reused" in run.stdout  # the profile is the sweep's solo cell
+    cells = pd.concat([pd.read_parquet(p) for p in (out / "multirun").rglob("cells.parquet")])
+    assert set(cells["status"]) == {"ok"}
+    # The plan holds the same cells: every row valid for raycolloc.sweep (a dry run runs nothing).
+    assert read_plan(advice_dir / "plan.csv")
+    dry = run_cli([f"+plan={advice_dir / 'plan.csv'}", "+dry_run=true", "cluster=local", f"out_dir={out}",
+                   "epoch_samples=256"], cwd=tmp_path, timeout=300)
+    assert dry.returncode == 0, dry.stdout[-3000:] + dry.stderr[-3000:]
+    # And the advice checks itself against what the sweep measured.
+    result = validate([out / "multirun", out / "advise"])
+    assert [c.label for c in result.checks if c.profile_cell] == ["tiny_cnn-naive-x1"]
+    assert len(result.checks) == len(cells) + 1  # the sweep's cells (its solo is a reference) and the profile
+    assert not result.unsafe_fits
+
+
+def subprocess_advise(args: list[str], cwd: Path) -> Any:
+    import os
+    import subprocess
+
+    return subprocess.run([sys.executable, "-m", "raycolloc.advise", *args], cwd=cwd, env=dict(os.environ),
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+def _write_big_profile(out: Path, common: tuple[str, ...]) -> None:
+    """The solo cell of BIG on a whole simulated A100-40GB, as a run would have written it (its result
+    is reused by the advisor: training it on the CPU would take long)."""
+    spec = validate_cell(compose_profile(BIG, common))
+    job = spec.jobs[0]
+    need = float(job.mem_estimate_mib or 0.0) + 500.0  # the simulated context
+    cid = spec.cell_id
+    start, end = 1000.0, 1010.0
+    row = {"cell_id": cid, "label": spec.label, "config_hash": spec.config_hash, "repeat": 0, "status": "ok",
+           "mode": "naive", "degree": 1, "workload": job.workload.name, "gpu_name": f"Simulated {A100}",
+           "gpu_memory_mib": 40960, "backend": "sim", "telemetry_source": "sim-gpm", "started_at": 990.0,
+           "finished_at": 1011.0, "measured_start_ts": start, "measured_end_ts": end, "n_jobs": 1, "n_ok": 1,
+           "agg_samples_per_s": 960.0, "sm_active_mean": 60.0, "mem_used_max_mib": need, "power_mean_w": 300.0,
+           "config_json": "{}", "env_json": "{}", "tags_json": "{}"}
+    jobs = [{"cell_id": cid, "job_index": 0, "job_name": f"0-{job.workload.name}", "workload": job.workload.name,
+             "status": "ok", "batch_size": job.batch_size, "compile": "off", "amp": "off", "channels_last": False,
+             "data_source": "synthetic", "data_placement": "host", "epoch2_samples_per_s": 960.0,
+             "peak_device_mem_mib": need}]
+    epochs = [{"cell_id": cid, "job_index": 0, "epoch": e, "warmup": e == 1, "start_ts": a, "end_ts": b,
+               "wall_s": b - a, "samples": 9600, "steps": 1, "thread_cpu_s": 5.0} for e, a, b in ((1, 990.0, start),
+                                                                                                  (2, start, end))]
+    tel = [{"cell_id": cid, "gpu_uuid": "GPU-0", "scope": "gpu", "ts": start + t, "source": "sim-gpm", "sm_active": 60.0,
+            "gr_engine_active": 96.0, "dram_active": 18.0} for t in range(11)]
+    write_fixture_cell(out / "earlier" / spec.label, {"cells": [row], "jobs": jobs, "epochs": epochs, "telemetry": tel})
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_mix_predicted_not_to_fit_is_not_run_as_fitting(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    words = ["workload=tiny_cnn", *BIG, "cluster=local", f"cluster.gpu_model={A100}", "mig.allow_reconfigure=true",
+             f"out_dir={out}"]
+    _write_big_profile(out, parse_request(words, (1,)).common)
+    assert main([*words, "degrees=1,2", "--out", str(tmp_path / "advice.json")]) == 0
+    advice = json.loads((tmp_path / "advice.json").read_text())
+    assert {p["workload"] for p in advice["profiles"]} == {"tiny_cnn", "resnet18_synthetic_64px"}
+    mix = next(r for r in advice["rankings"] if r["mix"])
+    rows = {r["mode"] + ("+atp" if r["active_thread_percentage"] else ""): r for r in mix["rows"]}
+    assert rows["naive"]["fits"] and rows["mps"]["fits"]  # 25.5 + 0.5 GiB of 40
+    assert not rows["mig"]["fits"] and "MIG instance 3g.20gb" in rows["mig"]["why_not"]
+    assert mix["best_throughput"] != rows["mig"]["label"]
+    # The sweep runs that mix under MIG: it is refused as unfit, or its big job runs out of memory.
+    spec = load(["mode=mig", f"mix.jobs=[{{workload:tiny_cnn}},{BIG_JOB}]", f"cluster.gpu_model={A100}",
+                 "mig.allow_reconfigure=true", "epoch_time_s=10"], out_dir=out)
+    result, tables = run_one(spec, tmp_path / "mix")
+    assert result.status in ("unfit", "oom", "partial"), result.summary
+    big = tables["jobs"][tables["jobs"]["job_index"] == 1]
+    assert result.status == "unfit" or big.iloc[0]["status"] == "oom", big.iloc[0]["error"]
+    # The validation agrees: predicted not to fit, it did not fit; nothing predicted to fit ran out of memory.
+    checked = validate([tmp_path / "mix", out / "advise", out / "earlier"])
+    (mixed,) = [c for c in checked.checks if "+" in c.predicted.workloads]
+    assert not mixed.predicted.fits and not mixed.unsafe_fit
+    assert not checked.unsafe_fits

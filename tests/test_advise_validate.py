@@ -1,0 +1,147 @@
+"""Tests for the advisor's reading of results and its ``--validate``, on fixture sweeps written with the
+real writer (``raycolloc.results.store.write_cell``).
+
+The fixture cells "measure" what the model predicts with known parameters, so a validation that reads
+the tables right finds near-zero errors and the parameters back (leave-one-out); one cell that ran
+out of memory although predicted to fit must be reported as unsafe.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from analysis.load import load_sweeps
+from raycolloc.advise.__main__ import main
+from raycolloc.advise.model import Candidate, Gpu, ModeParams, Params, Slot, predict
+from raycolloc.advise.profile import Profile, gpu_costs_in, profiles_in
+from raycolloc.advise.validate import validate
+
+from .conftest import write_fixture_cell
+
+GPU = Gpu("NVIDIA H200", 143771.0, base_mib=600.0, cores=None)
+TRUTH = Params(ModeParams(0.85, 4.0), ModeParams(0.95, 3.0), ModeParams(0.95, 3.0), 400.0, "truth")
+T0 = 1000.0
+CONTEXT_MIB = 760.0  # NVML's per-process memory beyond PyTorch's reserved pool, in these fixtures
+
+
+def solo(name: str, rate: float, sm: float, busy: float, dram: float, reserved: float) -> Profile:
+    return Profile(workload=name, settings="", gpu_name=GPU.name, gpu_memory_mib=GPU.memory_mib, backend="nvml",
+                   mode="naive", cell_dirs=(), config_hash="", batch_size=128, samples_per_s=rate, cpu_s_per_step=None,
+                   cpu_busy=0.5, sm_active=sm, busy=busy, busy_source="gr_engine_active", sm_occupancy=None,
+                   dram_active=dram, pcie_rx_bytes_s=None, power_w=150.0 + 400.0 * sm, energy_per_sample_j=None,
+                   peak_reserved_mib=reserved, peak_device_mib=reserved + CONTEXT_MIB, gpu_mem_used_mib=None,
+                   job_mem_mib=reserved + CONTEXT_MIB, mem_source="")
+
+
+WORKLOADS = {"small": solo("small", 16_000.0, 0.2, 0.4, 0.05, 440.0),
+             "medium": solo("medium", 5_000.0, 0.45, 0.8, 0.2, 2000.0),
+             "large": solo("large", 1_500.0, 0.7, 0.95, 0.3, 8000.0)}
+
+
+def write_cell(root: Path, p: Profile, mode: str, degree: int, *, status: str = "ok") -> None:
+    """One cell measured exactly as the model predicts it with TRUTH (a solo: its profile)."""
+    pred = predict(Candidate(mode, (p,) * degree, (Slot(),) * degree), GPU, TRUTH)
+    label = f"{p.workload}-{mode}-x{degree}"
+    cell_id = f"{label}-{abs(hash(label)) % 10**8:08d}"
+    ok = status == "ok"
+    start, end = T0 + 5.0, T0 + 15.0
+    jobs, epochs = [], []
+    for i, j in enumerate(pred.jobs):
+        steps = int(j.samples_per_s * 10 / 128)
+        jobs.append({"cell_id": cell_id, "job_index": i, "job_name": f"{i}-{p.workload}", "workload": p.workload,
+                     "status": "ok" if ok else "oom", "batch_size": 128, "compile": "off", "amp": "off",
+                     "channels_last": False, "data_source": "synthetic", "data_placement": "host",
+                     "epoch2_samples_per_s": j.samples_per_s if ok else None,
+                     # NVML attributes no memory to an MPS client's process.
+                     "peak_mem_reserved_mib": p.peak_reserved_mib,
+                     "peak_device_mem_mib": p.job_mem_mib if mode == "naive" else None})
+        for epoch, (a, b) in ((1, (T0, start)), (2, (start, end))):
+            epochs.append({"cell_id": cell_id, "job_index": i, "epoch": epoch, "warmup": epoch == 1, "start_ts": a,
+                           "end_ts": b, "wall_s": b - a, "samples": steps * 128, "steps": steps,
+                           "samples_per_s": steps * 128 / (b - a), "thread_cpu_s": 0.5 * (b - a)})
+    sm = pred.sm_active if degree > 1 else 100 * p.sm_active
+    tel = [{"cell_id": cell_id, "gpu_uuid": "GPU-0", "scope": "gpu", "ts": start + 0.5 * k, "source": "gpm",
+            "sm_active": sm, "gr_engine_active": 100 * min(1.0, p.busy * pred.gain), "dram_active": 100 * p.dram_active,
+            "gpu_util": 100.0} for k in range(21)]
+    row: dict[str, Any] = {
+        "cell_id": cell_id, "label": label, "config_hash": cell_id[-8:] + "00000000", "repeat": 0, "status": status,
+        "mode": mode, "degree": degree, "workload": p.workload, "mix": None,
+        # A cell refused before it started (unfit) never leased a GPU.
+        "gpu_name": None if status == "unfit" else GPU.name,
+        "gpu_memory_mib": None if status == "unfit" else GPU.memory_mib,
+        "backend": "nvml", "telemetry_source": "gpm", "started_at": T0,
+        "finished_at": T0 + 20.0, "measured_start_ts": start, "measured_end_ts": end, "n_jobs": degree,
+        "n_ok": degree if ok else 0, "agg_samples_per_s": pred.agg_samples_per_s if ok else None,
+        "sm_active_mean": sm if ok else None, "power_mean_w": pred.power_w if ok else None,
+        "mem_used_max_mib": pred.mem_expected_mib if ok else None,
+        "config_json": json.dumps({"mode": {"name": mode}}), "env_json": "{}", "tags_json": "{}",
+    }
+    write_fixture_cell(root / label, {"cells": [row], "jobs": jobs, "epochs": epochs, "telemetry": tel})
+
+
+@pytest.fixture
+def sweep(tmp_path: Path) -> Path:
+    root = tmp_path / "sweep"
+    for p in WORKLOADS.values():
+        for mode in ("naive", "mps"):
+            for d in (1, 2, 3, 7):
+                if (p.workload, mode, d) != ("large", "mps", 7):
+                    write_cell(root, p, mode, d)
+    # Fourteen large jobs under naive: 14 x 8.8 GiB fits the H200 (141 GiB), yet this run ran out of
+    # memory: predicted to fit, it is what the validation must call unsafe.
+    write_cell(root, WORKLOADS["large"], "naive", 14, status="oom")
+    # Twenty would need 176 GiB: refused before it started, as predicted.
+    write_cell(root, WORKLOADS["large"], "naive", 20, status="unfit")
+    return root
+
+
+def test_profiles_read_from_the_tables(sweep: Path) -> None:
+    data = load_sweeps([sweep])
+    costs = gpu_costs_in(data.cells, data.jobs)
+    assert costs[GPU.name].context_mib == pytest.approx(CONTEXT_MIB)
+    assert costs[GPU.name].base_mib == pytest.approx(GPU.base_mib)
+    found = {p.workload: p for p in profiles_in(data.cells, data.jobs, data.epochs, data.telemetry, costs).values()}
+    assert set(found) == set(WORKLOADS)
+    medium = found["medium"]
+    assert medium.mode == "naive+mps" and len(medium.cell_dirs) == 2  # both solo cells, combined
+    assert medium.mem_source == "NVML per-process memory"  # the naive solo's: NVML hides an MPS client's
+    assert medium.samples_per_s == pytest.approx(5_000.0)
+    assert (medium.sm_active, medium.busy, medium.dram_active) == pytest.approx((0.45, 0.8, 0.2))
+    assert medium.busy_source == "gr_engine_active"
+    assert medium.job_mem_mib == pytest.approx(2000.0 + CONTEXT_MIB)
+    assert medium.cpu_busy == pytest.approx(0.5, rel=0.02)  # 0.5 s of CPU per s of steps
+
+
+def test_validate_leave_one_out(sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    result = validate([sweep])
+    scored = [c for c in result.checks if not c.profile_cell and c.status == "ok"]
+    assert len(scored) == 3 * 6 - 1  # every ok cell but the solos (naive and MPS: the profiles)
+    # The cells measured what TRUTH predicts, and each workload's parameters come from the other two:
+    # errors near zero, except where the other workloads' cells pin a parameter down less well (the
+    # naive sharpness, from workloads that saturate at degree 2 already).
+    tput = sorted(abs(c.throughput_error or 0.0) for c in scored)
+    assert tput[len(tput) // 2] < 0.01 and tput[-1] < 0.05
+    slow = sorted(abs(e) for c in scored for e in c.slowdown_errors)
+    assert slow[len(slow) // 2] < 0.01 and slow[-1] < 0.05
+    assert all(abs(c.mem_error or 0.0) < 0.01 for c in scored)
+    for name, params in result.params.items():
+        workload = name.split(" on ")[0]
+        assert workload not in params.source.split(" (")[0], params.source  # never fitted on itself
+        assert params.power_slope_w == pytest.approx(400.0, rel=0.01)
+    assert result.unsafe_fits == ("large-naive-x14",)
+    (refused,) = [c for c in result.checks if c.label == "large-naive-x20"]
+    assert not refused.predicted.fits and not refused.unsafe_fit
+    assert {m.name: m.passed for m in result.metrics if m.passed is not None} == {
+        "aggregate throughput": True, "per-job slowdown": True}
+    # The command line: the table, the JSON, and exit 1 for the cell predicted to fit that ran out of memory.
+    out = tmp_path / "v.json"
+    assert main(["--validate", str(sweep), "--out", str(out)]) == 1
+    printed = capsys.readouterr().out
+    assert "UNSAFE: predicted to fit" in printed and "aggregate throughput" in printed
+    saved = json.loads(out.read_text())
+    assert saved["unsafe_fits"] == ["large-naive-x14"] and len(saved["checks"]) == len(result.checks)
+    assert any("memory" in a for a in saved["assumptions"])

@@ -1,0 +1,204 @@
+"""Every malformed input is refused by name: exit 2, the key, the value and what is allowed, and
+nothing written (issue 15, item 7).
+
+The table runs the real entry point (``raycolloc.sweep.main``: Hydra's command line, our launcher)
+in this process, so that 50-odd inputs take seconds; a few run as a real subprocess too, for the
+exit status the shell sees. Inputs that need the cluster's nodes (cores, memory, MIG tables) run
+against the session's local Ray instance.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from raycolloc.driver.outlock import LOCK_NAME
+
+from .conftest import ROOT, run_cli
+
+BASE = ["cluster=local", "workload=tiny_cnn", "epoch_samples=64"]
+PLAN_HEADER = "Experiment,Workload,Status,Run,Devices,Collocation,File,Listeners,Params\n"
+
+# (case id, overrides, what the message must say). {tmp} is the test's directory.
+CASES: list[tuple[str, list[str], list[str]]] = [
+    # Hydra's own errors: unknown group options, wrong types, unknown keys, unparsable overrides.
+    ("unknown-workload", ["workload=resnet9000"], ["workload='resnet9000' is not allowed", "tiny_cnn"]),
+    ("unknown-mode", ["mode=timeslice"], ["mode='timeslice' is not allowed", "mig, mps, naive"]),
+    ("unknown-mix", ["mix=foo"], ["mix='foo' is not allowed", "s_m_m"]),
+    ("unknown-cluster", ["cluster=cloud"], ["cluster='cloud' is not allowed", "local"]),
+    ("schema-workload", ["workload=base_workload"], ["workload='base_workload' is not allowed", "tiny_cnn"]),
+    ("schema-mode", ["mode=base_mode"], ["mode='base_mode' is not allowed", "mig, mps, naive"]),
+    ("schema-mix", ["mix=base_mix"], ["mix='base_mix' is not allowed", "none"]),
+    ("schema-cluster", ["cluster=base_cluster"], ["cluster='base_cluster' is not allowed", "auto, gpu, local"]),
+    ("schema-mig", ["mig=base_mig"], ["mig='base_mig' is not allowed", "auto"]),
+    ("degree-word", ["degree=two"], ["degree='two' is not allowed", "integer"]),
+    ("degree-fraction", ["degree=1.5"], ["degree='1.5' is not allowed", "integer"]),
+    ("epochs-word", ["epochs=two"], ["epochs='two' is not allowed", "integer"]),
+    ("bool-word", ["trainer.channels_last=maybe"], ["trainer.channels_last='maybe' is not allowed", "true or false"]),
+    ("num-gpus-word", ["cluster.num_gpus=x"], ["cluster.num_gpus='x' is not allowed", "integer"]),
+    ("unknown-key", ["foo=1"], ["unknown key foo", "degree"]),
+    ("unknown-key-added", ["+foo=1"], ["unknown key foo"]),
+    ("unknown-nested-key", ["+trainer.speed=2"], ["unknown key trainer.speed"]),
+    ("unparsable", ["degree=="], ["Error parsing override 'degree=='"]),
+    ("multirun-degree-word", ["-m", "degree=1,two"], ["degree='two' is not allowed"]),
+    ("multirun-unknown-workload", ["-m", "workload=tiny_cnn,resnet9000"], ["workload='resnet9000' is not allowed"]),
+    ("multirun-schema-mode", ["-m", "mode=naive,base_mode"], ["mode='base_mode' is not allowed"]),
+    # raycolloc's schemas: values out of range or not among the choices.
+    ("degree-zero", ["degree=0"], ["degree=0 is not allowed", ">= 1"]),
+    ("epochs-one", ["epochs=1"], ["epochs=1 is not allowed", ">= 2"]),
+    ("epoch-samples-negative", ["epoch_samples=-5"], ["epoch_samples=-5 is not allowed"]),
+    ("batch-zero", ["batch_size=0"], ["batch_size=0 is not allowed"]),
+    ("seed-negative", ["seed=-1"], ["seed=-1 is not allowed"]),
+    ("allocator", ["trainer.allocator=jemalloc"], ["trainer.allocator='jemalloc' is not allowed", "native, cuda_async"]),
+    ("compile", ["trainer.compile=fast"], ["trainer.compile='fast'", "reduce-overhead"]),
+    ("amp", ["trainer.amp=int8"], ["trainer.amp='int8'", "bf16"]),
+    ("cpu-affinity", ["trainer.cpu_affinity=numa"], ["trainer.cpu_affinity='numa'", "auto, none"]),
+    ("fault", ["trainer.fault=melt"], ["trainer.fault='melt'", "oom, error, exit, hang"]),
+    ("fault-job", ["trainer.fault=oom", "trainer.fault_job=5"], ["trainer.fault_job=5 is not allowed", "jobs 0..0"]),
+    ("stall-timeout", ["trainer.stall_timeout_s=0"], ["trainer.stall_timeout_s=0.0 is not allowed", ">= 1"]),
+    ("epoch-timeout", ["trainer.epoch_timeout_s=-1"], ["trainer.epoch_timeout_s=-1.0 is not allowed"]),
+    ("data-source", ["data.source=disk"], ["data.source='disk'", "synthetic, real"]),
+    ("data-placement", ["data.placement=gpu"], ["data.placement='gpu'", "host, device"]),
+    ("data-path-missing", ["data.source=real"], ["data.path"]),
+    ("backend", ["cluster.backend=cuda"], ["cluster.backend='cuda'", "auto, sim, nvml"]),
+    ("gpu-model", ["cluster.gpu_model=Z9000"], ["cluster.gpu_model='Z9000' is not allowed", "H100-80GB"]),
+    ("sim-mig-mode", ["cluster.sim_mig_mode=maybe"], ["cluster.sim_mig_mode='maybe'", "auto, enabled, disabled"]),
+    ("lease-timeout", ["cluster.lease_timeout_s=0"], ["cluster.lease_timeout_s=0.0 is not allowed"]),
+    ("telemetry-source", ["telemetry.source=prometheus"], ["telemetry.source='prometheus'", "dcgm"]),
+    ("telemetry-interval", ["telemetry.interval_ms=5"], ["telemetry.interval_ms=5"]),
+    ("mps-option-on-naive", ["mode.active_thread_percentage=50"], ["applies to mode=mps only"]),
+    ("mps-percentage", ["mode=mps", "mode.active_thread_percentage=150"], ["active_thread_percentage=150", "1..100"]),
+    ("mps-memory-limit", ["mode=mps", "mode.pinned_mem_limit=lots"], ["pinned_mem_limit='lots'", "8G"]),
+    ("epoch-shorter-than-batch", ["epoch_samples=16", "batch_size=32"], ["epoch_samples=16 is smaller than batch_size=32"]),
+    ("rerun-word", ["+rerun=maybe"], ["+rerun='maybe' is not allowed", "+rerun=true"]),
+    ("plan-in-multirun", ["-m", "+plan=x.csv"], ["+plan runs a radT plan as one sweep"]),
+    # Output directories and radT plans.
+    ("out-dir-file", ["out_dir={tmp}/a-file"], ["a-file", "out_dir"]),
+    ("out-dir-uncreatable", ["out_dir=/proc/raycolloc-out"], ["/proc/raycolloc-out"]),
+    ("plan-missing", ["+plan={tmp}/nothing.csv"], ["nothing.csv"]),
+    ("plan-devices-word", ["+plan={tmp}/devices-abc.csv"], ["devices-abc.csv:2", "column Devices: 'abc' is not a GPU index"]),
+    ("plan-devices-fraction", ["+plan={tmp}/devices-frac.csv"], ["devices-frac.csv:2", "column Devices: '1.5' is not a GPU index"]),
+]
+
+
+def _fixtures(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("not a directory\n")
+    for name, devices in (("devices-abc", "abc"), ("devices-frac", "1.5")):
+        (tmp_path / f"{name}.csv").write_text(PLAN_HEADER + f"1,1,,a,{devices},-,train.py,smi,--workload tiny_cnn\n")
+
+
+def run_main(args: list[str], capfd: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """``python -m raycolloc.sweep ARGS`` in this process: (exit status, everything it printed)."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from raycolloc import sweep
+
+    argv = sys.argv
+    sys.argv = ["raycolloc.sweep", *args]
+    try:
+        sweep.main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        sys.argv = argv
+        GlobalHydra.instance().clear()
+    out, err = capfd.readouterr()
+    return code, out + err
+
+
+def _args(overrides: list[str], tmp_path: Path, out: Path) -> list[str]:
+    flags = [o for o in overrides if o == "-m"]
+    rest = [o.replace("{tmp}", str(tmp_path)) for o in overrides if o != "-m"]
+    given_out = any(o.startswith("out_dir=") for o in rest)
+    return [*flags, *BASE, *([] if given_out else [f"out_dir={out}"]), *rest]
+
+
+def test_the_table_has_at_least_forty_inputs() -> None:
+    assert len(CASES) + len(NODE_CASES) + 1 >= 40  # + the held output directory below
+    assert len({case for case, _, _ in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize(("overrides", "needles"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_malformed_input_is_refused_by_name(overrides: list[str], needles: list[str], tmp_path: Path,
+                                            capfd: pytest.CaptureFixture[str]) -> None:
+    _fixtures(tmp_path)
+    out = tmp_path / "out"
+    code, text = run_main(_args(overrides, tmp_path, out), capfd)
+    assert code == 2, text[-3000:]
+    for needle in needles:
+        assert needle in text, f"{needle!r} not in:\n{text[-3000:]}"
+    assert "base_workload" not in text.replace("workload='base_workload'", "")  # no schema offered as a choice
+    assert "Traceback" not in text, text[-3000:]
+    assert not list(out.rglob("*.parquet")) if out.exists() else True
+
+
+def test_an_output_directory_another_sweep_holds_is_refused_naming_it(tmp_path: Path,
+                                                                      capfd: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    # Another process's lock (a flock on another open file description conflicts as one would).
+    fd = os.open(out / LOCK_NAME, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.write(fd, b'{"host": "gpu-box", "pid": 4242, "since": 1700000000.0, "command": "python -m raycolloc.sweep -m"}')
+    try:
+        code, text = run_main(["-m", *BASE, f"out_dir={out}"], capfd)
+    finally:
+        os.close(fd)
+    assert code == 2, text[-3000:]
+    assert "is in use by another sweep: host gpu-box, pid 4242, since 2023-11-" in text, text[-3000:]
+    assert not list(out.rglob("*.parquet")) and not list(out.rglob(".hydra"))
+
+
+# Inputs that only the cluster's nodes can refuse: checked after Ray starts, before any GPU changes.
+NODE_CASES: list[tuple[str, list[str], list[str]]] = [
+    ("degree-beyond-the-node", ["degree=64"], ["degree=64", "the largest GPU node allows"]),
+    ("cpus-beyond-the-node", ["trainer.num_cpus=1000"], ["trainer.num_cpus=1000 needs 1000 cores"]),
+    ("mig-layout-beyond-the-gpu", ["mode=mig", "degree=4", "cluster.gpu_model=A100-SXM4-40GB",
+                                   "mig.layout=[2g.10gb,2g.10gb,2g.10gb,2g.10gb]"], ["needs 8 compute slices"]),
+]
+
+
+@pytest.mark.usefixtures("ray_local")
+@pytest.mark.parametrize(("overrides", "needles"), [c[1:] for c in NODE_CASES], ids=[c[0] for c in NODE_CASES])
+def test_a_cell_no_node_can_hold_is_refused_before_anything_starts(overrides: list[str], needles: list[str],
+                                                                   tmp_path: Path,
+                                                                   capfd: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    code, text = run_main(_args(overrides, tmp_path, out), capfd)
+    assert code == 2, text[-3000:]
+    for needle in needles:
+        assert needle in text, f"{needle!r} not in:\n{text[-3000:]}"
+    assert not list(out.rglob("*.parquet"))
+
+
+@pytest.mark.parametrize("overrides", [["workload=resnet9000"], ["degree=two"], ["workload=base_workload"],
+                                       ["-m", "degree=1,0"], ["out_dir=/proc/raycolloc-out"]],
+                         ids=["hydra-option", "hydra-type", "schema-name", "multirun", "out-dir"])
+def test_the_shell_sees_exit_status_2(overrides: list[str], tmp_path: Path) -> None:
+    proc = run_cli(_args(overrides, tmp_path, tmp_path / "out"), cwd=ROOT, timeout=120)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "config error" in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("multirun", [False, True], ids=["run", "multirun"])
+def test_a_read_only_output_directory_is_refused_naming_it(tmp_path: Path, multirun: bool,
+                                                           capfd: pytest.CaptureFixture[str]) -> None:
+    import subprocess
+
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mount)], capture_output=True,
+                      check=False).returncode != 0:
+        pytest.skip("mounting a read-only tmpfs needs root")
+    try:
+        code, text = run_main([*(["-m"] if multirun else []), *BASE, f"out_dir={mount / 'out'}"], capfd)
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+    assert code == 2, text[-3000:]
+    assert str(mount / "out") in text and "Read-only file system" in text, text[-3000:]
+    assert "Traceback" not in text

@@ -1,0 +1,143 @@
+"""radT plans as researchers write them: any timm model, data directories named freely (recognised
+by what they hold), their own scripts as File, and every column checked by row and column."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from raycolloc.driver.radt import PlanError, read_plan
+from raycolloc.job.data.writers import (
+    write_cifar10,
+    write_criteo_tsv,
+    write_imagefolder,
+    write_imagenet64,
+)
+
+from .conftest import ROOT, run_cli
+
+HEADER = "Experiment,Workload,Status,Run,Devices,Collocation,File,Listeners,Params\n"
+TIMM_TRAIN_HEAD = '#!/usr/bin/env python3\n""" ImageNet Training Script\n"""\nimport timm\n'
+
+
+def _images(n: int, side: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return rng.integers(0, 255, (n, 3, side, side), dtype=np.uint8), rng.integers(0, 3, n)
+
+
+def _datasets(root: Path) -> None:
+    """Four directories whose names say nothing of what they hold."""
+    write_cifar10(root / "c10_local", *_images(80, 32))
+    write_imagenet64(root / "imagenet64_images", *_images(8, 64), per_file=4)
+    write_imagefolder(root / "pics", *_images(9, 40))
+    write_criteo_tsv(root / "clicks" / "train.txt", [[1] * 13] * 4, [[7] * 26] * 4, [0, 1, 0, 1])
+
+
+def _plan(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "plan.csv"
+    path.write_text(HEADER + body)
+    return path
+
+
+def test_free_named_directories_are_recognised_by_their_contents(tmp_path: Path) -> None:
+    _datasets(tmp_path)
+    body = ("1,1,,a,0,MPS,train.py,smi,--model convnext_atto --data c10_local\n"
+            "1,1,,b,0,MPS,train.py,smi,--model cait_xxs24_224 --data imagenet64_images\n"
+            f"1,1,,c,0,MPS,train.py,smi,--model resnet10t --data {tmp_path / 'pics'}\n"
+            "1,1,,d,0,MPS,dlrm_s_pytorch.py,smi,--data clicks\n"
+            "1,1,,e,0,MPS,train.py,smi,--model efficientnetv2_s --data mystery\n")
+    (cell,) = read_plan(_plan(tmp_path, body), datasets={"mystery": "imagenet64"})[0].cells
+    a, b, c, d, e = cell.jobs
+    assert (a.workload.model, a.workload.dataset, a.data_dir) == ("convnext_atto", "cifar10", str(tmp_path / "c10_local"))
+    assert (b.workload.model, b.workload.dataset) == ("cait_xxs24_224", "imagenet64")
+    assert (c.workload.dataset, c.workload.num_classes, c.workload.dataset_size) == ("imagefolder", 3, 9)
+    assert d.workload == "dlrm_criteo"
+    assert e.workload == "efficientnetv2s_imagenet64"  # +plan_datasets, then the study's preset name
+    # Unrecognised and unmapped: refused by default, synthetic images with data.source=synthetic.
+    with pytest.raises(PlanError, match=r"column Params: unknown dataset 'mystery'.*\+plan_datasets="):
+        read_plan(_plan(tmp_path, body))
+    synthetic = read_plan(_plan(tmp_path, body), synthetic=True)[0].cells[0].jobs[4].workload
+    assert (synthetic.dataset, synthetic.resolution, synthetic.num_classes) == ("synthetic", 288, 1000)
+
+
+def test_a_researchers_own_file_runs_as_a_script_and_timms_train_py_does_not(tmp_path: Path) -> None:
+    (tmp_path / "my_train.py").write_text("print('epoch 1')\n")
+    (tmp_path / "train.py").write_text(TIMM_TRAIN_HEAD)
+    body = ("1,1,,a,0,-,my_train.py,smi,--model resnet50 --epochs 1 --data /d/imagenet64\n"
+            "1,1,,b,0,-,train.py,smi,--model resnet50 --data /d/imagenet64\n")
+    a, b = read_plan(_plan(tmp_path, body), epoch_regex=r"^epoch \d+")[0].cells[0].jobs
+    assert a.kind == "script" and a.workload.name == "script"
+    assert a.workload.command == ["python", "my_train.py", "--model", "resnet50", "--epochs", "1", "--data",
+                                  "/d/imagenet64"]
+    assert a.workload.cwd == str(tmp_path.resolve()) and a.workload.epoch_regex == r"^epoch \d+"
+    assert (a.workload.model, a.workload.dataset) == ("resnet50", "imagenet64")
+    assert b.kind == "model" and b.workload == "resnet50_imagenet64"
+
+
+BAD_ROWS = """\
+,1,,r1,0,-,train.py,smi,--model resnet26 --data /d/cifar10
+1,,,r2,0,-,train.py,smi,--model resnet26 --data /d/cifar10
+1,1,DONE,r3,0,-,train.py,smi,--model resnet26 --data /d/cifar10
+1,1,,r4,gpu0,-,train.py,smi,--model resnet26 --data /d/cifar10
+1,1,,r5,1,7g,train.py,smi,--model resnet26 --data /d/cifar10
+1,1,,r6,2,-,,smi,--model resnet26 --data /d/cifar10
+1,1,,r7,3,-,train.py,smi+!top,--model resnet26 --data /d/cifar10
+1,1,,r8,4,-,train.py,smi,--model resnet26 --batch-size many --data /d/cifar10
+1,1,,r9,5,-,train.py,smi,--model resnet26 --epochs 0 --data /d/cifar10
+1,1,,r10,6,-,train.py,smi,--model resnt26 --data /d/cifar10
+1,1,,r11,7,-,train.py,smi,--model resnet26 --data /d/mnist
+1,1,,r12,8,-,train.py,smi,"--model 'resnet26 --data /d/cifar10"
+1,1,,ok,9,-,train.py,smi,--model resnet26 --data /d/cifar10
+"""
+
+
+def test_every_malformed_value_is_refused_by_row_and_column(tmp_path: Path) -> None:
+    with pytest.raises(PlanError) as err:
+        read_plan(_plan(tmp_path, BAD_ROWS))
+    lines = str(err.value).splitlines()
+    assert lines[0] == "12 rows cannot run:"
+    expected = [
+        (2, "column Experiment: is empty"), (3, "column Workload: is empty"),
+        (4, "column Status: unknown Status 'DONE'"), (5, "column Devices: 'gpu0' is not a GPU index"),
+        (6, "column Collocation: unknown Collocation '7g'"), (7, "column File: is empty"),
+        (8, "column Listeners: '!top' is not a listener name"),
+        (9, "column Params: batch value 'many' is not an integer"), (10, "column Params: epochs value '0' must be >= 1"),
+        (11, "column Params: unknown model 'resnt26' (--model takes any timm model); allowed: resnet26"),
+        (12, "column Params: unknown dataset 'mnist'"), (13, "column Params: cannot split"),
+    ]
+    for (line, needle), text in zip(expected, lines[1:], strict=True):
+        assert text.startswith(f"{tmp_path / 'plan.csv'}:{line}: ") and needle in text, text
+
+
+@pytest.mark.slow  # a dry run, then a plan cell of two jobs with its own Ray instance: about two minutes on 2 cores
+def test_plan_with_a_script_row_and_a_timm_row_runs_on_real_data(tmp_path: Path) -> None:
+    """A custom File (an unmodified PyTorch loop) and a timm model on a freely named CIFAR-10
+    directory, collocated under MPS in one cell; a dry run first prints it and runs nothing."""
+    write_cifar10(tmp_path / "c10_local", *_images(80, 32))
+    shutil.copy(ROOT / "jobs" / "examples" / "plain_train.py", tmp_path / "my_train.py")
+    plan = _plan(tmp_path, "1,1,,mine,0,MPS,my_train.py,smi,--epochs 3 --steps 2 --batch-size 8\n"
+                           "1,1,,timm,0,MPS,train.py,smi,--model resnet10t --batch-size 16 --epochs 2 --data c10_local\n")
+    out, pipe_root = tmp_path / "res", Path("/tmp") / f"rcplanany{os.getpid()}"
+    args = [f"+plan={plan}", "cluster=local", "data.source=real", "epoch_samples=64", f"mode.pipe_root={pipe_root}",
+            r"+plan_epoch_regex='^epoch (?P<epoch>\d+) done samples=(?P<samples>\d+)'", f"out_dir={out}"]
+    dry = run_cli([*args, "+dry_run=true"], cwd=tmp_path, timeout=300)
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert "run    mix-1-1-dev0-mps" in dry.stdout and "script `python my_train.py --epochs 3" in dry.stdout
+    assert "resnet10t on cifar10 (3x32x32, 10 classes)" in dry.stdout and "not checked against the cluster" in dry.stdout
+    assert not out.exists() or not list(out.rglob("*.parquet"))
+    assert ",," in plan.read_text().splitlines()[1]  # Status not written back by a dry run
+    proc = run_cli(args, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (jobs_file,) = out.rglob("jobs.parquet")
+    jobs = pd.read_parquet(jobs_file).set_index("job_index")
+    epochs = pd.read_parquet(jobs_file.parent / "epochs.parquet")
+    assert list(jobs["kind"]) == ["script", "model"] and set(jobs["status"]) == {"ok"}
+    assert jobs.loc[1, "workload"] == "resnet10t_cifar10" and jobs.loc[1, "data_source"] == "real"
+    assert jobs["mps_client"].all() and jobs.loc[0, "exit_code"] == 0
+    assert sorted(epochs.loc[epochs.job_index == 0, "epoch"]) == [1, 2, 3]
+    assert "FINISHED" in plan.read_text().splitlines()[1]

@@ -1,0 +1,177 @@
+"""Workloads as compositions: any timm model on any dataset, the user's function, the user's script;
+the presets as named compositions whose config hash did not change; estimates instead of tables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from raycolloc.config import ConfigError, config_hash, load_config
+from raycolloc.job.workloads import create_workload
+from raycolloc.job.workloads.estimate import estimate_memory, size_class
+
+from .conftest import ROOT, compose, load, run_cli, write_fixture_cell
+
+
+@pytest.mark.parametrize(
+    ("overrides", "digest"),
+    [
+        (["workload=resnet26_cifar10", "degree=2", "cluster=local"], "ec7a500003b81221"),
+        (["workload=tiny_cnn", "degree=3", "cluster=local", "mode=mps"], "f75681333eb87cce"),
+        (["mix=s_m_m", "cluster=local"], "8d3454cda2516eb9"),
+        (["workload=dlrm_criteo", "cluster=local"], "0f11b8e7662ab5b2"),
+    ],
+)
+def test_preset_cells_keep_their_config_hash(overrides: list[str], digest: str) -> None:
+    # Computed at main 4cb1411 (before workloads were compositions), with exactly these overrides:
+    # a preset cell is the same work, so its results are found again (resume) after the change.
+    assert config_hash(load_config(compose(overrides))) == digest
+
+
+def test_timm_composition_takes_shape_and_classes_from_the_dataset() -> None:
+    cell = load(["workload=timm", "workload.model=convnext_atto", "workload.dataset=cifar10", "degree=2"])
+    job = cell.jobs[0]
+    assert cell.label == "convnext_atto_cifar10-naive-x2" and job.name == "0-convnext_atto_cifar10"
+    w = job.workload
+    assert (w.model, w.dataset, w.sample_shape, w.num_classes, w.dataset_size) == (
+        "convnext_atto", "cifar10", (3, 32, 32), 10, 50_000)
+    assert job.batch_size == 128 and job.epoch_samples == 50_000
+    assert job.mem_estimate_mib is not None and job.mem_estimate_mib > 0
+    other = load(["workload=timm", "workload.model=convnext_atto", "workload.dataset=imagenet64",
+                  "workload.resolution=48", "workload.num_classes=100", "workload.batch_size=32"])
+    w = other.jobs[0].workload
+    assert (w.name, w.sample_shape, w.num_classes, other.jobs[0].batch_size) == (
+        "convnext_atto_imagenet64_48px", (3, 48, 48), 100, 32)
+    assert config_hash(cell.config) != config_hash(other.config)
+
+
+def test_presets_are_named_compositions() -> None:
+    for name in ("resnet26_cifar10", "resnet50_imagenet64", "resnet152_imagenet", "cait_xxs24_imagenet"):
+        preset = create_workload(name)
+        from raycolloc.job.workloads.compose import compose
+
+        same = compose(preset.model, preset.dataset)
+        assert (same.sample_shape, same.num_classes, same.dataset_size, same.batch_size) == (
+            preset.sample_shape, preset.num_classes, preset.dataset_size, preset.batch_size)
+    # Settings that keep the model apply to a preset; its shape does not change under its name.
+    assert load(["workload=resnet26_cifar10", "workload.batch_size=64"]).jobs[0].batch_size == 64
+    with pytest.raises(ConfigError, match="compose it instead: workload=timm workload.model=resnet26"):
+        load(["workload=resnet26_cifar10", "workload.resolution=64"])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        (["workload.model=resnet10"], "timm knows no model 'resnet10'; closest: resnet10t"),
+        (["workload.model=convnxt_atto"], "closest: convnext_atto"),
+        (["workload.model=resnet10t", "workload.dataset=mnist"], "choose one of: cifar10, imagenet64, imagenet"),
+        (["workload.model=resnet10t", "workload.dataset=synthetic", "workload.resolution=32"],
+         "workload.num_classes=N workload.dataset_size=N"),
+        (["workload.model=resnet10t", "workload.dataset=criteo"], "workload=dlrm_criteo"),
+        (["workload.model=resnet10t"], "workload=timm needs workload.dataset"),
+        (["workload.model=resnet10t", "workload.dataset=cifar10", "workload.entry=a.b:c"],
+         "workload.entry does not apply to workload=timm"),
+        (["workload.model=resnet10t", "workload.dataset=imagefolder"], "counts its classes and images"),
+        (["workload.model=vit_tiny_patch16_224", "workload.dataset=synthetic", "workload.resolution=8",
+          "workload.num_classes=10", "workload.dataset_size=64"], "cannot train on synthetic at 8 px"),
+    ],
+)
+def test_timm_composition_errors_name_the_key(overrides: list[str], needle: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load(["workload=timm", *overrides])
+    assert needle in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "needle"),
+    [
+        (["workload=python"], "workload.entry=None is not allowed"),
+        (["workload=python", "workload.entry=jobs.examples.tiny_regression"], "package.module:function"),
+        (["workload=python", "workload.entry=jobs.examples.nothing_here:build"], "cannot import"),
+        (["workload=python", "workload.entry=jobs.examples.tiny_regression:nope"], "has no function 'nope'"),
+        (["workload=script"], "workload=script needs a non-empty list"),
+        (["workload=script", "workload.command=[python,x.py]", "workload.epoch_regex='[unclosed'"],
+         "is not a regular expression"),
+        (["workload=script", "workload.command=[python,x.py]", "workload.batch_size=8"],
+         "workload.batch_size does not apply to workload=script"),
+        (["workload=script", "workload.command=[python,x.py]", "epoch_samples=64"], "epoch_samples do(es) not apply"),
+        (["workload=script", "workload.command=[python,x.py]", "trainer.compile=default"], "trainer.compile"),
+        (["workload=script", "workload.command=[python,x.py]", "workload.cwd=/nonexistent/dir"], "not a directory"),
+        (["workload=tiny_cnn", "workload.command=[python,x.py]"], "workload.command does not apply to workload=tiny_cnn"),
+    ],
+)
+def test_python_and_script_errors_name_the_key(overrides: list[str], needle: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load(overrides)
+    assert needle in str(err.value)
+
+
+def test_python_and_script_jobs_are_named_by_what_they_run() -> None:
+    py = load(["workload=python", "workload.entry=jobs.examples.tiny_regression:build", "workload.args={hidden: 8}"])
+    assert py.jobs[0].workload.name == "tiny_regression.build" and py.jobs[0].kind == "python"
+    assert py.jobs[0].workload.args == {"hidden": 8} and py.jobs[0].batch_size == 32
+    named = load(["workload=script", "workload.command=[python,train.py]", "workload.model=mlp",
+                  "workload.dataset=mine"])
+    assert named.jobs[0].workload.name == "mlp_mine" and named.jobs[0].kind == "script"
+    plain = load(["workload=script", "workload.command=[python,jobs/examples/plain_train.py,--epochs,2]", "degree=2"])
+    assert plain.label == "script-plain_train-naive-x2" and plain.scripted
+
+
+def test_memory_and_size_class_come_from_the_model() -> None:
+    est = {n: estimate_memory(create_workload(n), create_workload(n).batch_size).total_mib
+           for n in ("resnet26_cifar10", "resnet50_imagenet64", "resnet152_imagenet")}
+    assert est["resnet26_cifar10"] < est["resnet50_imagenet64"] < est["resnet152_imagenet"]
+    spec = create_workload("resnet26_cifar10")
+    one, two, three = (estimate_memory(spec, k * spec.batch_size) for k in (1, 2, 3))
+    # Activations grow by the same amount per batch (what autograd saves besides weights); weights,
+    # gradients and momentum do not grow at all.
+    assert two.activations_mib - one.activations_mib == pytest.approx(three.activations_mib - two.activations_mib)
+    assert two.activations_mib > one.activations_mib and two.weights_mib == one.weights_mib
+    assert one.params == 13_966_666 and one.optimizer_mib == pytest.approx(one.weights_mib)
+    from raycolloc.job.workloads.compose import compose
+
+    big = compose("resnet152", "imagenet")
+    assert size_class(big, estimate_memory(big, 64)) == "L" and size_class(spec, None) == "S"
+
+
+
+def test_dry_run_lists_cells_to_run_reuse_and_refuse_and_runs_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    base = ["cluster=local", "workload=timm", "workload.dataset=synthetic", "workload.resolution=32",
+            "workload.num_classes=10", "workload.dataset_size=64", "batch_size=16", f"out_dir={out}"]
+    # A result of one of the cells exists already (same config hash): the dry run would reuse it.
+    from raycolloc.driver.cells import validate_cell
+
+    done = validate_cell(compose([*base, "workload.model=resnet10t", "degree=1"]))
+    write_fixture_cell(out / "earlier" / "0", {
+        "cells": [{"cell_id": done.cell_id, "config_hash": done.config_hash, "status": "ok", "finished_at": 1.0}],
+        "jobs": [{"cell_id": done.cell_id, "job_index": 0, "status": "ok"}]})
+    proc = run_cli(["-m", *base, "workload.model=resnet10t,resnt10t", "degree=1,2", "+dry_run=true"], cwd=ROOT,
+                   timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]  # a refused cell: the exit status says so
+    text = proc.stdout
+    assert f"reuse  {done.label}: result in {out / 'earlier' / '0'}" in text
+    assert "run    resnet10t_synthetic_32px-naive-x2  mode=naive  jobs=2" in text
+    assert "0-resnet10t_synthetic_32px: resnet10t on synthetic (3x32x32, 10 classes), batch 16, 64 samples x 2" in text
+    assert text.count("refuse #") == 2 and "timm knows no model 'resnt10t'; closest: resnet10t" in text
+    assert "1 cell(s) to run, 1 to reuse, 2 refused" in text and "not checked against the cluster" in text
+    assert {p.parent for p in out.rglob("*.parquet")} == {out / "earlier" / "0"}  # the fixture only
+    assert not (out / "multirun").exists() or not any((out / "multirun").rglob(".hydra"))
+
+
+def test_an_image_folder_counts_its_classes_and_images_and_real_data_keeps_its_resolution(tmp_path: Path) -> None:
+    import numpy as np
+
+    from raycolloc.job.data.writers import write_cifar10, write_imagefolder
+
+    rng = np.random.default_rng(0)
+    write_imagefolder(tmp_path / "tree", rng.integers(0, 255, (7, 3, 40, 40), dtype=np.uint8), np.array([0, 1, 2] * 2 + [3]))
+    cell = load(["workload=timm", "workload.model=resnet10t", "workload.dataset=imagefolder", "workload.resolution=64",
+                 "data.source=real", f"data.path={tmp_path / 'tree'}", "batch_size=2"])
+    w = cell.jobs[0].workload
+    assert (w.num_classes, w.dataset_size, w.sample_shape) == (4, 7, (3, 64, 64))  # counted; resized by the loader
+    write_cifar10(tmp_path / "c10", rng.integers(0, 255, (10, 3, 32, 32), dtype=np.uint8), np.arange(10))
+    with pytest.raises(ConfigError, match="cifar10 holds 32 px images, read as they are"):
+        load(["workload=timm", "workload.model=resnet10t", "workload.dataset=cifar10", "workload.resolution=64",
+              "data.source=real", f"data.path={tmp_path / 'c10'}"])
