@@ -26,7 +26,6 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import sections
-from analysis.figures import make_figures
 from analysis.findings import Verdict, best_configs, claims
 from analysis.load import SweepData, load_sweeps
 from analysis.meta import config_tables, environment_table, failed_cells_table
@@ -150,6 +149,8 @@ def build_report(sweeps: Sequence[str | Path], out_dir: str | Path,
         frame.to_csv(out / f"{name}.csv", index=False)
     pd.DataFrame([vars(v) for v in verdicts]).to_csv(out / "claims.csv", index=False)
     skipped: list[str] = []
+    from analysis.figures import make_figures  # matplotlib: only for a report, not the sweep's summary
+
     figures = make_figures(data, out, skipped)
     page = render_html(data, tables, verdicts, figures, skipped, [str(b) for b in baseline])
     html_path = out / "report.html"

@@ -50,6 +50,7 @@ def run_sweep(overrides: list[str], out_dir: Path, env: dict[str, str]) -> dict[
     # CUDA, model, data), epochs, teardown, and the rest (tables, Ray's calls between the phases).
     trainer_setup = jobs.groupby("cell_id")["setup_s"].max()
     cells["wall_s"] = cells["finished_at"] - cells["started_at"]
+    cells["lane_setup_s"] = cells["lane_setup_s"].fillna(0.0)  # a lane's later cells set up no lane
     cells["trainer_setup_s"] = cells["cell_id"].map(trainer_setup)
     cells["actor_start_s"] = cells["setup_s"] - cells["trainer_setup_s"]
     cells["epochs_s"] = cells["total_s"]

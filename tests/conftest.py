@@ -20,6 +20,8 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAYCOLLOC_COMPILE_CACHE", str(Path(tempfile.gettempdir()) / "raycolloc-test-compile-cache"))
 # The simulated GPUs of this test session (MIG layouts and memory persist in state files, as on a GPU).
 os.environ.setdefault("RAYCOLLOC_SIM_ROOT", tempfile.mkdtemp(prefix="raycolloc-test-sim-"))
+# Memory estimates of this session's processes (driver, CLI sweeps, simulated jobs) share one cache, not ~/.cache.
+os.environ.setdefault("RAYCOLLOC_CACHE_DIR", tempfile.mkdtemp(prefix="raycolloc-test-cache-"))
 
 CPU_OVERRIDES = ["cluster=local", "workload=tiny_cnn", "telemetry.interval_ms=50"]
 

@@ -199,13 +199,14 @@ def test_a_killed_steward_leaves_a_daemon_the_next_steward_stops(tmp_path: Path)
     own = ["cluster.gpu_model=A100-80GB", f"mode.pipe_root={root}"]
 
     def kill_steward(spec: Any) -> None:
+        # At once, while the cell is surely running: a cell that ends first has its lane stop the
+        # daemon (CI once lost that race with a 3 s pause and a 4096-sample cell).
         wait_for(lambda: next(root.glob("GPU-*/daemon.json"), None), 120, "the MPS daemon")
         wait_for(lambda: _actor(f"raycolloc:{spec.cell_id}/0-tiny_cnn"), 120, "the trainer")
-        time.sleep(3)
         node = ray.get_runtime_context().get_node_id()
         ray.kill(ray.get_actor(steward_name(node, spec.config.cluster), namespace=NAMESPACE), no_restart=True)
 
-    _, outcome, t = _cell(tmp_path, ["degree=1", "epoch_samples=4096", "mode=mps", *own], during=kill_steward)
+    _, outcome, t = _cell(tmp_path, ["degree=1", "epoch_samples=16384", "mode=mps", *own], during=kill_steward)
     assert len(t["cells"]) == 1  # the cell is a row, whatever its steward's death cost it
     assert "steward" in str(t["cells"].loc[0, "reason"]).lower() or outcome.status == "ok"
     left = daemons_under(root)
@@ -252,11 +253,11 @@ def test_driver_sigkill_then_rerun_stops_the_daemon_and_completes_each_cell_once
     """Issue 15, item 5: the re-run stops the daemon a SIGKILLed driver left; one result per cell."""
     root, out, env = short_root("kill"), tmp_path / "out", _env(tmp_path)
     args = ["-m", "workload=tiny_cnn", "cluster=local", "degree=1,2", "mode=naive,mps", f"mode.pipe_root={root}",
-            f"out_dir={out}", "epoch_samples=2048", "cluster.max_concurrent_cells=1"]
+            f"out_dir={out}", "epoch_samples=4096", "cluster.max_concurrent_cells=1"]
     proc = _popen(args, env, tmp_path / "first.log")
     try:
+        # At once: the MPS cells are short, and a lane that finishes them stops their daemon.
         wait_for(lambda: daemons_under(root), 300, "an MPS cell's daemon")
-        time.sleep(2)
         os.kill(proc.pid, signal.SIGKILL)  # the driver alone, without warning; Ray follows it
         proc.wait(timeout=60)
     finally:

@@ -3,6 +3,7 @@ the presets as named compositions whose config hash did not change; estimates in
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -133,6 +134,34 @@ def test_memory_and_size_class_come_from_the_model() -> None:
 
     big = compose("resnet152", "imagenet")
     assert size_class(big, estimate_memory(big, 64)) == "L" and size_class(spec, None) == "S"
+
+
+def test_an_estimate_is_made_once_per_composition_across_processes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The disk cache: a new process reads the estimate instead of running the model on the meta
+    device again; a torn cache file is estimated over, never trusted."""
+    import json
+    import subprocess
+    import sys
+
+    import raycolloc.job.workloads.estimate as estimate
+
+    monkeypatch.setenv("RAYCOLLOC_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(estimate, "_CACHE", {})
+    spec = create_workload("tiny_cnn")
+    made = estimate_memory(spec, 32)
+    (stored,) = json.loads(estimate.cache_file().read_text()).values()
+    assert stored["activations_mib"] == made.activations_mib > 0
+    # Another process, the model's forward forbidden: the estimate comes from the file.
+    probe = ("import raycolloc.job.workloads.estimate as e; from raycolloc.job.workloads import create_workload;"
+             "e._estimate = None; print(e.estimate_memory(create_workload('tiny_cnn'), 32).total_mib)")
+    out = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "RAYCOLLOC_CACHE_DIR": str(tmp_path)},
+                         capture_output=True, text=True, timeout=120, check=True, cwd=ROOT)
+    assert float(out.stdout) == pytest.approx(made.total_mib)
+    # Another batch is another estimate; a torn file is replaced by a whole one.
+    estimate.cache_file().write_text('{"torn')
+    monkeypatch.setattr(estimate, "_CACHE", {})
+    assert estimate_memory(spec, 64).activations_mib > made.activations_mib
+    assert len(json.loads(estimate.cache_file().read_text())) == 1
 
 
 

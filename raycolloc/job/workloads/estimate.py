@@ -9,15 +9,28 @@ top on a real GPU; the measured peak is recorded per epoch (``peak_mem_reserved_
 
 Uses: a simulated GPU's memory accounting (a job that does not fit fails as an out-of-memory
 would), the size class of compositions that are not presets, and the dry run's listing.
+
+Estimates are kept on disk (``$RAYCOLLOC_CACHE_DIR``, else ``~/.cache/raycolloc``), keyed by the
+composition and the versions of torch, timm and raycolloc's own models: the first forward on the
+meta device costs seconds in every new process (torch's import, its meta kernels' registration),
+which every sweep's driver and every simulated job paid again.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+import logging
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
 
 from raycolloc.job.workloads.registry import WorkloadSpec
 
 __all__ = ["MemoryEstimate", "estimate_memory", "size_class"]
+
+log = logging.getLogger(__name__)
 
 MIB = 1 << 20
 # Upper bounds (MiB of the estimate) of each size class, set between the estimates of the study's
@@ -51,13 +64,68 @@ def estimate_memory(spec: WorkloadSpec, batch_size: int) -> MemoryEstimate:
     """
     key = (spec.model or spec.name, spec.family, spec.sample_shape, spec.num_classes, spec.table_sizes, batch_size)
     if key not in _CACHE:
-        _CACHE[key] = _estimate(spec, batch_size)
+        _CACHE[key] = _stored(key) or _store(key, _estimate(spec, batch_size))
     return _CACHE[key]
 
 
 # (model, family, sample shape, classes, tables, batch) -> estimate: the same composition in many
 # cells of a sweep is estimated once.
 _CACHE: dict[tuple[object, ...], MemoryEstimate] = {}
+
+
+def cache_file() -> Path:
+    """Where estimates are kept between processes."""
+    root = os.environ.get("RAYCOLLOC_CACHE_DIR") or Path.home() / ".cache" / "raycolloc"
+    return Path(root) / "memory-estimates.json"
+
+
+def _stored_key(key: tuple[object, ...]) -> str:
+    # What the estimate depends on beyond the composition: the library versions that define the
+    # models and their meta kernels, and raycolloc's own models (tiny_cnn, DLRM) by their source file.
+    models = Path(__file__).with_name("models.py").stat()
+    versions = [_version("torch"), _version("timm"), models.st_size, models.st_mtime_ns]
+    return json.dumps([*(list(k) if isinstance(k, tuple) else k for k in key), *versions])
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "-"
+
+
+def _stored(key: tuple[object, ...]) -> MemoryEstimate | None:
+    try:
+        return MemoryEstimate(**_load_stored()[_stored_key(key)])
+    except (KeyError, TypeError):  # not there, or written by another layout of MemoryEstimate
+        return None
+
+
+def _load_stored() -> dict[str, dict[str, float]]:
+    try:
+        stored = json.loads(cache_file().read_text())
+    except (OSError, ValueError):  # none yet, unreadable or torn: estimate again
+        return {}
+    return stored if isinstance(stored, dict) else {}
+
+
+def _store(key: tuple[object, ...], estimate: MemoryEstimate) -> MemoryEstimate:
+    """Add ``estimate`` to the file (atomically: a reader never sees half a file; two writers at
+    once may lose one entry, which is then estimated again)."""
+    path = cache_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        stored = {**_load_stored(), _stored_key(key): asdict(estimate)}
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".memory-estimates-")
+        try:
+            with os.fdopen(fd, "w") as fh:
+                json.dump(stored, fh)
+            os.replace(tmp, path)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+    except OSError as exc:  # a read-only home: estimates are then made per process
+        log.debug("memory estimate not stored in %s: %s", path, exc)
+    return estimate
 
 
 def _estimate(spec: WorkloadSpec, batch: int) -> MemoryEstimate:
