@@ -136,7 +136,8 @@ def test_memory_and_size_class_come_from_the_model() -> None:
     assert size_class(big, estimate_memory(big, 64)) == "L" and size_class(spec, None) == "S"
 
 
-def test_an_estimate_is_made_once_per_composition_across_processes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_estimate_is_made_once_per_composition_across_processes(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """The disk cache: a new process reads the estimate instead of running the model on the meta
     device again; a torn cache file is estimated over, never trusted."""
     import json

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 import pandas as pd
 
 from raycolloc.advise.model import DEFAULT_PARAMS, Candidate, Gpu, ModeParams, Params, Slot, predict
-from raycolloc.advise.profile import GpuCosts, Profile, profile_key, settings_of
+from raycolloc.advise.profile import GpuCosts, Profile, finite, profile_key, settings_of
 from raycolloc.advise.slots import mig_slots, mps_slots
 
 __all__ = ["Observation", "fit", "observations_in"]
@@ -49,14 +49,6 @@ class Observation:
     @property
     def workloads(self) -> frozenset[str]:
         return frozenset(p.workload for p in self.candidate.jobs)
-
-
-def _num(value: object) -> float | None:
-    try:
-        out = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return None
-    return out if math.isfinite(out) else None
 
 
 def _per_job(value: object, n: int) -> list[int | None]:
@@ -114,16 +106,16 @@ def observations_in(cells: pd.DataFrame, jobs: pd.DataFrame, profiles: dict[tupl
         if candidate is None or gpu_name is None:
             continue
         cost = costs.get(gpu_name)
-        memory = _num(cell.get("gpu_memory_mib")) or candidate.jobs[0].gpu_memory_mib
+        memory = finite(cell.get("gpu_memory_mib")) or candidate.jobs[0].gpu_memory_mib
         gpu = Gpu(gpu_name, memory, cost.base_mib if cost else 0.0, cores)
         ordered = rows.sort_values("job_index")
-        rates = tuple(_num(r["epoch2_samples_per_s"]) if r["status"] == "ok" else None for _, r in ordered.iterrows())
-        sm = _num(cell.get("sm_active_mean"))
+        rates = tuple(finite(r["epoch2_samples_per_s"]) if r["status"] == "ok" else None for _, r in ordered.iterrows())
+        sm = finite(cell.get("sm_active_mean"))
         out.append(Observation(
             sweep=str(cell["sweep"]), cell_id=str(cell["cell_id"]), label=str(cell["label"]), status=str(cell["status"]),
-            candidate=candidate, gpu=gpu, job_samples_per_s=rates, agg_samples_per_s=_num(cell.get("agg_samples_per_s")),
-            mem_used_mib=_num(cell.get("mem_used_max_mib")), power_w=_num(cell.get("power_mean_w")),
-            sm_active=None if sm is None else sm / 100.0, energy_per_sample_j=_num(cell.get("energy_per_sample_j")),
+            candidate=candidate, gpu=gpu, job_samples_per_s=rates, agg_samples_per_s=finite(cell.get("agg_samples_per_s")),
+            mem_used_mib=finite(cell.get("mem_used_max_mib")), power_w=finite(cell.get("power_mean_w")),
+            sm_active=None if sm is None else sm / 100.0, energy_per_sample_j=finite(cell.get("energy_per_sample_j")),
             profile_cell=(gpu_name, str(cell.get("cell_dir", ""))) in profile_cells,
         ))
     return out

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pandas as pd
 
-__all__ = ["GpuCosts", "Profile", "combine", "gpu_costs_in", "load_costs", "profile_of", "profile_key", "profiles_in",
-           "save_costs", "solo_cells"]
+__all__ = ["GpuCosts", "Profile", "combine", "finite", "gpu_costs_in", "load_costs", "profile_of", "profile_key",
+           "profiles_in", "save_costs", "solo_cells"]
 
 _SETTING_COLUMNS = ("batch_size", "compile", "amp", "channels_last", "data_source", "data_placement")
 
@@ -83,7 +83,7 @@ class Profile:
     mem_source: str
 
 
-def _num(value: object) -> float | None:
+def finite(value: object) -> float | None:
     """A finite float, or None for missing values (NaN, None, pandas NA)."""
     try:
         out = float(value)  # type: ignore[arg-type]
@@ -110,11 +110,11 @@ def solo_cells(cells: pd.DataFrame) -> pd.DataFrame:
 
 def _window_means(cell: pd.Series, telemetry: pd.DataFrame) -> dict[str, float | None]:
     """Means of the GPU-scope samples inside the cell's measured window (the epochs that count)."""
-    start, end = _num(cell.get("measured_start_ts")), _num(cell.get("measured_end_ts"))
+    start, end = finite(cell.get("measured_start_ts")), finite(cell.get("measured_end_ts"))
     if telemetry.empty or start is None or end is None:
         return {}
     gpu = telemetry[(telemetry["scope"] == "gpu") & (telemetry["ts"] >= start) & (telemetry["ts"] <= end)]
-    return {c: _num(gpu[c].mean()) for c in ("sm_active", "sm_occupancy", "dram_active", "gr_engine_active",
+    return {c: finite(gpu[c].mean()) for c in ("sm_active", "sm_occupancy", "dram_active", "gr_engine_active",
                                                  "gpu_util", "pcie_rx_bytes_s") if c in gpu}
 
 
@@ -125,17 +125,17 @@ def profile_of(cell: pd.Series, jobs: pd.DataFrame, epochs: pd.DataFrame, teleme
     Raises:
         ValueError: the cell is not an ok solo cell with a throughput and SM activity.
     """
-    if len(jobs) != 1 or cell.get("status") != "ok" or _num(cell.get("agg_samples_per_s")) is None:
+    if len(jobs) != 1 or cell.get("status") != "ok" or finite(cell.get("agg_samples_per_s")) is None:
         raise ValueError(f"cell {cell.get('cell_id')} is not an ok solo cell with a measured throughput")
     job = jobs.iloc[0]
     measured = epochs[~epochs["warmup"].astype(bool)]
     steps = measured["steps"].sum() if "steps" in measured else 0
-    cpu = _num(measured["thread_cpu_s"].sum()) if steps and measured["thread_cpu_s"].notna().all() else None
+    cpu = finite(measured["thread_cpu_s"].sum()) if steps and measured["thread_cpu_s"].notna().all() else None
     rate = float(cell["agg_samples_per_s"])
     batch = int(job["batch_size"])
     cpu_step = cpu / steps if cpu is not None and steps else None
     window = _window_means(cell, telemetry)
-    sm = _num(cell.get("sm_active_mean")) if _num(cell.get("sm_active_mean")) is not None else window.get("sm_active")
+    sm = finite(cell.get("sm_active_mean")) if finite(cell.get("sm_active_mean")) is not None else window.get("sm_active")
     busy, source = next(((v, k) for k in ("gr_engine_active", "gpu_util") if (v := window.get(k)) is not None),
                         (sm, "sm_active"))
     if busy is None:
@@ -144,8 +144,8 @@ def profile_of(cell: pd.Series, jobs: pd.DataFrame, epochs: pd.DataFrame, teleme
         # Basic NVML (no GPM, no DCGM: an A100 without DCGM) samples no SM activity: the share of time a
         # kernel ran stands in for it, an upper bound (MPS gains are then predicted low, never high).
         sm, source = busy, f"{source}, also for SM activity (none sampled)"
-    reserved, device = _num(job.get("peak_mem_reserved_mib")), _num(job.get("peak_device_mem_mib"))
-    used = _num(cell.get("mem_used_max_mib"))
+    reserved, device = finite(job.get("peak_mem_reserved_mib")), finite(job.get("peak_device_mem_mib"))
+    used = finite(cell.get("mem_used_max_mib"))
     job_mem, mem_source = _job_memory(reserved, device, used, costs, cell.get("mode"))
     return Profile(
         workload=str(cell["workload"]), settings=settings_of(job), gpu_name=str(cell["gpu_name"]),
@@ -156,8 +156,8 @@ def profile_of(cell: pd.Series, jobs: pd.DataFrame, epochs: pd.DataFrame, teleme
         cpu_busy=min(1.0, cpu_step * rate / batch) if cpu_step is not None and batch > 0 else 0.0,
         sm_active=sm / 100.0, busy=max(busy, sm) / 100.0, busy_source=source,
         sm_occupancy=_frac(window.get("sm_occupancy")), dram_active=_frac(window.get("dram_active")),
-        pcie_rx_bytes_s=window.get("pcie_rx_bytes_s") or _num(cell.get("pcie_rx_mean_bytes_s")),
-        power_w=_num(cell.get("power_mean_w")), energy_per_sample_j=_num(cell.get("energy_per_sample_j")),
+        pcie_rx_bytes_s=window.get("pcie_rx_bytes_s") or finite(cell.get("pcie_rx_mean_bytes_s")),
+        power_w=finite(cell.get("power_mean_w")), energy_per_sample_j=finite(cell.get("energy_per_sample_j")),
         peak_reserved_mib=reserved, peak_device_mib=device, gpu_mem_used_mib=used, job_mem_mib=job_mem,
         mem_source=mem_source,
     )
@@ -193,7 +193,7 @@ def gpu_costs_in(cells: pd.DataFrame, jobs: pd.DataFrame) -> dict[str, GpuCosts]
         base = (group["mem_used_max_mib"] - group["peak_device_mem_mib"]).dropna()
         if base.empty:
             continue
-        out[str(gpu)] = GpuCosts(str(gpu), _num(ctx.median()) if not ctx.empty else None,
+        out[str(gpu)] = GpuCosts(str(gpu), finite(ctx.median()) if not ctx.empty else None,
                                  max(0.0, float(base.median())), f"{len(group)} naive solo cell(s)")
     return out
 
