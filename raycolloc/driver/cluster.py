@@ -8,6 +8,10 @@ token authentication for every new local cluster unless ``RAY_AUTH_MODE`` says o
 dashboard then answers 401 to anyone without the token: so the token is printed with the URL (the
 dashboard's page asks for it once). The token stays on: anyone else on the machine reaches
 127.0.0.1 too, and the dashboard runs code.
+
+A local instance that fails to start (Ray gives a raylet 30 s to register with its GCS, which a
+loaded 2-core machine has missed) is shut down and started again, up to three times, each failure
+logged with Ray's reason.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +31,7 @@ __all__ = ["auth_token", "connect", "dashboard_line", "resolve_backend"]
 
 log = logging.getLogger(__name__)
 NAMESPACE = "raycolloc"
+START_ATTEMPTS = 3
 
 
 def resolve_backend(cfg: Config) -> Config:
@@ -61,12 +67,29 @@ def connect(cluster: ClusterConfig, max_jobs_per_cell: int = 1) -> dict[str, Any
     # Workers at normal priority (Ray's default niceness 15 slows CPU-bound kernel launching).
     # address="local": a new instance even where `ray start` left one (ray.init() would join that
     # one, and refuse num_cpus/num_gpus for it).
-    context = ray.init(address="local", num_cpus=cpus, _system_config={"worker_niceness": 0}, **kwargs)
+    context = _start_local(num_cpus=cpus, _system_config={"worker_niceness": 0}, **kwargs)
     log.info("ray=local cpus=%s gpus=%s backend=%s", cpus, ray.cluster_resources().get("GPU"), cluster.backend)
     if cluster.dashboard and context.dashboard_url:
         # print, not log: the token must not land in the run's log files.
         print(dashboard_line(f"http://{context.dashboard_url}"), flush=True)
     return ray.cluster_resources()
+
+
+def _start_local(**kwargs: Any) -> Any:
+    """``ray.init`` of a new local instance, started again where start-up itself failed."""
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            return ray.init(address="local", **kwargs)
+        except (TypeError, ValueError):  # the arguments: another try cannot help
+            raise
+        except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception when a raylet is late
+            if attempt == START_ATTEMPTS:
+                raise
+            log.warning("Ray's local start-up failed (attempt %d of %d): %s: %s; stopping what started "
+                        "and trying again", attempt, START_ATTEMPTS, type(exc).__name__, str(exc).splitlines()[0][:300])
+            ray.shutdown()
+            time.sleep(2.0 * attempt)
+    raise AssertionError("unreachable")
 
 
 def auth_token() -> str | None:
