@@ -97,8 +97,10 @@ def ray_local() -> Iterator[None]:
     """One local Ray instance with 2 fake GPUs, shared by the in-process cell tests."""
     import ray
 
-    ray.init(address="local", num_cpus=16, num_gpus=2, namespace="raycolloc", include_dashboard=False,
-             log_to_driver=False, _system_config={"worker_niceness": 0})
+    from raycolloc.driver.cluster import start_local_ray
+
+    start_local_ray(num_cpus=16, num_gpus=2, namespace="raycolloc", include_dashboard=False, log_to_driver=False,
+                    _system_config={"worker_niceness": 0})
     yield
     ray.shutdown()
 

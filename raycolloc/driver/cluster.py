@@ -27,7 +27,7 @@ import ray
 
 from raycolloc.config import ClusterConfig, Config
 
-__all__ = ["auth_token", "connect", "dashboard_line", "resolve_backend"]
+__all__ = ["auth_token", "connect", "dashboard_line", "resolve_backend", "start_local_ray"]
 
 log = logging.getLogger(__name__)
 NAMESPACE = "raycolloc"
@@ -67,7 +67,7 @@ def connect(cluster: ClusterConfig, max_jobs_per_cell: int = 1) -> dict[str, Any
     # Workers at normal priority (Ray's default niceness 15 slows CPU-bound kernel launching).
     # address="local": a new instance even where `ray start` left one (ray.init() would join that
     # one, and refuse num_cpus/num_gpus for it).
-    context = _start_local(num_cpus=cpus, _system_config={"worker_niceness": 0}, **kwargs)
+    context = start_local_ray(num_cpus=cpus, _system_config={"worker_niceness": 0}, **kwargs)
     log.info("ray=local cpus=%s gpus=%s backend=%s", cpus, ray.cluster_resources().get("GPU"), cluster.backend)
     if cluster.dashboard and context.dashboard_url:
         # print, not log: the token must not land in the run's log files.
@@ -75,7 +75,7 @@ def connect(cluster: ClusterConfig, max_jobs_per_cell: int = 1) -> dict[str, Any
     return ray.cluster_resources()
 
 
-def _start_local(**kwargs: Any) -> Any:
+def start_local_ray(**kwargs: Any) -> Any:
     """``ray.init`` of a new local instance, started again where start-up itself failed."""
     for attempt in range(1, START_ATTEMPTS + 1):
         try:
