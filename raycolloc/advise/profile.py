@@ -135,7 +135,9 @@ def profile_of(cell: pd.Series, jobs: pd.DataFrame, epochs: pd.DataFrame, teleme
     batch = int(job["batch_size"])
     cpu_step = cpu / steps if cpu is not None and steps else None
     window = _window_means(cell, telemetry)
-    sm = finite(cell.get("sm_active_mean")) if finite(cell.get("sm_active_mean")) is not None else window.get("sm_active")
+    sm = finite(cell.get("sm_active_mean"))
+    if sm is None:
+        sm = window.get("sm_active")
     busy, source = next(((v, k) for k in ("gr_engine_active", "gpu_util") if (v := window.get(k)) is not None),
                         (sm, "sm_active"))
     if busy is None:

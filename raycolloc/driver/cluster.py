@@ -77,19 +77,17 @@ def connect(cluster: ClusterConfig, max_jobs_per_cell: int = 1) -> dict[str, Any
 
 def start_local_ray(**kwargs: Any) -> Any:
     """``ray.init`` of a new local instance, started again where start-up itself failed."""
-    for attempt in range(1, START_ATTEMPTS + 1):
+    for attempt in range(1, START_ATTEMPTS):
         try:
             return ray.init(address="local", **kwargs)
         except (TypeError, ValueError):  # the arguments: another try cannot help
             raise
         except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception when a raylet is late
-            if attempt == START_ATTEMPTS:
-                raise
             log.warning("Ray's local start-up failed (attempt %d of %d): %s: %s; stopping what started "
                         "and trying again", attempt, START_ATTEMPTS, type(exc).__name__, str(exc).splitlines()[0][:300])
             ray.shutdown()
             time.sleep(2.0 * attempt)
-    raise AssertionError("unreachable")
+    return ray.init(address="local", **kwargs)  # the last try: its error is the caller's
 
 
 def auth_token() -> str | None:

@@ -64,7 +64,8 @@ def estimate_memory(spec: WorkloadSpec, batch_size: int) -> MemoryEstimate:
     """
     key = (spec.model or spec.name, spec.family, spec.sample_shape, spec.num_classes, spec.table_sizes, batch_size)
     if key not in _CACHE:
-        _CACHE[key] = _stored(key) or _store(key, _estimate(spec, batch_size))
+        on_disk = _stored_key(key)
+        _CACHE[key] = _stored(on_disk) or _store(on_disk, _estimate(spec, batch_size))
     return _CACHE[key]
 
 
@@ -94,9 +95,9 @@ def _version(package: str) -> str:
         return "-"
 
 
-def _stored(key: tuple[object, ...]) -> MemoryEstimate | None:
+def _stored(key: str) -> MemoryEstimate | None:
     try:
-        return MemoryEstimate(**_load_stored()[_stored_key(key)])
+        return MemoryEstimate(**_load_stored()[key])
     except (KeyError, TypeError):  # not there, or written by another layout of MemoryEstimate
         return None
 
@@ -109,13 +110,13 @@ def _load_stored() -> dict[str, dict[str, float]]:
     return stored if isinstance(stored, dict) else {}
 
 
-def _store(key: tuple[object, ...], estimate: MemoryEstimate) -> MemoryEstimate:
+def _store(key: str, estimate: MemoryEstimate) -> MemoryEstimate:
     """Add ``estimate`` to the file (atomically: a reader never sees half a file; two writers at
     once may lose one entry, which is then estimated again)."""
     path = cache_file()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        stored = {**_load_stored(), _stored_key(key): asdict(estimate)}
+        stored = {**_load_stored(), key: asdict(estimate)}
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".memory-estimates-")
         try:
             with os.fdopen(fd, "w") as fh:
