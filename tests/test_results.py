@@ -79,3 +79,25 @@ def test_a_reference_names_the_result_it_reuses(tmp_path: Path) -> None:
     assert read_reference(tmp_path / "sweep2" / "cell") == result.resolve()
     assert read_reference(tmp_path / "a") is None
     assert read_cell(result).cells.column("schema_version")[0].as_py() == SCHEMA_VERSION
+
+
+def test_a_results_tree_moved_elsewhere_still_finds_its_reused_cells(tmp_path: Path) -> None:
+    import shutil
+
+    result = _cell(tmp_path / "out" / "a", "h1", "ok", 1_000)
+    write_reference(tmp_path / "out" / "sweep2" / "cell", ResultIndex(tmp_path / "out").find("h1"), "h1")
+    shutil.move(tmp_path / "out", tmp_path / "laptop")  # copied off the cluster: the absolute path is gone
+    assert not result.exists()
+    assert read_reference(tmp_path / "laptop" / "sweep2" / "cell") == (tmp_path / "laptop" / "a").resolve()
+
+
+def test_results_record_raycolloc_version_and_commit() -> None:
+    from importlib import metadata
+
+    import raycolloc
+    from raycolloc.driver.environment import environment
+
+    env = environment()
+    # One version, written once: the installed metadata is read from raycolloc.__version__ too.
+    assert env["raycolloc"] == raycolloc.__version__ == metadata.version("raycolloc")
+    assert env["raycolloc_commit"] != ""

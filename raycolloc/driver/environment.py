@@ -14,7 +14,7 @@ import raycolloc
 
 __all__ = ["environment", "raycolloc_commit"]
 
-_PACKAGES = ("torch", "timm", "ray", "nvidia-ml-py", "pandas", "pyarrow", "hydra-core", "raycolloc")
+_PACKAGES = ("torch", "timm", "ray", "nvidia-ml-py", "pandas", "pyarrow", "hydra-core")
 
 
 def _version(name: str) -> str | None:
@@ -45,8 +45,7 @@ def environment(gpu: Any = None) -> dict[str, Any]:
     env: dict[str, Any] = {"python": platform.python_version(), "platform": platform.platform(),
                            "hostname": socket.gethostname()}
     env.update({name: _version(name) for name in _PACKAGES})
-    # Not installed (run from a checkout on PYTHONPATH): "unknown" says so, where null said nothing.
-    env["raycolloc"] = env["raycolloc"] or "unknown"
+    env["raycolloc"] = raycolloc.__version__  # also where it runs from a checkout, not installed
     env["raycolloc_commit"] = raycolloc_commit()
     if gpu is not None:
         env.update(gpu_name=gpu.name, gpu_uuid=gpu.uuid, gpu_memory_mib=gpu.memory_mib, gpu_sm_count=gpu.sm_count,

@@ -8,13 +8,16 @@ or was ``skipped`` is not, so a re-run tries it again. A directory whose tables 
 aside (renamed ``<name>.invalid-<time>``, kept for inspection) and the cell runs again.
 
 A reused cell is referenced from the new sweep, not copied: its directory there holds only
-``reused.json`` naming the result, so the results tree holds each measurement once.
+``reused.json`` naming the result, so the results tree holds each measurement once. The reference
+names the result relative to itself as well as absolutely, so a results tree copied elsewhere (from
+a cluster to a laptop) still finds its reused cells.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,14 +103,18 @@ def write_reference(cell_dir: Path, result: Reused, config_hash: str) -> None:
     """Record in ``cell_dir`` that this cell's result is ``result`` (written atomically)."""
     cell_dir.mkdir(parents=True, exist_ok=True)
     tmp = cell_dir / f".{REFERENCE}.tmp"
-    tmp.write_text(json.dumps({"result": str(result.path.resolve()), "config_hash": config_hash,
-                               "status": result.status, "referenced_at": time.time()}))
+    target = result.path.resolve()
+    tmp.write_text(json.dumps({"result": str(target), "relative": os.path.relpath(target, cell_dir.resolve()),
+                               "config_hash": config_hash, "status": result.status, "referenced_at": time.time()}))
     tmp.replace(cell_dir / REFERENCE)
 
 
 def read_reference(cell_dir: Path) -> Path | None:
-    """The result a reference in ``cell_dir`` names, or None if ``cell_dir`` holds none."""
+    """The result a reference in ``cell_dir`` names, or None if ``cell_dir`` holds none: found
+    relative to the reference where the tree moved, else at its absolute path."""
     ref = cell_dir / REFERENCE
     if not ref.is_file():
         return None
-    return Path(json.loads(ref.read_text())["result"])
+    named = json.loads(ref.read_text())
+    moved = (cell_dir / named["relative"]).resolve() if named.get("relative") else None
+    return moved if moved is not None and moved.is_dir() else Path(named["result"])
