@@ -5,13 +5,17 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export RAY_AUTH_MODE ?= disabled
 export RAY_USAGE_STATS_ENABLED ?= 0
+# pip compiles every module of the venv (torch's thousands, most never imported): 85 of the venv's
+# 165 s on 2 cores. It installs without that, and Python caches the bytecode of what is imported,
+# once, as it runs (so the environment must let it: some machines set PYTHONDONTWRITEBYTECODE).
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: venv demo test test-fast test-gpu report clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q --no-compile -e '.[test]'
 	touch $@
 
 venv: $(VENV)/.installed

@@ -4,6 +4,7 @@ fake GPUs for the whole session, and a runner for the real command line."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -22,6 +23,12 @@ os.environ.setdefault("RAYCOLLOC_COMPILE_CACHE", str(Path(tempfile.gettempdir())
 os.environ.setdefault("RAYCOLLOC_SIM_ROOT", tempfile.mkdtemp(prefix="raycolloc-test-sim-"))
 # Memory estimates of this session's processes (driver, CLI sweeps, simulated jobs) share one cache, not ~/.cache.
 os.environ.setdefault("RAYCOLLOC_CACHE_DIR", tempfile.mkdtemp(prefix="raycolloc-test-cache-"))
+
+# A suite started in the background of a non-interactive shell inherits SIGINT ignored, and so would
+# every sweep it starts: the Ctrl-C tests would wait for an interrupt that never lands. Sweeps start
+# with the default (a handler set here resets to it in a child).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 CPU_OVERRIDES = ["cluster=local", "workload=tiny_cnn", "telemetry.interval_ms=50"]
 
@@ -92,22 +99,56 @@ def sim_backend(spec):  # noqa: ANN001, ANN201
     return SimBackend(c.sim_root, node_key(node), gpus, c.gpu_model, c.sim_mig_mode)
 
 
+_session_address: str | None = None
+
+
+def session_ray() -> str:
+    """The session's local Ray instance (2 fake GPUs), started on first use; its address. In-process
+    cells run on it, and command-line sweeps join it (``run_cli``) unless a test needs Ray's own
+    start or death: a sweep that joins finds the node's steward and its warm fork server already up,
+    where one that starts Ray pays ~13 CPU-seconds for Ray, the steward and torch's import."""
+    global _session_address
+    if _session_address is None:
+        import ray
+
+        from raycolloc.driver.cluster import start_local_ray
+
+        start_local_ray(num_cpus=16, num_gpus=2, namespace="raycolloc", include_dashboard=False, log_to_driver=False,
+                        _system_config={"worker_niceness": 0})
+        _session_address = ray.get_runtime_context().gcs_address
+    return _session_address
+
+
 @pytest.fixture(scope="session")
 def ray_local() -> Iterator[None]:
-    """One local Ray instance with 2 fake GPUs, shared by the in-process cell tests."""
+    """The session's Ray instance (see ``session_ray``), for the in-process cell tests."""
+    session_ray()
+    yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_session_ray() -> Iterator[None]:
+    yield
     import ray
 
-    from raycolloc.driver.cluster import start_local_ray
-
-    start_local_ray(num_cpus=16, num_gpus=2, namespace="raycolloc", include_dashboard=False, log_to_driver=False,
-                    _system_config={"worker_niceness": 0})
-    yield
-    ray.shutdown()
+    if ray.is_initialized():
+        ray.shutdown()
 
 
-def run_cli(args: list[str], cwd: Path, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m raycolloc.sweep ARGS`` as a user would (its own Ray instance)."""
+def used_ray(proc: subprocess.CompletedProcess[str]) -> bool:
+    """Whether a command-line run started a Ray instance or joined one (a run that trains nothing need not)."""
+    out = proc.stdout + proc.stderr
+    return "Started a local Ray instance" in out or "Connected to Ray cluster" in out
+
+
+def run_cli(args: list[str], cwd: Path, timeout: float = 600, env: dict[str, str] | None = None,
+            own_ray: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m raycolloc.sweep ARGS`` as a user would. It joins the session's Ray instance
+    (``cluster.address``, as on a cluster someone started), unless ``own_ray`` or ARGS name a cluster:
+    then it starts and stops a local instance of its own, as a user's first command does."""
     full_env = dict(os.environ)
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "raycolloc.sweep", *args], cwd=cwd, env=full_env,
+    joins = not own_ray and not any(a.startswith("cluster.address=") for a in args)
+    joined = [f"cluster.address={session_ray()}"] if joins else []
+    return subprocess.run([sys.executable, "-m", "raycolloc.sweep", *args, *joined], cwd=cwd, env=full_env,
                           capture_output=True, text=True, timeout=timeout, check=False)

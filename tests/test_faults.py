@@ -263,6 +263,7 @@ def test_driver_sigkill_then_rerun_stops_the_daemon_and_completes_each_cell_once
     finally:
         _ray_gone(proc)
     left = wait_for(lambda: daemons_under(root), 5, "the daemon the driver left")
+    done_before = len(list(out.rglob("cells.parquet")))  # cells that ended before the kill
 
     def doctor() -> str | None:
         report = subprocess.run([sys.executable, "-m", "raycolloc.doctor", f"--pipe-root={root}"], cwd=ROOT,
@@ -271,9 +272,10 @@ def test_driver_sigkill_then_rerun_stops_the_daemon_and_completes_each_cell_once
 
     # Once Ray's processes have followed the driver (the steward among them), the daemon is a leftover.
     wait_for(doctor, 60, "the doctor to report the daemon as left behind")
-    rerun = run_cli(args, cwd=ROOT, env=env, timeout=600)
+    rerun = run_cli(args, cwd=ROOT, env=env, timeout=600, own_ray=True)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     assert "4 of 4 cells have a result" in rerun.stdout
+    assert rerun.stdout.count("reused; +rerun=true runs it again") == done_before  # the rest trained again
     assert not any(psutil.pid_exists(d["pid"]) for d in left if psutil.pid_exists(d["pid"])
                    and psutil.Process(d["pid"]).status() != psutil.STATUS_ZOMBIE)
     cells = one_result_per_cell(out)
@@ -295,8 +297,9 @@ def test_driver_sigint_releases_everything_and_a_rerun_completes(tmp_path: Path)
         _ray_gone(proc)
     output = (tmp_path / "first.log").read_text()
     assert "cancelling" in output, output[-3000:]
+    assert not list(out.rglob("cells.parquet"))  # an interrupted cell is not a result
     assert_clean(root, tmp_path / "sim")
-    rerun = run_cli(args, cwd=ROOT, env=env, timeout=600)
+    rerun = run_cli(args, cwd=ROOT, env=env, timeout=600, own_ray=True)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     cells = one_result_per_cell(out)
     assert sorted(cells["mode"]) == ["mig", "mps"] and set(cells["status"]) == {"ok"}
@@ -314,7 +317,7 @@ def test_two_sweeps_on_one_output_run_each_cell_once(tmp_path: Path) -> None:
     try:
         lock = out / ".raycolloc.lock"
         wait_for(lambda: lock.exists() and str(first.pid) in lock.read_text(), 120, "the first sweep's lock")
-        second = run_cli(args, cwd=ROOT, env=env, timeout=120)
+        second = run_cli(args, cwd=ROOT, env=env, timeout=120, own_ray=True)
         assert first.wait(timeout=600) == 0, (tmp_path / "first.log").read_text()[-3000:]
     finally:
         _ray_gone(first)
@@ -370,17 +373,17 @@ def test_a_full_disk_stops_the_sweep_with_the_path_and_keeps_finished_cells(tmp_
 
 def test_a_corrupt_table_is_set_aside_and_its_cell_runs_again(tmp_path: Path) -> None:
     """Issue 15, item 2: a truncated jobs.parquet is not carried forward, and the summary works."""
-    root, out, env = short_root("bad"), tmp_path / "out", _env(tmp_path)
+    root, out = short_root("bad"), tmp_path / "out"
     args = ["-m", "workload=tiny_cnn", "cluster=local", "degree=1,2", "mode=naive", f"out_dir={out}",
             f"mode.pipe_root={root}", "epoch_samples=128"]
-    assert run_cli(args, cwd=ROOT, env=env).returncode == 0
+    assert run_cli(args, cwd=ROOT).returncode == 0
     jobs = next(p for p in sorted(out.rglob("jobs.parquet")))
     jobs.write_bytes(jobs.read_bytes()[:40])
-    rerun = run_cli(args, cwd=ROOT, env=env)
+    rerun = run_cli(args, cwd=ROOT)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     assert rerun.stdout.count("reused") == 1 and "sweep summary unavailable" not in rerun.stderr
     assert list(out.rglob("*.invalid-*")), "the corrupt result was not set aside"
     cells = one_result_per_cell(out)
     assert sorted(cells["degree"]) == [1, 2] and set(cells["status"]) == {"ok"}
     assert all(str(jobs.parent) != d for d in cells["cell_dir"])
-    assert_clean(root, tmp_path / "sim")
+    assert_clean(root)
