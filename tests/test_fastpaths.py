@@ -255,7 +255,7 @@ def test_jobs_of_a_node_share_one_compile_cache(tmp_path: Path, monkeypatch: pyt
     monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
     proc = run_cli(["workload=tiny_cnn", "cluster=local", "degree=2", "epoch_samples=128", "trainer.compile=default",
                     "telemetry.interval_ms=50", f"out_dir={out}"],
-                   cwd=ROOT, env={"RAYCOLLOC_COMPILE_CACHE": str(cache)})
+                   cwd=ROOT, env={"RAYCOLLOC_COMPILE_CACHE": str(cache)}, own_ray=True)
     assert proc.returncode == 0, proc.stderr[-4000:]
     (job_dir,) = {p.parent for p in out.rglob("jobs.parquet")}
     t = _tables(job_dir)

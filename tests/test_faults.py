@@ -34,7 +34,7 @@ from raycolloc.node.modes.mps import find_control_daemons
 from raycolloc.node.steward import NAMESPACE, steward_name
 from raycolloc.results.store import read_cell
 
-from .conftest import ROOT, load, run_cli, run_one
+from .conftest import ROOT, load, run_cli, run_one, session_ray
 
 _counter = itertools.count()
 
@@ -159,7 +159,9 @@ def _actor(name: str) -> Any:
 @pytest.mark.usefixtures("ray_local")
 def test_a_killed_trainer_actor_is_an_error_row(tmp_path: Path) -> None:
     root = short_root("tk")
-    _, outcome, t = _cell(tmp_path, ["degree=2", "epoch_samples=32768", f"mode.pipe_root={root}"],
+    # Epochs of 5 s (a time budget, however fast this machine trains): the kill, 4 s after the actor
+    # is up, lands in job 1's set-up or warm-up, and job 0 trains on to the end.
+    _, outcome, t = _cell(tmp_path, ["degree=2", "epoch_samples=1000000", "epoch_time_s=5", f"mode.pipe_root={root}"],
                           during=_kill_actor_when_up("raycolloc:{cell}/1-tiny_cnn", 4.0))
     jobs = t["jobs"].set_index("job_index")
     assert jobs.loc[1, "status"] == "error" and "died" in jobs.loc[1, "error"], jobs.loc[1, "error"]
@@ -206,7 +208,8 @@ def test_a_killed_steward_leaves_a_daemon_the_next_steward_stops(tmp_path: Path)
         node = ray.get_runtime_context().get_node_id()
         ray.kill(ray.get_actor(steward_name(node, spec.config.cluster), namespace=NAMESPACE), no_restart=True)
 
-    _, outcome, t = _cell(tmp_path, ["degree=1", "epoch_samples=16384", "mode=mps", *own], during=kill_steward)
+    _, outcome, t = _cell(tmp_path, ["degree=1", "epoch_samples=1000000", "epoch_time_s=4", "mode=mps", *own],
+                          during=kill_steward)
     assert len(t["cells"]) == 1  # the cell is a row, whatever its steward's death cost it
     assert "steward" in str(t["cells"].loc[0, "reason"]).lower() or outcome.status == "ok"
     left = daemons_under(root)
@@ -225,10 +228,14 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return {"RAYCOLLOC_SIM_ROOT": str(tmp_path / "sim")}  # simulated GPUs of this test alone
 
 
-def _popen(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[str]:
+def _popen(args: list[str], env: dict[str, str], log: Path, own_ray: bool = True) -> subprocess.Popen[str]:
+    """The sweep in the background, with a local Ray instance of its own (``own_ray``: its death is
+    part of the fault) or joining the session's."""
+    joined = [] if own_ray else [f"cluster.address={session_ray()}"]
     with open(log, "w") as fh:
-        return subprocess.Popen([sys.executable, "-m", "raycolloc.sweep", *args], cwd=ROOT, env={**os.environ, **env},
-                                text=True, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen([sys.executable, "-m", "raycolloc.sweep", *args, *joined], cwd=ROOT,
+                                env={**os.environ, **env}, text=True, stdout=fh, stderr=subprocess.STDOUT,
+                                start_new_session=True)
 
 
 def sim_state(sim_root: Path) -> dict[str, Any]:
@@ -297,7 +304,7 @@ def test_driver_sigint_releases_everything_and_a_rerun_completes(tmp_path: Path)
         _ray_gone(proc)
     output = (tmp_path / "first.log").read_text()
     assert "cancelling" in output, output[-3000:]
-    assert not list(out.rglob("cells.parquet"))  # an interrupted cell is not a result
+    assert not list(out.rglob("tiny_cnn-mps-x2/cells.parquet"))  # the interrupted cell is not a result
     assert_clean(root, tmp_path / "sim")
     rerun = run_cli(args, cwd=ROOT, env=env, timeout=600, own_ray=True)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
@@ -309,15 +316,15 @@ def test_driver_sigint_releases_everything_and_a_rerun_completes(tmp_path: Path)
 
 def test_two_sweeps_on_one_output_run_each_cell_once(tmp_path: Path) -> None:
     """Issue 15, item 4: the second sweep is refused naming the first; the first completes."""
-    root, out, env = short_root("two"), tmp_path / "out", _env(tmp_path)
+    root, out = short_root("two"), tmp_path / "out"
     sweep_dir = out / "multirun" / "same-second"
     args = ["-m", "workload=tiny_cnn", "cluster=local", "degree=1,2", "mode=naive", f"out_dir={out}",
             f"mode.pipe_root={root}", "epoch_samples=1024", f"hydra.sweep.dir={sweep_dir}"]
-    first = _popen(args, env, tmp_path / "first.log")
+    first = _popen(args, {}, tmp_path / "first.log", own_ray=False)
     try:
         lock = out / ".raycolloc.lock"
         wait_for(lambda: lock.exists() and str(first.pid) in lock.read_text(), 120, "the first sweep's lock")
-        second = run_cli(args, cwd=ROOT, env=env, timeout=120, own_ray=True)
+        second = run_cli(args, cwd=ROOT, timeout=120)
         assert first.wait(timeout=600) == 0, (tmp_path / "first.log").read_text()[-3000:]
     finally:
         _ray_gone(first)
@@ -326,7 +333,7 @@ def test_two_sweeps_on_one_output_run_each_cell_once(tmp_path: Path) -> None:
     cells = one_result_per_cell(out)
     assert sorted(cells["degree"]) == [1, 2]
     assert len(list(out.rglob("cells.parquet"))) == 2  # each cell ran once
-    assert_clean(root, tmp_path / "sim")
+    assert_clean(root)
 
 
 @pytest.fixture
@@ -343,11 +350,11 @@ def small_fs(tmp_path: Path):  # noqa: ANN201
 
 def test_a_full_disk_stops_the_sweep_with_the_path_and_keeps_finished_cells(tmp_path: Path, small_fs: Path) -> None:
     """Issue 15, item 9."""
-    root, env = short_root("full"), _env(tmp_path)
+    root = short_root("full")
     out = small_fs / "out"
     args = ["-m", "workload=tiny_cnn", "cluster=local", "degree=1,2", "mode=naive", f"out_dir={out}",
             f"mode.pipe_root={root}", "epoch_samples=4096", "cluster.max_concurrent_cells=1"]
-    proc = _popen(args, env, tmp_path / "sweep.log")
+    proc = _popen(args, {}, tmp_path / "sweep.log", own_ray=False)
     try:
         first = wait_for(lambda: next(out.rglob("cells.parquet"), None), 300, "the first cell's result")
         with open(small_fs / "filler", "wb") as fh:  # fill the disk while the second cell trains
@@ -368,7 +375,7 @@ def test_a_full_disk_stops_the_sweep_with_the_path_and_keeps_finished_cells(tmp_
     assert len(list(out.rglob("cells.parquet"))) == 1
     half = [p for p in out.rglob("*.parquet") if p.parent != first.parent]
     assert not half, half  # the cell being written left nothing
-    assert_clean(root, tmp_path / "sim")
+    assert_clean(root)
 
 
 def test_a_corrupt_table_is_set_aside_and_its_cell_runs_again(tmp_path: Path) -> None:
