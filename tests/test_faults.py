@@ -292,8 +292,10 @@ def test_driver_sigkill_then_rerun_stops_the_daemon_and_completes_each_cell_once
 
 def test_driver_sigint_releases_everything_and_a_rerun_completes(tmp_path: Path) -> None:
     root, out, env = short_root("int"), tmp_path / "out", _env(tmp_path)
+    # Epochs of 4 s (a time budget): the interrupt, a second after the MPS cell's daemon appears,
+    # lands inside that cell however fast this machine trains.
     args = ["-m", "workload=tiny_cnn", "cluster=local", "degree=2", "mode=mps,mig", f"mode.pipe_root={root}",
-            f"out_dir={out}", "epoch_samples=16384", "cluster.max_concurrent_cells=1"]
+            f"out_dir={out}", "epoch_samples=1000000", "epoch_time_s=4", "cluster.max_concurrent_cells=1"]
     proc = _popen(args, env, tmp_path / "first.log")
     try:
         wait_for(lambda: daemons_under(root), 300, "the MPS cell's daemon")
