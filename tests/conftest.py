@@ -148,7 +148,12 @@ def run_cli(args: list[str], cwd: Path, timeout: float = 600, env: dict[str, str
     then it starts and stops a local instance of its own, as a user's first command does."""
     full_env = dict(os.environ)
     full_env.update(env or {})
+    return subprocess.run(sweep_command(args, own_ray), cwd=cwd, env=full_env, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+
+
+def sweep_command(args: list[str], own_ray: bool = False) -> list[str]:
+    """``python -m raycolloc.sweep ARGS``, joining the session's Ray instance unless ``own_ray`` or
+    ARGS name a cluster."""
     joins = not own_ray and not any(a.startswith("cluster.address=") for a in args)
-    joined = [f"cluster.address={session_ray()}"] if joins else []
-    return subprocess.run([sys.executable, "-m", "raycolloc.sweep", *args, *joined], cwd=cwd, env=full_env,
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    return [sys.executable, "-m", "raycolloc.sweep", *args, *([f"cluster.address={session_ray()}"] if joins else [])]

@@ -34,7 +34,7 @@ from raycolloc.node.modes.mps import find_control_daemons
 from raycolloc.node.steward import NAMESPACE, steward_name
 from raycolloc.results.store import read_cell
 
-from .conftest import ROOT, load, run_cli, run_one, session_ray
+from .conftest import ROOT, load, run_cli, run_one, sweep_command
 
 _counter = itertools.count()
 
@@ -231,11 +231,9 @@ def _env(tmp_path: Path) -> dict[str, str]:
 def _popen(args: list[str], env: dict[str, str], log: Path, own_ray: bool = True) -> subprocess.Popen[str]:
     """The sweep in the background, with a local Ray instance of its own (``own_ray``: its death is
     part of the fault) or joining the session's."""
-    joined = [] if own_ray else [f"cluster.address={session_ray()}"]
     with open(log, "w") as fh:
-        return subprocess.Popen([sys.executable, "-m", "raycolloc.sweep", *args, *joined], cwd=ROOT,
-                                env={**os.environ, **env}, text=True, stdout=fh, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        return subprocess.Popen(sweep_command(args, own_ray), cwd=ROOT, env={**os.environ, **env}, text=True,
+                                stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def sim_state(sim_root: Path) -> dict[str, Any]:
