@@ -188,6 +188,9 @@ def main() -> None:
     p.add_argument("--telemetry-cell", default="mode=mps,degree=3")
     p.add_argument("--skip-raw", action="store_true")
     p.add_argument("--backend", default="nvml", choices=["nvml", "sim"], help="sim: CPU plumbing test only")
+    p.add_argument("--ray-address", default=None,
+                   help="run the raycolloc side on this Ray cluster (ADDRESS of `ray start`); default: a local "
+                        "instance of the benchmark's own")
     p.add_argument("--work-dir", default=None)
     p.add_argument("--out", required=True, help="JSON file for the table")
     args = p.parse_args()
@@ -199,7 +202,9 @@ def main() -> None:
     modes, degrees = args.modes.split(","), [int(d) for d in args.degrees.split(",")]
     rows: list[dict[str, Any]] = []
     telemetry: dict[str, Any] = {}
-    args.ray_address = _start_ray(args)
+    own_ray = args.ray_address is None
+    if own_ray:
+        args.ray_address = _start_ray(args)
     try:
         # Raw and raycolloc of one setting run back to back, so drifts of the host (other tenants,
         # clocks) hit both alike; the table compares neighbours, not runs minutes apart.

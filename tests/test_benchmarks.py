@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .conftest import session_ray
+
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--backend", "sim", "--batch-size", "4", "--epoch-samples", "16", "--window-s", "0.5"]
 
@@ -48,7 +50,9 @@ def test_bench_trainer_refuses_bad_arguments_before_starting_anything(tmp_path: 
 
 def test_bench_collocation_runs_raw_and_raycolloc_side_by_side_and_writes_its_table(tmp_path: Path) -> None:
     out = tmp_path / "colloc.json"
-    proc = _run("bench_collocation.py", [*SMALL, "--modes", "naive", "--degrees", "1", "--out", str(out)], tmp_path)
+    # The raycolloc side joins the session's Ray instance (a cluster the user names, as on a DGX).
+    proc = _run("bench_collocation.py", [*SMALL, "--modes", "naive", "--degrees", "1", "--ray-address", session_ray(),
+                                         "--out", str(out)], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (row,) = json.loads(out.read_text())["rows"]
     assert (row["mode"], row["degree"], row["status"]) == ("naive", 1, "ok")
@@ -88,7 +92,8 @@ def test_bench_fanout_runs_the_sweep_on_every_gpu_then_on_one_and_accounts_each_
 def test_bench_overhead_times_every_phase_per_variant_and_switches_one_saving_off_at_a_time(tmp_path: Path) -> None:
     out = tmp_path / "overhead.json"
     proc = _run("bench_overhead.py", ["--sweep", "degree=1,2 mode=mps workload=tiny_cnn epoch_samples=64",
-                                      "--extra", "cluster=local", "--variants", "all,exec",
+                                      "--extra", f"cluster=local cluster.address={session_ray()} cluster.max_concurrent_cells=1",
+                                      "--variants", "all,exec",
                                       "--out", str(out)], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = {r["variant"]: r for r in json.loads(out.read_text())["results"]}

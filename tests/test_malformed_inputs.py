@@ -137,6 +137,32 @@ def test_malformed_input_is_refused_by_name(overrides: list[str], needles: list[
     assert not list(out.rglob("*.parquet")) if out.exists() else True
 
 
+def test_a_multirun_composes_each_cell_once_and_lists_every_bad_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    capfd: pytest.CaptureFixture[str]) -> None:
+    """Hydra's basic sweeper composed every job before the launcher composed it again (~0.6 s each)
+    and stopped at the first bad one; the raycolloc sweeper leaves both to the launcher."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    loaded: list[list[str]] = []
+    load = ConfigLoaderImpl.load_sweep_config
+
+    def counted(self, master_config, sweep_overrides):  # noqa: ANN001, ANN202
+        loaded.append(list(sweep_overrides))
+        return load(self, master_config, sweep_overrides)
+
+    monkeypatch.setattr(ConfigLoaderImpl, "load_sweep_config", counted)
+    code, text = run_main(["-m", *BASE, f"out_dir={tmp_path / 'out'}", "degree=1,2,3", "+dry_run=true"], capfd)
+    assert code == 0, text[-3000:]
+    assert "3 cell(s) to run" in text
+    assert sorted(o for overrides in loaded for o in overrides if o.startswith("degree=")) == [
+        "degree=1", "degree=2", "degree=3"]
+    loaded.clear()
+    code, text = run_main(["-m", *BASE, f"out_dir={tmp_path / 'out'}", "degree=0,1,-1"], capfd)
+    assert code == 2, text[-3000:]
+    assert "degree=0 is not allowed" in text and "degree=-1 is not allowed" in text, text[-3000:]
+    assert len(loaded) == 3
+
+
 def test_an_output_directory_another_sweep_holds_is_refused_naming_it(tmp_path: Path,
                                                                       capfd: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "out"
