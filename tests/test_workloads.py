@@ -10,7 +10,7 @@ import pytest
 
 from raycolloc.config import ConfigError, config_hash, load_config
 from raycolloc.job.workloads import create_workload
-from raycolloc.job.workloads.estimate import estimate_memory, size_class
+from raycolloc.job.workloads.estimate import estimate_memory, job_estimate_mib, size_class
 
 from .conftest import ROOT, compose, load, run_cli, write_fixture_cell
 
@@ -134,6 +134,31 @@ def test_memory_and_size_class_come_from_the_model() -> None:
 
     big = compose("resnet152", "imagenet")
     assert size_class(big, estimate_memory(big, 64)) == "L" and size_class(spec, None) == "S"
+
+
+def test_a_jobs_estimate_is_the_carried_one_else_its_models_and_none_for_the_users_code(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One function answers for the driver's pre-flight and a simulated GPU's accounting."""
+    import dataclasses
+
+    import raycolloc.job.workloads.estimate as estimate
+    from raycolloc.driver.preflight import job_gpu_memory_mib
+    from raycolloc.node.gpu.simdevice import CONTEXT_MIB
+
+    (preset,) = load(["workload=resnet26_cifar10"]).jobs
+    expected = estimate_memory(preset.workload, preset.batch_size).total_mib
+    assert preset.mem_estimate_mib is None and job_estimate_mib(preset) == expected
+    assert job_gpu_memory_mib(preset) == expected + CONTEXT_MIB
+    carried = dataclasses.replace(preset, mem_estimate_mib=123.0)
+    assert job_estimate_mib(carried) == 123.0 and job_gpu_memory_mib(carried) == 123.0 + CONTEXT_MIB
+    (user,) = load(["workload=python", "workload.entry=tests.sleepy_workload:build"]).jobs
+    assert job_estimate_mib(user) is None and job_gpu_memory_mib(user) is None
+
+    def cannot(spec, batch):  # noqa: ANN001, ANN202 - an operator without a meta kernel
+        raise NotImplementedError("no meta kernel")
+
+    monkeypatch.setattr(estimate, "estimate_memory", cannot)
+    assert job_estimate_mib(preset) is None and job_gpu_memory_mib(preset) is None
 
 
 def test_an_estimate_is_made_once_per_composition_across_processes(tmp_path: Path,

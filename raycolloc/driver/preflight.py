@@ -85,16 +85,10 @@ def job_gpu_memory_mib(job: JobSpec) -> float | None:
     """A job's estimated device memory (MiB) with the CUDA context every process holds: the model's
     estimate (:mod:`raycolloc.job.workloads.estimate`, what a simulated GPU allocates for the job).
     None where there is none: the user's code or script, a model the meta device cannot run."""
-    if job.mem_estimate_mib is not None:
-        return job.mem_estimate_mib + CONTEXT_MIB
-    if job.workload.kind != "model":
-        return None
-    from raycolloc.job.workloads.estimate import estimate_memory
+    from raycolloc.job.workloads.estimate import job_estimate_mib
 
-    try:
-        return estimate_memory(job.workload, job.batch_size).total_mib + CONTEXT_MIB  # type: ignore[arg-type]
-    except Exception:  # noqa: BLE001 - no estimate: the cell is not judged on it
-        return None
+    mib = job_estimate_mib(job)
+    return None if mib is None else mib + CONTEXT_MIB
 
 
 def _gib(mib: float) -> str:

@@ -173,14 +173,10 @@ class JobProcess:
     def _estimate_bytes(self) -> int:
         """The job's device memory from its model (``raycolloc.job.workloads.estimate``); a model the
         meta device cannot run counts 16 bytes a parameter (weights, gradients, momentum, as much again)."""
-        if self.job.mem_estimate_mib is not None:
-            return int(self.job.mem_estimate_mib * (1 << 20))
-        from raycolloc.job.workloads.estimate import estimate_memory
+        from raycolloc.job.workloads.estimate import job_estimate_mib
 
-        try:
-            return int(estimate_memory(self.job.workload, self.job.batch_size).total_mib * (1 << 20))  # type: ignore[arg-type]
-        except NotImplementedError:
-            return int(self.state.info.params or 0) * 16
+        mib = job_estimate_mib(self.job)
+        return int(mib * (1 << 20)) if mib is not None else int(self.state.info.params or 0) * 16
 
     def _sim_context(self, need: int) -> float:
         """The simulated GPU's driver: join the MPS daemon if one answers, allocate the job's memory

@@ -25,10 +25,14 @@ import tempfile
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from raycolloc.job.workloads.registry import WorkloadSpec
 
-__all__ = ["MemoryEstimate", "estimate_memory", "size_class"]
+if TYPE_CHECKING:
+    from raycolloc.spec import JobSpec
+
+__all__ = ["MemoryEstimate", "estimate_memory", "job_estimate_mib", "size_class"]
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +71,23 @@ def estimate_memory(spec: WorkloadSpec, batch_size: int) -> MemoryEstimate:
         on_disk = _stored_key(key)
         _CACHE[key] = _stored(on_disk) or _store(on_disk, _estimate(spec, batch_size))
     return _CACHE[key]
+
+
+def job_estimate_mib(job: JobSpec) -> float | None:
+    """A job's estimate in MiB, without the CUDA context: the one the driver made and carried
+    (compositions), else its model's. None for the user's own code or script, and for a model the
+    meta device cannot run (the driver's pre-flight then does not judge it; a simulated GPU
+    counts its parameters instead)."""
+    if job.mem_estimate_mib is not None:
+        return job.mem_estimate_mib
+    if not isinstance(job.workload, WorkloadSpec):  # the user's code or script
+        return None
+    try:
+        return estimate_memory(job.workload, job.batch_size).total_mib
+    except Exception as exc:  # noqa: BLE001 - a preset the meta device cannot run: no estimate
+        log.warning("no memory estimate for %s: %s: %s", job.workload.name, type(exc).__name__,
+                    str(exc).splitlines()[0][:200] if str(exc) else "")
+        return None
 
 
 # (model, family, sample shape, classes, tables, batch) -> estimate: the same composition in many
