@@ -202,8 +202,7 @@ def main() -> None:
     modes, degrees = args.modes.split(","), [int(d) for d in args.degrees.split(",")]
     rows: list[dict[str, Any]] = []
     telemetry: dict[str, Any] = {}
-    own_ray = args.ray_address is None
-    if own_ray:
+    if args.ray_address is None:
         args.ray_address = _start_ray(args)
     try:
         # Raw and raycolloc of one setting run back to back, so drifts of the host (other tenants,
