@@ -91,10 +91,10 @@ def test_bench_fanout_runs_the_sweep_on_every_gpu_then_on_one_and_accounts_each_
 
 def test_bench_overhead_times_every_phase_per_variant_and_switches_one_saving_off_at_a_time(tmp_path: Path) -> None:
     out = tmp_path / "overhead.json"
+    # The sweeps join the session's Ray instance, one cell at a time (one lane, as on one GPU).
+    extra = f"cluster=local cluster.address={session_ray()} cluster.max_concurrent_cells=1"
     proc = _run("bench_overhead.py", ["--sweep", "degree=1,2 mode=mps workload=tiny_cnn epoch_samples=64",
-                                      "--extra", f"cluster=local cluster.address={session_ray()} cluster.max_concurrent_cells=1",
-                                      "--variants", "all,exec",
-                                      "--out", str(out)], tmp_path)
+                                      "--extra", extra, "--variants", "all,exec", "--out", str(out)], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = {r["variant"]: r for r in json.loads(out.read_text())["results"]}
     assert set(results) == {"all", "exec"}
