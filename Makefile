@@ -25,9 +25,13 @@ demo: venv
 	$(PY) -m raycolloc.sweep -m degree=1,2,3 mode=naive,mps workload=tiny_cnn cluster=local out_dir=results/demo
 	$(PY) -m analysis.report $$(ls -d results/demo/multirun/*/* | tail -1) --out results/demo/report
 
-# The whole CPU suite, the long (`slow`) tests included: what CI runs.
+# The whole CPU suite, the long (`slow`) tests included: what CI runs. Two pytest-xdist workers, each
+# with its own Ray instance and simulated GPUs (tests/conftest.py); then, alone, the `serial` tests,
+# which assert on the timing of concurrent cells. Both parts always run; either failing fails the target.
 test: venv
-	$(PY) -m pytest -m 'not gpu'
+	$(PY) -m pytest -m 'not gpu and not serial' -n 2; a=$$?; \
+	$(PY) -m pytest -m 'not gpu and serial' -p no:xdist; b=$$?; \
+	test $$a -eq 0 -a $$b -eq 0
 
 # The quick part while developing: plain `pytest` (no `slow`, no `gpu`).
 test-fast: venv

@@ -23,6 +23,12 @@ os.environ.setdefault("RAYCOLLOC_COMPILE_CACHE", str(Path(tempfile.gettempdir())
 os.environ.setdefault("RAYCOLLOC_SIM_ROOT", tempfile.mkdtemp(prefix="raycolloc-test-sim-"))
 # Memory estimates of this session's processes (driver, CLI sweeps, simulated jobs) share one cache, not ~/.cache.
 os.environ.setdefault("RAYCOLLOC_CACHE_DIR", tempfile.mkdtemp(prefix="raycolloc-test-cache-"))
+# Under pytest-xdist each worker is a session of its own (its Ray instance, steward and simulated GPUs):
+# the workers inherit the controller's environment, so without this they would share one simulated
+# machine, and one worker's MPS cell would find the other's daemon on "its" GPU.
+if worker := os.environ.get("PYTEST_XDIST_WORKER"):
+    for key in ("RAYCOLLOC_SIM_ROOT", "RAYCOLLOC_CACHE_DIR"):
+        os.environ[key] = os.path.join(os.environ[key], worker)
 
 # A suite started in the background of a non-interactive shell inherits SIGINT ignored, and so would
 # every sweep it starts: the Ctrl-C tests would wait for an interrupt that never lands. Sweeps start

@@ -145,6 +145,7 @@ def _stop(proc: subprocess.Popen[str]) -> None:
         proc.wait(timeout=30)
 
 
+@pytest.mark.serial  # polls the dashboard while one cell runs: it must see the gauges inside that window
 def test_dashboard_shows_the_cells_actors_and_gauges(tmp_path: Path, ray_tmp: str) -> None:
     dash_port, metrics_port = _free_port(), _free_port()
     out = tmp_path / "results"

@@ -258,7 +258,7 @@ def test_driver_sigkill_then_rerun_stops_the_daemon_and_completes_each_cell_once
     """Issue 15, item 5: the re-run stops the daemon a SIGKILLed driver left; one result per cell."""
     root, out, env = short_root("kill"), tmp_path / "out", _env(tmp_path)
     args = ["-m", "workload=tiny_cnn", "cluster=local", "degree=1,2", "mode=naive,mps", f"mode.pipe_root={root}",
-            f"out_dir={out}", "epoch_samples=4096", "cluster.max_concurrent_cells=1"]
+            f"out_dir={out}", "epoch_samples=1024", "cluster.max_concurrent_cells=1"]
     proc = _popen(args, env, tmp_path / "first.log")
     try:
         # At once: the MPS cells are short, and a lane that finishes them stops their daemon.

@@ -61,6 +61,7 @@ def test_radt_plan_errors_name_the_row(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.serial  # asserts that four measured windows overlap: a second test beside it skews their start
 def test_two_nodes_four_gpus_run_four_cells_at_once(tmp_path: Path) -> None:
     from ray.cluster_utils import Cluster
 
