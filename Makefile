@@ -29,7 +29,7 @@ demo: venv
 # with its own Ray instance and simulated GPUs (tests/conftest.py); then, alone, the `serial` tests,
 # which assert on the timing of concurrent cells. Both parts always run; either failing fails the target.
 test: venv
-	$(PY) -m pytest -m 'not gpu and not serial' -n 2; a=$$?; \
+	$(PY) -m pytest -m 'not gpu and not serial' -n 2 --dist worksteal; a=$$?; \
 	$(PY) -m pytest -m 'not gpu and serial' -p no:xdist; b=$$?; \
 	test $$a -eq 0 -a $$b -eq 0
 
