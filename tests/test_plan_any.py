@@ -114,7 +114,7 @@ def test_every_malformed_value_is_refused_by_row_and_column(tmp_path: Path) -> N
         assert text.startswith(f"{tmp_path / 'plan.csv'}:{line}: ") and needle in text, text
 
 
-@pytest.mark.slow  # a dry run, then a plan cell of two jobs with its own Ray instance: about two minutes on 2 cores
+@pytest.mark.slow  # a dry run, then a plan cell of two jobs on real data: about 40 s on 2 cores
 def test_plan_with_a_script_row_and_a_timm_row_runs_on_real_data(tmp_path: Path) -> None:
     """A custom File (an unmodified PyTorch loop) and a timm model on a freely named CIFAR-10
     directory, collocated under MPS in one cell; a dry run first prints it and runs nothing."""

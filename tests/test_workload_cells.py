@@ -22,7 +22,7 @@ def _pipe_root() -> str:
     return tempfile.mkdtemp(prefix="rcmps", dir="/tmp")  # Unix socket paths must stay short
 
 
-@pytest.mark.slow  # four cells of a real multirun with its own Ray instance: about two minutes on 2 cores
+@pytest.mark.slow  # four cells of a real multirun of two timm models: about 25 s on 2 cores
 def test_multirun_over_two_timm_models_naive_and_mps(tmp_path: Path) -> None:
     out = tmp_path / "results"
     proc = run_cli(["-m", "cluster=local", "cluster.num_gpus=2", *TIMM, "workload.model=resnet10t,test_vit",
