@@ -23,7 +23,7 @@ from raycolloc.advise.validate import validate
 from raycolloc.driver.cells import validate_cell
 from raycolloc.driver.radt import read_plan
 
-from .conftest import load, run_cli, run_one, write_fixture_cell
+from .conftest import load, run_cli, run_one, session_ray, write_fixture_cell
 
 A100 = "A100-SXM4-40GB"
 # A composition whose estimate (25 GiB at batch 9600, on the meta device) fits an A100-40GB alone but not
@@ -42,8 +42,10 @@ def _advice(out: Path) -> dict[str, Any]:
 
 def test_advise_emits_a_sweep_that_runs_unchanged(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    proc = subprocess_advise(["workload=tiny_cnn", "cluster=local", f"out_dir={out}", "max_slowdown=2",
-                              "degrees=1,2", "epoch_samples=256", "--emit-sweep"], tmp_path)
+    # The advisor's sweep joins the session's Ray instance, and so does every line it emits.
+    proc = subprocess_advise(["workload=tiny_cnn", "cluster=local", f"cluster.address={session_ray()}",
+                              f"out_dir={out}", "max_slowdown=2", "degrees=1,2", "epoch_samples=256", "--emit-sweep"],
+                             tmp_path)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "configurations ranked by throughput gain" in proc.stdout and "the model assumes:" in proc.stdout
     advice = _advice(out)
