@@ -10,6 +10,10 @@ either run it imports torch, timm and Ray once and starts CUDA on every GPU, so 
 for a cold page cache.
 
     python jobs/bench_fanout.py --out fanout.json [--sweep 'degree=1,2,3,7 mode=naive,mps']
+
+On a cluster already running (``--extra cluster.address=HOST:PORT``) the driver's
+``CUDA_VISIBLE_DEVICES`` hides none of its GPUs: make the second run one lane instead
+(``--one-gpu-extra cluster.max_concurrent_cells=1``; a lane keeps the GPU it leased for all its cells).
 """
 
 from __future__ import annotations

@@ -69,8 +69,9 @@ def test_bench_collocation_runs_raw_and_raycolloc_side_by_side_and_writes_its_ta
 def test_bench_fanout_runs_the_sweep_on_every_gpu_then_on_one_and_accounts_each_cells_time(tmp_path: Path) -> None:
     out = tmp_path / "fanout.json"
     sweep = "degree=1,2 mode=naive workload=tiny_cnn epoch_samples=64 batch_size=16"
-    proc = _run("bench_fanout.py", ["--sweep", sweep, "--extra", "cluster=local cluster.num_gpus=2",
-                                    "--one-gpu-extra", "cluster.num_gpus=1", "--out", str(out)], tmp_path)
+    # Both runs join the session's Ray instance (2 GPUs); the one-GPU run is one lane, which keeps its GPU.
+    proc = _run("bench_fanout.py", ["--sweep", sweep, "--extra", f"cluster=local cluster.address={session_ray()}",
+                                    "--one-gpu-extra", "cluster.max_concurrent_cells=1", "--out", str(out)], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     both, one = result["all_gpus"], result["one_gpu"]
