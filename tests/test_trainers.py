@@ -24,11 +24,12 @@ pytestmark = pytest.mark.usefixtures("ray_local")
 
 def _lane(spec) -> Lane:  # noqa: ANN001
     lease = acquire_gpu("test-lane", 2.0, 120)
-    steward = get_steward(lease.node_id, spec.config.cluster, spec.config.mode.pipe_root)
-    gpu = ray.get(steward.resolve_gpu.remote(lease.ray_gpu_id), timeout=60)
+    trainers = TrainerPool(lease, 0, 2, 1.0)
+    node_id, ray_gpu_id = trainers.locate()
+    steward = get_steward(node_id, spec.config.cluster, spec.config.mode.pipe_root)
+    gpu = ray.get(steward.resolve_gpu.remote(ray_gpu_id), timeout=60)
     forkserver = ray.get(steward.forkserver.remote(), timeout=180)
-    return Lane(lease, steward, gpu, ProgressBoard.remote(), threading.Event(), forkserver,
-                TrainerPool(lease, 0, 2, 1.0))
+    return Lane(lease, node_id, steward, gpu, ProgressBoard.remote(), threading.Event(), forkserver, trainers)
 
 
 def test_a_lane_lends_the_same_actors_to_its_next_cell_and_they_carry_nothing_over(tmp_path: Path) -> None:
@@ -64,11 +65,18 @@ def test_a_lane_lends_the_same_actors_to_its_next_cell_and_they_carry_nothing_ov
 
 
 def test_a_failed_job_s_actor_is_killed_not_lent_again(tmp_path: Path) -> None:
+    """Also: a cell with actors of its own (``trainer.reuse_actors=false``, or script jobs) first ends
+    the pool's idle ones, which hold shares of the lease's one GPU its actors need."""
     spec = load(["degree=2", "epoch_samples=64", "trainer.fault=error", "trainer.fault_job=1"], out_dir=tmp_path)
+    own = load(["degree=1", "epoch_samples=64", "trainer.reuse_actors=false", "trainer.setup_timeout_s=60"],
+               out_dir=tmp_path)
     lane = _lane(spec)
     try:
         rec = run_cell(spec, lane, time.time())
         assert len(lane.trainers._idle) == 1  # the job that finished cleanly
+        rec_own = run_cell(own, lane, time.time())  # its actor needs the whole GPU: 1/2 of it was idle
+        assert [j.status for j in job_rows(rec_own)[0]] == ["ok"], rec_own.reason
+        assert not lane.trainers._idle
     finally:
         lane.trainers.close()
         ray.get(lane.steward.release_gpu.remote(lane.gpu.uuid), timeout=120)

@@ -46,6 +46,7 @@ class Lane:
     """One leased GPU and what a cell needs to use it (one per concurrently running cell)."""
 
     lease: GpuLease
+    node_id: str
     steward: Any
     gpu: GpuInfo
     board: Any
@@ -198,7 +199,7 @@ def run_cell(cell: CellSpec, lane: Lane, started_at: float, lease_wait_s: float 
     Raises:
         CellCancelled: the sweep was interrupted; the GPU was released and no record is kept.
     """
-    rec = CellRecord(cell, gpu=lane.gpu, node_id=lane.lease.node_id, backend=lane.gpu.backend,
+    rec = CellRecord(cell, gpu=lane.gpu, node_id=lane.node_id, backend=lane.gpu.backend,
                      started_at=started_at, lease_wait_s=lease_wait_s, lane_setup_s=lane_setup_s)
     run = _CellRun(cell, lane, rec)
     interrupted = False

@@ -177,22 +177,26 @@ class _Sweep:
             self.lease_errors.append(str(exc))
             return None
         t0 = time.monotonic()
+        trainers = TrainerPool(lease, index, self.pool_size, self.trainer_cpus)
+        node_id = "?"
         try:
-            steward = get_steward(lease.node_id, self.cluster, self.pipe_root)
-            gpu = ray.get(steward.resolve_gpu.remote(lease.ray_gpu_id), timeout=60)
+            node_id, ray_gpu_id = trainers.locate()
+            steward = get_steward(node_id, self.cluster, self.pipe_root)
+            gpu = ray.get(steward.resolve_gpu.remote(ray_gpu_id), timeout=60)
             # Waiting for the node's warm parent is worth it only to cells that fork from it.
             with self.lock:
                 forks = any(c.config.trainer.spawn == "fork" for c, _ in self.queue)
             forkserver = ray.get(steward.forkserver.remote(), timeout=180) if forks else None
         except Exception as exc:  # noqa: BLE001 - the node cannot serve: its cells go to other lanes or fail
+            trainers.close()
             lease.release()
-            self.lease_errors.append(f"GPU node {lease.node_id[:12]} unusable: {type(exc).__name__}: {exc}")
+            self.lease_errors.append(f"GPU node {node_id[:12]} unusable: {type(exc).__name__}: {exc}")
             return None
         except BaseException:
+            trainers.close()
             lease.release()
             raise
-        lane = Lane(lease, steward, gpu, self.board, self.cancel, forkserver,
-                    TrainerPool(lease, index, self.pool_size, self.trainer_cpus))
+        lane = Lane(lease, node_id, steward, gpu, self.board, self.cancel, forkserver, trainers)
         return lane, {"lease_wait_s": lease.waited_s, "lane_setup_s": time.monotonic() - t0}
 
     def _close(self, index: int, lane: Lane) -> None:

@@ -2,14 +2,15 @@
 
 One bundle ``{"GPU": 1, "CPU": k}`` (STRICT_PACK): every job of the cell is scheduled into it with
 ``num_gpus=1/degree``, so all of them land on the same physical GPU, which a fractional
-``num_gpus`` without a placement group does not guarantee. A short probe task inside the bundle
-tells which node and which GPU Ray granted.
+``num_gpus`` without a placement group does not guarantee. Which node and which GPU Ray granted,
+the lane asks its first trainer actor (:meth:`raycolloc.driver.trainers.TrainerPool.locate`): a
+probe task of its own would cost a worker process more per lane and sweep (~1.3 CPU-seconds; a new
+driver's tasks never reuse another driver's workers).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,11 +30,9 @@ class LeaseError(RuntimeError):
 
 @dataclass
 class GpuLease:
-    """A granted GPU: the placement group, the node, and the GPU id Ray assigned."""
+    """A granted GPU: the placement group, and how long the lease waited for it."""
 
     pg: PlacementGroup
-    node_id: str
-    ray_gpu_id: str
     waited_s: float
 
     def strategy(self) -> PlacementGroupSchedulingStrategy:
@@ -46,12 +45,6 @@ class GpuLease:
             remove_placement_group(self.pg)
         except Exception as exc:  # noqa: BLE001 - already gone with its job is fine
             log.debug("lease=release-failed error=%s", exc)
-
-
-@ray.remote(num_gpus=1, num_cpus=0)
-def _probe() -> tuple[str, str]:
-    ids = ray.get_gpu_ids()
-    return ray.get_runtime_context().get_node_id(), str(ids[0] if ids else os.environ.get("CUDA_VISIBLE_DEVICES", "0"))
 
 
 def _check_feasible(cpus: float) -> None:
@@ -86,9 +79,7 @@ def acquire_gpu(name: str, cpus: float, timeout_s: float, on_wait: Callable[[flo
                 on_wait(waited)
             if waited > timeout_s:
                 raise LeaseError(f"no GPU was free within cluster.lease_timeout_s={timeout_s:g}s")
-        node_id, gpu_id = ray.get(_probe.options(scheduling_strategy=PlacementGroupSchedulingStrategy(
-            pg, placement_group_bundle_index=0)).remote(), timeout=120)
     except BaseException:
         remove_placement_group(pg)
         raise
-    return GpuLease(pg=pg, node_id=node_id, ray_gpu_id=gpu_id, waited_s=time.monotonic() - t0)
+    return GpuLease(pg=pg, waited_s=time.monotonic() - t0)

@@ -8,11 +8,13 @@ lane can borrow as many as it has jobs, and they go back to the pool when it end
 actor carries nothing from the previous cell: it never imports torch or touches CUDA (its training
 process does), never changes its own environment (the binding goes to the training process), and
 closes the previous training process's connection before it starts the next one. An actor that
-failed (died, hung, or was interrupted mid-epoch) is killed, never lent again.
+failed (died, hung, or was interrupted mid-epoch) is killed, never lent again. The lane's first actor
+is created with the lane, before any cell: it tells which node and GPU the lease holds (:meth:`locate`).
 
 ``trainer.reuse_actors=false`` gives each cell fresh actors of ``1/degree`` of the GPU, named after
 the cell's jobs, killed when it ends (what every cell did before lanes kept them); so does a cell
-of script jobs (``raycolloc.job.script``), whose actors are of another kind.
+of script jobs (``raycolloc.job.script``), whose actors are of another kind. Such a cell first ends
+the idle actors of the pool: they hold shares of the lease's one GPU that its own actors need.
 """
 
 from __future__ import annotations
@@ -54,6 +56,17 @@ class TrainerPool:
         self._idle: list[Any] = []
         self._created = 0
 
+    def locate(self, timeout: float = 120.0) -> tuple[str, str]:
+        """The node and the GPU (Ray's id) of the lease, as the pool's first actor sees them; the
+        actor stays, idle, for the lane's first cell."""
+        if not self._idle:
+            self._created += 1
+            self._idle.append(self._create(RemoteTrainer, self._name(self._created), 1.0 / self.size))
+        return ray.get(self._idle[0].placement.remote(), timeout=timeout)
+
+    def _name(self, number: int) -> str:
+        return f"raycolloc:lane-{os.getpid()}-{self.index}/trainer-{number}"
+
     def _pooled(self, cell: CellSpec) -> bool:
         return cell.config.trainer.reuse_actors and all(job.kind != "script" for job in cell.jobs)
 
@@ -61,6 +74,7 @@ class TrainerPool:
         """Actors for the cell's jobs, in job order (idle ones first, new ones for the rest); a cell
         with script jobs, or ``trainer.reuse_actors=false``, gets actors of its own."""
         if not self._pooled(cell):
+            self.close()
             return [self._create(RemoteScriptTrainer if job.kind == "script" else RemoteTrainer,
                                  f"raycolloc:{cell.cell_id}/{job.name}", 1.0 / cell.degree) for job in cell.jobs]
         if cell.degree > self.size:
@@ -68,8 +82,7 @@ class TrainerPool:
         lent = [self._idle.pop() for _ in range(min(len(self._idle), cell.degree))]
         while len(lent) < cell.degree:
             self._created += 1
-            lent.append(self._create(RemoteTrainer, f"raycolloc:lane-{os.getpid()}-{self.index}/trainer-{self._created}",
-                                     1.0 / self.size))
+            lent.append(self._create(RemoteTrainer, self._name(self._created), 1.0 / self.size))
         return lent
 
     def _create(self, actor_class: Any, name: str, gpu_share: float) -> Any:

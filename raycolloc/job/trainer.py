@@ -17,6 +17,8 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any
 
+import ray
+
 from raycolloc.gauges import make_gauge
 from raycolloc.job.process import COMPILE_CACHE
 from raycolloc.job.spawn import TrainingProcess, start_training_process
@@ -78,6 +80,11 @@ class Trainer:
     def __repr__(self) -> str:
         # Ray prefixes every log line of an actor with its repr: the cell and the job it runs.
         return f"Trainer({self.job.cell_id}/{self.job.name})" if self.job else "Trainer(idle)"
+
+    def placement(self) -> tuple[str, str]:
+        """The node and the GPU (Ray's id for it) this actor was placed on: its lane's lease."""
+        ids = ray.get_gpu_ids()
+        return ray.get_runtime_context().get_node_id(), str(ids[0] if ids else os.environ.get("CUDA_VISIBLE_DEVICES", "0"))
 
     def inspect(self) -> dict[str, Any]:
         """What this actor process holds (tests, tools): its pid, open files, CUDA environment,
