@@ -117,3 +117,20 @@ def test_trainer_actors_take_one_call_at_a_time_on_their_main_thread() -> None:
     # Nothing calls a trainer concurrently (progress goes to the board; a hung or interrupted one is
     # killed), so it needs no thread pool beside the main thread that relays to its training process.
     assert RemoteTrainer._default_options.get("max_concurrency", 1) == 1
+
+
+def test_sweeps_share_the_cluster_s_progress_board_and_each_sees_its_own_cells() -> None:
+    """One detached board per cluster (a sweep starts no actor for it); a sweep's part is its own,
+    even where two sweeps run cells of the same name, and goes when the sweep ends."""
+    from raycolloc.driver.progress import open_board
+
+    a, b = open_board(NAMESPACE), open_board(NAMESPACE)
+    assert a.actor._actor_id == b.actor._actor_id and a.sweep != b.sweep
+    a.update("cell-1", {"state": "setup"})
+    b.update("cell-1", {"state": "done", "status": "ok"})
+    a.job("cell-1", 0, {"epoch": 1, "step": 3})
+    assert a.snapshot()["cell-1"]["state"] == "setup" and a.snapshot()["cell-1"]["jobs"] == {"0": {"epoch": 1, "step": 3}}
+    assert b.snapshot()["cell-1"]["state"] == "done" and "jobs" not in b.snapshot()["cell-1"]
+    a.close()
+    assert a.snapshot() == {} and set(b.snapshot()) == {"cell-1"}
+    b.close()

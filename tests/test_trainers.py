@@ -12,10 +12,10 @@ import ray
 
 from raycolloc.driver.cell import Lane, run_cell
 from raycolloc.driver.lease import acquire_gpu
-from raycolloc.driver.progress import ProgressBoard
+from raycolloc.driver.progress import open_board
 from raycolloc.driver.rows import job_rows
 from raycolloc.driver.trainers import TrainerPool
-from raycolloc.node.steward import get_steward
+from raycolloc.node.steward import NAMESPACE, get_steward
 
 from .conftest import load
 
@@ -29,7 +29,7 @@ def _lane(spec) -> Lane:  # noqa: ANN001
     steward = get_steward(node_id, spec.config.cluster, spec.config.mode.pipe_root)
     gpu = ray.get(steward.resolve_gpu.remote(ray_gpu_id), timeout=60)
     forkserver = ray.get(steward.forkserver.remote(), timeout=180)
-    return Lane(lease, node_id, steward, gpu, ProgressBoard.remote(), threading.Event(), forkserver, trainers)
+    return Lane(lease, node_id, steward, gpu, open_board(NAMESPACE), threading.Event(), forkserver, trainers)
 
 
 def test_a_lane_lends_the_same_actors_to_its_next_cell_and_they_carry_nothing_over(tmp_path: Path) -> None:

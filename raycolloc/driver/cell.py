@@ -25,6 +25,7 @@ from typing import Any
 import ray
 
 from raycolloc.driver.lease import GpuLease
+from raycolloc.driver.progress import Board
 from raycolloc.driver.rows import CellRecord
 from raycolloc.driver.stall import StallWatch
 from raycolloc.driver.trainers import TrainerPool
@@ -49,14 +50,14 @@ class Lane:
     node_id: str
     steward: Any
     gpu: GpuInfo
-    board: Any
+    board: Board
     cancel: threading.Event
     forkserver: str | None  # the node's warm parent of training processes, if it serves
     trainers: TrainerPool
 
     def report(self, cell_id: str, **fields: Any) -> None:
         """Set the cell's state on the progress board (fire and forget)."""
-        self.board.update.remote(cell_id, fields)
+        self.board.update(cell_id, fields)
 
 
 def _gather(refs: dict[int, Any], timeout: float | None, cancel: threading.Event,

@@ -27,7 +27,6 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import psutil
 import ray
@@ -38,7 +37,7 @@ from raycolloc.driver.cluster import connect
 from raycolloc.driver.lease import LeaseError, acquire_gpu
 from raycolloc.driver.outlock import hold_output
 from raycolloc.driver.preflight import check_cluster, check_nodes, gpu_nodes, unfit_cells
-from raycolloc.driver.progress import ProgressBoard, ProgressView
+from raycolloc.driver.progress import Board, ProgressView, open_board
 from raycolloc.driver.rows import CellRecord, cell_row, job_rows
 from raycolloc.driver.summary import cell_summary
 from raycolloc.driver.trainers import TrainerPool
@@ -96,7 +95,7 @@ def _record(rec: CellRecord, cell_dir: Path) -> CellResult:
 class _Sweep:
     """The shared state of one :func:`run_cells` call: the queue, the lanes and the results."""
 
-    def __init__(self, todo: list[tuple[CellSpec, Path]], board: Any, view: ProgressView) -> None:
+    def __init__(self, todo: list[tuple[CellSpec, Path]], board: Board, view: ProgressView) -> None:
         # Repeats interleaved (every cell's repeat 0, then every repeat 1, ...), largest first within each.
         self.queue = sorted(todo, key=lambda item: (item[0].config.repeat, *cell_size(item[0])))
         self.board, self.view = board, view
@@ -125,7 +124,7 @@ class _Sweep:
             self.write_error = self.write_error or exc
             self.cancel.set()
             raise CellCancelled from exc
-        self.board.update.remote(rec.cell.cell_id, {"state": "done", "status": result.status})
+        self.board.update(rec.cell.cell_id, {"state": "done", "status": result.status})
         self.view.write(result.summary)
 
     def lane(self, index: int) -> None:
@@ -274,8 +273,7 @@ def _run(todo: list[tuple[CellSpec, Path]]) -> dict[str, CellResult]:
     todo = [(c, d) for c, d in todo if c.cell_id not in results]
     if not todo:
         return results
-    board = ProgressBoard.options(name=f"raycolloc:progress:{os.getpid()}:{time.time_ns()}",
-                                  namespace=NAMESPACE).remote()
+    board = open_board(NAMESPACE)
     view = ProgressView({c.cell_id: c.label for c, _ in todo}, board)
     sweep = _Sweep(todo, board, view)
     gpus = sum(nodes.values())
@@ -299,7 +297,7 @@ def _run(todo: list[tuple[CellSpec, Path]]) -> dict[str, CellResult]:
     finally:
         view.refresh()
         view.close()
-        ray.kill(board)
+        board.close()
     results.update(sweep.results)
     if sweep.write_error is not None:
         raise sweep.write_error

@@ -20,8 +20,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-import ray
 
+from raycolloc.driver.progress import Board
 from raycolloc.spec import CellSpec, JobState
 
 __all__ = ["STEPS_OF_SILENCE", "StallWatch"]
@@ -41,7 +41,7 @@ class StallWatch:
         warmup: the call starts with the warm-up epoch (compile may run before the first report).
     """
 
-    board: Any
+    board: Board
     cell: CellSpec
     states: dict[int, JobState]
     warmup: bool
@@ -60,7 +60,7 @@ class StallWatch:
 
     def _progress(self) -> dict[str, Any]:
         try:
-            snap = ray.get(self.board.snapshot.remote(), timeout=10)
+            snap = self.board.snapshot()
         except Exception as exc:  # noqa: BLE001 - no verdict without the board; the next poll asks again
             log.debug("cell=%s progress board unavailable: %s", self.cell.cell_id, exc)
             return {}

@@ -104,7 +104,7 @@ class ScriptTrainer:
             job: the job; ``job.workload`` is a ``ScriptWorkload``.
             binding: how the job is bound to its GPU (from the steward).
             backend: ``nvml`` or ``sim``.
-            board: the sweep's progress board (an actor handle), or None.
+            board: the sweep's part of the progress board (``raycolloc.driver.progress.Board``), or None.
             forkserver: ignored: a script is exec'd as written, never forked from raycolloc's warm parent.
         """
         self.job, self.binding, self.backend, self.board = job, binding, backend, board
@@ -192,7 +192,7 @@ class ScriptTrainer:
             # Fire and forget: the driver draws it; the script's own epoch count is not known ahead.
             progress = {"epoch": row.epoch, "step": 1, "steps": 1, "epochs": max(self.job.epochs, row.epoch),
                         "samples_per_s": row.samples_per_s or 0.0}
-            self.board.job.remote(self.job.cell_id, self.job.index, progress)
+            self.board.job(self.job.cell_id, self.job.index, progress)
 
     def _check_mps(self, pid: int) -> bool:
         """Is the script (or a child of it) a client of the cell's MPS server? Asked of the control

@@ -1,6 +1,6 @@
 """The trainer actor: one per job. It starts the job's training process (``raycolloc.job.process``)
 and relays the cell's calls to it: setup, epochs, finish. While the process trains, the actor
-publishes its progress: a ``ray.util.metrics`` gauge, and the sweep's progress board in the driver.
+publishes its progress: a ``ray.util.metrics`` gauge, and the sweep's part of the cluster's progress board.
 
 Failures are results: an OOM or any exception in the job is returned as ``status=oom|error``,
 and a training process that dies (a crash, ``trainer.fault=exit``) as ``status=error``, "training
@@ -59,7 +59,7 @@ class Trainer:
             job: what to train.
             binding: how the job is bound to its GPU (from the steward).
             backend: ``nvml`` or ``sim``.
-            board: the sweep's progress board (an actor handle), or None.
+            board: the sweep's part of the progress board (``raycolloc.driver.progress.Board``), or None.
             forkserver: the node's fork server socket (``trainer.spawn=fork``), or None to exec.
         """
         if self._proc is not None:
@@ -165,4 +165,4 @@ class Trainer:
         self._gauge.set(progress.get("samples_per_s", 0.0), tags={"cell": self.job.cell_id, "job_name": self.job.name})
         if self.board is not None:
             # Fire and forget: the driver draws it; a lost update is redrawn a second later.
-            self.board.job.remote(self.job.cell_id, self.job.index, progress)
+            self.board.job(self.job.cell_id, self.job.index, progress)
