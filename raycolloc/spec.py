@@ -57,11 +57,6 @@ class JobSpec:
         return self.workload.kind
 
     @property
-    def imports(self) -> tuple[str, ...]:
-        """Modules the job's model needs beyond torch (``WorkloadSpec.imports``; none for the others)."""
-        return getattr(self.workload, "imports", ())
-
-    @property
     def steps_per_epoch(self) -> int:
         return max(1, self.epoch_samples // max(1, self.batch_size))
 

@@ -69,7 +69,7 @@ def test_injected_oom_is_a_row_and_the_cell_finishes(tmp_path: Path) -> None:
                                      "trainer.spawn=exec"])
     jobs = t["jobs"].set_index("job_index")
     assert jobs["cpus"].isna().all()  # not pinned: left to the scheduler
-    assert set(jobs["spawn"]) == {"exec"}  # a fresh interpreter: it imported torch itself
+    assert set(jobs["spawn"]) == {"exec"}  # a fresh interpreter: it imported torch and timm itself
     assert jobs.loc[1, "status"] == "oom" and "injected out of memory" in jobs.loc[1, "error"]
     assert jobs.loc[0, "status"] == "ok" and jobs.loc[0, "epoch2_s"] > 0
     assert outcome.status == "partial"

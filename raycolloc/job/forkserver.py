@@ -3,10 +3,7 @@
 A training process used to start as a fresh ``python -m raycolloc.job.process``: importing torch and
 timm cost it 6.3-6.5 s of every cell's set-up on 2 busy cores (local mode, tiny_cnn), more than
 anything else a cell did before its epochs. The fork server imports them (and raycolloc's job
-modules) once per node and forks a training process per job in milliseconds. It starts with torch
-and raycolloc's modules; what a job's model needs besides (``timm``: ``JobSpec.imports``) comes with
-the job's request and is imported once, before the first fork that needs it: timm's import (3.2
-CPU-seconds) is not paid by nodes whose jobs never use it (tiny and DLRM models, functions).
+modules) once per node and forks a training process per job in milliseconds.
 
 What a fork must not inherit, and why it cannot:
 
@@ -26,8 +23,7 @@ A child dies with its trainer actor (it watches the actor's pid), as an exec'd c
 The server itself dies with the steward that started it.
 
 Protocol on the server's Unix socket (``multiprocessing`` connections): a requester sends
-``(env, actor_pid, imports)`` then passes the fd of its end of the job's socket pair; the server
-imports what it has not yet, then answers
+``(env, actor_pid)`` then passes the fd of its end of the job's socket pair; the server answers
 ``("pid", pid)``, later ``("exit", code)`` on the same connection. The child then speaks
 :mod:`raycolloc.job.process`'s protocol with the actor, exactly as an exec'd one does.
 """
@@ -47,7 +43,7 @@ from multiprocessing.connection import Connection
 
 __all__ = ["PRELOAD", "main", "watch_parent"]
 
-PRELOAD = ("torch", "raycolloc.job.process", "raycolloc.job.step", "raycolloc.job.data.sources",
+PRELOAD = ("torch", "timm", "raycolloc.job.process", "raycolloc.job.step", "raycolloc.job.data.sources",
            "raycolloc.job.workloads.presets", "raycolloc.job.workloads.models")
 _PR_SET_PDEATHSIG = 1
 
@@ -120,15 +116,11 @@ def _serve(path: str) -> None:
             conn = next(c for c in waiting if c is item)
             waiting.remove(conn)
             try:
-                env, actor_pid, imports = conn.recv()
+                env, actor_pid = conn.recv()
                 job_fd = reduction.recv_handle(conn)
             except (EOFError, OSError):
                 conn.close()
                 continue
-            try:
-                _preload(imports)
-            except Exception as exc:  # noqa: BLE001 - the job's own import will say what is missing
-                print(f"forkserver: importing {', '.join(imports)} failed: {type(exc).__name__}: {exc}", flush=True)
             if torch.cuda.is_initialized():  # never: a forked CUDA context is unusable
                 conn.send(("error", "the fork server has initialised CUDA; it cannot fork training processes"))
                 conn.close()
@@ -140,19 +132,6 @@ def _serve(path: str) -> None:
             requests[pid] = conn
             conn.send(("pid", pid))
         _reap(requests)
-
-
-def _preload(modules: tuple[str, ...] | list[str]) -> None:
-    """Import ``modules`` here, once, so that every later fork inherits them (and keep the preloaded
-    objects out of the children's collections, as for the first ones)."""
-    todo = [m for m in modules if m not in sys.modules]
-    if not todo:
-        return
-    t0 = time.perf_counter()
-    for module in todo:
-        __import__(module)
-    gc.freeze()
-    print(f"forkserver preloaded {', '.join(todo)} in {time.perf_counter() - t0:.1f}s", flush=True)
 
 
 def _reap(requests: dict[int, Connection]) -> None:
@@ -179,9 +158,13 @@ def main(argv: list[str] | None = None) -> None:
     (path,) = argv or sys.argv[1:]
     if sys.platform.startswith("linux"):  # the server goes with the steward that started it
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    t0 = time.perf_counter()
+    for module in PRELOAD:
+        __import__(module)
     # Preloaded objects go to the permanent generation: a child's collections never walk them, so they
     # do not touch (and copy) the pages it shares with this process.
-    _preload(PRELOAD)
+    gc.freeze()
+    print(f"forkserver preloaded {', '.join(PRELOAD)} in {time.perf_counter() - t0:.1f}s", flush=True)
     try:
         os.unlink(path)
     except FileNotFoundError:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import importlib
 import logging
 import os
 import socket
@@ -328,8 +327,7 @@ def run(conn: Connection, actor_pid: int, forked: bool) -> None:
     normal_priority()
     COMPILE_CACHE.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    for module in job.imports:  # while the actor waits for its first command (the fork server's, if forked)
-        importlib.import_module(module)
+    import timm  # noqa: F401 - while the actor waits for its first command (preloaded when forked)
     import torch
 
     threads = os.environ.get("OMP_NUM_THREADS", "")

@@ -25,8 +25,7 @@ from raycolloc.spec import Binding, JobSpec
 __all__ = ["ForkedProcess", "TrainingProcess", "start_training_process"]
 
 log = logging.getLogger(__name__)
-# Covers the server importing what the job needs first (timm: 3.2 CPU-seconds, longer on busy cores).
-FORK_TIMEOUT_S = 60.0
+FORK_TIMEOUT_S = 30.0
 
 
 class TrainingProcess(Protocol):
@@ -74,9 +73,9 @@ class ForkedProcess:
             pass
 
 
-def _fork(server_path: str, env: dict[str, str], imports: tuple[str, ...], job_end: socket.socket) -> ForkedProcess:
+def _fork(server_path: str, env: dict[str, str], job_end: socket.socket) -> ForkedProcess:
     server = Client(server_path, family="AF_UNIX")
-    server.send((env, os.getpid(), imports))
+    server.send((env, os.getpid()))
     reduction.send_handle(server, job_end.fileno(), None)
     if not server.poll(FORK_TIMEOUT_S):
         server.close()
@@ -101,7 +100,7 @@ def start_training_process(job: JobSpec, binding: Binding, backend: str, env: di
     with theirs:
         if forkserver:
             try:
-                proc = _fork(forkserver, env, job.imports, theirs)
+                proc = _fork(forkserver, env, theirs)
             except (OSError, EOFError, TimeoutError, RuntimeError) as exc:
                 log.warning("job=%s fork server %s unusable (%s): starting the training process afresh",
                             job.name, forkserver, exc)

@@ -39,9 +39,6 @@ class WorkloadSpec:
             compositions, whose class comes from the memory estimate
             (:func:`raycolloc.job.workloads.estimate.size_class`).
         lr: learning rate of the SGD optimiser.
-        imports: modules its model needs beyond torch and raycolloc (``timm``): its training process
-            imports them while its actor waits; the node's fork server imports them once, before
-            the first fork for such a job, and every later fork inherits them.
         table_sizes: embedding rows per categorical feature (dlrm only).
     """
 
@@ -58,7 +55,6 @@ class WorkloadSpec:
     lr: float = 0.1
     table_sizes: tuple[int, ...] = field(default_factory=tuple)
     description: str = ""
-    imports: tuple[str, ...] = ()
     kind: ClassVar[str] = "model"
 
     @property
