@@ -76,6 +76,7 @@ class Board:
         return ray.get(self.actor.snapshot.remote(self.sweep), timeout=timeout)
 
     def close(self) -> None:
+        """The sweep ended: its part of the board goes (fire and forget)."""
         self.actor.forget.remote(self.sweep)
 
 

@@ -20,7 +20,6 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-
 from raycolloc.driver.progress import Board
 from raycolloc.spec import CellSpec, JobState
 
