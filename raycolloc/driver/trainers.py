@@ -60,12 +60,14 @@ class TrainerPool:
         """The node and the GPU (Ray's id) of the lease, as the pool's first actor sees them; the
         actor stays, idle, for the lane's first cell."""
         if not self._idle:
-            self._created += 1
-            self._idle.append(self._create(RemoteTrainer, self._name(self._created), 1.0 / self.size))
+            self._idle.append(self._new_pooled())
         return ray.get(self._idle[0].placement.remote(), timeout=timeout)
 
-    def _name(self, number: int) -> str:
-        return f"raycolloc:lane-{os.getpid()}-{self.index}/trainer-{number}"
+    def _new_pooled(self) -> Any:
+        """A new actor of the pool: ``1/size`` of the lane's GPU, numbered within the lane."""
+        self._created += 1
+        return self._create(RemoteTrainer, f"raycolloc:lane-{os.getpid()}-{self.index}/trainer-{self._created}",
+                            1.0 / self.size)
 
     def _pooled(self, cell: CellSpec) -> bool:
         return cell.config.trainer.reuse_actors and all(job.kind != "script" for job in cell.jobs)
@@ -81,8 +83,7 @@ class TrainerPool:
             raise ValueError(f"cell {cell.cell_id} has {cell.degree} jobs; the lane's pool holds {self.size}")
         lent = [self._idle.pop() for _ in range(min(len(self._idle), cell.degree))]
         while len(lent) < cell.degree:
-            self._created += 1
-            lent.append(self._create(RemoteTrainer, self._name(self._created), 1.0 / self.size))
+            lent.append(self._new_pooled())
         return lent
 
     def _create(self, actor_class: Any, name: str, gpu_share: float) -> Any:
