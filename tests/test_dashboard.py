@@ -145,12 +145,15 @@ def _stop(proc: subprocess.Popen[str]) -> None:
         proc.wait(timeout=30)
 
 
-@pytest.mark.serial  # polls the dashboard while one cell runs: it must see the gauges inside that window
+@pytest.mark.slow  # a Ray instance with its dashboard, one cell of two 8-second epochs
 def test_dashboard_shows_the_cells_actors_and_gauges(tmp_path: Path, ray_tmp: str) -> None:
     dash_port, metrics_port = _free_port(), _free_port()
     out = tmp_path / "results"
-    # 2 jobs of 6k samples per epoch train for 10-30 s (2 cores): gauges appear 1-3 s after they start.
-    overrides = ["degree=2", "epoch_samples=6144", "cluster.dashboard=true", "cluster.dashboard_host=127.0.0.1",
+    # The test polls while the cell runs: 2 jobs whose steps sleep (tests/sleepy_workload.py), for two
+    # epochs of 8 s (a time budget), a window that does not shrink on a busy machine, as epochs of a
+    # number of samples do; gauges appear 1-3 s after the jobs start.
+    overrides = ["degree=2", "workload=python", "workload.entry=tests.sleepy_workload:build", "batch_size=16",
+                 "epoch_samples=1000000", "epoch_time_s=8", "cluster.dashboard=true", "cluster.dashboard_host=127.0.0.1",
                  f"cluster.dashboard_port={dash_port}", f"cluster.metrics_export_port={metrics_port}"]
     job = load(overrides, out_dir=out)
     trainers = {j.name for j in job.jobs}
