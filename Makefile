@@ -26,9 +26,10 @@ demo: venv
 	$(PY) -m analysis.report $$(ls -d results/demo/multirun/*/* | tail -1) --out results/demo/report
 
 # The whole CPU suite, the long (`slow`) tests included: what CI runs. Two pytest-xdist workers, each
-# with its own Ray instance and simulated GPUs (tests/conftest.py).
+# with its own Ray instance and simulated GPUs (tests/conftest.py), take whole test modules, the
+# longest first (tests/durations.json; `pytest --store-durations ...` rewrites it).
 test: venv
-	$(PY) -m pytest -m 'not gpu' -n 2 --dist worksteal
+	$(PY) -m pytest -m 'not gpu' -n 2 --dist loadfile --no-loadscope-reorder
 
 # The quick part while developing: plain `pytest` (no `slow`, no `gpu`).
 test-fast: venv

@@ -3,6 +3,7 @@ fake GPUs for the whole session, and a runner for the real command line."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -37,6 +38,37 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 CPU_OVERRIDES = ["cluster=local", "workload=tiny_cnn", "telemetry.interval_ms=50"]
+
+# --- the order of test modules ------------------------------------------------------------------------
+# `make test` hands whole modules to its two workers (`--dist loadfile`), longest first, so that the
+# workers end together: in collection order the fault suite's 5 minutes came last, and one worker ran
+# its final 90 s alone. The seconds per module are a past run's (`--store-durations` rewrites them); a
+# module not listed goes first. A stale file costs balance, never a test.
+DURATIONS = Path(__file__).with_name("durations.json")
+_seconds: dict[str, float] = {}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--store-durations", action="store_true",
+                     help=f"write each test module's seconds (setup, call, teardown) to {DURATIONS.name}")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    known = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    items.sort(key=lambda item: -known.get(item.nodeid.split("::")[0], float("inf")))  # stable within a module
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    module = report.nodeid.split("::")[0]
+    _seconds[module] = _seconds.get(module, 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # The controller of an xdist run sees every worker's reports; each worker writes nothing.
+    if session.config.getoption("--store-durations") and not os.environ.get("PYTEST_XDIST_WORKER"):
+        known = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+        ranked = sorted({**known, **_seconds}.items(), key=lambda kv: -kv[1])  # modules that did not run keep theirs
+        DURATIONS.write_text(json.dumps({module: round(s, 1) for module, s in ranked}, indent=1) + "\n")
 
 
 def compose(overrides: list[str] | None = None):  # noqa: ANN201 - returns a DictConfig
