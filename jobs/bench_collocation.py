@@ -32,7 +32,6 @@ import pandas as pd
 import ray
 
 ROOT = Path(__file__).resolve().parents[1]
-COMPILE_CACHE = Path(os.environ.get("RAYCOLLOC_COMPILE_CACHE", "/tmp/raycolloc-compile-cache"))
 WORKLOADS = {"resnet26_cifar10": ("resnet26", 10, 32), "resnet50_imagenet64": ("resnet50", 1000, 64),
              "efficientnetv2s_imagenet64": ("efficientnetv2_s", 1000, 64)}
 
@@ -48,6 +47,7 @@ def _gpu(sim: bool) -> tuple[str, str, int]:
 
 def raw_cell(args: argparse.Namespace, mode: str, degree: int, opts: dict[str, str]) -> dict[str, Any]:
     """``degree`` raw processes on GPU 0, warm, then one common window; returns the aggregate."""
+    from raycolloc.job.process import cache_env
     from raycolloc.node.modes.mps import MpsDaemon
 
     model, classes, res = WORKLOADS[args.workload]
@@ -55,9 +55,7 @@ def raw_cell(args: argparse.Namespace, mode: str, degree: int, opts: dict[str, s
     sync = Path(tempfile.mkdtemp(prefix="rawsync"))
     daemon = None
     env = dict(os.environ, CUDA_VISIBLE_DEVICES=uuid, CUDA_DEVICE_ORDER="PCI_BUS_ID")
-    # The same compile cache as raycolloc's trainers: neither side pays a cold compile twice.
-    env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(COMPILE_CACHE / "inductor"))
-    env.setdefault("TRITON_CACHE_DIR", str(COMPILE_CACHE / "triton"))
+    cache_env(env)  # the same compile cache as raycolloc's trainers: neither side pays a cold compile twice
     if mode == "mps" and args.backend != "sim":
         daemon = MpsDaemon(uuid, index, tempfile.mkdtemp(prefix="rawmps", dir="/tmp"))
         daemon.start()

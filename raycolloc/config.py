@@ -183,6 +183,7 @@ class TrainerConfig:
     setup_timeout_s: float = 1800.0
     stall_timeout_s: float = 300.0  # silent this long (and 20 warm-up steps): status=hang (driver/stall.py)
     epoch_timeout_s: float | None = None  # an optional cap on one call's epochs; null = none
+    compile_cache: str | None = None  # a directory; null: $RAYCOLLOC_COMPILE_CACHE, else /tmp/raycolloc-compile-cache
     fault: str | None = None
     fault_job: int = 0
     fault_epoch: int = 2
@@ -317,7 +318,7 @@ _NON_SEMANTIC = {("out_dir",), ("tags",), ("repeats",), ("cluster", "address"), 
                  ("cluster", "lease_timeout_s"), ("cluster", "dashboard"), ("cluster", "dashboard_host"),
                  ("cluster", "dashboard_port"), ("cluster", "metrics_export_port"),
                  ("trainer", "setup_timeout_s"), ("trainer", "stall_timeout_s"), ("trainer", "epoch_timeout_s"),
-                 ("trainer", "spawn"), ("trainer", "reuse_actors")}
+                 ("trainer", "spawn"), ("trainer", "reuse_actors"), ("trainer", "compile_cache")}
 # Keys that do not change a cell's work but were hashed before: hashed as their (old) default
 # whatever their value, so results written with the default keep their hash.
 _HASHED_AS_DEFAULT = {("cluster", "num_gpus"): 1, ("cluster", "num_cpus"): None, ("cluster", "sim_mig_mode"): "auto",

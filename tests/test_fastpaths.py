@@ -23,7 +23,7 @@ from torch._dynamo.utils import counters
 
 from raycolloc.config import TrainerConfig
 from raycolloc.job.data.sources import build_source
-from raycolloc.job.process import COMPILE_CACHE
+from raycolloc.job.process import compile_cache
 from raycolloc.job.step import TrainStep, build_step
 from raycolloc.job.workloads.registry import create_workload
 from raycolloc.results.schema import TABLES
@@ -45,7 +45,7 @@ def fresh_dynamo(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch also takes away the TORCHINDUCTOR_CACHE_DIR that inductor writes into this
     process's environment, so a Ray instance started later does not pass it on to trainers.
     """
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(COMPILE_CACHE / "inductor"))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(compile_cache() / "inductor"))
     torch._dynamo.reset()
     counters.clear()
 
@@ -243,19 +243,12 @@ def test_compiled_cell_times_compile_outside_the_measured_epochs(tmp_path: Path,
         assert jobs["mps_client"].all()
 
 
-def test_jobs_of_a_node_share_one_compile_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """With an empty cache, the first job compiles and the second loads its kernels.
-
-    The trainer reads RAYCOLLOC_COMPILE_CACHE when it is imported, so a fresh cache needs
-    fresh worker processes: the real command line, with its own Ray instance.
-    """
+def test_jobs_of_a_node_share_one_compile_cache(tmp_path: Path) -> None:
+    """With an empty cache (``trainer.compile_cache``), the first job compiles and the second loads its
+    kernels. The real command line, joining the session's Ray instance."""
     cache, out = tmp_path / "compile-cache", tmp_path / "out"
-    # Trainers keep a TORCHINDUCTOR_CACHE_DIR they inherit; without one they use the node's cache.
-    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
-    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
     proc = run_cli(["workload=tiny_cnn", "cluster=local", "degree=2", "epoch_samples=128", "trainer.compile=default",
-                    "telemetry.interval_ms=50", f"out_dir={out}"],
-                   cwd=ROOT, env={"RAYCOLLOC_COMPILE_CACHE": str(cache)}, own_ray=True)
+                    f"trainer.compile_cache={cache}", "telemetry.interval_ms=50", f"out_dir={out}"], cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-4000:]
     (job_dir,) = {p.parent for p in out.rglob("jobs.parquet")}
     t = _tables(job_dir)

@@ -43,10 +43,25 @@ from raycolloc.procs import die_with_parent, format_cpus, normal_priority
 from raycolloc.results.rows import EpochRow
 from raycolloc.spec import Binding, JobInfo, JobSpec, JobState, JobStatus
 
-__all__ = ["COMPILE_CACHE", "JobProcess", "classify_error", "main"]
+__all__ = ["JobProcess", "cache_env", "classify_error", "compile_cache", "main"]
 
 log = logging.getLogger(__name__)
-COMPILE_CACHE = Path(os.environ.get("RAYCOLLOC_COMPILE_CACHE", "/tmp/raycolloc-compile-cache"))
+
+
+def compile_cache(configured: str | None = None) -> Path:
+    """The node's compile cache (a directory): ``trainer.compile_cache``, else $RAYCOLLOC_COMPILE_CACHE,
+    else /tmp/raycolloc-compile-cache."""
+    return Path(configured or os.environ.get("RAYCOLLOC_COMPILE_CACHE", "/tmp/raycolloc-compile-cache"))
+
+
+def cache_env(env: dict[str, str], configured: str | None = None) -> None:
+    """Point inductor's and triton's kernel caches in ``env`` into the compile cache, so identical jobs
+    reuse each other's kernels: always for a configured cache, else unless ``env`` names its own."""
+    cache = compile_cache(configured)
+    for var, sub in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton")):
+        if configured or var not in env:
+            env[var] = str(cache / sub)
+
 REPORT_EVERY_S = 1.0
 
 
@@ -199,7 +214,7 @@ class JobProcess:
     def _compile_lock(self) -> Iterator[None]:
         """Jobs on a node compile one at a time, so the first fills the shared cache for the rest."""
         key = hashlib.sha1(f"{self.job.workload.name}{self.job.batch_size}{self.job.trainer}".encode()).hexdigest()[:12]
-        with open(COMPILE_CACHE / f"compile-{key}.lock", "w") as fh:
+        with open(compile_cache(self.job.trainer.compile_cache) / f"compile-{key}.lock", "w") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
                 yield
@@ -325,7 +340,7 @@ def run(conn: Connection, actor_pid: int, forked: bool) -> None:
 
         watch_parent(actor_pid)  # an exec'd process has PR_SET_PDEATHSIG instead
     normal_priority()
-    COMPILE_CACHE.mkdir(parents=True, exist_ok=True)
+    compile_cache(job.trainer.compile_cache).mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     import timm  # noqa: F401 - while the actor waits for its first command (preloaded when forked)
     import torch

@@ -20,7 +20,7 @@ from typing import Any
 import ray
 
 from raycolloc.gauges import make_gauge
-from raycolloc.job.process import COMPILE_CACHE
+from raycolloc.job.process import cache_env
 from raycolloc.job.spawn import TrainingProcess, start_training_process
 from raycolloc.procs import move_threads_off, normal_priority, python_env
 from raycolloc.spec import Binding, JobSpec, JobState
@@ -68,9 +68,7 @@ class Trainer:
         env = {**os.environ, **binding.env, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
         if job.trainer.allocator == "cuda_async":
             env["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
-        # One inductor cache per node: identical jobs reuse each other's compiled kernels.
-        env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(COMPILE_CACHE / "inductor"))
-        env.setdefault("TRITON_CACHE_DIR", str(COMPILE_CACHE / "triton"))
+        cache_env(env, job.trainer.compile_cache)  # one compile cache per node
         self.job, self.board, self._state = job, board, JobState()
         if binding.cpus:
             move_threads_off(binding.cpus)
