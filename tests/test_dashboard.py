@@ -149,10 +149,12 @@ def _stop(proc: subprocess.Popen[str]) -> None:
 def test_dashboard_shows_the_cells_actors_and_gauges(tmp_path: Path, ray_tmp: str) -> None:
     dash_port, metrics_port = _free_port(), _free_port()
     out = tmp_path / "results"
-    # The test polls while the cell runs: 2 jobs whose steps sleep (tests/sleepy_workload.py), for two
-    # epochs of 8 s (a time budget), a window that does not shrink on a busy machine, as epochs of a
-    # number of samples do; gauges appear 1-3 s after the jobs start.
-    overrides = ["degree=2", "workload=python", "workload.entry=tests.sleepy_workload:build", "batch_size=16",
+    # The test polls while the cell runs: 2 jobs whose 10 ms steps compute 3 ms and sleep the rest
+    # (tests/sleepy_workload.py; the simulated SM activity follows the jobs' CPU time), for two epochs
+    # of 8 s (a time budget), a window that does not shrink on a busy machine, as epochs of a number
+    # of samples do; gauges appear 1-3 s after the jobs start.
+    overrides = ["degree=2", "workload=python", "workload.entry=tests.sleepy_workload:build",
+                 "workload.args={step_ms:10,busy_ms:3}", "batch_size=16",
                  "epoch_samples=1000000", "epoch_time_s=8", "cluster.dashboard=true", "cluster.dashboard_host=127.0.0.1",
                  f"cluster.dashboard_port={dash_port}", f"cluster.metrics_export_port={metrics_port}"]
     job = load(overrides, out_dir=out)
