@@ -23,10 +23,10 @@ from datetime import datetime
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import yaml
 
 from raycolloc.results.index import REFERENCE, read_reference
+from raycolloc.results.store import read_parquet
 
 __all__ = ["CellEntry", "SweepEntry", "find_sweeps", "list_cells", "main"]
 
@@ -99,7 +99,7 @@ def _fmt(value: float | None, spec: str) -> str:
 def _entry(cell_dir: Path) -> CellEntry:
     target = read_reference(cell_dir) or cell_dir
     try:
-        table = pq.read_table(target / "cells.parquet")
+        table = read_parquet(target / "cells.parquet")
         row = {c: table.column(c)[0].as_py() if c in table.column_names else None for c in _COLUMNS}
     except (OSError, pa.ArrowException, IndexError) as exc:
         return CellEntry(cell_dir.name, "unreadable", None, None, "-", 0, None, "-", None, f"{type(exc).__name__}: {exc}")

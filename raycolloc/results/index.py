@@ -23,9 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from raycolloc.results.store import InvalidResult, read_cell
+from raycolloc.results.store import InvalidResult, read_cell, read_parquet
 
 __all__ = ["REFERENCE", "RESULT_STATUSES", "ResultIndex", "Reused", "read_reference", "write_reference"]
 
@@ -65,7 +64,7 @@ class ResultIndex:
 
     def _add(self, path: Path) -> None:
         try:
-            table = pq.read_table(path, columns=["config_hash", "status", "finished_at"])
+            table = read_parquet(path, columns=["config_hash", "status", "finished_at"])
             digest, status, finished = (table.column(c)[0].as_py() for c in ("config_hash", "status", "finished_at"))
         except (OSError, pa.ArrowException, KeyError, IndexError) as exc:
             self._set_aside(path.parent, f"cells.parquet unreadable: {exc}")
