@@ -192,6 +192,8 @@ class Sampler:
                 rss = proc.memory_info().rss / (1 << 20)
             except psutil.NoSuchProcess:
                 continue
+            if rss == 0:  # it is exiting: its memory goes before it turns zombie (a CI run sampled that)
+                continue
             self.rows.append(self._row(ts, "process", pid=pid, job_index=job_index, proc_cpu_percent=cpu,
                                        proc_rss_mib=rss, **_gpu_usage(proc, usage)))
 
