@@ -65,7 +65,8 @@ def test_radt_plan_errors_name_the_row(tmp_path: Path) -> None:
 def test_two_nodes_four_gpus_run_four_cells_at_once(tmp_path: Path) -> None:
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 6, "num_gpus": 2})
+    # No dashboard: it would take Ray's default port 8265 from a test beside this one that needs it.
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 6, "num_gpus": 2, "include_dashboard": False})
     cluster.add_node(num_cpus=6, num_gpus=2)
     cluster.wait_for_nodes()
     out = tmp_path / "res"

@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -141,7 +142,7 @@ def test_item_4_a_dead_sweeps_lock_is_taken_over(tmp_path: Path, caplog: pytest.
 def test_item_4_two_sweeps_on_one_ray_cluster_never_share_a_gpu(tmp_path: Path) -> None:
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 8, "num_gpus": 1})
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 8, "num_gpus": 1, "include_dashboard": False})
     procs = []
     try:
         for name in ("a", "b"):
@@ -221,8 +222,11 @@ def _dashboard_env(home: Path) -> dict[str, str]:
 def test_item_11_the_dashboard_url_comes_with_the_token_it_asks_for(tmp_path: Path) -> None:
     out = tmp_path / "out"
     ray_tmp = tempfile.mkdtemp(prefix="rcd", dir="/tmp")
+    with socket.socket() as s:  # a free port: Ray's default 8265 may be another instance's
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "raycolloc.sweep", *CPU_OVERRIDES, "degree=1", "epoch_samples=20000",
-                             "cluster.dashboard=true", f"out_dir={out}", f"mode.pipe_root=/tmp/rc11{os.getpid()}"],
+                             "cluster.dashboard=true", f"cluster.dashboard_port={port}", f"out_dir={out}", f"mode.pipe_root=/tmp/rc11{os.getpid()}"],
                             cwd=ROOT, env={**_dashboard_env(tmp_path), "RAY_TMPDIR": ray_tmp}, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     seen: list[str] = []
