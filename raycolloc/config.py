@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from raycolloc.config_checks import ConfigError
+from raycolloc.config_checks import ConfigError, as_list, is_mem_limit
 from raycolloc.config_checks import check_choice as _check_choice
 from raycolloc.config_checks import check_int as _check_int
 from raycolloc.config_checks import check_min as _check_min
@@ -102,13 +102,13 @@ class ModeConfig:
             for key in ("active_thread_percentage", "pinned_mem_limit"):
                 if getattr(self, key) is not None:
                     raise ConfigError(f"mode.{key} applies to mode=mps only (mode={self.name})")
-        for pct in _as_list(self.active_thread_percentage):
+        for pct in as_list(self.active_thread_percentage):
             if pct is not None and (isinstance(pct, bool) or not isinstance(pct, int) or not 1 <= pct <= 100):
                 raise ConfigError(
                     f"mode.active_thread_percentage={pct!r} is not allowed; it must be an integer 1..100"
                 )
-        for limit in _as_list(self.pinned_mem_limit):
-            if limit is not None and not _is_mem_limit(limit):
+        for limit in as_list(self.pinned_mem_limit):
+            if limit is not None and not is_mem_limit(limit):
                 raise ConfigError(
                     f"mode.pinned_mem_limit={limit!r} is not allowed; write a size such as 8G or 512M"
                 )
@@ -298,17 +298,6 @@ class Config:
         base = (f"mix-{self.mix.name or 'custom'}-{self.mode.name}" if self.mix.jobs
                 else f"{workload_label(self.workload)}-{self.mode.name}-x{self.degree}")
         return f"{base}-r{self.repeat}" if self.repeat else base
-
-
-def _as_list(value: Any) -> list[Any]:
-    if value is None:
-        return []
-    return list(value) if isinstance(value, list | tuple) else [value]
-
-
-def _is_mem_limit(value: Any) -> bool:
-    text = str(value).strip().upper()
-    return len(text) > 1 and text[:-1].isdigit() and text[-1] in "KMGT" or text.isdigit()
 
 
 # Keys that do not change what a cell measures: excluded from the config hash used for resume.

@@ -7,7 +7,7 @@ import difflib
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["ConfigError", "check_choice", "check_int", "check_min", "closest"]
+__all__ = ["ConfigError", "as_list", "check_choice", "check_int", "check_min", "closest", "is_mem_limit"]
 
 
 class ConfigError(ValueError):
@@ -36,3 +36,16 @@ def check_int(key: str, value: Any, minimum: int, *, optional: bool = False) -> 
 def closest(name: str, names: Iterable[str], n: int = 5) -> list[str]:
     """The names most like ``name`` (a typo's likely intent), best first."""
     return difflib.get_close_matches(name, list(names), n=n, cutoff=0.5)
+
+
+def as_list(value: Any) -> list[Any]:
+    """A value that may be one value or a list (one per job) as a list; None as []."""
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+def is_mem_limit(value: Any) -> bool:
+    """Whether ``value`` is a size such as 8G, 512M or a plain byte count."""
+    text = str(value).strip().upper()
+    return len(text) > 1 and text[:-1].isdigit() and text[-1] in "KMGT" or text.isdigit()
