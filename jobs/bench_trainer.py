@@ -110,6 +110,9 @@ def main() -> None:
     p.add_argument("--cpu-affinity", default="auto", choices=["auto", "none"])
     p.add_argument("--backend", default="nvml", choices=["nvml", "sim"], help="sim: CPU plumbing test only")
     p.add_argument("--timeout-s", type=float, default=900.0, help="limit of each trainer call")
+    p.add_argument("--ray-address", default=None,
+                   help="run the trainers on this Ray cluster (ADDRESS of `ray start`); default: a local "
+                        "instance of the benchmark's own")
     p.add_argument("--out", required=True, help="JSON file for the results")
     args = p.parse_args()
     if args.rounds < 1 or args.epochs < 1:
@@ -124,7 +127,10 @@ def main() -> None:
 
     cell = _cell(args)
     cfg = cell.config
-    _start_ray(args)  # a local instance of its own, never one the user runs
+    if args.ray_address:
+        ray.init(address=args.ray_address)  # ray.shutdown disconnects; the cluster goes on
+    else:
+        _start_ray(args)  # a local instance of its own, never one the user runs
     try:
         steward = get_steward(ray.get_runtime_context().get_node_id(), cfg.cluster, cfg.mode.pipe_root)
         gpu = ray.get(steward.resolve_gpu.remote("0"), timeout=60)

@@ -26,10 +26,9 @@ from omegaconf import DictConfig
 
 from raycolloc.config import ConfigError, register_configs
 from raycolloc.driver.cells import cell_dir_names, split_options, sweep_cells, validate_cell
-from raycolloc.driver.engine import run_cells
 from raycolloc.driver.hydra_errors import CONF_ROOT, as_config_error, check_group_choices
 from raycolloc.driver.outcome import EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, EXIT_WRITE, print_outcome
-from raycolloc.results.store import ResultWriteError
+from raycolloc.results.errors import ResultWriteError
 
 __all__ = ["main", "task"]
 
@@ -70,6 +69,9 @@ def _run(dcfg: DictConfig, run_dir: Path) -> int:
 
         print_dry_run([DryRunLine(s.label, s) for s in specs], specs[0].config.out_dir, rerun=options.rerun)
         return _dry_run_status(run_dir, 0)
+    # Ray, pyarrow and pandas come with the engine, once the cell is valid: a refused one answers sooner.
+    from raycolloc.driver.engine import run_cells
+
     if len(specs) == 1:
         results = run_cells([(specs[0], run_dir)], rerun=options.rerun)
     else:

@@ -23,7 +23,9 @@ def _run(script: str, args: list[str], tmp_path: Path) -> subprocess.CompletedPr
 def test_bench_trainer_compares_the_trainer_and_the_steward_variant_with_a_raw_process_on_one_core(
         tmp_path: Path) -> None:
     out = tmp_path / "trainer.json"
-    proc = _run("bench_trainer.py", [*SMALL, "--rounds", "1", "--epochs", "1", "--out", str(out)], tmp_path)
+    # The trainers run on the session's Ray instance (a cluster the user names), its steward's GPU 0.
+    proc = _run("bench_trainer.py", [*SMALL, "--rounds", "1", "--epochs", "1", "--ray-address", session_ray(),
+                                     "--out", str(out)], tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     (rnd,) = result["rounds"]

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 from .conftest import ROOT
 

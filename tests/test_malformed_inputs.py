@@ -228,3 +228,18 @@ def test_a_read_only_output_directory_is_refused_naming_it(tmp_path: Path, multi
     assert code == 2, text[-3000:]
     assert str(mount / "out") in text and "Read-only file system" in text, text[-3000:]
     assert "Traceback" not in text
+
+
+@pytest.mark.parametrize("overrides", [["degree=two"], ["epochs=1"], ["-m", "degree=1,0"], ["+plan=/nonexistent.csv"]],
+                         ids=["hydra-type", "schema-check", "multirun", "plan"])
+def test_a_refused_input_is_answered_before_ray_pyarrow_or_torch_load(overrides: list[str], tmp_path: Path) -> None:
+    """The engine (Ray, pyarrow, pandas) is imported once the cells are valid: a refusal takes ~1 s, not ~2."""
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "raycolloc.sweep",
+                           *_args(overrides, tmp_path, tmp_path / "out")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
+    assert "raycolloc.config" in imported  # -X importtime did report
+    assert not imported & {"ray", "pyarrow", "pandas", "torch"}, sorted(imported & {"ray", "pyarrow", "pandas", "torch"})

@@ -22,7 +22,8 @@ from raycolloc.job.workloads.compose import Workload, resolve
 from raycolloc.spec import CellSpec, JobSpec
 from raycolloc.workload_config import WorkloadConfig, workload_label
 
-__all__ = ["SweepOptions", "build_cell", "cell_dir_names", "mix_solos", "split_options", "sweep_cells", "validate_cell"]
+__all__ = ["SweepOptions", "build_cell", "cell_dir_names", "check_config", "mix_solos", "split_options", "sweep_cells",
+           "validate_cell"]
 
 log = logging.getLogger("raycolloc")
 OPTION_KEYS = ("rerun", "plan", "dry_run", "plan_datasets", "plan_epoch_regex")
@@ -267,3 +268,13 @@ def cell_dir_names(specs: list[CellSpec]) -> list[str]:
         seen[name] = seen.get(name, 0) + 1
         out.append(name if seen[name] == 1 else f"{name}-{seen[name]}")
     return out
+
+
+def check_config(cells: list[CellSpec]) -> None:
+    """Settings every cell of one sweep must share.
+
+    Raises:
+        ConfigError: naming the key.
+    """
+    if len({repr(c.config.cluster) for c in cells}) > 1:
+        raise ConfigError("cluster.* must be the same for every cell of a sweep")

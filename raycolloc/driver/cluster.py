@@ -23,8 +23,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import ray
-
 from raycolloc.config import ClusterConfig, Config
 
 __all__ = ["auth_token", "connect", "dashboard_line", "resolve_backend", "start_local_ray"]
@@ -47,6 +45,8 @@ def resolve_backend(cfg: Config) -> Config:
 
 def connect(cluster: ClusterConfig, max_jobs_per_cell: int = 1) -> dict[str, Any]:
     """Connect to Ray once per process (no-op inside a Ray worker or when already connected)."""
+    import ray  # here, not above: validating a config (raycolloc.driver.cells) needs no Ray
+
     if ray.is_initialized():
         return ray.cluster_resources()
     kwargs: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": True}
@@ -77,6 +77,8 @@ def connect(cluster: ClusterConfig, max_jobs_per_cell: int = 1) -> dict[str, Any
 
 def start_local_ray(**kwargs: Any) -> Any:
     """``ray.init`` of a new local instance, started again where start-up itself failed."""
+    import ray
+
     for attempt in range(1, START_ATTEMPTS):
         try:
             return ray.init(address="local", **kwargs)

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from raycolloc.results.index import ResultIndex
 from raycolloc.spec import CellSpec, JobSpec
 
 __all__ = ["DryRunLine", "describe_job", "print_dry_run"]
@@ -50,6 +49,8 @@ def describe_job(job: JobSpec) -> str:
 
 def print_dry_run(lines: Sequence[DryRunLine], out_dir: str, rerun: bool = False) -> int:
     """Print the dry run; returns how many cells were refused."""
+    from raycolloc.results.index import ResultIndex  # pyarrow: only where results are looked up
+
     index = None if rerun else ResultIndex(out_dir, repair=False)  # a dry run renames nothing
     counts = {"run": 0, "reuse": 0, "refuse": 0}
     print(f"dry run: nothing runs, no GPU state changes (results under {out_dir})")

@@ -31,7 +31,6 @@ from pathlib import Path
 import psutil
 import ray
 
-from raycolloc.config import ConfigError
 from raycolloc.driver.cell import CellCancelled, Lane, run_cell
 from raycolloc.driver.cluster import connect
 from raycolloc.driver.lease import LeaseError, acquire_gpu
@@ -47,7 +46,7 @@ from raycolloc.results.rows import CellRow
 from raycolloc.results.store import ResultWriteError, free_space, write_cell
 from raycolloc.spec import CellSpec
 
-__all__ = ["CellResult", "check_config", "run_cells", "time_share"]
+__all__ = ["CellResult", "run_cells", "time_share"]
 
 log = logging.getLogger("raycolloc")
 _MODE_ORDER = {"naive": 0, "mig": 1, "mps": 2}
@@ -285,9 +284,9 @@ def _run(todo: list[tuple[CellSpec, Path]]) -> dict[str, CellResult]:
     # Wait on events, never Thread.join: a KeyboardInterrupt inside join() corrupts the thread's
     # state in CPython 3.11 (is_alive() turns False while it runs), and the lanes must outlive it.
     try:
-        while not all(e.is_set() for e in sweep.finished):
-            time.sleep(0.5)
-            view.refresh()
+        for done in sweep.finished:
+            while not done.wait(timeout=0.5):  # returns the moment the lane ends (a poll would lag)
+                view.refresh()
     except KeyboardInterrupt:
         log.warning("interrupted: cancelling the running cells; each releases its GPU and writes nothing; a re-run resumes")
         sweep.cancel.set()
@@ -325,12 +324,3 @@ def time_share(rows: list[CellRow], wall_s: float, lanes: int) -> str:
             f"of the GPU time, warm-up {epochs - measured:.1f} s, fixed cost per cell median {median:.1f} s "
             f"(sum {sum(fixed):.1f} s over {len(fixed)} cells)")
 
-
-def check_config(cells: list[CellSpec]) -> None:
-    """Settings every cell of one sweep must share.
-
-    Raises:
-        ConfigError: naming the key.
-    """
-    if len({repr(c.config.cluster) for c in cells}) > 1:
-        raise ConfigError("cluster.* must be the same for every cell of a sweep")

@@ -18,21 +18,32 @@ import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from hydra.types import HydraContext
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from raycolloc.config import ConfigError, config_hash
-from raycolloc.driver.cells import SweepOptions, cell_dir_names, split_options, sweep_cells, validate_cell
+from raycolloc.driver.cells import (
+    SweepOptions,
+    cell_dir_names,
+    check_config,
+    split_options,
+    sweep_cells,
+    validate_cell,
+)
 from raycolloc.driver.dryrun import DryRunLine, print_dry_run
-from raycolloc.driver.engine import CellResult, check_config, run_cells
 from raycolloc.driver.hydra_errors import as_config_error, check_group_choices
 from raycolloc.driver.outcome import EXIT_CONFIG, EXIT_WRITE, print_outcome
 from raycolloc.driver.outlock import OutputLocked, hold_output
-from raycolloc.results.store import ResultWriteError
+from raycolloc.results.errors import ResultWriteError
 from raycolloc.spec import CellSpec
+
+# Ray, pyarrow and pandas come with the engine, imported once the cells are valid: a refused sweep
+# answers in about a second.
+if TYPE_CHECKING:
+    from raycolloc.driver.engine import CellResult
 
 __all__ = ["launch", "print_sweep_summary"]
 
@@ -142,6 +153,8 @@ def launch(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequen
     """Validate every cell, run them (or reuse their results), print the sweep's summary and its
     closing lines; exits with the sweep's status (:mod:`raycolloc.driver.outcome`) unless 0."""
     composed = _compose(ctx, config, job_overrides, initial_job_idx)
+    from raycolloc.driver.engine import run_cells
+
     sweep_dir = Path(str(composed[0][0].hydra.sweep.dir))
     try:
         specs = sweep_cells([spec for _, spec, _ in composed])

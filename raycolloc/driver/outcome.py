@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from raycolloc.results.index import RESULT_STATUSES
+from raycolloc.results.rows import RESULT_STATUSES
 
 if TYPE_CHECKING:
     from raycolloc.driver.engine import CellResult

@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from raycolloc.config import ConfigError
-from raycolloc.results.store import free_space
+from raycolloc.results.errors import free_space
 
 __all__ = ["LOCK_NAME", "Holder", "OutputLocked", "check_output_dir", "hold_output"]
 

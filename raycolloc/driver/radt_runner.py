@@ -26,7 +26,6 @@ from raycolloc.config import Config, ConfigError, MixConfig, MixJob, load_config
 from raycolloc.driver.cells import SweepOptions, validate_cell
 from raycolloc.driver.cluster import resolve_backend
 from raycolloc.driver.dryrun import DryRunLine, print_dry_run
-from raycolloc.driver.engine import run_cells
 from raycolloc.driver.outlock import hold_output
 from raycolloc.driver.radt import PlanCell, PlanError, PlanGroup, groups_to_run, read_plan
 from raycolloc.job.workloads.registry import list_workloads
@@ -129,6 +128,8 @@ def run_plan(dcfg: DictConfig, options: SweepOptions, run_dir: Path) -> dict[str
     if not planned:
         print(f"plan {path}: nothing to run (every group FINISHED, or FAILED without +rerun=true)", flush=True)
         return {"cells": [], "results": []}
+    from raycolloc.driver.engine import run_cells  # Ray and pyarrow: once the plan is valid
+
     summaries, ended = [], []
     with hold_output(base.out_dir):  # the whole plan, not group by group
         for group, cells in planned:

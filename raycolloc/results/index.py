@@ -24,12 +24,12 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from raycolloc.results.rows import RESULT_STATUSES
 from raycolloc.results.store import InvalidResult, read_cell, read_parquet
 
 __all__ = ["REFERENCE", "RESULT_STATUSES", "ResultIndex", "Reused", "read_reference", "write_reference"]
 
 log = logging.getLogger(__name__)
-RESULT_STATUSES = ("ok", "partial", "oom", "unfit")
 REFERENCE = "reused.json"
 
 

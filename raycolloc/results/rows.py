@@ -15,13 +15,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["METRIC_COLUMNS", "READABLE_VERSIONS", "ROWS", "SCHEMA_VERSION", "TABLES", "CellRow", "EpochRow", "JobRow",
-           "TelemetryRow"]
+__all__ = ["METRIC_COLUMNS", "READABLE_VERSIONS", "RESULT_STATUSES", "ROWS", "SCHEMA_VERSION", "TABLES", "CellRow", "EpochRow",
+           "JobRow", "TelemetryRow"]
 
 SCHEMA_VERSION = 2
 # Version 1 (before the redesign) lacks the columns added since; they read back as nulls.
 READABLE_VERSIONS = (1, 2)
 TABLES = ("epochs", "jobs", "telemetry", "cells")  # write order: cells last
+# The cell statuses that are a result (a measurement, or a verdict a re-run would repeat).
+RESULT_STATUSES = ("ok", "partial", "oom", "unfit")
 
 METRIC_COLUMNS = (
     "sm_active", "sm_occupancy", "tensor_active", "dram_active", "gr_engine_active", "gpu_util", "mem_util",

@@ -10,7 +10,6 @@ checks that the four tables read, carry a known schema version and agree on the 
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,33 +18,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from raycolloc.results.errors import InvalidResult, ResultWriteError, UnknownSchemaVersion, free_space
 from raycolloc.results.schema import READABLE_VERSIONS, SCHEMAS, TABLES, to_table
 
 __all__ = ["CellTables", "InvalidResult", "ResultWriteError", "UnknownSchemaVersion", "free_space", "read_cell",
            "read_parquet", "read_table", "write_cell"]
-
-
-class InvalidResult(ValueError):
-    """A cell directory whose tables are missing, unreadable or disagree; the message says which."""
-
-
-class UnknownSchemaVersion(InvalidResult):
-    """A table written by a raycolloc whose schema this one cannot read."""
-
-
-class ResultWriteError(RuntimeError):
-    """A cell's tables could not be written; the message names the path, the error and the free space."""
-
-
-def free_space(path: str | Path) -> str:
-    """Free space on the file system of ``path`` (or its nearest existing parent), for messages."""
-    probe = Path(path)
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    try:
-        return f"{shutil.disk_usage(probe).free / (1 << 20):,.1f} MiB free on {probe}"
-    except OSError as exc:
-        return f"free space of {probe} unknown ({exc.strerror})"
 
 
 @dataclass(frozen=True)
