@@ -190,6 +190,32 @@ def test_an_estimate_is_made_once_per_composition_across_processes(tmp_path: Pat
     assert len(json.loads(estimate.cache_file().read_text())) == 1
 
 
+def test_a_driver_checks_a_timm_model_name_without_importing_timm_once_the_names_are_cached(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """timm's names are cached per install: a new process checks ``workload.model`` (and names the
+    closest for a typo) from the file; a torn file is listed again, never trusted."""
+    import json
+    import subprocess
+    import sys
+
+    from raycolloc.config_checks import closest
+    from raycolloc.job.workloads import compose
+
+    monkeypatch.setenv("RAYCOLLOC_CACHE_DIR", str(tmp_path))
+    listed = compose.timm_model_names.__wrapped__()  # uncached in this process: lists timm and writes the file
+    (cached,) = tmp_path.glob("timm-models-*.json")
+    assert json.loads(cached.read_text()) == list(listed) and "resnet10t" in listed
+    probe = ("import sys; from raycolloc.job.workloads.compose import check_model, UnknownModel; check_model('resnet10t')\n"
+             "try: check_model('resnt10t')\nexcept UnknownModel as e: print(e)\nprint('timm' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "RAYCOLLOC_CACHE_DIR": str(tmp_path)},
+                         capture_output=True, text=True, timeout=120, check=True, cwd=ROOT)
+    near = ", ".join(closest("resnt10t", listed))  # the same hint as a process that imported timm
+    assert out.stdout.splitlines() == [f"timm knows no model 'resnt10t'; closest: {near}", "False"], out.stdout
+    cached.write_text('["resn')
+    assert compose.timm_model_names.__wrapped__() == listed
+    assert json.loads(cached.read_text()) == list(listed)
+
+
 
 def test_dry_run_lists_cells_to_run_reuse_and_refuse_and_runs_nothing(tmp_path: Path) -> None:
     out = tmp_path / "results"

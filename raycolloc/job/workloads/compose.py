@@ -17,11 +17,13 @@ import importlib
 import importlib.util
 import os
 from dataclasses import dataclass, field, replace
+from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from raycolloc.config_checks import ConfigError, closest
 from raycolloc.job.workloads.datasets import DATASETS
+from raycolloc.job.workloads.diskcache import read_json, write_json
 from raycolloc.job.workloads.registry import WorkloadSpec, create_workload
 
 if TYPE_CHECKING:
@@ -89,10 +91,35 @@ def build_model(name: str, *args: Any) -> nn.Module:
 
 @functools.cache
 def timm_model_names() -> tuple[str, ...]:
-    """Every model name timm's registry knows (imports timm, hence torch)."""
+    """Every model name timm's registry knows.
+
+    Importing timm (torch, torchvision, torch._dynamo) costs a driver ~3 CPU-seconds to check one
+    ``workload.model``; so the names are cached on disk per timm install
+    (:mod:`raycolloc.job.workloads.diskcache`), and only the machine's first check imports timm.
+    """
+    name = _timm_names_file()
+    names = read_json(name) if name else None
+    if isinstance(names, list) and names:
+        return tuple(names)
     import timm
 
-    return tuple(timm.list_models())
+    found = tuple(timm.list_models())
+    if name:
+        write_json(name, list(found))
+    return found
+
+
+def _timm_names_file() -> str | None:
+    """The cache file of this timm install's names (its version and the stamp of its model registry,
+    found without importing it), or None without timm."""
+    spec = importlib.util.find_spec("timm")
+    if spec is None or spec.origin is None:
+        return None
+    try:
+        stamp = (Path(spec.origin).parent / "models" / "__init__.py").stat().st_mtime_ns
+        return f"timm-models-{metadata.version('timm')}-{stamp}.json"
+    except (OSError, metadata.PackageNotFoundError):
+        return None
 
 
 def check_model(name: str) -> None:

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from raycolloc.job.workloads.diskcache import cache_path, read_json, write_json
 from raycolloc.job.workloads.registry import WorkloadSpec
 
 if TYPE_CHECKING:
@@ -93,12 +92,12 @@ def job_estimate_mib(job: JobSpec) -> float | None:
 # (model, family, sample shape, classes, tables, batch) -> estimate: the same composition in many
 # cells of a sweep is estimated once.
 _CACHE: dict[tuple[object, ...], MemoryEstimate] = {}
+ESTIMATES = "memory-estimates.json"  # the cache file (raycolloc.job.workloads.diskcache)
 
 
 def cache_file() -> Path:
     """Where estimates are kept between processes."""
-    root = os.environ.get("RAYCOLLOC_CACHE_DIR") or Path.home() / ".cache" / "raycolloc"
-    return Path(root) / "memory-estimates.json"
+    return cache_path(ESTIMATES)
 
 
 def _stored_key(key: tuple[object, ...]) -> str:
@@ -124,29 +123,14 @@ def _stored(key: str) -> MemoryEstimate | None:
 
 
 def _load_stored() -> dict[str, dict[str, float]]:
-    try:
-        stored = json.loads(cache_file().read_text())
-    except (OSError, ValueError):  # none yet, unreadable or torn: estimate again
-        return {}
+    stored = read_json(ESTIMATES)  # None: none yet, unreadable or torn: estimate again
     return stored if isinstance(stored, dict) else {}
 
 
 def _store(key: str, estimate: MemoryEstimate) -> MemoryEstimate:
-    """Add ``estimate`` to the file (atomically: a reader never sees half a file; two writers at
-    once may lose one entry, which is then estimated again)."""
-    path = cache_file()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        stored = {**_load_stored(), key: asdict(estimate)}
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".memory-estimates-")
-        try:
-            with os.fdopen(fd, "w") as fh:
-                json.dump(stored, fh)
-            os.replace(tmp, path)
-        finally:
-            Path(tmp).unlink(missing_ok=True)
-    except OSError as exc:  # a read-only home: estimates are then made per process
-        log.debug("memory estimate not stored in %s: %s", path, exc)
+    """Add ``estimate`` to the file (two writers at once may lose one entry, which is then estimated
+    again; a read-only cache directory: estimates are then made per process)."""
+    write_json(ESTIMATES, {**_load_stored(), key: asdict(estimate)})
     return estimate
 
 
