@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,13 +18,12 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from raycolloc.config import Config, ConfigError, MigConfig, MixConfig, MixJob, config_hash, load_config
-from raycolloc.driver.cluster import resolve_backend
 from raycolloc.job.workloads.compose import Workload, resolve
 from raycolloc.spec import CellSpec, JobSpec
 from raycolloc.workload_config import WorkloadConfig, workload_label
 
-__all__ = ["SweepOptions", "build_cell", "cell_dir_names", "check_config", "mix_solos", "split_options", "sweep_cells",
-           "validate_cell"]
+__all__ = ["SweepOptions", "build_cell", "cell_dir_names", "check_config", "mix_solos", "resolve_backend",
+           "split_options", "sweep_cells", "validate_cell"]
 
 log = logging.getLogger("raycolloc")
 OPTION_KEYS = ("rerun", "plan", "dry_run", "plan_datasets", "plan_epoch_regex")
@@ -192,6 +192,19 @@ def _check_data(cfg: Config, spec: CellSpec) -> None:
         for job in slow.values():
             log.warning("simulated GPUs train on the CPU: %s with %d samples per epoch will be slow; "
                         "try workload=tiny_cnn or a smaller epoch_samples", job.workload.name, job.epoch_samples)
+
+
+def resolve_backend(cfg: Config) -> Config:
+    """Replace ``cluster.backend=auto`` by ``nvml`` or ``sim``, once, before anything else: ``nvml``
+    when NVML finds a GPU on this machine or an address is given, else ``sim`` (local mode with
+    simulated GPUs)."""
+    if cfg.cluster.backend != "auto":
+        return cfg
+    from raycolloc.node.gpu.nvml import nvml_gpu_count
+
+    remote = cfg.cluster.address or os.environ.get("RAY_ADDRESS")
+    backend = "nvml" if remote or nvml_gpu_count() > 0 else "sim"
+    return dataclasses.replace(cfg, cluster=dataclasses.replace(cfg.cluster, backend=backend))
 
 
 def validate_cell(cfg: DictConfig | Config) -> CellSpec:

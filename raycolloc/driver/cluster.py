@@ -1,8 +1,5 @@
 """Connecting to Ray: an existing cluster (``cluster.address``) or a local instance.
 
-``cluster.backend=auto`` resolves here, once, before anything else: ``nvml`` when NVML finds a GPU
-on this machine or an address is given, else ``sim`` (local mode with simulated GPUs).
-
 With ``cluster.dashboard=true`` the local instance's dashboard URL is printed. Ray 2.60 turns on
 token authentication for every new local cluster unless ``RAY_AUTH_MODE`` says otherwise, and the
 dashboard then answers 401 to anyone without the token: so the token is printed with the URL (the
@@ -16,37 +13,25 @@ logged with Ray's reason.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import time
 from pathlib import Path
 from typing import Any
 
-from raycolloc.config import ClusterConfig, Config
+import ray
 
-__all__ = ["auth_token", "connect", "dashboard_line", "resolve_backend", "start_local_ray"]
+from raycolloc.config import ClusterConfig
+
+__all__ = ["auth_token", "connect", "dashboard_line", "start_local_ray"]
 
 log = logging.getLogger(__name__)
 NAMESPACE = "raycolloc"
 START_ATTEMPTS = 3
 
 
-def resolve_backend(cfg: Config) -> Config:
-    """Replace ``cluster.backend=auto`` by ``nvml`` or ``sim``."""
-    if cfg.cluster.backend != "auto":
-        return cfg
-    from raycolloc.node.gpu.nvml import nvml_gpu_count
-
-    remote = cfg.cluster.address or os.environ.get("RAY_ADDRESS")
-    backend = "nvml" if remote or nvml_gpu_count() > 0 else "sim"
-    return dataclasses.replace(cfg, cluster=dataclasses.replace(cfg.cluster, backend=backend))
-
-
 def connect(cluster: ClusterConfig, max_jobs_per_cell: int = 1) -> dict[str, Any]:
     """Connect to Ray once per process (no-op inside a Ray worker or when already connected)."""
-    import ray  # here, not above: validating a config (raycolloc.driver.cells) needs no Ray
-
     if ray.is_initialized():
         return ray.cluster_resources()
     kwargs: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": True}
@@ -77,8 +62,6 @@ def connect(cluster: ClusterConfig, max_jobs_per_cell: int = 1) -> dict[str, Any
 
 def start_local_ray(**kwargs: Any) -> Any:
     """``ray.init`` of a new local instance, started again where start-up itself failed."""
-    import ray
-
     for attempt in range(1, START_ATTEMPTS):
         try:
             return ray.init(address="local", **kwargs)

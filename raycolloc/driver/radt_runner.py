@@ -23,8 +23,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from raycolloc.config import Config, ConfigError, MixConfig, MixJob, load_config
-from raycolloc.driver.cells import SweepOptions, validate_cell
-from raycolloc.driver.cluster import resolve_backend
+from raycolloc.driver.cells import SweepOptions, resolve_backend, validate_cell
 from raycolloc.driver.dryrun import DryRunLine, print_dry_run
 from raycolloc.driver.outlock import hold_output
 from raycolloc.driver.radt import PlanCell, PlanError, PlanGroup, groups_to_run, read_plan
