@@ -93,7 +93,7 @@ def build_model(name: str, *args: Any) -> nn.Module:
 def timm_model_names() -> tuple[str, ...]:
     """Every model name timm's registry knows.
 
-    Importing timm (torch, torchvision, torch._dynamo) costs a driver ~3 CPU-seconds to check one
+    Importing timm (torch, torchvision, torch._dynamo) cost a driver ~8 CPU-seconds to check one
     ``workload.model``; so the names are cached on disk per timm install
     (:mod:`raycolloc.job.workloads.diskcache`), and only the machine's first check imports timm.
     """
