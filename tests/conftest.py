@@ -42,8 +42,8 @@ CPU_OVERRIDES = ["cluster=local", "workload=tiny_cnn", "telemetry.interval_ms=50
 # --- the order of test modules ------------------------------------------------------------------------
 # `make test` hands whole modules to its two workers (`--dist loadfile`), longest first, so that the
 # workers end together: in file order (`--dist worksteal`) the fault suite's longest tests came last,
-# and one worker ran the final ~70 s alone. The seconds per module are a past run's (`--store-durations` rewrites them); a
-# module not listed goes first. A stale file costs balance, never a test.
+# and one worker ran the final ~70 s alone. The seconds per module are a past run's (`--store-durations`
+# rewrites them); a module not listed goes first. A stale file costs balance, never a test.
 DURATIONS = Path(__file__).with_name("durations.json")
 _seconds: dict[str, float] = {}
 

@@ -226,7 +226,8 @@ def test_item_11_the_dashboard_url_comes_with_the_token_it_asks_for(tmp_path: Pa
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "raycolloc.sweep", *CPU_OVERRIDES, "degree=1", "epoch_samples=20000",
-                             "cluster.dashboard=true", f"cluster.dashboard_port={port}", f"out_dir={out}", f"mode.pipe_root=/tmp/rc11{os.getpid()}"],
+                             "cluster.dashboard=true", f"cluster.dashboard_port={port}", f"out_dir={out}",
+                             f"mode.pipe_root=/tmp/rc11{os.getpid()}"],
                             cwd=ROOT, env={**_dashboard_env(tmp_path), "RAY_TMPDIR": ray_tmp}, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     seen: list[str] = []

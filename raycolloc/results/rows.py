@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["METRIC_COLUMNS", "READABLE_VERSIONS", "RESULT_STATUSES", "ROWS", "SCHEMA_VERSION", "TABLES", "CellRow", "EpochRow",
-           "JobRow", "TelemetryRow"]
+__all__ = ["METRIC_COLUMNS", "READABLE_VERSIONS", "RESULT_STATUSES", "ROWS", "SCHEMA_VERSION", "TABLES", "CellRow",
+           "EpochRow", "JobRow", "TelemetryRow"]
 
 SCHEMA_VERSION = 2
 # Version 1 (before the redesign) lacks the columns added since; they read back as nulls.
