@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from raycolloc.config_checks import ConfigError, closest
+from raycolloc.config_checks import ConfigError
 from raycolloc.job.workloads.datasets import DATASETS, IMAGENET_TRAIN
 from raycolloc.workload_config import WorkloadConfig
 
@@ -223,9 +223,9 @@ def _model(path: Path, row: Row, raw: str | None, known: Sequence[str]) -> str:
         return raw.lower().replace("-", "_")
     name = _timm_name(raw)
     if name is None:
-        from raycolloc.job.workloads.compose import timm_model_names
+        from raycolloc.job.workloads.compose import closest_models
 
-        near = closest(raw, timm_model_names()) or closest(raw.lower(), timm_model_names())
+        near = closest_models(raw)
         raise _error(path, row, "Params", f"unknown model {raw!r} (--model takes any timm model)",
                      near or ["see timm.list_models()"])
     return name

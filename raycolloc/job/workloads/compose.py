@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from raycolloc.workload_config import WorkloadConfig
 
 __all__ = ["PythonWorkload", "ScriptWorkload", "UnknownModel", "Workload", "build_model", "check_composition",
-           "compose", "resolve", "timm_model_names"]
+           "closest_models", "compose", "resolve", "timm_model_names"]
 
 # Defaults of a python job (the function builds batches of raycolloc's batch size; an epoch is
 # dataset_size samples) where neither the workload nor the top-level keys set them.
@@ -122,11 +122,16 @@ def _timm_names_file() -> str | None:
         return None
 
 
+def closest_models(name: str) -> list[str]:
+    """The timm names most like ``name`` (as typed, else lower-cased), best first."""
+    names = timm_model_names()
+    return closest(name, names) or closest(name.lower(), names)
+
+
 def check_model(name: str) -> None:
     """Raises :class:`UnknownModel` naming the closest timm names."""
-    names = timm_model_names()
-    if name not in names:
-        near = closest(name, names) or closest(name.lower(), names)
+    if name not in timm_model_names():
+        near = closest_models(name)
         hint = f"closest: {', '.join(near)}" if near else "see timm.list_models()"
         raise UnknownModel(f"timm knows no model {name!r}; {hint}")
 
