@@ -31,9 +31,9 @@ demo: venv
 test: venv
 	$(PY) -m pytest -m 'not gpu' -n 2 --dist loadfile --no-loadscope-reorder
 
-# The quick part while developing: plain `pytest` (no `slow`, no `gpu`).
+# The quick tier while developing: no `slow` test (nothing trains, no Ray starts), no `gpu` one.
 test-fast: venv
-	$(PY) -m pytest
+	$(PY) -m pytest -n 2
 
 # On a machine with an NVIDIA GPU (the device machine: see jobs/device_check.sh).
 test-gpu: venv

@@ -53,9 +53,31 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help=f"write each test module's seconds (setup, call, teardown) to {DURATIONS.name}")
 
 
+# --- the two tiers ----------------------------------------------------------------------------------
+# `slow` marks a test that runs the real thing end to end (it trains, starts or joins a Ray instance,
+# or runs a sweep that does) or takes more than a few seconds for another reason (figures, a compiler).
+# `make test` (CI) runs every test; `make test-fast` and a plain `pytest` leave the slow ones out and
+# start no Ray. Marked here: the modules that are end to end throughout, and every test that uses the
+# session's instance (`ray_local`); the others carry the marker themselves, and `session_ray` fails an
+# unmarked test that reaches for Ray.
+END_TO_END = {"test_faults.py", "test_benchmarks.py", "test_dashboard.py", "test_report_e2e.py",
+              "test_advise_cells.py", "test_mig_cells.py", "test_job_process.py"}
+_running: pytest.Item | None = None
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in END_TO_END or "ray_local" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
     known = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
     items.sort(key=lambda item: -known.get(item.nodeid.split("::")[0], float("inf")))  # stable within a module
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    global _running
+    _running = item
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -146,6 +168,8 @@ def session_ray() -> str:
     start or death: a sweep that joins finds the node's steward and its warm fork server already up,
     where one that starts Ray pays ~13 CPU-seconds for Ray, the steward and torch's import."""
     global _session_address
+    if _running is not None and _running.get_closest_marker("slow") is None:
+        pytest.fail(f"{_running.nodeid} uses Ray: mark it `slow` (the quick tier starts no Ray)", pytrace=False)
     if _session_address is None:
         import ray
 
@@ -196,7 +220,8 @@ def run_cli(args: list[str], cwd: Path, timeout: float = 600, env: dict[str, str
             own_ray: bool = False) -> subprocess.CompletedProcess[str]:
     """Run ``python -m raycolloc.sweep ARGS`` as a user would. It joins the session's Ray instance
     (``cluster.address``, as on a cluster someone started), unless ``own_ray`` or ARGS name a cluster:
-    then it starts and stops a local instance of its own, as a user's first command does."""
+    then it starts and stops a local instance of its own, as a user's first command does, if it gets
+    that far (``own_ray`` is also how a test of an input refused before Ray runs it)."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     return subprocess.run(sweep_command(args, own_ray), cwd=cwd, env=full_env, capture_output=True, text=True,

@@ -116,6 +116,7 @@ def test_profiles_read_from_the_tables(sweep: Path) -> None:
     assert medium.cpu_busy == pytest.approx(0.5, rel=0.02)  # 0.5 s of CPU per s of steps
 
 
+@pytest.mark.slow  # fits the model once per workload: ~5 s
 def test_validate_leave_one_out(sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     result = validate([sweep])
     scored = [c for c in result.checks if not c.profile_cell and c.status == "ok"]

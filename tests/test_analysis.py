@@ -266,6 +266,7 @@ def test_meta_tables(sweep: Path) -> None:
     assert env["telemetry_source"] == "sim-gpm"
 
 
+@pytest.mark.slow  # every figure: ~9-16 s
 def test_figures_from_fixture(sweep: Path, tmp_path: Path) -> None:
     data = load_sweeps([sweep])
     skipped: list[str] = []
@@ -280,6 +281,7 @@ def test_figures_from_fixture(sweep: Path, tmp_path: Path) -> None:
     assert skipped == []
 
 
+@pytest.mark.slow  # figures: ~4.5 s
 def test_figures_skip_what_the_data_lacks(tmp_path: Path) -> None:
     cell(tmp_path, "0", "cnn", "mig", [job(0, "cnn", 1.5)], agg=200.0, sm=False)
     skipped: list[str] = []
@@ -289,6 +291,7 @@ def test_figures_skip_what_the_data_lacks(tmp_path: Path) -> None:
     assert any(s.startswith("fig8_mixed_total: no mixed cells") for s in skipped)
 
 
+@pytest.mark.slow  # every figure: ~9 s
 def test_cli_writes_self_contained_report(sweep: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     base = tmp_path / "base"
     cell(base, "0", "cnn", "naive", [job(0, "cnn", 3.0)], agg=100.0)
@@ -334,6 +337,7 @@ def test_report_on_real_sweep(tmp_path: Path) -> None:
     assert "data:image/png;base64," in report.html_path.read_text()
 
 
+@pytest.mark.slow  # figures: ~4.5 s
 def test_partial_and_error_cells_are_failed(tmp_path: Path) -> None:
     cell(tmp_path, "0", "cnn", "mps", [job(0, "cnn", 1.0)], agg=300.0)
     cell(tmp_path, "1", "cnn", "mps", [job(0, "cnn", 1.5), job(1, "cnn", None, status="error", error="trainer died")],

@@ -114,6 +114,7 @@ def test_table2_scales_each_jobs_time_alone_to_the_samples_it_trained(tmp_path: 
     assert naive["sequential_sm_active_mean"] == pytest.approx(50.0)
 
 
+@pytest.mark.slow  # the whole report: ~12 s
 def test_report_leads_with_findings_and_puts_figures_beside_tables(tmp_path: Path) -> None:
     _repeats(tmp_path / "a")
     _mix_with_budget(tmp_path / "b")

@@ -26,6 +26,7 @@ def _options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
 
 
+@pytest.mark.slow  # every option of every group composed: ~7 s
 def test_every_config_group_option_composes() -> None:
     seen = 0
     for group in ("workload", "mode", "cluster", "mig", "mix"):
@@ -127,7 +128,8 @@ def test_config_hash_ignores_where_results_go_but_not_what_runs(tmp_path: Path) 
 
 def test_cli_config_error_exits_nonzero_and_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "results"
-    proc = run_cli(["workload=tiny_cnn", "cluster=local", f"out_dir={out}", "degree=0"], cwd=ROOT, timeout=120)
+    proc = run_cli(["workload=tiny_cnn", "cluster=local", f"out_dir={out}", "degree=0"], cwd=ROOT, timeout=120,
+                   own_ray=True)  # refused before Ray
     assert proc.returncode != 0
     assert "degree=0 is not allowed" in proc.stderr + proc.stdout
     assert not any(p.is_file() for p in out.rglob("*")) if out.exists() else True
@@ -135,7 +137,8 @@ def test_cli_config_error_exits_nonzero_and_writes_nothing(tmp_path: Path) -> No
 
 def test_cli_multirun_refuses_every_cell_before_running_any(tmp_path: Path) -> None:
     out = tmp_path / "results"
-    proc = run_cli(["-m", "workload=tiny_cnn", "cluster=local", f"out_dir={out}", "degree=1,0"], cwd=ROOT, timeout=120)
+    proc = run_cli(["-m", "workload=tiny_cnn", "cluster=local", f"out_dir={out}", "degree=1,0"], cwd=ROOT, timeout=120,
+                   own_ray=True)  # refused before Ray
     assert proc.returncode != 0
     assert "degree=0 is not allowed" in proc.stderr + proc.stdout
     assert not list(out.rglob("*.parquet")) if out.exists() else True

@@ -16,6 +16,7 @@ from analysis.load import load_sweeps
 from .test_analysis import make_sweep
 
 
+@pytest.mark.slow  # the whole report (figures) and an MLflow store: ~25 s
 def test_one_run_per_cell_with_the_tables_numbers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)  # the exporter allows the store it was given
     sweep = make_sweep(tmp_path / "multirun" / "2024-01-01" / "10-00-00")

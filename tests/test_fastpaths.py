@@ -96,6 +96,7 @@ def test_plain_step_learns_without_compiling(workload: str) -> None:
     assert all(v.dtype == torch.float32 for v in losses)
 
 
+@pytest.mark.slow  # inductor compiles C++: ~7 s
 @pytest.mark.usefixtures("fresh_dynamo")
 @pytest.mark.parametrize("workload", ["tiny_cnn", "tiny_dlrm"])
 def test_compile_default_compiles_model_and_loss_as_one_graph(workload: str) -> None:
@@ -178,6 +179,7 @@ def test_channels_last_leaves_a_dlrm_as_it_is() -> None:
     assert all(p.is_contiguous() for p in step.module.parameters())
 
 
+@pytest.mark.slow  # a compile: ~3.5 s
 @pytest.mark.usefixtures("fresh_dynamo")
 def test_all_fast_paths_together_on_a_cnn() -> None:
     seen: dict[str, Any] = {}
@@ -243,6 +245,7 @@ def test_compiled_cell_times_compile_outside_the_measured_epochs(tmp_path: Path,
         assert jobs["mps_client"].all()
 
 
+@pytest.mark.slow  # a sweep that compiles
 def test_jobs_of_a_node_share_one_compile_cache(tmp_path: Path) -> None:
     """With an empty cache (``trainer.compile_cache``), the first job compiles and the second loads its
     kernels. The real command line, joining the session's Ray instance."""

@@ -206,7 +206,7 @@ def test_a_cell_no_node_can_hold_is_refused_before_anything_starts(overrides: li
                                        ["-m", "degree=1,0"], ["out_dir=/proc/raycolloc-out"]],
                          ids=["hydra-option", "hydra-type", "schema-name", "multirun", "out-dir"])
 def test_the_shell_sees_exit_status_2(overrides: list[str], tmp_path: Path) -> None:
-    proc = run_cli(_args(overrides, tmp_path, tmp_path / "out"), cwd=ROOT, timeout=120)
+    proc = run_cli(_args(overrides, tmp_path, tmp_path / "out"), cwd=ROOT, timeout=120, own_ray=True)  # refused: no Ray
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "config error" in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
 

@@ -23,6 +23,7 @@ def _tables(root: Path, name: str) -> pd.DataFrame:
     return load_sweeps([root], all_results=True).table(name)
 
 
+@pytest.mark.slow  # a plan of two groups, run, then run again
 def test_radt_plan_runs_groups_and_writes_status_back(tmp_path: Path) -> None:
     plan = tmp_path / "plan.csv"
     plan.write_text(
@@ -54,7 +55,8 @@ def test_radt_plan_errors_name_the_row(tmp_path: Path) -> None:
     plan = tmp_path / "plan.csv"
     plan.write_text("Experiment,Workload,Status,Run,Devices,Collocation,File,Listeners,Params\n"
                     "1,1,,a,0,-,train.py,smi,--model vggg16 --data /d/cifar10\n")
-    proc = run_cli([f"+plan={plan}", "cluster=local", f"out_dir={tmp_path / 'res'}"], cwd=ROOT, timeout=120)
+    proc = run_cli([f"+plan={plan}", "cluster=local", f"out_dir={tmp_path / 'res'}"], cwd=ROOT, timeout=120,
+                   own_ray=True)  # refused before Ray
     assert proc.returncode != 0
     assert "plan.csv:2" in proc.stderr + proc.stdout and "vggg16" in proc.stderr + proc.stdout
     assert "column Params" in proc.stderr + proc.stdout and "allowed: vgg16" in proc.stderr + proc.stdout
@@ -105,6 +107,7 @@ def test_two_nodes_four_gpus_run_four_cells_at_once(tmp_path: Path) -> None:
     assert peak == 4, view.to_string()
 
 
+@pytest.mark.slow  # a sweep of six cells on two GPUs
 def test_largest_cells_start_first_when_cells_outnumber_gpus(tmp_path: Path) -> None:
     out = tmp_path / "res"
     proc = run_cli(["-m", *TINY, "degree=1,3,2", "mode=naive,mps", "cluster.num_gpus=2", f"out_dir={out}"], cwd=ROOT)

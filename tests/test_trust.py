@@ -42,6 +42,7 @@ def _sweeps(out: Path) -> list[Path]:
     return sorted(p for p in (out / "multirun").glob("*/*") if p.is_dir())
 
 
+@pytest.mark.slow  # four sweeps
 def test_items_1_and_3_a_rerun_trains_nothing_and_references_instead_of_copying(tmp_path: Path) -> None:
     """Also the command line's first multirun (four tables per cell, each cell's jobs on one GPU, the
     summary) and ``+rerun=true``, which runs a cell again."""
@@ -82,6 +83,7 @@ def test_items_1_and_3_a_rerun_trains_nothing_and_references_instead_of_copying(
     assert forced.returncode == 0 and used_ray(forced) and "reused" not in forced.stdout, forced.stderr[-3000:]
 
 
+@pytest.mark.slow  # two sweeps
 def test_item_10_mig_cells_a_cluster_cannot_run_are_skipped_rows_and_the_others_run(tmp_path: Path) -> None:
     out = tmp_path / "out"
     pipe_root = Path(tempfile.mkdtemp(prefix="rc10", dir="/tmp"))
@@ -271,6 +273,7 @@ def _node(backend: str, cpus: int, free_mib: float, gpus: list) -> dict:  # noqa
     return {"backend": backend, "cpus": cpus, "mem_available_mib": free_mib, "gpus": gpus}
 
 
+@pytest.mark.slow  # ~4 s
 def test_item_6_a_cell_is_checked_against_the_nodes_cores_memory_and_gpus(tmp_path: Path) -> None:
     from raycolloc.config import ConfigError
     from raycolloc.driver.preflight import check_nodes, unfit_cells

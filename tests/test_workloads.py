@@ -30,6 +30,7 @@ def test_preset_cells_keep_their_config_hash(overrides: list[str], digest: str) 
     assert config_hash(load_config(compose(overrides))) == digest
 
 
+@pytest.mark.slow  # builds timm models: ~3.5 s
 def test_timm_composition_takes_shape_and_classes_from_the_dataset() -> None:
     cell = load(["workload=timm", "workload.model=convnext_atto", "workload.dataset=cifar10", "degree=2"])
     job = cell.jobs[0]
@@ -229,7 +230,7 @@ def test_dry_run_lists_cells_to_run_reuse_and_refuse_and_runs_nothing(tmp_path: 
         "cells": [{"cell_id": done.cell_id, "config_hash": done.config_hash, "status": "ok", "finished_at": 1.0}],
         "jobs": [{"cell_id": done.cell_id, "job_index": 0, "status": "ok"}]})
     proc = run_cli(["-m", *base, "workload.model=resnet10t,resnt10t", "degree=1,2", "+dry_run=true"], cwd=ROOT,
-                   timeout=300)
+                   timeout=300, own_ray=True)  # a dry run starts no Ray
     assert proc.returncode == 2, proc.stderr[-2000:]  # a refused cell: the exit status says so
     text = proc.stdout
     assert f"reuse  {done.label}: result in {out / 'earlier' / '0'}" in text
