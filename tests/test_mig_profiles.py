@@ -250,3 +250,31 @@ def test_register_refuses_a_clashing_nvml_name(scratch_registry: None) -> None:
         def _clash() -> GpuModel:
             return GpuModel(name="OTHER", aliases=("NVIDIA H200",), total_sms=1, total_memory_mib=1, profiles=())
     assert "OTHER" not in known_gpu_models()
+
+
+def test_nvml_instances_lists_each_profiles_instances_and_passes_over_what_nvml_refuses() -> None:
+    """GPU instances and compute instances are listed by one helper, as NVML lists them: profile by
+    profile, into the caller's array, with a count (no GPU needed: NVML's two calls are given)."""
+    import ctypes
+    from types import SimpleNamespace
+
+    import pynvml
+
+    from raycolloc.node.gpu.nvml import nvml_instances
+
+    listed = {5: [11, 12], 9: [], 14: [31]}  # profile id -> the handles of its instances
+    ids = {0: 5, 2: 9, 3: 14, 4: 20}  # profile constant -> profile id; 1: not on this GPU; 20: listing refused
+
+    def profile_info(const: int) -> SimpleNamespace:
+        if const not in ids:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return SimpleNamespace(id=ids[const], instanceCount=len(listed.get(ids[const], [0])))
+
+    def list_into(profile: int, arr: ctypes.Array, count: object) -> None:
+        if profile not in listed:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)
+        for i, handle in enumerate(listed[profile]):
+            arr[i] = handle
+        count._obj.value = len(listed[profile])  # type: ignore[attr-defined] - ctypes.byref's target
+
+    assert nvml_instances(6, ctypes.c_int, profile_info, list_into) == [11, 12, 31]

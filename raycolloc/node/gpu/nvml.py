@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pynvml
@@ -22,7 +23,7 @@ from raycolloc.node.gpu.backend import (
     ProcessUsage,
 )
 
-__all__ = ["GPM_METRICS", "NvmlBackend", "nvml_gpu_count"]
+__all__ = ["GPM_METRICS", "NvmlBackend", "nvml_gpu_count", "nvml_instances"]
 
 # GPM metric ids (NVML_GPM_METRIC_*) and the telemetry column each one fills.
 GPM_METRICS: dict[str, int] = {
@@ -37,6 +38,34 @@ GPM_METRICS: dict[str, int] = {
 # NVML reports PCIe GPM metrics in MiB/s; telemetry columns are bytes/s.
 _GPM_SCALE = {"pcie_tx_bytes_s": 1 << 20, "pcie_rx_bytes_s": 1 << 20}
 _INIT_LOCK = threading.Lock()
+
+
+def nvml_instances(profiles: int, handle_type: Any, profile_info: Callable[[int], Any],
+                   list_into: Callable[[int, Any, Any], None]) -> list[Any]:
+    """Every instance NVML lists, profile by profile: the GPU instances of a GPU, or the compute
+    instances of a GPU instance. A profile the device does not have, or whose instances cannot be
+    listed, is passed over.
+
+    Args:
+        profiles: how many profile constants there are (``NVML_*_PROFILE_COUNT``).
+        handle_type: the ctypes type of one handle (``c_nvmlGpuInstance_t``, ...).
+        profile_info: profile constant -> its info (``.id``, ``.instanceCount``), or NVMLError.
+        list_into: (profile id, array of handles, pointer to a count) -> fills both, as NVML does.
+    """
+    handles: list[Any] = []
+    for const in range(profiles):
+        try:
+            info = profile_info(const)
+        except pynvml.NVMLError:
+            continue
+        arr = (handle_type * max(1, info.instanceCount))()
+        count = ctypes.c_uint(0)
+        try:
+            list_into(info.id, arr, ctypes.byref(count))
+        except pynvml.NVMLError:
+            continue
+        handles.extend(arr[i] for i in range(count.value))
+    return handles
 
 
 def nvml_gpu_count() -> int:
@@ -235,37 +264,16 @@ class NvmlBackend:
 
     def _gi_handles(self, uuid: str) -> list[Any]:
         h = self._h(uuid)
-        handles: list[Any] = []
-        for const in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
-            try:
-                info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(h, const)
-            except pynvml.NVMLError:
-                continue
-            arr = (pynvml.c_nvmlGpuInstance_t * max(1, info.instanceCount))()
-            count = ctypes.c_uint(0)
-            try:
-                pynvml.nvmlDeviceGetGpuInstances(h, info.id, arr, ctypes.byref(count))
-            except pynvml.NVMLError:
-                continue
-            handles.extend(arr[i] for i in range(count.value))
-        return handles
+        return nvml_instances(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT, pynvml.c_nvmlGpuInstance_t,
+                              lambda const: pynvml.nvmlDeviceGetGpuInstanceProfileInfo(h, const),
+                              lambda profile, arr, count: pynvml.nvmlDeviceGetGpuInstances(h, profile, arr, count))
 
     def _ci_handles(self, gi: Any) -> list[Any]:
-        handles: list[Any] = []
-        for const in range(pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT):
-            try:
-                info = pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(
-                    gi, const, pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED)
-            except pynvml.NVMLError:
-                continue
-            arr = (pynvml.c_nvmlComputeInstance_t * max(1, info.instanceCount))()
-            count = ctypes.c_uint(0)
-            try:
-                pynvml.nvmlGpuInstanceGetComputeInstances(gi, info.id, arr, ctypes.byref(count))
-            except pynvml.NVMLError:
-                continue
-            handles.extend(arr[i] for i in range(count.value))
-        return handles
+        shared = pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
+        return nvml_instances(
+            pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT, pynvml.c_nvmlComputeInstance_t,
+            lambda const: pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, const, shared),
+            lambda profile, arr, count: pynvml.nvmlGpuInstanceGetComputeInstances(gi, profile, arr, count))
 
     def _gi_by_id(self, uuid: str, gi_id: int) -> Any:
         return pynvml.nvmlDeviceGetGpuInstanceById(self._h(uuid), gi_id)
