@@ -220,8 +220,8 @@ def run_cli(args: list[str], cwd: Path, timeout: float = 600, env: dict[str, str
             own_ray: bool = False) -> subprocess.CompletedProcess[str]:
     """Run ``python -m raycolloc.sweep ARGS`` as a user would. It joins the session's Ray instance
     (``cluster.address``, as on a cluster someone started), unless ``own_ray`` or ARGS name a cluster:
-    then it starts and stops a local instance of its own, as a user's first command does, if it gets
-    that far (``own_ray`` is also how a test of an input refused before Ray runs it)."""
+    then it starts and stops a local instance of its own, as a user's first command does. A test of an
+    input refused before Ray loads passes ``own_ray`` too: it has no instance to join, and starts none."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     return subprocess.run(sweep_command(args, own_ray), cwd=cwd, env=full_env, capture_output=True, text=True,

@@ -273,7 +273,7 @@ def _node(backend: str, cpus: int, free_mib: float, gpus: list) -> dict:  # noqa
     return {"backend": backend, "cpus": cpus, "mem_available_mib": free_mib, "gpus": gpus}
 
 
-@pytest.mark.slow  # ~4 s
+@pytest.mark.slow  # estimates ResNet152's memory (timm on the meta device): ~4 s
 def test_item_6_a_cell_is_checked_against_the_nodes_cores_memory_and_gpus(tmp_path: Path) -> None:
     from raycolloc.config import ConfigError
     from raycolloc.driver.preflight import check_nodes, unfit_cells
