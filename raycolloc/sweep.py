@@ -67,7 +67,8 @@ def _run(dcfg: DictConfig, run_dir: Path) -> int:
     if options.dry_run:
         from raycolloc.driver.dryrun import DryRunLine, print_dry_run
 
-        print_dry_run([DryRunLine(s.label, s) for s in specs], specs[0].config.out_dir, rerun=options.rerun)
+        print_dry_run([DryRunLine(s.label, s) for s in specs], specs[0].config.out_dir, rerun=options.rerun,
+                      sweep_dir=run_dir)
         return _dry_run_status(run_dir, 0)
     # Ray, pyarrow and pandas come with the engine, once the cell is valid: a refused one answers sooner.
     from raycolloc.driver.engine import run_cells

@@ -1,7 +1,8 @@
 """``+dry_run=true``: print what a sweep or a plan would do, and do none of it.
 
 Each cell it would run (label, mode, where it would run, each job's workload), each it would reuse
-(a valid result with the same config hash under ``out_dir``: resume), each it would refuse (a
+(a valid result with the same config hash where a real run would find it: in the sweep's own
+directory, under ``out_dir`` or in an earlier sweep's directory ``out_dir``'s index lists; resume), each it would refuse (a
 config error, with the reason). Validation is the same as a real run's, so what a dry run accepts
 a real run accepts; it does not connect to Ray, so checks against the cluster itself (MIG support
 and layouts on the GPUs there, a GPU model it lacks) happen when the sweep starts.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from raycolloc.spec import CellSpec, JobSpec
 
@@ -47,11 +49,13 @@ def describe_job(job: JobSpec) -> str:
             f"{data}{memory}")
 
 
-def print_dry_run(lines: Sequence[DryRunLine], out_dir: str, rerun: bool = False) -> int:
-    """Print the dry run; returns how many cells were refused."""
+def print_dry_run(lines: Sequence[DryRunLine], out_dir: str, rerun: bool = False, sweep_dir: Path | None = None) -> int:
+    """Print the dry run; returns how many cells were refused. ``sweep_dir``: where the sweep would
+    write (its earlier results there are reused, as a real run reuses them)."""
     from raycolloc.results.index import ResultIndex  # pyarrow: only where results are looked up
 
-    index = None if rerun else ResultIndex(out_dir, repair=False)  # a dry run renames nothing
+    also = [sweep_dir] if sweep_dir is not None else []
+    index = None if rerun else ResultIndex(out_dir, repair=False, also=also)  # a dry run renames nothing
     counts = {"run": 0, "reuse": 0, "refuse": 0}
     print(f"dry run: nothing runs, no GPU state changes (results under {out_dir})")
     for line in lines:

@@ -4,7 +4,8 @@ Hydra multiruns (the launcher), single runs and radT plans all end here with a l
 :class:`~raycolloc.spec.CellSpec` and the directory each cell's result goes to. In order:
 
 0. hold the output directory (one sweep writes to an output at a time: ``driver/outlock.py``);
-1. resume: a cell with a valid result under ``out_dir`` is referenced, not run again;
+1. resume: a cell with a valid result (in this sweep's directory, under ``out_dir``, or in an earlier
+   sweep's directory that ``out_dir``'s index lists: ``results/index.py``) is referenced, not run again;
 2. connect to Ray, start every GPU node's steward, check the cells against the cluster: a config
    that fits no node is refused (``ConfigError``), a cell the cluster cannot run is a ``skipped``
    row, a cell whose jobs' memory estimate exceeds every GPU an ``unfit`` row;
@@ -41,7 +42,7 @@ from raycolloc.driver.rows import CellRecord, cell_row, job_rows
 from raycolloc.driver.summary import cell_summary
 from raycolloc.driver.trainers import TrainerPool
 from raycolloc.node.steward import NAMESPACE, get_steward, start_stewards
-from raycolloc.results.index import REFERENCE, ResultIndex, write_reference
+from raycolloc.results.index import REFERENCE, ResultIndex, register_sweeps, sweep_root, write_reference
 from raycolloc.results.rows import CellRow
 from raycolloc.results.store import ResultWriteError, free_space, write_cell
 from raycolloc.spec import CellSpec
@@ -211,7 +212,8 @@ def _resume(cells: list[tuple[CellSpec, Path]], rerun: bool) -> tuple[list[tuple
     """Split cells into those to run and those whose valid result exists (referenced here)."""
     if rerun or not cells:
         return list(cells), []
-    index = ResultIndex(cells[0][0].config.out_dir)
+    # This sweep's own directory too: hydra.sweep.dir may lie anywhere, outside out_dir.
+    index = ResultIndex(cells[0][0].config.out_dir, also=[sweep_root(d for _, d in cells)])
     todo, reused = [], []
     for cell, cell_dir in cells:
         found = index.find(cell.config_hash)
@@ -248,6 +250,8 @@ def run_cells(cells: list[tuple[CellSpec, Path]], rerun: bool = False) -> list[C
     with contextlib.ExitStack() as held:
         for out_dir in sorted({c.config.out_dir for c, _ in cells}):
             held.enter_context(hold_output(out_dir))
+            # Before any cell is written: a sweep interrupted now is still found by the next one.
+            register_sweeps(out_dir, [sweep_root(d for c, d in cells if c.config.out_dir == out_dir)])
         todo, reused = _resume(cells, rerun)
         for result in reused:
             print(result.summary, flush=True)

@@ -94,7 +94,7 @@ def _compose(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequ
     if dry_run:
         # Each refused cell is listed with its reason; the exit status says whether any was.
         out_dir = str(composed[0][1].config.out_dir) if composed else str(Path(str(config.out_dir)).absolute())
-        refused = print_dry_run(lines, out_dir, rerun=any(o.rerun for _, _, o in composed))
+        refused = print_dry_run(lines, out_dir, rerun=any(o.rerun for _, _, o in composed), sweep_dir=sweep_dir)
         _discard_sweep_dir(sweep_dir)
         sys.exit(EXIT_CONFIG if refused or errors else 0)
     if errors:

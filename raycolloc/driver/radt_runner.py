@@ -122,7 +122,7 @@ def run_plan(dcfg: DictConfig, options: SweepOptions, run_dir: Path) -> dict[str
             if group not in groups:
                 print(f"  skip   plan group {group.experiment}/{group.workload}: {group.status.upper()}"
                       + (" (+rerun=true runs FAILED groups again)" if group.status == "failed" else ""))
-        refused = print_dry_run(lines, base.out_dir, rerun=options.rerun)
+        refused = print_dry_run(lines, base.out_dir, rerun=options.rerun, sweep_dir=run_dir)
         return {"cells": [], "dry_run": True, "refused": refused}
     if not planned:
         print(f"plan {path}: nothing to run (every group FINISHED, or FAILED without +rerun=true)", flush=True)

@@ -1,8 +1,12 @@
-"""The resume index: which cells already have a valid result under an output directory.
+"""The resume index: which cells already have a valid result, wherever a sweep wrote them.
 
 Resume is keyed to the work (the config hash), not to a directory: a re-run finds a cell's result
-wherever an earlier run of any sweep under the same ``out_dir`` wrote it, its own sweep directory
-included. A result is a cell whose status is one of :data:`RESULT_STATUSES` and whose four tables
+wherever an earlier sweep of the same ``out_dir`` wrote it. The index looks in three places: the
+directory the sweep writes to now (``hydra.sweep.dir``, its own earlier results included), ``out_dir``
+itself (every sweep written under it), and every sweep directory outside ``out_dir`` that an earlier
+sweep of this ``out_dir`` wrote to, listed in ``<out_dir>/.raycolloc-sweeps`` (one path a line,
+appended under the output lock: :func:`register_sweeps`). So the index is one per ``out_dir``: a sweep
+with another ``out_dir`` finds these results only in its own sweep directory. A result is a cell whose status is one of :data:`RESULT_STATUSES` and whose four tables
 read back and agree (:func:`raycolloc.results.store.read_cell`); a cell that ended in ``error``
 or was ``skipped`` is not, so a re-run tries it again. A directory whose tables are corrupt is set
 aside (renamed ``<name>.invalid-<time>``, kept for inspection) and the cell runs again.
@@ -19,18 +23,70 @@ import json
 import logging
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 
+from raycolloc.results.errors import ResultWriteError, free_space
 from raycolloc.results.rows import RESULT_STATUSES
 from raycolloc.results.store import InvalidResult, read_cell, read_parquet
 
-__all__ = ["REFERENCE", "RESULT_STATUSES", "ResultIndex", "Reused", "read_reference", "write_reference"]
+__all__ = ["REFERENCE", "RESULT_STATUSES", "SWEEPS_FILE", "ResultIndex", "Reused", "known_sweeps", "read_reference",
+           "register_sweeps", "sweep_root", "write_reference"]
 
 log = logging.getLogger(__name__)
 REFERENCE = "reused.json"
+SWEEPS_FILE = ".raycolloc-sweeps"  # in out_dir: the sweep directories outside it that its sweeps wrote to
+
+
+def sweep_root(cell_dirs: Iterable[Path]) -> Path:
+    """Where a sweep writes: the directory holding all of its cells (one cell: its own directory)."""
+    return Path(os.path.commonpath([str(Path(d).absolute()) for d in cell_dirs]))
+
+
+def known_sweeps(out_dir: str | Path) -> list[Path]:
+    """The sweep directories outside ``out_dir`` that its sweeps wrote to (those still there or not)."""
+    try:
+        lines = (Path(out_dir) / SWEEPS_FILE).read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    except (OSError, UnicodeDecodeError) as exc:
+        log.warning("resume index %s unreadable (%s): sweeps outside out_dir are not looked in",
+                    Path(out_dir) / SWEEPS_FILE, exc)
+        return []
+    return [Path(line) for line in dict.fromkeys(lines) if line.startswith("/")]
+
+
+def register_sweeps(out_dir: str | Path, roots: Iterable[Path]) -> None:
+    """Add the sweep directories in ``roots`` that lie outside ``out_dir`` to its index. Call it while
+    holding ``out_dir`` (:func:`raycolloc.driver.outlock.hold_output`): the file is appended unlocked.
+
+    Raises:
+        ResultWriteError: the index cannot be written (naming the path and the free space).
+    """
+    base = Path(out_dir).resolve()
+    known = set(known_sweeps(base))
+    new = [r for r in dict.fromkeys(Path(r).resolve() for r in roots) if not r.is_relative_to(base) and r not in known]
+    if not new:
+        return
+    path = base / SWEEPS_FILE
+    try:
+        with path.open("a") as index:
+            index.writelines(f"{r}\n" for r in new)
+    except OSError as exc:
+        raise ResultWriteError(f"cannot write {path}: {exc.strerror} ({free_space(base)})") from exc
+
+
+def _scan_roots(roots: Iterable[Path]) -> list[Path]:
+    """The existing directories among ``roots``, none inside another (each is searched whole)."""
+    found = sorted({r.resolve() for r in roots if r.is_dir()}, key=lambda r: len(r.parts))
+    kept: list[Path] = []
+    for root in found:
+        if not any(root.is_relative_to(k) for k in kept):
+            kept.append(root)
+    return kept
 
 
 @dataclass(frozen=True)
@@ -49,15 +105,18 @@ class _Candidate:
 
 
 class ResultIndex:
-    """Config hash -> the newest valid result under ``root``. Built once per sweep, in the driver."""
+    """Config hash -> the newest valid result under ``root`` (an ``out_dir``), the sweep directories
+    its index file lists and ``also`` (the directory the sweep writes to now). Built once per sweep,
+    in the driver."""
 
-    def __init__(self, root: str | Path, repair: bool = True) -> None:
+    def __init__(self, root: str | Path, repair: bool = True, also: Iterable[Path] = ()) -> None:
         self.root = Path(root)
         self.repair = repair  # False (a dry run): invalid results are reported, never renamed
         self._candidates: dict[str, list[_Candidate]] = {}
         self.set_aside: list[tuple[Path, str]] = []
-        if self.root.is_dir():
-            for path in self.root.rglob("cells.parquet"):
+        self.roots = _scan_roots([self.root, *also, *known_sweeps(self.root)])
+        for where in self.roots:
+            for path in where.rglob("cells.parquet"):
                 self._add(path)
         for found in self._candidates.values():
             found.sort(key=lambda c: c.finished_at, reverse=True)
