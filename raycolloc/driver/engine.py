@@ -250,8 +250,6 @@ def run_cells(cells: list[tuple[CellSpec, Path]], rerun: bool = False) -> list[C
     with contextlib.ExitStack() as held:
         for out_dir in sorted({c.config.out_dir for c, _ in cells}):
             held.enter_context(hold_output(out_dir))
-            # Before any cell is written: a sweep interrupted now is still found by the next one.
-            register_sweeps(out_dir, [sweep_root(d for c, d in cells if c.config.out_dir == out_dir)])
         todo, reused = _resume(cells, rerun)
         for result in reused:
             print(result.summary, flush=True)
@@ -269,6 +267,10 @@ def _run(todo: list[tuple[CellSpec, Path]]) -> dict[str, CellResult]:
     skips = check_cluster([c for c, _ in todo], infos)
     check_nodes([c for c, _ in todo if c.cell_id not in skips], infos)
     unfit = unfit_cells([c for c, _ in todo], infos, skips)
+    # Once the sweep is accepted (a refused one leaves no trace) and before any cell is written (so a
+    # killed sweep's results are found too): out_dir's index learns where this sweep writes.
+    for out_dir in sorted({c.config.out_dir for c, _ in todo}):
+        register_sweeps(out_dir, [sweep_root(d for c, d in todo if c.config.out_dir == out_dir)])
     results = {c.cell_id: _skip(c, d, skips[c.cell_id]) for c, d in todo if c.cell_id in skips}
     results.update({c.cell_id: _skip(c, d, unfit[c.cell_id], "unfit") for c, d in todo if c.cell_id in unfit})
     for result in results.values():
