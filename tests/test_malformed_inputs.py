@@ -82,6 +82,19 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     ("plan-missing", ["+plan={tmp}/nothing.csv"], ["nothing.csv"]),
     ("plan-devices-word", ["+plan={tmp}/devices-abc.csv"], ["devices-abc.csv:2", "column Devices: 'abc' is not a GPU index"]),
     ("plan-devices-fraction", ["+plan={tmp}/devices-frac.csv"], ["devices-frac.csv:2", "column Devices: '1.5' is not a GPU index"]),
+    # issue 29, item 4: values Hydra's grammar reads only quoted: the key, the character and the form to type.
+    ("regex-unquoted", ["workload=script", "workload.command=[python,jobs/examples/plain_train.py]",
+                        r"workload.epoch_regex=^epoch (?P<epoch>\d+) done samples=(?P<samples>\d+)"],
+     ["cannot read the value of workload.epoch_regex", "'^' only inside quotes",
+      r"""typed as 'workload.epoch_regex="^epoch (?P<epoch>\d+) done samples=(?P<samples>\d+)"'"""]),
+    ("out-dir-non-ascii", ["out_dir={tmp}/résultats"],
+     ["cannot read the value of out_dir", "'é' only inside quotes", """typed as 'out_dir="{tmp}/résultats"'"""]),
+    ("sweep-dir-semicolon", ["-m", "hydra.sweep.dir={tmp}/a;b"],
+     ["cannot read the value of hydra.sweep.dir", "';' only inside quotes", """typed as 'hydra.sweep.dir="{tmp}/a;b"'"""]),
+    ("sweep-dir-dollar-paren", ["-m", "hydra.sweep.dir={tmp}/$(x)"],
+     ["cannot read the value of hydra.sweep.dir", "'(' only inside quotes", """typed as 'hydra.sweep.dir="{tmp}/$(x)"'"""]),
+    ("list-unclosed", ["mig.layout=[3g.20gb,"], ["cannot read the value of mig.layout", "closes its brackets"]),
+    ("key-non-ascii", ["dégree=1"], ["cannot read the key 'dégree'", "write key=value"]),
 ]
 
 
@@ -130,7 +143,7 @@ def test_malformed_input_is_refused_by_name(overrides: list[str], needles: list[
     out = tmp_path / "out"
     code, text = run_main(_args(overrides, tmp_path, out), capfd)
     assert code == 2, text[-3000:]
-    for needle in needles:
+    for needle in (n.replace("{tmp}", str(tmp_path)) for n in needles):
         assert needle in text, f"{needle!r} not in:\n{text[-3000:]}"
     assert "base_workload" not in text.replace("workload='base_workload'", "")  # no schema offered as a choice
     assert "Traceback" not in text, text[-3000:]

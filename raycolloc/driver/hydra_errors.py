@@ -19,6 +19,7 @@ from hydra.errors import HydraException, MissingConfigException, OverrideParseEx
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from raycolloc.config import Config, ConfigError
+from raycolloc.driver.override_quoting import explain_parse_error
 
 __all__ = ["CONF_ROOT", "as_config_error", "check_group_choices", "group_options"]
 
@@ -78,6 +79,12 @@ def _expected(full_key: str) -> str:
     return _EXPECTED[origin] if origin in _EXPECTED else "see the key's type in raycolloc/config.py"
 
 
+def _takes_text(full_key: str) -> bool:
+    """Whether a key takes a string (or anything: ``hydra.*``, ``+`` keys), so quoting is the cure."""
+    kind, _ = _field_type(full_key)
+    return kind is None or kind is str or kind is Any
+
+
 def as_config_error(exc: BaseException) -> ConfigError | None:
     """The config error an exception of Hydra or OmegaConf stands for, or None if it is not one."""
     if isinstance(exc, ConfigError):
@@ -89,8 +96,7 @@ def as_config_error(exc: BaseException) -> ConfigError | None:
             return ConfigError(f"{group}={option!r} is not allowed; choose one of: {', '.join(group_options(group))}")
         return ConfigError(str(exc).splitlines()[0])
     if isinstance(exc, OverrideParseException):
-        return ConfigError(f"{str(exc).splitlines()[0]}; write key=value (see "
-                           f"https://hydra.cc/docs/advanced/override_grammar/basic)")
+        return ConfigError(explain_parse_error(exc, _takes_text))
     if not isinstance(exc, HydraException | OmegaConfBaseException):
         return None
     cause = exc.__cause__ if isinstance(exc.__cause__, OmegaConfBaseException) else exc
