@@ -141,3 +141,58 @@ def test_plan_with_a_script_row_and_a_timm_row_runs_on_real_data(tmp_path: Path)
     assert jobs["mps_client"].all() and jobs.loc[0, "exit_code"] == 0
     assert sorted(epochs.loc[epochs.job_index == 0, "epoch"]) == [1, 2, 3]
     assert "FINISHED" in plan.read_text().splitlines()[1]
+
+
+# Rows in the form of the study's own plan (its artifacts repository's collocation_experiment.csv):
+# data directories of the study's DGX, none of which exists here.
+STUDY_ROWS = """\
+33,1,,,0,-,timm/train.py,smi+top+dcgmi,--model resnet26 --data-dir /raid/datasets/cifar10/ --warmup-epochs 0 --batch-size 128
+33,14,,,0,-,timm/train.py,smi+top+dcgmi,--model resnet50 --data-dir /raid/datasets/imagenet64_images/ --warmup-epochs 0 --batch-size 128
+33,17,,,0,MPS,timm/train.py,smi+top+dcgmi,--model resnet50 --data-dir /raid/datasets/imagenet64_images/ --warmup-epochs 0 --batch-size 128
+33,17,,,0,MPS,timm/train.py,smi+top+dcgmi,--model resnet50 --data-dir /raid/datasets/imagenet64_images/ --warmup-epochs 0 --batch-size 128
+36,14,,,0,-,timm/train.py,smi+top+dcgmi,--model efficientnetv2_s --data-dir /raid/datasets/imagenet64_images/ --warmup-epochs 0 --batch-size 128
+33,27,,,0,-,timm/train.py,smi+top+dcgmi,--model resnet152 --data-dir /raid/datasets/imagenet/ --warmup-epochs 0 --batch-size 128
+"""
+
+
+def test_the_study_plans_imagenet64_rows_train_at_64_px(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """Issue 29, item 3: ``--data-dir /raid/datasets/imagenet64_images/`` is ImageNet64 (the study's
+    "M" workloads), not synthetic images of ResNet50's 224 px; one log line per directory, not per row."""
+    from .test_malformed_inputs import run_main
+
+    plan = _plan(tmp_path, STUDY_ROWS)
+    for synthetic in (True, False):  # data.source=synthetic or real: the same workloads
+        jobs = [j for g in read_plan(plan, synthetic=synthetic) for c in g.cells for j in c.jobs]
+        assert [j.workload for j in jobs] == ["resnet26_cifar10", *["resnet50_imagenet64"] * 3,
+                                              "efficientnetv2s_imagenet64", "resnet152_imagenet"]
+    code, text = run_main([f"+plan={plan}", "+dry_run=true", "cluster=local", f"out_dir={tmp_path / 'out'}"], capfd)
+    assert code == 0, text[-3000:]
+    assert text.count("resnet50 on imagenet64 (3x64x64, 1000 classes), batch 128, 1281167 samples") == 3, text
+    assert "efficientnetv2_s on imagenet64 (3x64x64, 1000 classes)" in text
+    assert text.count("x224x224") == 1 and "resnet152 on imagenet (3x224x224" in text  # the study's "L" rows only
+    assert "synthetic images" not in text and "not recognised" not in text
+    said = [line for line in text.splitlines() if "imagenet64_images/' is not on this machine" in line]
+    assert len(said) == 1 and "taken for imagenet64 (64 px, 1000 classes, 1,281,167 samples)" in said[0], text
+    assert "4 rows: lines 3-6" in said[0]
+
+
+@pytest.mark.parametrize(("directory", "dataset"), [
+    ("/raid/datasets/imagenet64_images/", "imagenet64"), ("/d/Imagenet64_train", "imagenet64"),
+    ("/x/imagenet64", "imagenet64"), ("/data/downsampled_imagenet/64x64", "imagenet64"),
+    ("/data/imagenet/train_64x64", "imagenet64"), ("/d/Imagenet64x64/train", "imagenet64"),
+    ("/raid/datasets/cifar10/", "cifar10"), ("/d/cifar-10-batches-py", "cifar10"), ("/scratch/c10", "cifar10"),
+    ("/d/CIFAR-10", "cifar10"), ("/raid/datasets/imagenet/", "imagenet"), ("/d/ILSVRC2012/train", "imagenet"),
+    ("/d/criteo_kaggle", "criteo"),
+    ("/d/cifar100", None), ("/d/imagenet32", None), ("/d/downsampled-imagenet", None), ("/d/mnist", None),
+])
+def test_data_directories_not_here_are_known_by_their_names(directory: str, dataset: str | None) -> None:
+    from raycolloc.job.data.detect import dataset_by_name
+
+    assert dataset_by_name(directory) == dataset
+
+
+def test_an_imagenet64_tree_of_images_trains_at_64_px(tmp_path: Path) -> None:
+    """ImageNet64 as PNGs in class folders (how timm's train.py reads it): an image folder at 64 px."""
+    write_imagefolder(tmp_path / "imagenet64_images", *_images(6, 64))
+    job = read_plan(_plan(tmp_path, "1,1,,a,0,-,train.py,smi,--model resnet50 --data-dir imagenet64_images\n"))[0].cells[0].jobs[0]
+    assert (job.workload.dataset, job.workload.resolution, job.workload.dataset_size) == ("imagefolder", 64, 6)

@@ -26,6 +26,7 @@ __all__ = ["SweepOptions", "build_cell", "cell_dir_names", "check_config", "mix_
            "split_options", "sweep_cells", "validate_cell"]
 
 log = logging.getLogger("raycolloc")
+_SLOW_WARNED: set[tuple[str, int]] = set()
 OPTION_KEYS = ("rerun", "plan", "dry_run", "plan_datasets", "plan_epoch_regex")
 
 
@@ -190,6 +191,9 @@ def _check_data(cfg: Config, spec: CellSpec) -> None:
         slow = {j.workload.name: j for j in spec.jobs
                 if j.kind == "model" and getattr(j.workload, "size", None) != "tiny" and j.epoch_samples > 20_000}
         for job in slow.values():
+            if (job.workload.name, job.epoch_samples) in _SLOW_WARNED:  # once per process: a plan has hundreds of cells
+                continue
+            _SLOW_WARNED.add((job.workload.name, job.epoch_samples))
             log.warning("simulated GPUs train on the CPU: %s with %d samples per epoch will be slow; "
                         "try workload=tiny_cnn or a smaller epoch_samples", job.workload.name, job.epoch_samples)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import csv
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +28,7 @@ from raycolloc.driver.radt_rows import (
 )
 from raycolloc.workload_config import WorkloadConfig, workload_hash_view
 
-__all__ = ["PlanCell", "PlanError", "PlanGroup", "PlanJob", "groups_to_run", "read_plan"]
+__all__ = ["PlanCell", "PlanError", "PlanGroup", "PlanJob", "groups_to_run", "line_ranges", "read_plan"]
 
 log = logging.getLogger("raycolloc")
 _PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -157,9 +157,34 @@ def read_plan(path: str | Path, known_workloads: Sequence[str] | None = None, *,
         groups.append(PlanGroup(experiment, workload, status, tuple(cells)))
     if errors:
         raise PlanError("\n".join(errors) if len(errors) == 1 else f"{len(errors)} rows cannot run:\n" + "\n".join(errors))
-    for job in (j for g in groups for c in g.cells for j in c.jobs if j.note):
-        log.warning("plan %s:%d (Run %r): %s", path, job.line, job.run, job.note)
+    jobs = [j for g in groups for c in g.cells for j in c.jobs]
+    # One line per distinct directory, not per row: the study's plan has 208 rows on one directory.
+    for text, lines in _by_text((j.by_name, j.line) for j in jobs).items():
+        log.info("plan %s: %s (%s)", path, text, line_ranges(lines))
+    for text, lines in _by_text((j.note, j.line) for j in jobs).items():
+        log.warning("plan %s: %s (%s)", path, text, line_ranges(lines))
     return groups
+
+
+def _by_text(pairs: Iterable[tuple[str | None, int]]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for text, line in pairs:
+        if text is not None:
+            out.setdefault(text, []).append(line)
+    return out
+
+
+def line_ranges(lines: Sequence[int], most: int = 6) -> str:
+    """CSV lines as ranges: ``line 4`` or ``208 rows: lines 42-57, 60-61, ...``."""
+    spans: list[list[int]] = []
+    for line in sorted(lines):
+        if spans and line == spans[-1][1] + 1:
+            spans[-1][1] = line
+        else:
+            spans.append([line, line])
+    text = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans[:most])
+    text += ", ..." if len(spans) > most else ""
+    return f"line {text}" if len(lines) == 1 else f"{len(lines)} rows: lines {text}"
 
 
 def groups_to_run(groups: Sequence[PlanGroup], rerun: bool = False) -> list[PlanGroup]:
