@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from raycolloc.config_checks import listed
 from raycolloc.driver.radt_rows import (
     COLUMNS,
     PlanError,
@@ -87,7 +88,13 @@ def _hydra_value(value: object) -> str:
 def _rows(path: Path) -> list[Row]:
     header: list[str] | None = None
     rows: list[Row] = []
-    for lineno, text in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), 1):
+    try:
+        content = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:  # a binary file, or a spreadsheet saved in another format
+        line = exc.object[:exc.start].count(b"\n") + 1
+        raise PlanError(f"{path}:{line}: not a text CSV file (byte {exc.start} is not UTF-8); save the plan as "
+                        f"CSV (UTF-8) with the header {','.join(COLUMNS)}") from None
+    for lineno, text in enumerate(content.splitlines(), 1):
         if not text.strip() or text.lstrip().startswith("#"):
             continue
         try:
@@ -156,7 +163,7 @@ def read_plan(path: str | Path, known_workloads: Sequence[str] | None = None, *,
                   else "failed" if "failed" in states else "run")
         groups.append(PlanGroup(experiment, workload, status, tuple(cells)))
     if errors:
-        raise PlanError("\n".join(errors) if len(errors) == 1 else f"{len(errors)} rows cannot run:\n" + "\n".join(errors))
+        raise PlanError(errors[0] if len(errors) == 1 else f"{len(errors):,} rows cannot run:\n" + "\n".join(listed(errors)))
     jobs = [j for g in groups for c in g.cells for j in c.jobs]
     # One line per distinct directory, not per row: the study's plan has 208 rows on one directory.
     for text, lines in _by_text((j.by_name, j.line) for j in jobs).items():
