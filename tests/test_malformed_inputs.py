@@ -87,6 +87,8 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     # issue 29, item 7: a plan of many bad rows prints the first twenty and a count (was every one: 22 MB)
     ("plan-many-bad-rows", ["+plan={tmp}/many-bad.csv"], ["1,000 rows cannot run:", "many-bad.csv:21: ",
                                                            "... and 980 more (1,000 in all; the first 20 are shown"]),
+    # issue 29, item 8: +plan_fanout takes true or false, as +rerun does
+    ("plan-fanout-word", ["+plan_fanout=maybe"], ["+plan_fanout='maybe' is not allowed", "+plan_fanout=true"]),
 ]
 
 

@@ -196,3 +196,52 @@ def test_an_imagenet64_tree_of_images_trains_at_64_px(tmp_path: Path) -> None:
     write_imagefolder(tmp_path / "imagenet64_images", *_images(6, 64))
     job = read_plan(_plan(tmp_path, "1,1,,a,0,-,train.py,smi,--model resnet50 --data-dir imagenet64_images\n"))[0].cells[0].jobs[0]
     assert (job.workload.dataset, job.workload.resolution, job.workload.dataset_size) == ("imagefolder", 64, 6)
+
+
+FANOUT_PLAN = """\
+1,1,,a,0,-,train.py,smi,--workload tiny_cnn --epochs 2
+1,2,,b,0,MPS,train.py,smi,--workload tiny_cnn --epochs 2
+"""
+
+
+@pytest.mark.parametrize(("option", "where"), [([], "gpu: GPU 0, its Devices, with the 1 cell(s) of its group"),
+                                               (["+plan_fanout=true"], "gpu: any free GPU of the cluster (+plan_fanout")])
+def test_a_dry_run_says_where_plan_cells_run(tmp_path: Path, option: list[str], where: str,
+                                            capfd: pytest.CaptureFixture[str]) -> None:
+    from .test_malformed_inputs import run_main
+
+    code, text = run_main([f"+plan={_plan(tmp_path, FANOUT_PLAN)}", "+dry_run=true", "cluster=local",
+                           f"out_dir={tmp_path / 'out'}", *option], capfd)
+    assert code == 0 and text.count(where) == 2, text[-3000:]
+
+
+@pytest.mark.slow  # two plan runs of two one-job cells on the session's two simulated GPUs: about 60 s
+def test_plan_fanout_runs_groups_at_once_on_any_gpu_and_devices_pin_them_by_default(tmp_path: Path) -> None:
+    """Issue 29, item 8: a plan's groups ran one after another on their Devices GPU (the study's
+    plan names GPU 0 for every naive and MPS row). ``+plan_fanout=true`` runs them at once on any
+    free GPU; without it they follow Devices, and the summary says what idled."""
+    pipe_root = Path("/tmp") / f"rcfan{os.getpid()}"
+    runs = {}
+    for fanout in (False, True):
+        (tmp_path / f"fanout-{fanout}").mkdir()
+        plan = _plan(tmp_path / f"fanout-{fanout}", FANOUT_PLAN)
+        out = tmp_path / f"res-{fanout}"
+        args = [f"+plan={plan}", "cluster=local", "epoch_samples=64", f"mode.pipe_root={pipe_root}", f"out_dir={out}",
+                *(["+plan_fanout=true"] if fanout else [])]
+        proc = run_cli(args, cwd=tmp_path, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        cells = pd.concat([pd.read_parquet(p) for p in out.rglob("cells.parquet")]).sort_values("started_at")
+        assert list(cells["status"]) == ["ok", "ok"] and cells["gpu_uuid"].notna().all()
+        runs[fanout] = (cells, proc.stdout)
+        assert [line.split(",")[2] for line in plan.read_text().splitlines()[1:]] == ["FINISHED", "FINISHED"]
+    pinned, text = runs[False]
+    assert list(pinned["gpu_index"]) == [0, 0]  # both groups on GPU 0, as Devices says
+    first, second = pinned.to_dict("records")
+    assert first["finished_at"] <= second["started_at"]  # one group after the other
+    assert ("plan: its 2 groups ran one after another as their Devices say (cells: 2 to GPU 0) while 1 of the "
+            "cluster's 2 GPUs idled; +plan_fanout=true runs them at once on any free GPU") in text, text[-3000:]
+    fanned, text = runs[True]
+    assert sorted(fanned["gpu_index"]) == [0, 1] and fanned["gpu_uuid"].nunique() == 2
+    first, second = fanned.to_dict("records")
+    assert second["started_at"] < first["finished_at"]  # at the same time
+    assert "plan: 2 group(s) at once on any free GPU (+plan_fanout=true)" in text and "idled" not in text
