@@ -4,14 +4,26 @@ and what is allowed (:mod:`raycolloc.config`, :mod:`raycolloc.workload_config`).
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["ConfigError", "as_list", "check_choice", "check_int", "check_min", "closest", "is_mem_limit"]
+__all__ = ["MOST_LISTED", "ConfigError", "as_list", "check_choice", "check_int", "check_min", "closest", "is_mem_limit",
+           "listed"]
+
+
+MOST_LISTED = 20  # a plan of 132,197 bad rows printed 22 MB of errors; the first twenty say what is wrong
 
 
 class ConfigError(ValueError):
     """A configuration value is invalid; the message names the key and what is allowed."""
+
+
+def listed(errors: Sequence[str], most: int = MOST_LISTED) -> list[str]:
+    """Errors to print: every one up to ``most``, else the first ``most`` and a line counting the rest."""
+    if len(errors) <= most:
+        return list(errors)
+    return [*errors[:most], f"... and {len(errors) - most:,} more ({len(errors):,} in all; the first {most} "
+                            "are shown: fix them and run again to see the rest)"]
 
 
 def check_choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:

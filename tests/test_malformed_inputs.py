@@ -95,6 +95,13 @@ CASES: list[tuple[str, list[str], list[str]]] = [
      ["cannot read the value of hydra.sweep.dir", "'(' only inside quotes", """typed as 'hydra.sweep.dir="{tmp}/$(x)"'"""]),
     ("list-unclosed", ["mig.layout=[3g.20gb,"], ["cannot read the value of mig.layout", "closes its brackets"]),
     ("key-non-ascii", ["dégree=1"], ["cannot read the key 'dégree'", "write key=value"]),
+    # issue 29, item 5: a binary file as the plan (was a UnicodeDecodeError traceback)
+    ("plan-binary", ["+plan={tmp}/binary.bin"], ["binary.bin:2: not a text CSV file", "save the plan as CSV (UTF-8)"]),
+    # issue 29, item 7: a plan of many bad rows prints the first twenty and a count (was every one: 22 MB)
+    ("plan-many-bad-rows", ["+plan={tmp}/many-bad.csv"], ["1,000 rows cannot run:", "many-bad.csv:21: ",
+                                                           "... and 980 more (1,000 in all; the first 20 are shown"]),
+    # issue 29, item 8: +plan_fanout takes true or false, as +rerun does
+    ("plan-fanout-word", ["+plan_fanout=maybe"], ["+plan_fanout='maybe' is not allowed", "+plan_fanout=true"]),
 ]
 
 
@@ -102,6 +109,9 @@ def _fixtures(tmp_path: Path) -> None:
     (tmp_path / "a-file").write_text("not a directory\n")
     for name, devices in (("devices-abc", "abc"), ("devices-frac", "1.5")):
         (tmp_path / f"{name}.csv").write_text(PLAN_HEADER + f"1,1,,a,{devices},-,train.py,smi,--workload tiny_cnn\n")
+    (tmp_path / "binary.bin").write_bytes(bytes(range(256)) * 4)
+    (tmp_path / "many-bad.csv").write_text(PLAN_HEADER + "".join(f"1,{i},,a,gpu{i},-,train.py,smi,--workload tiny_cnn\n"
+                                                                 for i in range(1000)))
 
 
 def run_main(args: list[str], capfd: pytest.CaptureFixture[str]) -> tuple[int, str]:
@@ -256,3 +266,13 @@ def test_a_refused_input_is_answered_before_ray_pyarrow_or_torch_load(overrides:
     imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
     assert "raycolloc.config" in imported  # -X importtime did report
     assert not imported & {"ray", "pyarrow", "pandas", "torch"}, sorted(imported & {"ray", "pyarrow", "pandas", "torch"})
+
+
+def test_a_multirun_of_many_bad_cells_lists_the_first_twenty_and_a_count(tmp_path: Path,
+                                                                         capfd: pytest.CaptureFixture[str]) -> None:
+    """Issue 29, item 7: long error lists print the first twenty and a count (the launcher's, as a plan's)."""
+    code, text = run_main(["-m", *BASE, f"out_dir={tmp_path / 'out'}", "degree=" + ",".join(str(-i) for i in range(22))],
+                          capfd)
+    assert code == 2, text[-3000:]
+    assert text.count("config error: #") == 20 and "degree=-19 is not allowed" in text and "degree=-20" not in text
+    assert "config error: ... and 2 more (22 in all; the first 20 are shown" in text, text[-3000:]

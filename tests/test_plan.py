@@ -235,3 +235,22 @@ def test_to_overrides_quotes_special_values(tmp_path: Path, name: str) -> None:
     cell = read_plan(write(tmp_path, field.getvalue()), known_workloads=(name,))[0].cells[0]
     (_, jobs) = OverridesParser.create().parse_overrides(cell.to_overrides())
     assert jobs.value() == [{"workload": name, "batch_size": None, "epochs": None, "mig_profile": None}]
+
+
+def test_a_plan_of_many_bad_rows_lists_the_first_twenty_and_a_count(tmp_path: Path) -> None:
+    """Issue 29, item 7: a plan of 132,197 bad rows printed all of their errors (22 MB)."""
+    body = "".join(f"1,{i},,r{i},gpu{i},-,t.py,smi,--model resnet26 --data /d/cifar10\n" for i in range(5000))
+    with pytest.raises(PlanError) as err:
+        read_plan(write(tmp_path, body))
+    lines = str(err.value).splitlines()
+    assert lines[0] == "5,000 rows cannot run:" and len(lines) == 22
+    assert all("column Devices: 'gpu" in line for line in lines[1:21])
+    assert lines[21] == "... and 4,980 more (5,000 in all; the first 20 are shown: fix them and run again to see the rest)"
+
+
+def test_a_binary_plan_is_refused_naming_the_file(tmp_path: Path) -> None:
+    """Issue 29, item 5: ``+plan=<a binary file>`` was a UnicodeDecodeError traceback."""
+    path = tmp_path / "plan.xlsx"
+    path.write_bytes(b"PK\x03\x04" + bytes(range(256)))
+    with pytest.raises(PlanError, match=r"plan\.xlsx:2: not a text CSV file \(byte 132 is not UTF-8\)"):
+        read_plan(path)

@@ -141,3 +141,107 @@ def test_plan_with_a_script_row_and_a_timm_row_runs_on_real_data(tmp_path: Path)
     assert jobs["mps_client"].all() and jobs.loc[0, "exit_code"] == 0
     assert sorted(epochs.loc[epochs.job_index == 0, "epoch"]) == [1, 2, 3]
     assert "FINISHED" in plan.read_text().splitlines()[1]
+
+
+# Rows in the form of the study's own plan (its artifacts repository's collocation_experiment.csv):
+# data directories of the study's DGX, none of which exists here.
+STUDY_ROWS = """\
+33,1,,,0,-,timm/train.py,smi+top+dcgmi,--model resnet26 --data-dir /raid/datasets/cifar10/ --warmup-epochs 0 --batch-size 128
+33,14,,,0,-,timm/train.py,smi+top+dcgmi,--model resnet50 --data-dir /raid/datasets/imagenet64_images/ --warmup-epochs 0 --batch-size 128
+33,17,,,0,MPS,timm/train.py,smi+top+dcgmi,--model resnet50 --data-dir /raid/datasets/imagenet64_images/ --warmup-epochs 0 --batch-size 128
+33,17,,,0,MPS,timm/train.py,smi+top+dcgmi,--model resnet50 --data-dir /raid/datasets/imagenet64_images/ --warmup-epochs 0 --batch-size 128
+36,14,,,0,-,timm/train.py,smi+top+dcgmi,--model efficientnetv2_s --data-dir /raid/datasets/imagenet64_images/ --warmup-epochs 0 --batch-size 128
+33,27,,,0,-,timm/train.py,smi+top+dcgmi,--model resnet152 --data-dir /raid/datasets/imagenet/ --warmup-epochs 0 --batch-size 128
+"""
+
+
+def test_the_study_plans_imagenet64_rows_train_at_64_px(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """Issue 29, item 3: ``--data-dir /raid/datasets/imagenet64_images/`` is ImageNet64 (the study's
+    "M" workloads), not synthetic images of ResNet50's 224 px; one log line per directory, not per row."""
+    from .test_malformed_inputs import run_main
+
+    plan = _plan(tmp_path, STUDY_ROWS)
+    for synthetic in (True, False):  # data.source=synthetic or real: the same workloads
+        jobs = [j for g in read_plan(plan, synthetic=synthetic) for c in g.cells for j in c.jobs]
+        assert [j.workload for j in jobs] == ["resnet26_cifar10", *["resnet50_imagenet64"] * 3,
+                                              "efficientnetv2s_imagenet64", "resnet152_imagenet"]
+    code, text = run_main([f"+plan={plan}", "+dry_run=true", "cluster=local", f"out_dir={tmp_path / 'out'}"], capfd)
+    assert code == 0, text[-3000:]
+    assert text.count("resnet50 on imagenet64 (3x64x64, 1000 classes), batch 128, 1281167 samples") == 3, text
+    assert "efficientnetv2_s on imagenet64 (3x64x64, 1000 classes)" in text
+    assert text.count("x224x224") == 1 and "resnet152 on imagenet (3x224x224" in text  # the study's "L" rows only
+    assert "synthetic images" not in text and "not recognised" not in text
+    said = [line for line in text.splitlines() if "imagenet64_images/' is not on this machine" in line]
+    assert len(said) == 1 and "taken for imagenet64 (64 px, 1000 classes, 1,281,167 samples)" in said[0], text
+    assert "4 rows: lines 3-6" in said[0]
+
+
+@pytest.mark.parametrize(("directory", "dataset"), [
+    ("/raid/datasets/imagenet64_images/", "imagenet64"), ("/d/Imagenet64_train", "imagenet64"),
+    ("/x/imagenet64", "imagenet64"), ("/data/downsampled_imagenet/64x64", "imagenet64"),
+    ("/data/imagenet/train_64x64", "imagenet64"), ("/d/Imagenet64x64/train", "imagenet64"),
+    ("/raid/datasets/cifar10/", "cifar10"), ("/d/cifar-10-batches-py", "cifar10"), ("/scratch/c10", "cifar10"),
+    ("/d/CIFAR-10", "cifar10"), ("/raid/datasets/imagenet/", "imagenet"), ("/d/ILSVRC2012/train", "imagenet"),
+    ("/d/criteo_kaggle", "criteo"),
+    ("/d/cifar100", None), ("/d/imagenet32", None), ("/d/downsampled-imagenet", None), ("/d/mnist", None),
+])
+def test_data_directories_not_here_are_known_by_their_names(directory: str, dataset: str | None) -> None:
+    from raycolloc.job.data.detect import dataset_by_name
+
+    assert dataset_by_name(directory) == dataset
+
+
+def test_an_imagenet64_tree_of_images_trains_at_64_px(tmp_path: Path) -> None:
+    """ImageNet64 as PNGs in class folders (how timm's train.py reads it): an image folder at 64 px."""
+    write_imagefolder(tmp_path / "imagenet64_images", *_images(6, 64))
+    job = read_plan(_plan(tmp_path, "1,1,,a,0,-,train.py,smi,--model resnet50 --data-dir imagenet64_images\n"))[0].cells[0].jobs[0]
+    assert (job.workload.dataset, job.workload.resolution, job.workload.dataset_size) == ("imagefolder", 64, 6)
+
+
+FANOUT_PLAN = """\
+1,1,,a,0,-,train.py,smi,--workload tiny_cnn --epochs 2
+1,2,,b,0,MPS,train.py,smi,--workload tiny_cnn --epochs 2
+"""
+
+
+@pytest.mark.parametrize(("option", "where"), [([], "gpu: GPU 0, its Devices, with the 1 cell(s) of its group"),
+                                               (["+plan_fanout=true"], "gpu: any free GPU of the cluster (+plan_fanout")])
+def test_a_dry_run_says_where_plan_cells_run(tmp_path: Path, option: list[str], where: str,
+                                            capfd: pytest.CaptureFixture[str]) -> None:
+    from .test_malformed_inputs import run_main
+
+    code, text = run_main([f"+plan={_plan(tmp_path, FANOUT_PLAN)}", "+dry_run=true", "cluster=local",
+                           f"out_dir={tmp_path / 'out'}", *option], capfd)
+    assert code == 0 and text.count(where) == 2, text[-3000:]
+
+
+@pytest.mark.slow  # two plan runs of two one-job cells on the session's two simulated GPUs: about 60 s
+def test_plan_fanout_runs_groups_at_once_on_any_gpu_and_devices_pin_them_by_default(tmp_path: Path) -> None:
+    """Issue 29, item 8: a plan's groups ran one after another on their Devices GPU (the study's
+    plan names GPU 0 for every naive and MPS row). ``+plan_fanout=true`` runs them at once on any
+    free GPU; without it they follow Devices, and the summary says what idled."""
+    pipe_root = Path("/tmp") / f"rcfan{os.getpid()}"
+    runs = {}
+    for fanout in (False, True):
+        (tmp_path / f"fanout-{fanout}").mkdir()
+        plan = _plan(tmp_path / f"fanout-{fanout}", FANOUT_PLAN)
+        out = tmp_path / f"res-{fanout}"
+        args = [f"+plan={plan}", "cluster=local", "epoch_samples=64", f"mode.pipe_root={pipe_root}", f"out_dir={out}",
+                *(["+plan_fanout=true"] if fanout else [])]
+        proc = run_cli(args, cwd=tmp_path, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        cells = pd.concat([pd.read_parquet(p) for p in out.rglob("cells.parquet")]).sort_values("started_at")
+        assert list(cells["status"]) == ["ok", "ok"] and cells["gpu_uuid"].notna().all()
+        runs[fanout] = (cells, proc.stdout)
+        assert [line.split(",")[2] for line in plan.read_text().splitlines()[1:]] == ["FINISHED", "FINISHED"]
+    pinned, text = runs[False]
+    assert list(pinned["gpu_index"]) == [0, 0]  # both groups on GPU 0, as Devices says
+    first, second = pinned.to_dict("records")
+    assert first["finished_at"] <= second["started_at"]  # one group after the other
+    assert ("plan: its 2 groups ran one after another as their Devices say (cells: 2 to GPU 0) while 1 of the "
+            "cluster's 2 GPUs idled; +plan_fanout=true runs them at once on any free GPU") in text, text[-3000:]
+    fanned, text = runs[True]
+    assert sorted(fanned["gpu_index"]) == [0, 1] and fanned["gpu_uuid"].nunique() == 2
+    first, second = fanned.to_dict("records")
+    assert second["started_at"] < first["finished_at"]  # at the same time
+    assert "plan: 2 group(s) at once on any free GPU (+plan_fanout=true)" in text and "idled" not in text

@@ -26,20 +26,23 @@ __all__ = ["SweepOptions", "build_cell", "cell_dir_names", "check_config", "mix_
            "split_options", "sweep_cells", "validate_cell"]
 
 log = logging.getLogger("raycolloc")
-OPTION_KEYS = ("rerun", "plan", "dry_run", "plan_datasets", "plan_epoch_regex")
+_SLOW_WARNED: set[tuple[str, int]] = set()
+OPTION_KEYS = ("rerun", "plan", "dry_run", "plan_datasets", "plan_epoch_regex", "plan_fanout")
 
 
 @dataclass(frozen=True)
 class SweepOptions:
     """Command-line switches outside any cell's config: ``+rerun=true``, ``+dry_run=true``,
-    ``+plan=PATH.csv`` and, for plans, ``+plan_datasets={dir_name: dataset}`` and
-    ``+plan_epoch_regex=REGEX`` (epoch marks of the plan's script rows)."""
+    ``+plan=PATH.csv`` and, for plans, ``+plan_datasets={dir_name: dataset}``,
+    ``+plan_epoch_regex=REGEX`` (epoch marks of the plan's script rows) and ``+plan_fanout=true``
+    (the plan's groups at once on any free GPU, not one after another on their ``Devices``)."""
 
     rerun: bool = False
     plan: str | None = None
     dry_run: bool = False
     plan_datasets: dict[str, str] = field(default_factory=dict)
     plan_epoch_regex: str | None = None
+    plan_fanout: bool = False
 
 
 def split_options(dcfg: DictConfig) -> SweepOptions:
@@ -54,7 +57,7 @@ def split_options(dcfg: DictConfig) -> SweepOptions:
             if key in dcfg:
                 value = dcfg.pop(key)
                 values[key] = OmegaConf.to_container(value) if isinstance(value, DictConfig) else value
-    for key in ("rerun", "dry_run"):
+    for key in ("rerun", "dry_run", "plan_fanout"):
         if not isinstance(values.get(key, False), bool):
             raise ConfigError(f"+{key}={values[key]!r} is not allowed; use +{key}=true or +{key}=false")
     datasets = values.get("plan_datasets") or {}
@@ -71,7 +74,8 @@ def split_options(dcfg: DictConfig) -> SweepOptions:
             raise ConfigError(f"+plan_epoch_regex={regex!r} is not a regular expression: {exc}") from None
     return SweepOptions(rerun=values.get("rerun", False), plan=values.get("plan"), dry_run=values.get("dry_run", False),
                         plan_datasets={str(k): str(v) for k, v in datasets.items()},
-                        plan_epoch_regex=None if regex is None else str(regex))
+                        plan_epoch_regex=None if regex is None else str(regex),
+                        plan_fanout=values.get("plan_fanout", False))
 
 
 def _per_job(value: Any, index: int) -> Any:
@@ -190,6 +194,9 @@ def _check_data(cfg: Config, spec: CellSpec) -> None:
         slow = {j.workload.name: j for j in spec.jobs
                 if j.kind == "model" and getattr(j.workload, "size", None) != "tiny" and j.epoch_samples > 20_000}
         for job in slow.values():
+            if (job.workload.name, job.epoch_samples) in _SLOW_WARNED:  # once per process: a plan has hundreds of cells
+                continue
+            _SLOW_WARNED.add((job.workload.name, job.epoch_samples))
             log.warning("simulated GPUs train on the CPU: %s with %d samples per epoch will be slow; "
                         "try workload=tiny_cnn or a smaller epoch_samples", job.workload.name, job.epoch_samples)
 

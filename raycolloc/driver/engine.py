@@ -10,7 +10,9 @@ Hydra multiruns (the launcher), single runs and radT plans all end here with a l
    that fits no node is refused (``ConfigError``), a cell the cluster cannot run is a ``skipped``
    row, a cell whose jobs' memory estimate exceeds every GPU an ``unfit`` row;
 3. one *lane* per GPU the sweep may use (``cluster.max_concurrent_cells`` fewer): a driver thread
-   that leases one whole GPU once and runs cells on it one after the other, largest first;
+   that leases one whole GPU once and runs cells on it one after the other, largest first; a cell
+   *pinned* to a GPU index (a radT plan's ``Devices``) runs only in a lane whose GPU has that index
+   on its node, so then every GPU gets a lane, and a lane with no cell for its GPU ends at once;
 4. each finished cell's rows are written at once (atomically), so a later crash loses nothing.
 
 Ctrl-C sets a flag every lane polls: running cells kill their trainers, release their GPU and
@@ -26,6 +28,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,10 +98,11 @@ def _record(rec: CellRecord, cell_dir: Path) -> CellResult:
 class _Sweep:
     """The shared state of one :func:`run_cells` call: the queue, the lanes and the results."""
 
-    def __init__(self, todo: list[tuple[CellSpec, Path]], board: Board, view: ProgressView) -> None:
+    def __init__(self, todo: list[tuple[CellSpec, Path]], board: Board, view: ProgressView,
+                 pins: Mapping[str, int]) -> None:
         # Repeats interleaved (every cell's repeat 0, then every repeat 1, ...), largest first within each.
         self.queue = sorted(todo, key=lambda item: (item[0].config.repeat, *cell_size(item[0])))
-        self.board, self.view = board, view
+        self.board, self.view, self.pins = board, view, pins
         self.cancel = threading.Event()
         self.lock = threading.Lock()
         self.results: dict[str, CellResult] = {}
@@ -111,9 +115,15 @@ class _Sweep:
         self.pool_size = max(c.degree for c, _ in todo)  # a lane's trainers: enough for its largest cell
         self.trainer_cpus = max(c.config.trainer.num_cpus for c, _ in todo)
 
-    def next_cell(self) -> tuple[CellSpec, Path] | None:
+    def next_cell(self, gpu_index: int, take: bool = True) -> tuple[CellSpec, Path] | None:
+        """The next cell this lane's GPU may run (``take=False``: only look)."""
         with self.lock:
-            return self.queue.pop(0) if self.queue and not self.cancel.is_set() else None
+            if self.cancel.is_set():
+                return None
+            for i, (cell, _) in enumerate(self.queue):
+                if self.pins.get(cell.cell_id, gpu_index) == gpu_index:
+                    return self.queue.pop(i) if take else self.queue[i]
+            return None
 
     def finish(self, cell_dir: Path, rec: CellRecord) -> None:
         try:
@@ -144,7 +154,9 @@ class _Sweep:
                     if opened is None:
                         return
                     lane, waits = opened
-                item = self.next_cell()
+                    if self.next_cell(lane.gpu.index, take=False) is None:
+                        return  # every cell left is pinned to another GPU: this one goes back at once
+                item = self.next_cell(lane.gpu.index)
                 if item is None:
                     return
                 cell, cell_dir = item
@@ -237,8 +249,12 @@ def _skip(cell: CellSpec, cell_dir: Path, reason: str, status: str = "skipped") 
     return _record(CellRecord(cell, status=status, reason=reason, backend=cell.config.cluster.backend), cell_dir)
 
 
-def run_cells(cells: list[tuple[CellSpec, Path]], rerun: bool = False) -> list[CellResult]:
+def run_cells(cells: list[tuple[CellSpec, Path]], rerun: bool = False,
+              pins: Mapping[str, int] | None = None) -> list[CellResult]:
     """Run (or reuse) every cell; returns one result per cell, in the order given.
+
+    ``pins`` maps a cell's id to the index (on its node) of the GPU it must run on; other cells run
+    on any free GPU. A pinned cell no node has the GPU for is a ``skipped`` row.
 
     Raises:
         ConfigError: a cell fits no node or GPU of the cluster, or another sweep holds the output
@@ -255,16 +271,25 @@ def run_cells(cells: list[tuple[CellSpec, Path]], rerun: bool = False) -> list[C
             print(result.summary, flush=True)
         results = {r.cell.cell_id: r for r in reused}
         if todo:
-            results.update(_run(todo))
+            results.update(_run(todo, pins or {}))
     return [results[c.cell_id] for c, _ in cells if c.cell_id in results]
 
 
-def _run(todo: list[tuple[CellSpec, Path]]) -> dict[str, CellResult]:
+def _pin_skips(todo: list[tuple[CellSpec, Path]], pins: Mapping[str, int], nodes: Mapping[str, int]) -> dict[str, str]:
+    """Why each cell pinned to a GPU index no node has cannot run."""
+    most = max(nodes.values(), default=0)
+    return {c.cell_id: f"pinned to GPU {pins[c.cell_id]} (the plan's Devices), and no node of the cluster has a GPU "
+            f"{pins[c.cell_id]} (the largest has {most}: GPU 0-{most - 1}); +plan_fanout=true runs it on any free GPU"
+            for c, _ in todo if pins.get(c.cell_id, 0) >= most}
+
+
+def _run(todo: list[tuple[CellSpec, Path]], pins: Mapping[str, int]) -> dict[str, CellResult]:
     first = todo[0][0].config
     connect(first.cluster, max_jobs_per_cell=max(c.degree for c, _ in todo))
     nodes = gpu_nodes()
     infos = start_stewards(nodes, first.cluster, first.mode.pipe_root)
     skips = check_cluster([c for c, _ in todo], infos)
+    skips.update({k: v for k, v in _pin_skips(todo, pins, nodes).items() if k not in skips})
     check_nodes([c for c, _ in todo if c.cell_id not in skips], infos)
     unfit = unfit_cells([c for c, _ in todo], infos, skips)
     # Once the sweep is accepted (a refused one leaves no trace) and before any cell is written (so a
@@ -280,9 +305,10 @@ def _run(todo: list[tuple[CellSpec, Path]]) -> dict[str, CellResult]:
         return results
     board = open_board(NAMESPACE)
     view = ProgressView({c.cell_id: c.label for c, _ in todo}, board)
-    sweep = _Sweep(todo, board, view)
+    sweep = _Sweep(todo, board, view, pins)
     gpus = sum(nodes.values())
-    lanes = min(first.cluster.max_concurrent_cells or gpus, gpus, len(todo))
+    # Pinned cells: a lane on every GPU, since a lease cannot ask for a GPU by index.
+    lanes = gpus if pins else min(first.cluster.max_concurrent_cells or gpus, gpus, len(todo))
     log.info("cells=%d lanes=%d gpus=%d", len(todo), lanes, gpus)
     sweep.finished = [threading.Event() for _ in range(lanes)]
     for i in range(lanes):

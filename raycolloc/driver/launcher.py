@@ -25,6 +25,7 @@ from hydra.types import HydraContext
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from raycolloc.config import ConfigError, config_hash
+from raycolloc.config_checks import listed
 from raycolloc.driver.cells import (
     SweepOptions,
     cell_dir_names,
@@ -98,7 +99,7 @@ def _compose(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequ
         _discard_sweep_dir(sweep_dir)
         sys.exit(EXIT_CONFIG if refused or errors else 0)
     if errors:
-        for line in errors:
+        for line in listed(errors):
             log.error("config error: %s", line)
         _discard_sweep_dir(sweep_dir)
         sys.exit(EXIT_CONFIG)

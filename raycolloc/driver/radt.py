@@ -13,10 +13,11 @@ from __future__ import annotations
 import csv
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from raycolloc.config_checks import listed
 from raycolloc.driver.radt_rows import (
     COLUMNS,
     PlanError,
@@ -28,7 +29,7 @@ from raycolloc.driver.radt_rows import (
 )
 from raycolloc.workload_config import WorkloadConfig, workload_hash_view
 
-__all__ = ["PlanCell", "PlanError", "PlanGroup", "PlanJob", "groups_to_run", "read_plan"]
+__all__ = ["PlanCell", "PlanError", "PlanGroup", "PlanJob", "groups_to_run", "line_ranges", "read_plan"]
 
 log = logging.getLogger("raycolloc")
 _PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -87,7 +88,13 @@ def _hydra_value(value: object) -> str:
 def _rows(path: Path) -> list[Row]:
     header: list[str] | None = None
     rows: list[Row] = []
-    for lineno, text in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), 1):
+    try:
+        content = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as exc:  # a binary file, or a spreadsheet saved in another format
+        line = exc.object[:exc.start].count(b"\n") + 1
+        raise PlanError(f"{path}:{line}: not a text CSV file (byte {exc.start} is not UTF-8); save the plan as "
+                        f"CSV (UTF-8) with the header {','.join(COLUMNS)}") from None
+    for lineno, text in enumerate(content.splitlines(), 1):
         if not text.strip() or text.lstrip().startswith("#"):
             continue
         try:
@@ -156,10 +163,35 @@ def read_plan(path: str | Path, known_workloads: Sequence[str] | None = None, *,
                   else "failed" if "failed" in states else "run")
         groups.append(PlanGroup(experiment, workload, status, tuple(cells)))
     if errors:
-        raise PlanError("\n".join(errors) if len(errors) == 1 else f"{len(errors)} rows cannot run:\n" + "\n".join(errors))
-    for job in (j for g in groups for c in g.cells for j in c.jobs if j.note):
-        log.warning("plan %s:%d (Run %r): %s", path, job.line, job.run, job.note)
+        raise PlanError(errors[0] if len(errors) == 1 else f"{len(errors):,} rows cannot run:\n" + "\n".join(listed(errors)))
+    jobs = [j for g in groups for c in g.cells for j in c.jobs]
+    # One line per distinct directory, not per row: the study's plan has 208 rows on one directory.
+    for text, lines in _by_text((j.by_name, j.line) for j in jobs).items():
+        log.info("plan %s: %s (%s)", path, text, line_ranges(lines))
+    for text, lines in _by_text((j.note, j.line) for j in jobs).items():
+        log.warning("plan %s: %s (%s)", path, text, line_ranges(lines))
     return groups
+
+
+def _by_text(pairs: Iterable[tuple[str | None, int]]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for text, line in pairs:
+        if text is not None:
+            out.setdefault(text, []).append(line)
+    return out
+
+
+def line_ranges(lines: Sequence[int], most: int = 6) -> str:
+    """CSV lines as ranges: ``line 4`` or ``208 rows: lines 42-57, 60-61, ...``."""
+    spans: list[list[int]] = []
+    for line in sorted(lines):
+        if spans and line == spans[-1][1] + 1:
+            spans[-1][1] = line
+        else:
+            spans.append([line, line])
+    text = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans[:most])
+    text += ", ..." if len(spans) > most else ""
+    return f"line {text}" if len(lines) == 1 else f"{len(lines)} rows: lines {text}"
 
 
 def groups_to_run(groups: Sequence[PlanGroup], rerun: bool = False) -> list[PlanGroup]:

@@ -5,8 +5,9 @@ and is not timm's ``train.py``) runs as a script job: ``python FILE PARAMS``, un
 row trains the model its ``--model`` names (any timm model; the study's spellings too) on the
 dataset its data directory holds, recognised from the directory's contents
 (:func:`raycolloc.job.data.detect.detect_dataset`), from ``+plan_datasets={dir_name: dataset}``, from
-its name where it is not on this machine, or, with ``data.source=synthetic``, synthetic images of the
-model's default shape. A model and dataset of one of the study's presets keep the preset's name.
+its name where it is not on this machine (:func:`~raycolloc.job.data.detect.dataset_by_name`: the study's
+``/raid/datasets/imagenet64_images/`` is ImageNet64, 64 px), or, with ``data.source=synthetic``, synthetic
+images of the model's default shape. A model and dataset of one of the study's presets keep the preset's name.
 
 Every error names the CSV line, the row (Experiment, Workload, Run) and the column.
 """
@@ -34,8 +35,6 @@ _LISTENER = re.compile(r"^[A-Za-z][\w-]*$")
 # The study's spellings of timm models (torchvision's names), and the models a File's name hints at.
 _ALIASES = {"efficientnetv2s": "efficientnetv2_s", "caitxxs24": "cait_xxs24_224"}
 _HINTS = ("dlrm", "resnet26", "resnet50", "resnet152", "efficientnetv2_s", "cait_xxs24_224")
-_DATASET_NAMES = {"cifar10": "cifar10", "cifar-10-batches-py": "cifar10", "imagenet64": "imagenet64",
-                  "imagenet": "imagenet", "criteo": "criteo", "criteo_kaggle": "criteo", "kaggle": "criteo"}
 _MODEL_KEYS = {"model", "arch", "a"}
 _BATCH_KEYS = {"batch_size", "b", "mini_batch_size"}
 _EPOCH_KEYS = {"epochs", "nepochs"}
@@ -45,9 +44,6 @@ _KV = re.compile(r"^[A-Za-z_][\w.-]*=")  # a "key=value" token is never a flag's
 
 def _norm(text: str) -> str:
     return re.sub(r"[-_.\s]", "", text.lower())
-
-
-_DATASET_LOOKUP = {_norm(k): v for k, v in _DATASET_NAMES.items()}
 
 
 class PlanError(ValueError):
@@ -88,7 +84,8 @@ class PlanJob:
 
     ``kind`` is ``model`` (raycolloc trains it) or ``script`` (the row's File runs as written);
     ``data_dir`` is the row's data directory (its job's ``data.path`` with ``data.source=real``);
-    ``note`` says what was assumed (e.g. synthetic data for an unrecognised directory).
+    ``note`` says what was assumed (e.g. synthetic data for an unrecognised directory), ``by_name``
+    what its data directory's name alone told (the directory is not on this machine).
     """
 
     workload: str | WorkloadConfig
@@ -104,6 +101,7 @@ class PlanJob:
     kind: str = "model"
     data_dir: str | None = None
     note: str | None = None
+    by_name: str | None = None
 
 
 def _is_flag(token: str) -> bool:
@@ -231,33 +229,57 @@ def _model(path: Path, row: Row, raw: str | None, known: Sequence[str]) -> str:
     return name
 
 
-def _dataset(path: Path, row: Row, data: str | None, ctx: RowContext, model: str) -> tuple[str, dict[str, int], str | None]:
-    """(dataset, shape settings it needs, note) for a row's data directory."""
-    from raycolloc.job.data.detect import detect_dataset
+@dataclass(frozen=True)
+class _Data:
+    """What a row's data directory holds: the dataset, the shape settings it needs, and what was
+    assumed about it (``note``: a warning) or taken from its name alone (``by_name``: for the log)."""
+
+    dataset: str
+    shape: dict[str, int] = field(default_factory=dict)
+    note: str | None = None
+    by_name: str | None = None
+
+
+def _dataset(path: Path, row: Row, data: str | None, ctx: RowContext, model: str) -> _Data:
+    """The dataset of a row's data directory: mapped, by its contents here, else by its name."""
+    from raycolloc.job.data.detect import NAME_EXAMPLES, dataset_by_name, detect_dataset
 
     if data is None:
         if ctx.synthetic:
-            return "synthetic", _synthetic_shape(model), "no --data: synthetic images"
-        raise _error(path, row, "Params", f"model {model!r} needs a dataset (--data DIR)", sorted(_DATASET_NAMES))
+            return _Data("synthetic", _synthetic_shape(model), "no --data: synthetic images")
+        raise _error(path, row, "Params", f"model {model!r} needs a dataset (--data DIR)", NAME_EXAMPLES)
     name = PurePosixPath(data.rstrip("/")).name
     if (mapped := ctx.datasets.get(data, ctx.datasets.get(name))) is not None:
-        return mapped, {}, None
-    by_name = next((d for part in reversed(PurePosixPath(data.rstrip("/")).parts)
-                    if (d := _DATASET_LOOKUP.get(_norm(part))) is not None), None)
+        return _Data(mapped)
+    by_name = dataset_by_name(data)
     found = detect_dataset(data_path(ctx, data))
     if found is not None:
         if found.reader != "imagefolder":
-            return found.reader, {}, None
+            return _Data(found.reader)
         if by_name == "imagenet":
-            return "imagenet", {}, None
-        return "imagefolder", {"num_classes": int(found.num_classes or 1), "dataset_size": int(found.size or 1)}, None
+            return _Data("imagenet")
+        shape = {"num_classes": int(found.num_classes or 1), "dataset_size": int(found.size or 1)}
+        if by_name == "imagenet64":  # ImageNet64 as a tree of its 64 px images: read at 64 px, as they are
+            shape["resolution"] = DATASETS["imagenet64"].resolution or 64
+        return _Data("imagefolder", shape)
     if by_name is not None:
-        return by_name, {}, None
+        return _Data(by_name, by_name=f"data directory {data!r} is not on this machine: taken for {by_name} "
+                     f"({_describe(by_name)}) by its name")
     if ctx.synthetic:
-        return "synthetic", _synthetic_shape(model), f"dataset of {data!r} not recognised: synthetic images"
+        return _Data("synthetic", _synthetic_shape(model), f"dataset of {data!r} not recognised: synthetic images "
+                     "of the model's default input")
     raise _error(path, row, "Params", f"unknown dataset {name!r} (from {data!r}): not a directory holding CIFAR-10 "
-                 "batches, ImageNet64 npz, an ImageFolder tree or Criteo TSV here; map it with "
-                 "+plan_datasets={" + name + ": DATASET} or use data.source=synthetic", sorted(_DATASET_NAMES))
+                 "batches, ImageNet64 npz, an ImageFolder tree or Criteo TSV here, nor a name raycolloc knows; map "
+                 "it with +plan_datasets={" + name + ": DATASET} or use data.source=synthetic", NAME_EXAMPLES)
+
+
+def _describe(dataset: str) -> str:
+    """A dataset's shape in a few words: ``64 px, 1000 classes, 1,281,167 images``."""
+    info = DATASETS[dataset]
+    parts = [f"{info.resolution} px" if info.resolution else None,
+             f"{info.num_classes} classes" if info.family == "vision" and info.num_classes else None,
+             f"{info.size:,} samples" if info.size else None]
+    return ", ".join(p for p in parts if p)
 
 
 def data_path(ctx: RowContext, data: str) -> str:
@@ -291,12 +313,14 @@ def _is_timm_train(file: Path) -> bool:
 
 
 def _script_job(path: Path, row: Row, file: Path, fields: dict[str, str], ctx: RowContext) -> WorkloadConfig:
+    from raycolloc.job.data.detect import dataset_by_name
+
     try:
         command = ["python", row.f["File"], *shlex.split(row.f["Params"])]
     except ValueError as exc:
         raise _error(path, row, "Params", f"cannot split {row.f['Params']!r}: {exc}") from None
     data = fields.get("data")
-    dataset = _DATASET_LOOKUP.get(_norm(PurePosixPath(data.rstrip("/")).name)) if data else None
+    dataset = dataset_by_name(data) if data else None
     try:
         return WorkloadConfig(name="script", command=command, cwd=str(ctx.plan_dir if (ctx.plan_dir / row.f["File"])
                               .is_file() else Path.cwd()), model=fields.get("model"), dataset=dataset,
@@ -327,8 +351,10 @@ def parse_row(path: Path, row: Row, mode: str, ctx: RowContext) -> PlanJob:
     model = _model(path, row, fields.get("model"), ctx.known)
     if model in ctx.known:
         return PlanJob(workload=model, **common)
-    dataset, shape, note = _dataset(path, row, fields.get("data"), ctx, model)
-    common.update(data_dir=data_path(ctx, fields["data"]) if fields.get("data") else None, note=note)
+    data = _dataset(path, row, fields.get("data"), ctx, model)
+    dataset, shape = data.dataset, data.shape
+    common.update(data_dir=data_path(ctx, fields["data"]) if fields.get("data") else None, note=data.note,
+                  by_name=data.by_name)
     if model == "dlrm":
         if dataset != "criteo":
             raise _error(path, row, "Params", f"model 'dlrm' trains on Criteo click logs, not {dataset}")

@@ -1,7 +1,11 @@
 """Run a radT experiment plan: ``python -m raycolloc.sweep +plan=PATH.csv [overrides]``.
 
-Groups (rows sharing Experiment and Workload) run one after the other; the cells of a group (one
-per distinct ``Devices`` value) start together, each on its own GPU lease. Every cell is an
+Groups (rows sharing Experiment and Workload) run one after the other, as radT runs them; the cells
+of a group (one per distinct ``Devices`` value) start together, each on the GPU its ``Devices`` names
+(a lease pinned to that index). The study's ``Devices`` described its own DGX (GPU 0 for every naive
+and MPS row): ``+plan_fanout=true`` runs every group at once on any free GPU instead (the engine's
+lanes, as for a multirun; a group's cells may then start apart), and the summary says when a plan
+run without it left GPUs idle. Every cell is an
 explicit list of jobs (as a mixed cell: each trains its epochs to completion, no barrier).
 Overrides on the command line apply to every cell; ``batch_size`` given there wins over the plan's.
 Rows whose File is the researcher's own script run as script jobs (``raycolloc.job.script``); with
@@ -14,11 +18,12 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+from collections import Counter
 import io
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 
@@ -29,6 +34,9 @@ from raycolloc.driver.outlock import hold_output
 from raycolloc.driver.radt import PlanCell, PlanError, PlanGroup, groups_to_run, read_plan
 from raycolloc.job.workloads.registry import list_workloads
 from raycolloc.spec import CellSpec
+
+if TYPE_CHECKING:
+    from raycolloc.driver.engine import CellResult
 
 __all__ = ["cell_config", "run_plan"]
 
@@ -77,7 +85,21 @@ def _write_status(path: Path, lines: dict[int, str]) -> None:
     os.replace(tmp, path)
 
 
-def _validate(base: Config, groups: list[PlanGroup], dry_run: bool
+def _where(group: PlanGroup, cell: PlanCell, fanout: bool) -> str:
+    """Where a dry run says the cell would run."""
+    if fanout:
+        return "any free GPU of the cluster (+plan_fanout=true: the plan's groups run at once)"
+    gpu = f"GPU {cell.devices}" if _pin(cell) is not None else f"a GPU (Devices {cell.devices!r}: one GPU per cell)"
+    return (f"{gpu}, its Devices, with the {len(group.cells)} cell(s) of its group; groups one after another "
+            f"(+plan_fanout=true runs them at once on any free GPU)")
+
+
+def _pin(cell: PlanCell) -> int | None:
+    """The GPU index a cell's ``Devices`` names (None for several, ``0+1``: a cell has one GPU)."""
+    return int(cell.devices) if cell.devices.isdigit() else None
+
+
+def _validate(base: Config, groups: list[PlanGroup], dry_run: bool, fanout: bool = False
               ) -> tuple[list[tuple[PlanGroup, list[tuple[PlanCell, CellSpec]]]], list[DryRunLine]]:
     """Every cell of every group validated before anything runs; a dry run lists the refused ones
     instead of stopping at the first."""
@@ -94,8 +116,7 @@ def _validate(base: Config, groups: list[PlanGroup], dry_run: bool
                 lines.append(DryRunLine(name, refused=str(exc)))
                 continue
             cells.append((cell, spec))
-            lines.append(DryRunLine(name, spec, where=f"plan Devices {cell.devices!r} (a GPU leased for this cell, "
-                                    f"starting with the {len(group.cells)} cell(s) of its group)"))
+            lines.append(DryRunLine(name, spec, where=_where(group, cell, fanout)))
         planned.append((group, cells))
     return planned, lines
 
@@ -116,7 +137,7 @@ def run_plan(dcfg: DictConfig, options: SweepOptions, run_dir: Path) -> dict[str
     except (PlanError, OSError) as exc:
         raise ConfigError(f"+plan={path}: {exc}") from None
     groups = groups_to_run(everything, rerun=options.rerun)
-    planned, lines = _validate(base, groups, options.dry_run)
+    planned, lines = _validate(base, groups, options.dry_run, options.plan_fanout)
     if options.dry_run:
         for group in everything:
             if group not in groups:
@@ -129,14 +150,46 @@ def run_plan(dcfg: DictConfig, options: SweepOptions, run_dir: Path) -> dict[str
         return {"cells": [], "results": []}
     from raycolloc.driver.engine import run_cells  # Ray and pyarrow: once the plan is valid
 
-    summaries, ended = [], []
+    def cell_dir(group: PlanGroup, cell: PlanCell) -> Path:
+        return run_dir / group.experiment / group.workload / f"dev{cell.devices}"
+
+    ended: list[CellResult] = []
     with hold_output(base.out_dir):  # the whole plan, not group by group
-        for group, cells in planned:
-            print(f"plan group {group.experiment}/{group.workload}: {len(cells)} cell(s) start together", flush=True)
-            results = run_cells([(spec, run_dir / group.experiment / group.workload / f"dev{cell.devices}")
-                                 for cell, spec in cells], rerun=options.rerun)
-            ok = len(results) == len(cells) and all(r.status == "ok" for r in results)
-            _write_status(path, {j.line: "FINISHED" if ok else "FAILED" for cell, _ in cells for j in cell.jobs})
-            summaries.extend({"cell_id": r.cell.cell_id, "status": r.status, "summary": r.summary} for r in results)
-            ended.extend(results)
+        if options.plan_fanout:
+            print(f"plan: {len(planned)} group(s) at once on any free GPU (+plan_fanout=true)", flush=True)
+            ended = run_cells([(spec, cell_dir(g, c)) for g, cells in planned for c, spec in cells], rerun=options.rerun)
+            by_id = {r.cell.cell_id: r for r in ended}
+            for group, cells in planned:
+                _write_back(path, cells, [by_id[s.cell_id] for _, s in cells if s.cell_id in by_id])
+        else:
+            for group, cells in planned:
+                print(f"plan group {group.experiment}/{group.workload}: {len(cells)} cell(s) start together", flush=True)
+                pins = {spec.cell_id: pin for cell, spec in cells if (pin := _pin(cell)) is not None}
+                results = run_cells([(spec, cell_dir(group, cell)) for cell, spec in cells], rerun=options.rerun,
+                                    pins=pins)
+                _write_back(path, cells, results)
+                ended.extend(results)
+            if (idle := _idle_line(planned)) is not None:
+                print(idle, flush=True)
+    summaries = [{"cell_id": r.cell.cell_id, "status": r.status, "summary": r.summary} for r in ended]
     return {"cells": summaries, "results": ended}
+
+
+def _write_back(path: Path, cells: list[tuple[PlanCell, CellSpec]], results: list[CellResult]) -> None:
+    """The group's rows' Status, as radT writes it: FINISHED, or FAILED if any cell failed."""
+    ok = len(results) == len(cells) and all(r.status == "ok" for r in results)
+    _write_status(path, {j.line: "FINISHED" if ok else "FAILED" for cell, _ in cells for j in cell.jobs})
+
+
+def _idle_line(planned: list[tuple[PlanGroup, list[tuple[PlanCell, CellSpec]]]]) -> str | None:
+    """What pinning the groups to their ``Devices`` cost: GPUs of the cluster that idled meanwhile."""
+    import ray
+
+    gpus = int(ray.cluster_resources().get("GPU", 0)) if ray.is_initialized() else 0
+    widest = max((len(cells) for _, cells in planned), default=0)
+    if len(planned) < 2 or gpus <= widest:
+        return None
+    by_gpu = Counter(c.devices for _, cells in planned for c, _ in cells)
+    pinned = ", ".join(f"{n} to GPU {d}" for d, n in by_gpu.most_common())
+    return (f"plan: its {len(planned)} groups ran one after another as their Devices say (cells: {pinned}) while "
+            f"{gpus - widest} of the cluster's {gpus} GPUs idled; +plan_fanout=true runs them at once on any free GPU")
