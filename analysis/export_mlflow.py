@@ -12,13 +12,17 @@ solo, a mix's change against sequential, per-job epoch-2 numbers) and its time s
 steps (GPU telemetry per sample, per-epoch times per job). Tags name the result directory and config
 hash; a cell already exported to the experiment is skipped, so exporting again adds only new cells.
 
-A ``file:`` tracking URI is a local store; MLflow 3 keeps it in maintenance mode and refuses it
-unless ``MLFLOW_ALLOW_FILE_STORE=true``, which this exporter sets for a URI the user named.
+A local store is ``sqlite:///mlflow.db`` (what MLflow 3 recommends): its database store needs
+SQLAlchemy and Alembic, which ``mlflow-skinny`` leaves out and the ``[mlflow]`` extra brings; without
+them the exporter refuses (exit 2) naming what to install. A ``file:`` tracking URI is the older local
+store; MLflow 3 keeps it in maintenance mode and refuses it unless ``MLFLOW_ALLOW_FILE_STORE=true``,
+which this exporter sets for a URI the user named.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import math
 import os
@@ -38,7 +42,7 @@ from analysis.mixed import mixed_table
 from analysis.report import build_report
 from analysis.tables import gain_cells
 
-__all__ = ["ExportResult", "export", "main"]
+__all__ = ["ExportError", "ExportResult", "export", "main"]
 
 log = logging.getLogger(__name__)
 
@@ -63,14 +67,47 @@ class ExportResult:
     skipped: list[str] = field(default_factory=list)
 
 
+class ExportError(Exception):
+    """The export cannot start: MLflow, or what its store for this tracking URI needs, is missing."""
+
+
+_INSTALL = "pip install 'raycolloc[mlflow]'"
+_DB_MODULES = ("sqlalchemy", "alembic")  # MLflow's database store; mlflow-skinny ships without them
+
+
+def _missing(modules: Sequence[str]) -> list[str]:
+    missing = []
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    return missing
+
+
 def _client(tracking_uri: str) -> Any:
     if tracking_uri.startswith("file:") or "://" not in tracking_uri:
         os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
     try:
+        from mlflow.exceptions import MlflowException
+        from mlflow.store.db.db_types import DATABASE_ENGINES
         from mlflow.tracking import MlflowClient
     except ImportError:
-        raise SystemExit("error: MLflow is not installed; pip install 'raycolloc[mlflow]'") from None
-    return MlflowClient(tracking_uri=tracking_uri)
+        raise ExportError(f"MLflow is not installed; {_INSTALL}") from None
+    scheme = tracking_uri.partition("://")[0].partition("+")[0]
+    # Checked here, not left to MLflow: without SQLAlchemy it knows no database scheme at all and
+    # answers with an UnsupportedModelRegistryStoreURIException that names neither module.
+    if scheme in DATABASE_ENGINES and (missing := _missing(_DB_MODULES)):
+        raise ExportError(f"--tracking-uri {tracking_uri} is MLflow's database store, which needs "
+                          f"{' and '.join(missing)} (mlflow-skinny comes without them); {_INSTALL} "
+                          f"(or pip install {' '.join(_DB_MODULES)})")
+    try:
+        return MlflowClient(tracking_uri=tracking_uri)
+    except ImportError as exc:  # a database's driver (psycopg, pymysql, ...): MLflow imports it here
+        raise ExportError(f"--tracking-uri {tracking_uri} needs the database driver {exc.name}, which is not "
+                          f"installed; pip install {exc.name}") from None
+    except MlflowException as exc:  # a scheme MLflow has no store for
+        raise ExportError(f"--tracking-uri {tracking_uri}: {exc.message.strip()}") from None
 
 
 def _number(value: Any) -> float | None:
@@ -192,7 +229,8 @@ def export(sweep_dirs: Iterable[str | Path], tracking_uri: str, experiment: str 
     """Log every cell of each sweep as an MLflow run (see the module docstring).
 
     Raises:
-        SystemExit: MLflow is missing, or a sweep directory holds no raycolloc cells.
+        ExportError: MLflow, or what its store for ``tracking_uri`` needs, is missing.
+        SystemExit: a sweep directory holds no raycolloc cells.
     """
     client = _client(tracking_uri)
     found = client.get_experiment_by_name(experiment)
@@ -235,7 +273,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s")
-    result = export(args.sweeps, args.tracking_uri, args.experiment, report=not args.no_report)
+    try:
+        result = export(args.sweeps, args.tracking_uri, args.experiment, report=not args.no_report)
+    except ExportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(f"experiment {args.experiment} ({result.experiment_id}) at {args.tracking_uri}: {len(result.runs)} runs "
           f"logged, {len(result.skipped)} already there; sweep runs: {', '.join(result.parents.values())}")
     return 0

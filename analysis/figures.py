@@ -16,6 +16,7 @@ with their status.
 from __future__ import annotations
 
 import logging
+import math
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +30,7 @@ import pandas as pd
 
 from analysis.load import SweepData
 from analysis.mixed import mixed_table, table2
+from analysis.page import CONTENT_PX
 from analysis.tables import cell_metrics_table, cell_settings, epoch2_table, gain_cells
 
 __all__ = ["MODE_ORDER", "make_figures"]
@@ -37,6 +39,9 @@ log = logging.getLogger(__name__)
 
 MODE_ORDER = ("naive", "mps", "mig")
 _DPI = 110
+# Timelines are drawn at the report's full width in pixels, so the page shows them at their own size
+# (fonts as drawn) instead of shrinking a row of panels into a thumbnail.
+_WIDE_IN = CONTENT_PX / _DPI
 
 
 def _slug(text: object) -> str:
@@ -178,12 +183,17 @@ def _timeline_figures(w: _Writer, data: SweepData) -> None:
                                                                     how="left")
         for workload, frame in tel.groupby("workload", sort=True):
             degrees = sorted(frame["degree"].unique())
-            fig, axes = plt.subplots(1, len(degrees), figsize=(max(6.4, 4.2 * len(degrees)), 3.6), squeeze=False,
+            # At most three panels a row (two for the paper's four degrees): each panel keeps ~450 px or more.
+            ncols = 2 if len(degrees) == 4 else min(len(degrees), 3)
+            nrows = math.ceil(len(degrees) / ncols)
+            fig, axes = plt.subplots(nrows, ncols, figsize=(_WIDE_IN, 0.8 + 3.4 * nrows), squeeze=False,
                                      sharey=True)
+            for ax in axes.flat[len(degrees):]:
+                ax.set_visible(False)
             frame = frame.assign(series=_series(frame))
             colours = {s: f"C{i}" for i, s in enumerate(sorted(frame["series"].unique(),
                                                                key=lambda s: _mode_key(s.split(" ")[0])))}
-            for ax, degree in zip(axes[0], degrees, strict=True):
+            for ax, degree in zip(axes.flat, degrees, strict=False):
                 sub = frame[frame["degree"] == degree]
                 for (series, _cell), cell in sub.groupby(["series", "cell_id"]):
                     colour = colours[series]
@@ -195,9 +205,10 @@ def _timeline_figures(w: _Writer, data: SweepData) -> None:
                 ax.set_title(f"degree {degree}")
                 ax.set_xlabel("time from measured start (s)")
                 ax.grid(alpha=0.3)
-                ax.legend(fontsize=8)
-            axes[0][0].set_ylabel(ylabel)
-            fig.suptitle(f"{title}: {workload}\n(dashed: measured start; dotted: end)", fontsize=10)
+                ax.legend(fontsize=9)
+            for row in axes:
+                row[0].set_ylabel(ylabel)
+            fig.suptitle(f"{title}: {workload} (dashed: measured start; dotted: end)", fontsize=12)
             w.save(fig, f"{name}_{_slug(workload)}")
 
 
@@ -274,7 +285,7 @@ def _mixed_timeline_figures(w: _Writer, data: SweepData) -> None:
             continue
         names = data.jobs[(data.jobs["sweep"] == cell["sweep"]) & (data.jobs["cell_id"] == cell["cell_id"])]
         names = dict(zip(names["job_index"], names["job_name"], strict=True))
-        fig, (top, bottom) = plt.subplots(2, 1, figsize=(7.5, 5.5), sharex=True)
+        fig, (top, bottom) = plt.subplots(2, 1, figsize=(_WIDE_IN, 5.5), sharex=True)
         for scope, rows in sm.groupby("scope"):
             for key, series in rows.groupby("mig_uuid" if scope == "mig" else "scope", dropna=False):
                 top.plot(series["t"], series["sm_active"], label="GPU" if scope == "gpu" else f"MIG {str(key)[:12]}")

@@ -3,7 +3,10 @@
 A report table shows a few columns under short labels, each number formatted for its unit, a
 configuration's runs as ``median (min–max)``. Columns whose value is the same in every row (the
 GPU model, ``compile=off amp=off channels_last=False``) leave the table for one line above it, so
-tables fit a 1400 px window. Everything is inline (CSS, base64 PNGs): the page reads offline.
+tables fit a 1400 px window; a table that is still wider than its box scrolls inside the box (every
+table sits in a ``div.scroll``), and the page itself never scrolls sideways. Timelines (many panels,
+thin lines) take the page's full width at their own pixel size, never shrunk into a thumbnail.
+Everything is inline (CSS, base64 PNGs): the page reads offline.
 """
 
 from __future__ import annotations
@@ -19,23 +22,27 @@ import pandas as pd
 
 from analysis.stats import fmt_spread
 
-__all__ = ["CSS", "Column", "details", "display", "figure_html", "number", "pair", "table_html"]
+__all__ = ["CONTENT_PX", "CSS", "Column", "details", "display", "figure_html", "number", "pair", "table_html",
+           "wide"]
 
 BAD_STATUS = ("oom", "error", "partial", "unfit", "skipped")
+CONTENT_PX = 1368  # the body's width at most (1400 px less its 1em padding each side): a wide figure's pixel width
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:1.5em auto;max-width:1400px;
-padding:0 1em;color:#222;box-sizing:border-box}
+padding:0 1em;color:#222;box-sizing:border-box}p,li{overflow-wrap:anywhere}
+.scroll{max-width:100%;overflow-x:auto;margin:.3em 0}
 h1{font-size:1.6em;margin-bottom:.2em}h2{border-bottom:1px solid #ccc;padding-bottom:.2em;margin-top:1.8em}
 h3{margin:1.2em 0 .4em}
 table{border-collapse:collapse;font-size:.8em;margin:.3em 0}
 th,td{border:1px solid #ddd;padding:.2em .45em;text-align:right;vertical-align:top;white-space:nowrap}
-th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
-tr:nth-child(even) td{background:#fafafa}td.bad{color:#b00;font-weight:600}td.text{text-align:left;white-space:normal}
+th{background:#f3f3f3;white-space:normal}td:first-child,th:first-child{text-align:left}
+tr:nth-child(even) td{background:#fafafa}td.bad{color:#b00;font-weight:600}
+td.text{text-align:left;white-space:normal;overflow-wrap:break-word}
 .pair{display:flex;gap:1.2em;align-items:flex-start;flex-wrap:wrap;margin:.6em 0}
 .pair .figs{flex:0 0 560px;display:flex;flex-direction:column;gap:.4em}.pair .tab{flex:1 1 560px;min-width:0;overflow-x:auto}
 figure{margin:0}figure img{width:100%;border:1px solid #eee}figcaption{font-size:.8em;color:#555}
-.grid{display:flex;flex-wrap:wrap;gap:1em}.grid figure{flex:0 0 560px}
+.wide{display:flex;flex-direction:column;gap:1em;margin:.6em 0}.wide figure img{width:auto;max-width:100%;height:auto}
 .note{color:#555;font-size:.88em;margin:.2em 0}.consts{color:#444;font-size:.85em;margin:.2em 0 .3em}
 .banner{background:#fff4d6;border:1px solid #e0b84c;padding:.6em .9em;margin:.8em 0;border-radius:4px}
 ul.claims{padding-left:1.2em}ul.claims li{margin:.45em 0}
@@ -117,7 +124,9 @@ def table_html(text: pd.DataFrame, consts: str = "", wrap: Sequence[str] = ()) -
             cells.append(f'<td class="{cls}">{html.escape(value)}</td>' if cls else f"<td>{html.escape(value)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     line = f'<p class="consts">{html.escape(consts)}</p>' if consts else ""
-    return f"{line}<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    # The scroll box: a table wider than the page scrolls inside it instead of running off the page.
+    return (f'{line}<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody>'
+            "</table></div>")
 
 
 def figure_html(path: Path) -> str:
@@ -133,6 +142,11 @@ def pair(figures: Sequence[Path], table: str) -> str:
     if not figs:
         return table
     return f'<div class="pair"><div class="figs">{figs}</div><div class="tab">{table}</div></div>'
+
+
+def wide(figures: Sequence[Path]) -> str:
+    """Figures one under the other, each as wide as the page (at most its own pixel width)."""
+    return '<div class="wide">' + "".join(figure_html(p) for p in figures) + "</div>"
 
 
 def details(summary: str, body: str) -> str:

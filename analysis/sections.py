@@ -16,7 +16,7 @@ import pandas as pd
 
 from analysis.findings import Verdict
 from analysis.load import SweepData
-from analysis.page import Column, details, display, figure_html, number, pair, table_html
+from analysis.page import Column, details, display, number, pair, table_html, wide
 
 __all__ = ["baseline", "closing", "findings", "mixed", "simulated_banner", "workloads"]
 
@@ -38,6 +38,15 @@ def _short_settings(settings: object) -> str:
     return " ".join(parts) or "defaults"
 
 
+def _short_solo(solo: object) -> object:
+    """``mps compile=default`` from ``mps compile=default amp=off channels_last=False`` (None stays None)."""
+    if not isinstance(solo, str):
+        return solo
+    mode, _, settings = solo.partition(" ")
+    short = _short_settings(settings)
+    return mode if short == "defaults" else f"{mode} {short}"
+
+
 def simulated_banner(cells: pd.DataFrame) -> str:
     """A warning above everything when any cell ran on the simulated GPU backend (local mode)."""
     sim = cells["backend"].fillna("") == "sim"
@@ -53,7 +62,8 @@ def simulated_banner(cells: pd.DataFrame) -> str:
 def findings(best: pd.DataFrame, verdicts: Sequence[Verdict]) -> str:
     """The best configuration per workload, then a verdict on each of the study's claims."""
     frame = best.assign(config=best["mode"] + " x" + best["degree"].astype(int).astype(str),
-                        settings=best["settings"].map(_short_settings), flag=best["gain_uncertain"].map(
+                        settings=best["settings"].map(_short_settings), best_solo=best["best_solo"].map(_short_solo),
+                        flag=best["gain_uncertain"].map(
                             lambda f: "spread crosses 1" if f else ""))
     consts, text = display(frame, [
         Column("workload", "workload"), Column("gpu_name", "GPU"), Column("config", "best configuration"),
@@ -119,7 +129,7 @@ def workloads(gain: pd.DataFrame, figures: Sequence[Path]) -> list[str]:
         timelines = _figs(figures, f"fig5_pcie_rx_{w}", f"fig7_power_{w}")
         if timelines:
             sub += ["<h3>PCIe and power over time (Figs. 5, 7; first run of each configuration)</h3>",
-                    '<div class="grid">' + "".join(figure_html(p) for p in timelines) + "</div>"]
+                    wide(timelines)]
         parts += sub
     return parts
 
@@ -156,7 +166,7 @@ def mixed(table: pd.DataFrame, figures: Sequence[Path]) -> list[str]:
     timelines = [p for p in figures if p.stem.startswith("fig9_")]
     if timelines:
         parts += ["<h3>SM activity and memory over time (Fig. 9; first run of each mix)</h3>",
-                  '<div class="grid">' + "".join(figure_html(p) for p in timelines) + "</div>"]
+                  wide(timelines)]
     return parts
 
 

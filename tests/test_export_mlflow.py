@@ -1,9 +1,11 @@
 """``python -m analysis.export_mlflow`` against a local file-store tracking URI: one run per cell,
 whose params, metrics and time series are the Parquet tables' numbers, under a sweep run holding
-the report; a second export adds nothing."""
+the report; a second export adds nothing. The local store MLflow 3 recommends (``sqlite:///``) works
+with the ``[mlflow]`` extra, and without its database modules the export is refused by name."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -67,3 +69,47 @@ def test_cli_prints_what_it_logged(tmp_path: Path, capsys: pytest.CaptureFixture
         [MlflowClient(tracking_uri=uri).get_experiment_by_name("raycolloc").experiment_id], max_results=100)
     names = pd.Series([r.data.tags.get("mlflow.runName") for r in runs])
     assert names.str.startswith("sweep ").sum() == 1
+
+
+@pytest.mark.slow  # the report (figures) and a new sqlite store's migrations: ~20 s
+def test_sqlite_store_as_the_issue_ran_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 29, item 9: ``--tracking-uri sqlite:///mlflow.db`` ended in an
+    UnsupportedModelRegistryStoreURIException traceback under the ``[mlflow]`` extra."""
+    sweep = make_sweep(tmp_path / "sweep")
+    monkeypatch.chdir(tmp_path)  # the URI's path and MLflow's default artifact root (./mlruns) are relative
+    assert main([str(sweep), "--tracking-uri", "sqlite:///mlflow.db"]) == 0
+    assert "10 runs logged, 0 already there" in capsys.readouterr().out
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    experiment = client.get_experiment_by_name("raycolloc")
+    runs = client.search_runs([experiment.experiment_id], max_results=100)
+    assert len(runs) == 11  # the 10 cells and the sweep's run
+    (parent,) = [r for r in runs if r.data.tags["mlflow.runName"].startswith("sweep ")]
+    assert "report/report.html" in {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
+    naive_x2 = next(r for r in runs if r.data.tags.get("raycolloc.cell_id") == "1-naive")
+    assert naive_x2.data.metrics["agg_samples_per_s"] == 400.0 and naive_x2.data.metrics["gain_vs_solo"] == 2.0
+    assert [m.value for m in client.get_metric_history(naive_x2.info.run_id, "job0.epoch_s")] == [2.0, 1.5]
+    assert main([str(sweep), "--tracking-uri", "sqlite:///mlflow.db", "--no-report"]) == 0
+    assert "0 runs logged, 10 already there" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("absent", ["sqlalchemy", "alembic"])
+def test_sqlite_store_without_its_modules_is_refused_by_name(absent: str, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """mlflow-skinny alone (no SQLAlchemy or Alembic): exit 2 saying what to install, nothing written."""
+    sweep = make_sweep(tmp_path / "sweep")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, absent, None)  # as if not installed: importing it raises ImportError
+    assert main([str(sweep), "--tracking-uri", "sqlite:///mlflow.db"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --tracking-uri sqlite:///mlflow.db is MLflow's database store, which needs "
+                          f"{absent} ") and "pip install 'raycolloc[mlflow]'" in err
+    assert "Traceback" not in err and not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
+
+
+def test_unknown_store_scheme_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sweep = make_sweep(tmp_path / "sweep")
+    assert main([str(sweep), "--tracking-uri", "ftp://host/mlruns"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --tracking-uri ftp://host/mlruns: ") and "sqlite" in err and "Traceback" not in err
