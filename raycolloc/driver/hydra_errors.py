@@ -89,8 +89,13 @@ def as_config_error(exc: BaseException) -> ConfigError | None:
             return ConfigError(f"{group}={option!r} is not allowed; choose one of: {', '.join(group_options(group))}")
         return ConfigError(str(exc).splitlines()[0])
     if isinstance(exc, OverrideParseException):
-        return ConfigError(f"{str(exc).splitlines()[0]}; write key=value (see "
-                           f"https://hydra.cc/docs/advanced/override_grammar/basic)")
+        first = str(exc).splitlines()[0]
+        override = str(getattr(exc, "override", "") or "")
+        if override and override not in first:
+            # Hydra's lexer names the input it choked on ('[3g.20gb,'), not the key it belongs to.
+            key = override.lstrip("+~").partition("=")[0]
+            first = f"cannot parse the value of {key} in {override!r}: {first}"
+        return ConfigError(f"{first}; write key=value (see https://hydra.cc/docs/advanced/override_grammar/basic)")
     if not isinstance(exc, HydraException | OmegaConfBaseException):
         return None
     cause = exc.__cause__ if isinstance(exc.__cause__, OmegaConfBaseException) else exc
