@@ -42,7 +42,10 @@ def check_int(key: str, value: Any, minimum: int, *, optional: bool = False, max
 
 def check_port(key: str, value: Any, *, optional: bool = False) -> None:
     """A TCP port: Ray would try to start three times before failing on one outside 1..65535."""
-    check_int(key, value, 1, optional=optional, maximum=65535)
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise ConfigError(f"{key}={value!r} is not allowed; it must be a TCP port 1..65535")
 
 
 def check_mode_only(key: str, value: Any, unset: Any, only: str, mode: str) -> None:
