@@ -18,9 +18,9 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
+from raycolloc.results.errors import SweepDirError
 from raycolloc.results.index import REFERENCE, read_reference
 from raycolloc.results.schema import TABLES
-from raycolloc.results.errors import SweepDirError
 from raycolloc.results.store import InvalidResult, UnknownSchemaVersion, read_cell
 
 __all__ = ["SweepData", "SweepDirError", "find_cell_dirs", "load_sweeps", "sweep_label"]
