@@ -36,7 +36,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.load import SweepData, load_sweeps
+from analysis.load import SweepData, SweepDirError, load_sweeps
 from analysis.meta import flatten, parse_json
 from analysis.mixed import mixed_table
 from analysis.report import build_report
@@ -277,6 +277,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = export(args.sweeps, args.tracking_uri, args.experiment, report=not args.no_report)
     except ExportError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except SweepDirError as exc:  # a bad argument: exit 2, as the report does
+        print(exc, file=sys.stderr)
         return 2
     print(f"experiment {args.experiment} ({result.experiment_id}) at {args.tracking_uri}: {len(result.runs)} runs "
           f"logged, {len(result.skipped)} already there; sweep runs: {', '.join(result.parents.values())}")

@@ -18,11 +18,12 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
+from raycolloc.results.errors import SweepDirError
 from raycolloc.results.index import REFERENCE, read_reference
 from raycolloc.results.schema import TABLES
 from raycolloc.results.store import InvalidResult, UnknownSchemaVersion, read_cell
 
-__all__ = ["SweepData", "find_cell_dirs", "load_sweeps", "sweep_label"]
+__all__ = ["SweepData", "SweepDirError", "find_cell_dirs", "load_sweeps", "sweep_label"]
 
 log = logging.getLogger(__name__)
 
@@ -50,16 +51,16 @@ def find_cell_dirs(root: str | Path) -> list[Path]:
     """Cell directories (holding ``cells.parquet`` or a reference) under ``root``, sorted.
 
     Raises:
-        SystemExit: ``root`` does not exist, is not a directory, or holds no cells.
+        SweepDirError: ``root`` does not exist, is not a directory, or holds no cells.
     """
     root = Path(root)
     if not root.exists():
-        raise SystemExit(f"error: sweep directory {root} does not exist; expected {_EXPECTED}")
+        raise SweepDirError(f"error: sweep directory {root} does not exist; expected {_EXPECTED}")
     if not root.is_dir():
-        raise SystemExit(f"error: {root} is not a directory; expected {_EXPECTED}")
+        raise SweepDirError(f"error: {root} is not a directory; expected {_EXPECTED}")
     dirs = sorted({p.parent for name in ("cells.parquet", REFERENCE) for p in root.rglob(name) if p.is_file()})
     if not dirs:
-        raise SystemExit(f"error: no cells.parquet found anywhere under {root}; expected {_EXPECTED}")
+        raise SweepDirError(f"error: no cells.parquet found anywhere under {root}; expected {_EXPECTED}")
     return dirs
 
 
@@ -70,16 +71,16 @@ def sweep_label(path: Path, others: Sequence[Path]) -> str:
     return short if len(clashes) <= 1 else str(path.resolve())
 
 
-def _tables(cell_dir: Path) -> tuple[Path, dict[str, pa.Table]] | None:
-    """The result a cell directory holds or references, checked whole; None if invalid."""
+def _tables(cell_dir: Path) -> tuple[Path, dict[str, pa.Table]] | str:
+    """The result a cell directory holds or references, checked whole; why not, if it is invalid."""
     target = read_reference(cell_dir) or cell_dir
     try:
         found = read_cell(target)
     except UnknownSchemaVersion as exc:
-        raise SystemExit(f"error: {exc} (re-run the sweep or use the raycolloc version that wrote it)") from None
+        raise SweepDirError(f"error: {exc} (re-run the sweep or use the raycolloc version that wrote it)") from None
     except InvalidResult as exc:
         log.warning("cell_dir=%s invalid=true skipped: %s", cell_dir, exc)
-        return None
+        return str(exc)
     reused = target != cell_dir
     cells = found.cells
     if reused and cells.column("resumed_from")[0].as_py() is None:
@@ -99,20 +100,24 @@ def load_sweeps(paths: Sequence[str | Path], all_results: bool = False) -> Sweep
         The concatenated tables; a result reachable from several paths or references is loaded once.
 
     Raises:
-        SystemExit: a path is missing, holds no cells, or holds another schema version.
+        SweepDirError: a path is missing, holds no readable cell, or holds another schema version.
     """
     if not paths:
-        raise SystemExit(f"error: no sweep directory given; expected {_EXPECTED}")
+        raise SweepDirError(f"error: no sweep directory given; expected {_EXPECTED}")
     roots = [Path(p) for p in paths]
     parts: dict[str, list[pa.Table]] = {name: [] for name in TABLES}
     seen: set[Path] = set()
     labels = []
+    invalid: list[str] = []
     for root in roots:
         label = sweep_label(root, roots)
         labels.append(label)
         for cell_dir in find_cell_dirs(root):
             loaded = _tables(cell_dir)
-            if loaded is None or loaded[0] in seen:
+            if isinstance(loaded, str):
+                invalid.append(loaded)
+                continue
+            if loaded[0] in seen:
                 continue
             where, tables = loaded
             seen.add(where)
@@ -123,7 +128,9 @@ def load_sweeps(paths: Sequence[str | Path], all_results: bool = False) -> Sweep
                 parts[name].append(table)
         log.info("sweep=%s path=%s cells_total=%d", label, root, sum(t.num_rows for t in parts["cells"]))
     if not parts["cells"]:
-        raise SystemExit(f"error: no readable cell under {', '.join(map(str, roots))}; expected {_EXPECTED}")
+        corrupt = f" ({len(invalid)} corrupt: {'; '.join(invalid[:3])}{'; ...' if len(invalid) > 3 else ''})"
+        raise SweepDirError(f"error: no readable cell under {', '.join(map(str, roots))}"
+                            f"{corrupt if invalid else ''}; expected {_EXPECTED}")
     frames = {name: pa.concat_tables(tables, promote_options="default").to_pandas() for name, tables in parts.items()}
     cells = frames["cells"]
     if not all_results:

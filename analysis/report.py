@@ -27,7 +27,7 @@ import pandas as pd
 
 from analysis import sections
 from analysis.findings import Verdict, best_configs, claims
-from analysis.load import SweepData, load_sweeps
+from analysis.load import SweepData, SweepDirError, load_sweeps
 from analysis.meta import config_tables, environment_table, failed_cells_table
 from analysis.mixed import mixed_table, table2
 from analysis.page import CSS
@@ -137,7 +137,7 @@ def build_report(sweeps: Sequence[str | Path], out_dir: str | Path,
     """Load the sweeps, write CSVs, PNGs and report.html into ``out_dir``.
 
     Raises:
-        SystemExit: a sweep or baseline directory is missing or holds no raycolloc cells.
+        SweepDirError: a sweep or baseline directory is missing or holds no readable raycolloc cell.
     """
     data = load_sweeps(sweeps)
     base = load_sweeps(baseline) if baseline else None
@@ -171,10 +171,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit status."""
+    """Run the CLI; returns the exit status (2: a sweep directory that is missing, empty or corrupt)."""
     args = _parser().parse_args(argv)
     logging.basicConfig(level=args.log_level, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s")
-    report = build_report(args.sweeps, args.out, args.baseline)
+    try:
+        report = build_report(args.sweeps, args.out, args.baseline)
+    except SweepDirError as exc:
+        print(exc, file=sys.stderr)
+        return 2
     print("Throughput gain of collocation (aggregate epoch-2 samples/s; median [min-max] of a configuration's runs)")
     print(format_gain(report.tables["gain"]))
     print("\nThe study's claims")

@@ -15,10 +15,8 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from raycolloc.config_checks import ConfigError, as_list, is_mem_limit
-from raycolloc.config_checks import check_choice as _check_choice
-from raycolloc.config_checks import check_int as _check_int
-from raycolloc.config_checks import check_min as _check_min
+from raycolloc.config_checks import MAX_DEGREE, ConfigError, as_list, check_mode_only, check_port, is_mem_limit
+from raycolloc.config_checks import check_choice as _check_choice, check_int as _check_int, check_min as _check_min
 from raycolloc.node.mig.profiles import UnknownGpuModel, get_gpu_model, known_gpu_models
 from raycolloc.workload_config import (
     MixJob,
@@ -160,6 +158,8 @@ class ClusterConfig:
         _check_int("cluster.num_cpus", self.num_cpus, 1, optional=True)
         _check_int("cluster.max_concurrent_cells", self.max_concurrent_cells, 1, optional=True)
         _check_min("cluster.lease_timeout_s", self.lease_timeout_s, 1)
+        check_port("cluster.dashboard_port", self.dashboard_port)
+        check_port("cluster.metrics_export_port", self.metrics_export_port, optional=True)
 
 
 @dataclass
@@ -254,7 +254,8 @@ class Config:
     tags: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _check_int("degree", self.degree, 1)
+        _check_int("degree", self.degree, 1, maximum=MAX_DEGREE)
+        check_mode_only("mig.layout", self.mig.layout, "auto", "mig", self.mode.name)
         _check_int("epochs", self.epochs, 2)
         _check_int("epoch_samples", self.epoch_samples, 1, optional=True)
         _check_min("epoch_time_s", self.epoch_time_s, 0.001, optional=True)

@@ -7,11 +7,13 @@ import difflib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["MOST_LISTED", "ConfigError", "as_list", "check_choice", "check_int", "check_min", "closest", "is_mem_limit",
-           "listed"]
-
+__all__ = ["MAX_DEGREE", "MOST_LISTED", "ConfigError", "as_list", "check_choice", "check_int", "check_min",
+           "check_mode_only", "check_port", "closest", "is_mem_limit", "listed"]
 
 MOST_LISTED = 20  # a plan of 132,197 bad rows printed 22 MB of errors; the first twenty say what is wrong
+# Each job of a naive cell holds 1/degree of its GPU, and Ray's smallest fraction of a resource is 0.0001:
+# a larger degree has no lease (and an integer past the index range crashed Python itself).
+MAX_DEGREE = 10_000
 
 
 class ConfigError(ValueError):
@@ -38,11 +40,28 @@ def check_min(key: str, value: Any, minimum: float, *, optional: bool = False) -
         raise ConfigError(f"{key}={value!r} is not allowed; it must be a number >= {minimum}")
 
 
-def check_int(key: str, value: Any, minimum: int, *, optional: bool = False) -> None:
+def check_int(key: str, value: Any, minimum: int, *, optional: bool = False, maximum: int | None = None) -> None:
     if optional and value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(f"{key}={value!r} is not allowed; it must be an integer >= {minimum}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{key}={value!r} is not allowed; it must be an integer {minimum}..{maximum}")
+
+
+def check_port(key: str, value: Any, *, optional: bool = False) -> None:
+    """A TCP port: Ray would try to start three times before failing on one outside 1..65535."""
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+        raise ConfigError(f"{key}={value!r} is not allowed; it must be a TCP port 1..65535")
+
+
+def check_mode_only(key: str, value: Any, unset: Any, only: str, mode: str) -> None:
+    """A key that only one mode reads: set on another mode it would be ignored without a word."""
+    if value != unset and mode != only:
+        raise ConfigError(f"{key}={value!r} applies to mode={only} only (mode={mode}); leave {key} unset "
+                          f"({unset!r}) or set mode={only}")
 
 
 def closest(name: str, names: Iterable[str], n: int = 5) -> list[str]:

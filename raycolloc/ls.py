@@ -9,8 +9,10 @@ Usage::
 A sweep is a directory Hydra made for one command: ``<out_dir>/multirun/<date>/<time>`` (its
 ``multirun.yaml`` holds the command's overrides) or ``<out_dir>/runs/<date>/<time>`` for a single
 run (``.hydra/hydra.yaml``). Its cells are the directories below it holding ``cells.parquet`` or a
-``reused.json`` reference to an earlier result (followed here, as the report does). Only the few
-columns shown are read.
+``reused.json`` reference to an earlier result (followed here, as the report does). Each cell's
+result is checked whole as the resume index checks it (:func:`raycolloc.results.store.read_cell`: the
+four tables read and agree): a cell whose tables do not is listed as ``corrupt`` with the table and
+the error, and the exit status is 2, as for a directory that is missing or holds no sweep.
 """
 
 from __future__ import annotations
@@ -22,14 +24,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-import pyarrow as pa
 import yaml
 
 from raycolloc.results.index import REFERENCE, read_reference
-from raycolloc.results.store import read_parquet
+from raycolloc.results.store import InvalidResult, UnknownSchemaVersion, read_cell
 
 __all__ = ["CellEntry", "SweepEntry", "find_sweeps", "list_cells", "main"]
 
+CORRUPT = "corrupt"
 _COLUMNS = ["label", "status", "mode", "degree", "workload", "mix", "repeat", "started_at", "agg_samples_per_s",
             "energy_per_sample_j", "total_s", "total_energy_j", "reason"]
 
@@ -62,6 +64,11 @@ class SweepEntry:
     @property
     def n_ok(self) -> int:
         return sum(c.status == "ok" for c in self.cells)
+
+    @property
+    def corrupt(self) -> list[CellEntry]:
+        """The cells whose tables do not read back as one result."""
+        return [c for c in self.cells if c.status == CORRUPT]
 
 
 def _cell_dirs(root: Path) -> list[Path]:
@@ -97,12 +104,18 @@ def _fmt(value: float | None, spec: str) -> str:
 
 
 def _entry(cell_dir: Path) -> CellEntry:
-    target = read_reference(cell_dir) or cell_dir
     try:
-        table = read_parquet(target / "cells.parquet")
-        row = {c: table.column(c)[0].as_py() if c in table.column_names else None for c in _COLUMNS}
-    except (OSError, pa.ArrowException, IndexError) as exc:
-        return CellEntry(cell_dir.name, "unreadable", None, None, "-", 0, None, "-", None, f"{type(exc).__name__}: {exc}")
+        target = read_reference(cell_dir) or cell_dir
+    except (OSError, ValueError, KeyError) as exc:
+        return CellEntry(cell_dir.name, CORRUPT, None, None, "-", 0, None, "-", None,
+                         f"{cell_dir / REFERENCE}: {type(exc).__name__}: {exc}")
+    try:
+        table = read_cell(target).cells  # the one check of a result: four tables that read and agree
+    except UnknownSchemaVersion as exc:  # not corrupt: written by another raycolloc
+        return CellEntry(cell_dir.name, "unreadable", None, None, "-", 0, None, "-", None, str(exc))
+    except InvalidResult as exc:
+        return CellEntry(cell_dir.name, CORRUPT, None, None, "-", 0, None, "-", None, str(exc))
+    row = {c: table.column(c)[0].as_py() if c in table.column_names else None for c in _COLUMNS}
     if row["mix"]:
         what = f"mix {row['mix']}"
         headline = f"total {_fmt(row['total_s'], '.2f')} s, {_fmt(row['total_energy_j'], ',.1f')} J"
@@ -130,13 +143,16 @@ def find_sweeps(root: str | Path) -> list[SweepEntry]:
 
 def list_cells(sweep: SweepEntry) -> str:
     """The cells of one sweep, one line each: status, what ran, the headline numbers."""
+    corrupt = f" ({len(sweep.corrupt)} with corrupt tables)" if sweep.corrupt else ""
     lines = [f"sweep {sweep.path}", f"  command: {sweep.command}",
-             f"  {len(sweep.cells)} cells: {sweep.n_ok} ok, {len(sweep.cells) - sweep.n_ok} not ok", ""]
+             f"  {len(sweep.cells)} cells: {sweep.n_ok} ok, {len(sweep.cells) - sweep.n_ok} not ok{corrupt}", ""]
     width = max((len(c.name) for c in sweep.cells), default=4)
     lines.append(f"  {'cell':<{width}}  {'status':<8}{'mode':<7}{'jobs':>4}  {'workload':<22}headline")
     for c in sorted(sweep.cells, key=lambda c: (c.repeat, c.name)):
         note = f"  (reused: {c.reused_from})" if c.reused_from else ""
-        if c.status != "ok" and c.reason:
+        if c.status == CORRUPT:
+            note += f"  corrupt: {c.reason}"  # whole: it names the table
+        elif c.status != "ok" and c.reason:
             note += f"  reason: {c.reason[:120]}"
         lines.append(f"  {c.name:<{width}}  {c.status:<8}{c.mode or '-':<7}{c.degree or 0:>4}  {c.what:<22}"
                      f"{c.headline}{note}")
@@ -163,7 +179,8 @@ def list_sweeps(sweeps: Sequence[SweepEntry], root: Path) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; returns the exit status (2: the directory does not exist or --sweep is out of range)."""
+    """Run the CLI; returns the exit status (2: the directory does not exist or holds no sweep, --sweep is out
+    of range, or a cell listed has corrupt tables)."""
     parser = argparse.ArgumentParser(prog="python -m raycolloc.ls", description=__doc__.splitlines()[0])
     parser.add_argument("path", nargs="?", default="results", help="an out_dir (default: results) or one sweep dir")
     parser.add_argument("--sweep", metavar="N|last", help="list the cells of the N-th sweep shown (1 = oldest)")
@@ -173,13 +190,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {root} is not a directory; give an out_dir (results) or a sweep directory", file=sys.stderr)
         return 2
     sweeps = find_sweeps(root)
+    if not sweeps:
+        print(f"error: {list_sweeps(sweeps, root)}; give an out_dir (results) or a sweep directory", file=sys.stderr)
+        return 2
     own = [s for s in sweeps if s.path.resolve() == root.resolve()]
     if own and args.sweep is None:
         print(list_cells(own[0]))
-        return 0
+        return _corrupt_status(own)
     if args.sweep is None:
         print(list_sweeps(sweeps, root))
-        return 0
+        return _corrupt_status(sweeps)
     try:
         chosen = sweeps[-1] if args.sweep == "last" else sweeps[int(args.sweep) - 1]
         if args.sweep != "last" and int(args.sweep) < 1:
@@ -188,7 +208,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: --sweep={args.sweep!r} is not allowed; choose last or 1..{len(sweeps)}", file=sys.stderr)
         return 2
     print(list_cells(chosen))
-    return 0
+    return _corrupt_status([chosen])
+
+
+def _corrupt_status(sweeps: Sequence[SweepEntry]) -> int:
+    """2 with a line per corrupt cell on stderr (the table and the error), else 0."""
+    corrupt = [c for s in sweeps for c in s.corrupt]
+    for c in corrupt:
+        print(f"error: cell {c.name}: corrupt tables: {c.reason}", file=sys.stderr)
+    if corrupt:
+        print(f"{len(corrupt)} cell(s) with corrupt tables: a re-run of their sweep sets them aside and measures "
+              f"them again", file=sys.stderr)
+    return 2 if corrupt else 0
 
 
 if __name__ == "__main__":

@@ -102,11 +102,48 @@ CASES: list[tuple[str, list[str], list[str]]] = [
                                                            "... and 980 more (1,000 in all; the first 20 are shown"]),
     # issue 29, item 8: +plan_fanout takes true or false, as +rerun does
     ("plan-fanout-word", ["+plan_fanout=maybe"], ["+plan_fanout='maybe' is not allowed", "+plan_fanout=true"]),
+    # issue 29, item 5: tracebacks instead of refusals (an OverflowError; the steward's NotADirectoryError inside
+    # Ray, the output lock left; Ray's start tried three times before an OverflowError).
+    ("degree-past-an-index", ["degree=99999999999999999999"], ["degree=99999999999999999999 is not allowed", "1..10000"]),
+    ("mps-pipe-root-a-file", ["mode=mps", "mode.pipe_root={tmp}/a-file"],
+     ["mode.pipe_root=", "a-file' is not allowed: it is a file, not a directory"]),
+    ("pipe-root-under-a-file", ["mode.pipe_root={tmp}/a-file/mps"], ["mode.pipe_root=", "a-file is a file, so it cannot be created"]),
+    ("dashboard-port", ["cluster.dashboard=true", "cluster.dashboard_port=99999"],
+     ["cluster.dashboard_port=99999 is not allowed", "1..65535"]),
+    ("metrics-port", ["cluster.metrics_export_port=0"], ["cluster.metrics_export_port=0 is not allowed", "1..65535"]),
+    # issue 29, item 6: named, but only after Ray started (error rows), or not at all.
+    ("script-file-missing", ["workload=script", "epoch_samples=null", "workload.command=[python,{tmp}/nothing.py]"],
+     ["workload.command=", "the script", "nothing.py' does not exist"]),
+    ("script-program-missing", ["workload=script", "epoch_samples=null", "workload.command=[{tmp}/nothing.sh,--fast]"],
+     ["workload.command=", "nothing.sh is not an executable file"]),
+    ("script-program-not-on-path", ["workload=script", "epoch_samples=null", "workload.command=[no-such-trainer]"],
+     ["workload.command=", "'no-such-trainer' is not a program on PATH"]),
+    ("data-path-junk", ["data.source=real", "data.path={tmp}/junk-cifar"],
+     ["data.path", "junk-cifar/data_batch_1 is not a complete pickled CIFAR-10 batch"]),
+    ("data-path-cut-short", ["data.source=real", "data.path={tmp}/cut-cifar"],
+     ["data.path", "cut-cifar/data_batch_1 is not a complete pickled CIFAR-10 batch", "cut short"]),
+    ("data-path-nonexistent", ["data.source=real", "data.path={tmp}/no-such-data"], ["data.path", "no-such-data"]),
+    ("python-data-path-nonexistent", ["workload=python", "workload.entry=jobs.examples.tiny_regression:build",
+                                      "data.source=real", "data.path={tmp}/no-such-data"],
+     ["data.path=", "no-such-data' does not exist"]),
+    ("mig-layout-on-naive", ["mig.layout=[3g.20gb]"], ["mig.layout=['3g.20gb'] applies to mode=mig only (mode=naive)"]),
+    ("mig-layout-on-mps", ["mode=mps", "mig.layout=[3g.20gb]"], ["mig.layout=['3g.20gb'] applies to mode=mig only (mode=mps)"]),
+    # issue 29, item 7: a malformed mig.layout was refused without naming mig.layout.
+    ("mig-layout-unparsable", ["mode=mig", "mig.layout=[3g.20gb,"],
+     ["cannot read the value of mig.layout", "closes its brackets"]),
 ]
 
 
 def _fixtures(tmp_path: Path) -> None:
+    import pickle
+
     (tmp_path / "a-file").write_text("not a directory\n")
+    # CIFAR-10's five python batches by name: junk, and real pickles cut short (a copy that did not finish).
+    batch = pickle.dumps({b"data": bytes(3072 * 4), b"labels": [0, 1, 2, 3]}, protocol=2)
+    for folder, content in (("junk-cifar", b"not a pickle\n"), ("cut-cifar", batch[: len(batch) // 2])):
+        (tmp_path / folder).mkdir(exist_ok=True)
+        for i in range(1, 6):
+            (tmp_path / folder / f"data_batch_{i}").write_bytes(content)
     for name, devices in (("devices-abc", "abc"), ("devices-frac", "1.5")):
         (tmp_path / f"{name}.csv").write_text(PLAN_HEADER + f"1,1,,a,{devices},-,train.py,smi,--workload tiny_cnn\n")
     (tmp_path / "binary.bin").write_bytes(bytes(range(256)) * 4)
@@ -276,3 +313,18 @@ def test_a_multirun_of_many_bad_cells_lists_the_first_twenty_and_a_count(tmp_pat
     assert code == 2, text[-3000:]
     assert text.count("config error: #") == 20 and "degree=-19 is not allowed" in text and "degree=-20" not in text
     assert "config error: ... and 2 more (22 in all; the first 20 are shown" in text, text[-3000:]
+
+
+@pytest.mark.parametrize(("overrides", "needles"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_a_refused_input_leaves_no_run_directory_and_no_lock(overrides: list[str], needles: list[str],
+                                                             tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """Nothing of a refused sweep stays in its output directory: no run directory (Hydra's ``.hydra``, its
+    log), no output lock, no table (issue 29, item 5: ``degree=99999999999999999999`` left a run directory,
+    ``mode.pipe_root=<a file>`` the lock too). Empty ``runs/<date>`` parents are issue 29 item 7's."""
+    _fixtures(tmp_path)
+    out = tmp_path / "out"
+    code, text = run_main(_args(overrides, tmp_path, out), capfd)
+    assert code == 2, text[-3000:]
+    left = sorted(str(p.relative_to(out)) for p in out.rglob("*") if not p.is_dir()) if out.exists() else []
+    assert not left, f"left in out_dir: {left}"
+    assert not (out / LOCK_NAME).exists()

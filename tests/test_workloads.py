@@ -113,7 +113,8 @@ def test_python_and_script_jobs_are_named_by_what_they_run() -> None:
     py = load(["workload=python", "workload.entry=jobs.examples.tiny_regression:build", "workload.args={hidden: 8}"])
     assert py.jobs[0].workload.name == "tiny_regression.build" and py.jobs[0].kind == "python"
     assert py.jobs[0].workload.args == {"hidden": 8} and py.jobs[0].batch_size == 32
-    named = load(["workload=script", "workload.command=[python,train.py]", "workload.model=mlp",
+    # A script that exists: a missing one is refused (issue 29, item 6; tests/test_malformed_inputs.py).
+    named = load(["workload=script", "workload.command=[python,jobs/examples/plain_train.py]", "workload.model=mlp",
                   "workload.dataset=mine"])
     assert named.jobs[0].workload.name == "mlp_mine" and named.jobs[0].kind == "script"
     plain = load(["workload=script", "workload.command=[python,jobs/examples/plain_train.py,--epochs,2]", "degree=2"])

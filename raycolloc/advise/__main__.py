@@ -13,7 +13,7 @@ the same settings), fits the model's parameters on the measured sweeps under ``o
 memory fit, aggregate throughput, each job's slowdown and energy per sample; ``advice.json`` holds
 it all, and ``--emit-sweep`` writes the recommended cells as a sweep and as a radT plan. The second
 form compares the model with a measured sweep (leave-one-out). Exit status: 0; 2 for a config error
-(nothing has run); 1 for a validation that misses a target or a cell predicted to fit that ran out
+(nothing has run) or a sweep directory that is missing, empty or corrupt; 1 for a validation that misses a target or a cell predicted to fit that ran out
 of memory.
 """
 
@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 from raycolloc.config import ConfigError
+from raycolloc.results.errors import SweepDirError
 
 __all__ = ["main"]
 
@@ -91,6 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         return _validate(args) if args.validate else _advise(args)
     except ConfigError as exc:
         log.error("config error: %s", exc)
+        return 2
+    except SweepDirError as exc:  # a sweep directory to validate on or fit on is missing, empty or corrupt
+        print(exc, file=sys.stderr, flush=True)
         return 2
 
 

@@ -50,12 +50,12 @@ class Measured:
 def measured(fit_dirs: Sequence[Path], exclude: frozenset[str], gpu_name: str, cores: int) -> Measured:
     """Parameters fitted on the measured sweeps under ``fit_dirs`` (cells of ``gpu_name`` whose
     workloads are not in ``exclude``; the defaults where there are none) and the profiles there."""
-    from analysis.load import load_sweeps
+    from analysis.load import SweepDirError, load_sweeps
 
     dirs = [d for d in fit_dirs if Path(d).is_dir()]
     try:
         data = load_sweeps(dirs) if dirs else None
-    except SystemExit as exc:  # no readable cell there: nothing to fit on
+    except SweepDirError as exc:  # no readable cell there: nothing to fit on
         log.info("advise: nothing to fit on under %s (%s)", ", ".join(map(str, dirs)), exc)
         data = None
     if data is None:

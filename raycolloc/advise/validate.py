@@ -121,7 +121,7 @@ def validate(paths: Sequence[str | Path], fit_paths: Sequence[str | Path] = (), 
     """Predict every describable cell of the sweeps at ``paths`` and compare (see the module docstring).
 
     Raises:
-        SystemExit: a path holds no readable sweep (as ``analysis.load`` says).
+        SweepDirError: a path holds no readable sweep (as ``analysis.load`` says).
     """
     from analysis.load import load_sweeps
 

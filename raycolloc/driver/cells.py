@@ -18,6 +18,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from raycolloc.config import Config, ConfigError, MigConfig, MixConfig, MixJob, config_hash, load_config
+from raycolloc.driver.node_paths import check_node_paths
 from raycolloc.job.workloads.compose import Workload, resolve
 from raycolloc.spec import CellSpec, JobSpec
 from raycolloc.workload_config import WorkloadConfig, workload_label
@@ -169,6 +170,7 @@ def _check_data(cfg: Config, spec: CellSpec) -> None:
     """Real data is where the readers look (model jobs: python and script jobs read their own);
     a simulated GPU with a large epoch warns that it trains on the CPU."""
     if cfg.data.source == "real":
+        from raycolloc.job.data.readable import check_readable
         from raycolloc.job.data.real import DatasetError, check_layout
 
         if any(j.kind == "model" and not j.data.path for j in spec.jobs):
@@ -187,7 +189,7 @@ def _check_data(cfg: Config, spec: CellSpec) -> None:
             try:
                 if reader is None:
                     raise DatasetError("synthetic data has no files: use data.source=synthetic")
-                check_layout(reader, str(path))
+                check_readable(reader, check_layout(reader, str(path)))
             except DatasetError as exc:
                 raise ConfigError(f"data.path: {exc}") from None
     if cfg.cluster.backend == "sim":
@@ -223,6 +225,7 @@ def validate_cell(cfg: DictConfig | Config) -> CellSpec:
     config = resolve_backend(load_config(cfg))
     spec = build_cell(config)
     _check_data(config, spec)
+    check_node_paths(config, spec)  # where the node is this machine: pipe root, script files, data paths
     return spec
 
 

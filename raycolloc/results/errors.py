@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-__all__ = ["InvalidResult", "ResultWriteError", "UnknownSchemaVersion", "free_space"]
+__all__ = ["InvalidResult", "ResultWriteError", "SweepDirError", "UnknownSchemaVersion", "free_space"]
 
 
 class InvalidResult(ValueError):
@@ -16,6 +16,13 @@ class InvalidResult(ValueError):
 
 class UnknownSchemaVersion(InvalidResult):
     """A table written by a raycolloc whose schema this one cannot read."""
+
+
+class SweepDirError(SystemExit):
+    """A sweep directory given to read is missing, holds no raycolloc cell, holds only corrupt ones, or
+    another schema version; the message names the path (:mod:`analysis.load`). The command-line mains
+    exit 2 on it (a bad argument); it is a ``SystemExit`` so that a caller that does not catch it still
+    stops with the message, as it did before it had a type."""
 
 
 class ResultWriteError(RuntimeError):

@@ -348,20 +348,22 @@ def load_criteo_tsv(path: str | Path, table_sizes: Sequence[int], limit: int | N
     return CriteoArrays(*(np.concatenate(p)[:limit] for p in zip(*parts, strict=True)))
 
 
-def check_layout(dataset: str, path: str | Path) -> None:
+def check_layout(dataset: str, path: str | Path) -> list[Path]:
     """Cheap pre-flight: the files a loader needs are there (nothing is read or decoded).
 
     Args:
         dataset: cifar10, imagenet64, imagefolder or criteo.
         path: the dataset location given as ``data.path``.
 
+    Returns:
+        The data files the loader reads first (:func:`raycolloc.job.data.readable.check_readable` looks into them).
+
     Raises:
         DatasetError: naming the path and the expected layout.
     """
     root = Path(path).expanduser()
     if dataset == "criteo":
-        _criteo_files(root)
-        return
+        return _criteo_files(root)
     if not root.is_dir():
         raise DatasetError(f"dataset path {root} is not a directory ({dataset} expected there)")
     if dataset == "cifar10":
@@ -370,11 +372,13 @@ def check_layout(dataset: str, path: str | Path) -> None:
         if missing:
             raise DatasetError(f"CIFAR-10 directory {base} lacks {', '.join(missing)}; expected the python "
                                f"batches {', '.join(CIFAR10_FILES)}")
-    elif dataset == "imagenet64":
-        if not any(root.glob("train_data_batch_*.npz")):
+        return [base / name for name in CIFAR10_FILES]
+    if dataset == "imagenet64":
+        if not (files := sorted(root.glob("train_data_batch_*.npz"))):
             raise DatasetError(f"ImageNet64 directory {root} holds no train_data_batch_*.npz files")
-    elif dataset == "imagefolder":
+        return files
+    if dataset == "imagefolder":
         if not any(p.is_dir() and not p.name.startswith(".") for p in root.iterdir()):
             raise DatasetError(f"image folder {root} has no class directories; expected root/<class>/<image>")
-    else:
-        raise DatasetError(f"no reader for dataset {dataset!r}")
+        return []
+    raise DatasetError(f"no reader for dataset {dataset!r}")
