@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,6 +36,7 @@ from raycolloc.driver.dryrun import DryRunLine, print_dry_run
 from raycolloc.driver.hydra_errors import as_config_error, check_group_choices
 from raycolloc.driver.outcome import EXIT_CONFIG, EXIT_WRITE, print_outcome
 from raycolloc.driver.outlock import OutputLocked, hold_output
+from raycolloc.driver.rundirs import discard, make
 from raycolloc.results.errors import ResultWriteError
 from raycolloc.spec import CellSpec
 
@@ -106,9 +106,9 @@ def _compose(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequ
 
 
 def _discard_sweep_dir(sweep_dir: Path) -> None:
-    """A sweep refused before it ran writes nothing: remove the directory Hydra made for it."""
-    if sweep_dir.is_dir() and {p.name for p in sweep_dir.iterdir()} <= {"multirun.yaml"}:
-        shutil.rmtree(sweep_dir, ignore_errors=True)
+    """A sweep refused before it ran writes nothing: remove the directory Hydra made for it, and its
+    parents that the sweep made (``multirun/<date>``, ``out_dir``) where they are empty."""
+    discard(sweep_dir, {"multirun.yaml"})
 
 
 def _save_hydra_files(task_cfg: DictConfig, overrides: Sequence[str], cell_dir: Path) -> None:
@@ -159,7 +159,7 @@ def launch(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequen
     try:
         specs = sweep_cells([spec for _, spec, _ in composed])
         with hold_output(composed[0][1].config.out_dir):  # before anything is written there
-            sweep_dir.mkdir(parents=True, exist_ok=True)
+            make(sweep_dir)
             cells = []
             for spec, name in zip(specs, cell_dir_names(specs), strict=True):
                 _save_hydra_files(*_origins(composed, job_overrides, spec), sweep_dir / name)
