@@ -20,7 +20,10 @@ What a fork must not inherit, and why it cannot:
 
 A child dies with its trainer actor (it watches the actor's pid), as an exec'd child did through
 ``PR_SET_PDEATHSIG``. The server reaps its children and tells each requester its child's exit code.
-The server itself dies with the steward that started it.
+The server itself ends with the steward that started it (``PR_SET_PDEATHSIG`` with SIGTERM), and
+then removes its socket and its log (which the steward names): a run leaves neither in
+``mode.pipe_root``. Only a server that is SIGKILLed itself leaves them, for the next steward to remove
+(:mod:`raycolloc.node.leftovers`); one that fails keeps its log, for the steward's warning to name.
 
 Protocol on the server's Unix socket (``multiprocessing`` connections): a requester sends
 ``(env, actor_pid)`` then passes the fd of its end of the job's socket pair; the server answers
@@ -76,10 +79,19 @@ def _exists(pid: int) -> bool:
     return True
 
 
+class _Stopped(BaseException):
+    """SIGTERM (the steward is gone): leave the serving loop and remove the server's files."""
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise _Stopped
+
+
 def _child(listener: socket.socket, conns: list[Connection], env: dict[str, str], actor_pid: int,
            job_fd: int) -> None:
     """In the forked child: become the job's training process (never returns)."""
     try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # SIGTERM ends a job as it ends an exec'd one
         listener.close()
         for conn in conns:
             conn.close()
@@ -154,10 +166,28 @@ def _reap(requests: dict[int, Connection]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m raycolloc.job.forkserver SOCKET``: preload, then fork training processes on request."""
-    (path,) = argv or sys.argv[1:]
+    """``python -m raycolloc.job.forkserver SOCKET [LOG]``: preload, then fork training processes on
+    request until SIGTERM, which removes SOCKET and LOG."""
+    path, *log = argv or sys.argv[1:]
+    server, steward = os.getpid(), os.getppid()
+    signal.signal(signal.SIGTERM, _stop)  # before the parent-death signal can arrive
     if sys.platform.startswith("linux"):  # the server goes with the steward that started it
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    try:
+        if os.getppid() != steward:  # it died before the signal was armed
+            raise _Stopped
+        _preload_and_serve(path)
+    except _Stopped:
+        if os.getpid() == server:  # a child that had not yet reset the handler removes nothing
+            for leftover in (path, *log):
+                try:
+                    os.unlink(leftover)
+                except FileNotFoundError:
+                    pass
+        os._exit(0)
+
+
+def _preload_and_serve(path: str) -> None:
     t0 = time.perf_counter()
     for module in PRELOAD:
         __import__(module)
