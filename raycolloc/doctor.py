@@ -73,9 +73,11 @@ def orphan_trainers(pipe_root: Path) -> list[psutil.Process]:
 def _lock_line(out_dir: Path) -> str:
     """Who holds ``out_dir``'s lock (a dead holder's lock is no problem: the next sweep takes it over)."""
     lock = out_dir / LOCK_NAME
-    if not lock.exists():
-        return f"out_dir {out_dir}: no sweep has held it"
-    with open(lock, "r+") as fh:
+    try:
+        fh = open(lock, "r+")  # a sweep removes its lock file when it ends
+    except FileNotFoundError:
+        return f"out_dir {out_dir}: free (no sweep holds it)"
+    with fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from raycolloc.config import ConfigError, register_configs
 from raycolloc.driver.cells import cell_dir_names, split_options, sweep_cells, validate_cell
 from raycolloc.driver.hydra_errors import CONF_ROOT, as_config_error, check_group_choices
 from raycolloc.driver.outcome import EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, EXIT_WRITE, print_outcome
+from raycolloc.driver.rundirs import discard, forget, remove_made
 from raycolloc.results.errors import ResultWriteError
 
 __all__ = ["main", "task"]
@@ -41,10 +41,9 @@ register_configs()
 
 
 def _discard_run_dir(run_dir: Path) -> None:
-    """A config error (or a dry run) writes nothing: remove the fresh directory Hydra made for this run."""
-    leftovers = {p.name for p in run_dir.iterdir()} if run_dir.exists() else set()
-    if leftovers <= {".hydra", "sweep.log", f"{HydraConfig.get().job.name}.log"}:
-        shutil.rmtree(run_dir, ignore_errors=True)
+    """A config error (or a dry run) writes nothing: remove the fresh directory Hydra made for this run,
+    and its parents that the run made (``runs/<date>``, ``out_dir``) where they are empty."""
+    discard(run_dir, {".hydra", "sweep.log", f"{HydraConfig.get().job.name}.log"})
 
 
 def _dry_run_status(run_dir: Path, refused: int) -> int:
@@ -106,6 +105,7 @@ def task(dcfg: DictConfig) -> int:
 def main() -> None:
     """Console-script entry point (``raycolloc-sweep``): Hydra's own errors exit 2 like ours."""
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors to us instead of printing them
+    forget()  # directories an earlier run in this process made are not this one's
     try:
         task()
     except KeyboardInterrupt:
@@ -119,6 +119,7 @@ def main() -> None:
                                 f"directory)")
         if error is None:
             raise
+        remove_made()  # refused: the directories made for the run go (those left empty)
         print(f"config error: {error}", file=sys.stderr, flush=True)
         sys.exit(EXIT_CONFIG)
 

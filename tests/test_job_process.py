@@ -151,3 +151,31 @@ def test_forked_jobs_bind_their_own_gpu_pipe_and_cores_and_inherit_nothing_else(
     # One socket each: its own job connection; none of the server's (listener, other requests).
     assert first[3].rsplit(" ", 1)[1] == "1" and second[3].rsplit(" ", 1)[1] == "1"
     assert lines[1] == "exit 0" and lines[3] == "exit 0"  # reaped by the server, reported to the requester
+
+
+def test_the_fork_server_removes_its_socket_and_log_when_its_steward_ends() -> None:
+    """Issue 29, item 7: every run left ``forkserver-<pid>.sock`` and ``.log`` in ``mode.pipe_root``.
+    The server ends with the process that started it (here a stand-in for the steward, started and
+    SIGKILLed as Ray kills one), and takes both with it."""
+    root = Path(tempfile.mkdtemp(prefix="rcfl", dir="/tmp"))  # short: a Unix socket path
+    sock, log = root / "forkserver-1.sock", root / "forkserver-1.log"
+    steward = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import os, subprocess, sys, time
+        with open({str(log)!r}, "ab") as out:  # as raycolloc.node.steward starts it
+            subprocess.Popen([sys.executable, "-m", "raycolloc.job.forkserver", {str(sock)!r}, {str(log)!r}],
+                             env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=out, stderr=out)
+        time.sleep(600)
+    """)])
+    try:
+        deadline = time.monotonic() + 120
+        while not sock.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert sock.exists() and log.exists(), "the fork server did not come up"
+    finally:
+        steward.send_signal(signal.SIGKILL)
+        steward.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while any(root.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not list(root.iterdir())
+    root.rmdir()

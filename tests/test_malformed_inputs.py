@@ -197,6 +197,40 @@ def test_malformed_input_is_refused_by_name(overrides: list[str], needles: list[
     assert not list(out.rglob("*.parquet")) if out.exists() else True
 
 
+def _tree(root: Path) -> dict[str, int]:
+    """Every path under ``root`` with its size (directories: 0)."""
+    return {str(p.relative_to(root)): 0 if p.is_dir() else p.stat().st_size for p in root.rglob("*")}
+
+
+@pytest.mark.parametrize("overrides", [c[1] for c in CASES], ids=[c[0] for c in CASES])
+def test_a_refused_input_leaves_the_output_as_it_found_it(overrides: list[str], tmp_path: Path,
+                                                          capfd: pytest.CaptureFixture[str]) -> None:
+    """Issue 29, item 7: 76 of 129 refusals left two empty ``runs/<date>`` (or ``multirun/<date>``)
+    directories in ``out_dir``. A refusal takes back every directory it made, ``out_dir`` too."""
+    _fixtures(tmp_path)
+    before = _tree(tmp_path)
+    out = tmp_path / "out"
+    code, text = run_main(_args(overrides, tmp_path, out), capfd)
+    assert code == 2, text[-3000:]
+    assert not out.exists() or (out.is_dir() and not any(out.iterdir())), sorted(map(str, out.rglob("*")))
+    assert _tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("overrides", [["+dry_run=true"], ["-m", "degree=1,2", "mode=naive,mps", "+dry_run=true"]],
+                         ids=["run", "multirun"])
+def test_a_dry_run_leaves_the_output_as_it_found_it(overrides: list[str], tmp_path: Path,
+                                                    capfd: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    code, text = run_main(_args(overrides, tmp_path, out), capfd)
+    assert code == 0 and "to run" in text, text[-3000:]
+    assert not out.exists(), sorted(map(str, out.rglob("*")))
+    (out / "runs").mkdir(parents=True)  # directories that were there stay, even empty
+    (out / "multirun").mkdir()
+    code, text = run_main(_args(overrides, tmp_path, out), capfd)
+    assert code == 0, text[-3000:]
+    assert _tree(out) == {"runs": 0, "multirun": 0}
+
+
 def test_a_multirun_composes_each_cell_once_and_lists_every_bad_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                     capfd: pytest.CaptureFixture[str]) -> None:
     """Hydra's basic sweeper composed every job before the launcher composed it again (~0.6 s each)
@@ -260,6 +294,21 @@ def test_a_cell_no_node_can_hold_is_refused_before_anything_starts(overrides: li
     for needle in needles:
         assert needle in text, f"{needle!r} not in:\n{text[-3000:]}"
     assert not list(out.rglob("*.parquet"))
+
+
+@pytest.mark.usefixtures("ray_local")
+@pytest.mark.parametrize(("overrides", "multirun"), [*((c[1], False) for c in NODE_CASES), (NODE_CASES[0][1], True)],
+                         ids=[*(c[0] for c in NODE_CASES), f"{NODE_CASES[0][0]}-multirun"])
+def test_a_refusal_after_ray_started_leaves_no_lock_and_no_directory(overrides: list[str], multirun: bool,
+                                                                     tmp_path: Path,
+                                                                     capfd: pytest.CaptureFixture[str]) -> None:
+    """Issue 29, item 7: a refusal after the sweep took the output lock left the lock file."""
+    out = tmp_path / "out"
+    (out / "keep").mkdir(parents=True)  # a directory the user had: it stays
+    code, text = run_main(_args([*(["-m"] if multirun else []), *overrides], tmp_path, out), capfd)
+    assert code == 2, text[-3000:]
+    assert not (out / LOCK_NAME).exists()
+    assert _tree(out) == {"keep": 0}
 
 
 @pytest.mark.parametrize("overrides", [["workload=resnet9000"], ["degree=two"], ["workload=base_workload"],

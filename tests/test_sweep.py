@@ -6,6 +6,8 @@ SIGKILL, Ctrl-C and their re-runs in ``test_faults.py``."""
 from __future__ import annotations
 
 import os
+import shutil
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -128,3 +130,22 @@ def test_cell_size_puts_more_samples_first_and_naive_before_mps() -> None:
         specs[f"{mode}{degree}"] = validate_cell(cfg)
     order = sorted(specs, key=lambda k: cell_size(specs[k]))
     assert order == ["naive7", "mps7", "naive3", "mig3", "naive1"]
+
+
+@pytest.mark.slow  # a sweep that starts (and stops) a Ray instance of its own
+def test_a_normal_run_leaves_no_fork_server_files_and_no_lock(tmp_path: Path) -> None:
+    """Issue 29, item 7: every run, normal ones too, left the fork server's socket and log in the pipe
+    root. The steward's fork server ends with it, when the sweep stops its Ray instance."""
+    out = tmp_path / "out"
+    pipe_root = Path("/tmp") / f"rcfs{os.getpid()}"  # short: Unix socket paths
+    proc = run_cli(["-m", *TINY, "degree=1", "mode=naive,mps", f"mode.pipe_root={pipe_root}", f"out_dir={out}"],
+                   cwd=ROOT, own_ray=True)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "2 of 2 cells have a result" in proc.stdout
+    deadline = time.monotonic() + 30  # Ray's processes follow the driver within seconds
+    while list(pipe_root.glob("forkserver-*")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    # What stays is the simulated GPUs' MPS control (a real GPU has its own), nothing of the run.
+    assert sorted(p.name for p in pipe_root.iterdir()) == ["sim-bin"]
+    assert not (out / ".raycolloc.lock").exists()
+    shutil.rmtree(pipe_root, ignore_errors=True)

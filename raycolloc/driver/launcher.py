@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,6 +37,7 @@ from raycolloc.driver.dryrun import DryRunLine, print_dry_run
 from raycolloc.driver.hydra_errors import as_config_error, check_group_choices
 from raycolloc.driver.outcome import EXIT_CONFIG, EXIT_WRITE, print_outcome
 from raycolloc.driver.outlock import OutputLocked, hold_output
+from raycolloc.driver.rundirs import discard, make
 from raycolloc.results.errors import ResultWriteError
 from raycolloc.spec import CellSpec
 
@@ -106,16 +106,19 @@ def _compose(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequ
     return composed
 
 
-def _discard_sweep_dir(sweep_dir: Path) -> None:
-    """A sweep refused before it ran writes nothing: remove the directory Hydra made for it."""
-    if sweep_dir.is_dir() and {p.name for p in sweep_dir.iterdir()} <= {"multirun.yaml"}:
-        shutil.rmtree(sweep_dir, ignore_errors=True)
+def _discard_sweep_dir(sweep_dir: Path, cell_dirs: Sequence[Path] = ()) -> None:
+    """A sweep refused before it ran writes nothing: remove the cells' directories it made (their
+    ``.hydra`` only), the directory Hydra made for it, and its parents that the sweep made
+    (``multirun/<date>``, ``out_dir``) where they are empty."""
+    for cell_dir in cell_dirs:
+        discard(cell_dir, {".hydra"})
+    discard(sweep_dir, {"multirun.yaml"})
 
 
 def _save_hydra_files(task_cfg: DictConfig, overrides: Sequence[str], cell_dir: Path) -> None:
     """``.hydra/`` of the cell, as Hydra writes it for a job: the task config and its overrides."""
-    hydra_dir = cell_dir / ".hydra"
-    hydra_dir.mkdir(parents=True, exist_ok=True)
+    hydra_dir = make(cell_dir) / ".hydra"
+    hydra_dir.mkdir(exist_ok=True)
     OmegaConf.save(task_cfg, hydra_dir / "config.yaml", resolve=False)
     OmegaConf.save(OmegaConf.create(list(overrides)), hydra_dir / "overrides.yaml")
 
@@ -157,11 +160,11 @@ def launch(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequen
     from raycolloc.driver.engine import run_cells
 
     sweep_dir = Path(str(composed[0][0].hydra.sweep.dir))
+    cells: list[tuple[CellSpec, Path]] = []
     try:
         specs = sweep_cells([spec for _, spec, _ in composed])
         with hold_output(composed[0][1].config.out_dir):  # before anything is written there
-            sweep_dir.mkdir(parents=True, exist_ok=True)
-            cells = []
+            make(sweep_dir)
             for spec, name in zip(specs, cell_dir_names(specs), strict=True):
                 _save_hydra_files(*_origins(composed, job_overrides, spec), sweep_dir / name)
                 cells.append((spec, sweep_dir / name))
@@ -174,7 +177,7 @@ def launch(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequen
     except ConfigError as exc:
         log.error("config error: %s", exc)
         if not isinstance(exc, OutputLocked):  # else the directory may be the other sweep's
-            _discard_sweep_dir(sweep_dir)
+            _discard_sweep_dir(sweep_dir, [cell_dir for _, cell_dir in cells])
         sys.exit(EXIT_CONFIG)
     except ResultWriteError as exc:
         log.error("%s", exc)

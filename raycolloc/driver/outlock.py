@@ -8,6 +8,11 @@ refused (exit 2) naming that holder. The kernel drops the lock when its process 
 ends (SIGKILL included), so the lock of a dead sweep is simply taken over, and the record it left
 is logged. (``flock`` is shared across hosts on local file systems and NFSv4.)
 
+The file exists while a sweep holds it: the holder removes it before it lets go (a sweep that
+ended, or was refused after it took the lock, leaves no lock file). A sweep that opened the file
+just before it was removed then holds a lock nobody else sees, so the taker checks, once it has the
+lock, that its file is still the one at the path, and starts again if not.
+
 The lock is per process and re-entrant: the launcher, a radT plan and :func:`run_cells` each
 take it, and the outermost holds it.
 """
@@ -29,6 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from raycolloc.config import ConfigError
+from raycolloc.driver.rundirs import make
 from raycolloc.results.errors import free_space
 
 __all__ = ["LOCK_NAME", "Holder", "OutputLocked", "check_output_dir", "hold_output"]
@@ -69,7 +75,7 @@ def check_output_dir(out_dir: str | Path) -> Path:
         raise ConfigError(f"out_dir={str(out_dir)!r} is not allowed: {blocker} is a file, not a directory; "
                           f"give a directory (it is created if missing)")
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        make(path)  # noted: a sweep refused later takes it back if it is empty then
     except OSError as exc:
         raise ConfigError(f"out_dir={str(out_dir)!r} cannot be created: {exc.strerror} ({free_space(path)})") from None
     if not os.access(path, os.W_OK | os.X_OK):
@@ -87,22 +93,41 @@ def _read(fd: int) -> Holder | None:
         return None
 
 
+def _is_at(fd: int, lock: Path) -> bool:
+    """The file ``fd`` is open on is still the one at ``lock`` (its holder removes it on release)."""
+    try:
+        here, held = os.stat(lock), os.fstat(fd)
+    except FileNotFoundError:
+        return False
+    return (here.st_dev, here.st_ino) == (held.st_dev, held.st_ino)
+
+
+def _lock_file(path: Path, lock: Path) -> int:
+    """Open and flock ``lock``: the descriptor, holding it."""
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise ConfigError(f"out_dir={str(path)!r}: cannot create {lock}: {exc.strerror} "
+                              f"({free_space(path)})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = _read(fd)
+            os.close(fd)
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EACCES):
+                raise ConfigError(f"out_dir={str(path)!r}: cannot lock {lock}: {exc.strerror}") from None
+            who = holder.describe() if holder else "a process that has not written its name yet"
+            raise OutputLocked(f"out_dir={str(path)!r} is in use by another sweep: {who}. One sweep writes to "
+                               f"an output at a time; wait for it to end, or give this one another out_dir") from None
+        if _is_at(fd, lock):
+            return fd
+        os.close(fd)  # its holder removed it as we opened it: lock the file at the path now
+
+
 def _acquire(path: Path) -> int:
     lock = path / LOCK_NAME
-    try:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise ConfigError(f"out_dir={str(path)!r}: cannot create {lock}: {exc.strerror} ({free_space(path)})") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as exc:
-        holder = _read(fd)
-        os.close(fd)
-        if exc.errno not in (errno.EWOULDBLOCK, errno.EACCES):
-            raise ConfigError(f"out_dir={str(path)!r}: cannot lock {lock}: {exc.strerror}") from None
-        who = holder.describe() if holder else "a process that has not written its name yet"
-        raise OutputLocked(f"out_dir={str(path)!r} is in use by another sweep: {who}. One sweep writes to an "
-                           f"output at a time; wait for it to end, or give this one another out_dir") from None
+    fd = _lock_file(path, lock)
     stale = _read(fd)
     if stale is not None:
         log.warning("out_dir=%s: taking over the lock of a sweep that ended without releasing it (%s)",
@@ -141,5 +166,6 @@ def hold_output(out_dir: str | Path) -> Iterator[Path]:
                 _held[path] = (fd, depth - 1)
             else:
                 with contextlib.suppress(OSError):
-                    os.ftruncate(fd, 0)  # nobody holds it: an empty record
+                    if _is_at(fd, path / LOCK_NAME):
+                        os.unlink(path / LOCK_NAME)  # while still held: see the module's docstring
                 os.close(fd)  # releases the flock

@@ -20,7 +20,10 @@ What a fork must not inherit, and why it cannot:
 
 A child dies with its trainer actor (it watches the actor's pid), as an exec'd child did through
 ``PR_SET_PDEATHSIG``. The server reaps its children and tells each requester its child's exit code.
-The server itself dies with the steward that started it.
+The server itself ends with the steward that started it (through a stand-in process, see
+:func:`_stand_in`, and ``PR_SET_PDEATHSIG`` with SIGTERM), and then removes its socket and its log
+(which the steward names): a run leaves neither in ``mode.pipe_root``. Only a server that is SIGKILLed itself leaves them, for the next steward to remove
+(:mod:`raycolloc.node.leftovers`); one that fails keeps its log, for the steward's warning to name.
 
 Protocol on the server's Unix socket (``multiprocessing`` connections): a requester sends
 ``(env, actor_pid)`` then passes the fd of its end of the job's socket pair; the server answers
@@ -76,10 +79,23 @@ def _exists(pid: int) -> bool:
     return True
 
 
+class _Stopped(BaseException):
+    """SIGTERM (the steward is gone): leave the serving loop and remove the server's files."""
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise _Stopped
+
+
 def _child(listener: socket.socket, conns: list[Connection], env: dict[str, str], actor_pid: int,
-           job_fd: int) -> None:
+           job_fd: int, group: int) -> None:
     """In the forked child: become the job's training process (never returns)."""
     try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # SIGTERM ends a job as it ends an exec'd one
+        try:
+            os.setpgid(0, group)  # the steward's process group: Ray kills the job with it, as before
+        except OSError:  # the group is gone (the steward with it): the job's actor is next
+            pass
         listener.close()
         for conn in conns:
             conn.close()
@@ -96,7 +112,7 @@ def _child(listener: socket.socket, conns: list[Connection], env: dict[str, str]
         os._exit(1)
 
 
-def _serve(path: str) -> None:
+def _serve(path: str, group: int) -> None:
     import torch
 
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -127,7 +143,7 @@ def _serve(path: str) -> None:
                 continue
             pid = os.fork()
             if pid == 0:
-                _child(listener, [conn, *waiting, *requests.values()], env, actor_pid, job_fd)
+                _child(listener, [conn, *waiting, *requests.values()], env, actor_pid, job_fd, group)
             os.close(job_fd)
             requests[pid] = conn
             conn.send(("pid", pid))
@@ -153,11 +169,55 @@ def _reap(requests: dict[int, Connection]) -> None:
         conn.close()
 
 
+def _death_signal(sig: int) -> None:
+    """Receive ``sig`` when the parent ends."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
+
+
+def _stand_in(server: int) -> None:
+    """The steward's child, while its child ``server`` serves (never returns).
+
+    Ray SIGKILLs a worker's children, and its whole process group, when the worker exits, which would
+    leave the server no moment to remove its files. So the steward's child is this small stand-in, in
+    the steward's group: it dies with the steward (or is killed by Ray), and the server, its child in
+    a group of its own, gets SIGTERM then (its parent-death signal). It ends with the server's exit
+    status, which the steward watches. Forked jobs join the steward's group again.
+    """
+    _, status = os.waitpid(server, 0)
+    code = os.waitstatus_to_exitcode(status)
+    os._exit(code if code >= 0 else 128 - code)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """``python -m raycolloc.job.forkserver SOCKET``: preload, then fork training processes on request."""
-    (path,) = argv or sys.argv[1:]
-    if sys.platform.startswith("linux"):  # the server goes with the steward that started it
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    """``python -m raycolloc.job.forkserver SOCKET [LOG]``: preload, then fork training processes on
+    request until SIGTERM, which removes SOCKET and LOG."""
+    path, *log = argv or sys.argv[1:]
+    _death_signal(signal.SIGKILL)  # the stand-in goes with the steward that started it
+    stand_in = os.getpid()
+    if pid := os.fork():  # before any import or thread: the fork is cheap and safe
+        _stand_in(pid)
+    server, group = os.getpid(), os.getpgrp()
+    signal.signal(signal.SIGTERM, _stop)  # before the parent-death signal can arrive
+    _death_signal(signal.SIGTERM)
+    # Out of the steward's process group, which Ray SIGKILLs whole when the steward ends: the server
+    # ends by its parent-death signal instead, and removes its files.
+    os.setpgid(0, 0)
+    try:
+        if os.getppid() != stand_in:  # it died before the signal was armed
+            raise _Stopped
+        _preload_and_serve(path, group)
+    except _Stopped:
+        if os.getpid() == server:  # a child that had not yet reset the handler removes nothing
+            for leftover in (path, *log):
+                try:
+                    os.unlink(leftover)
+                except FileNotFoundError:
+                    pass
+        os._exit(0)
+
+
+def _preload_and_serve(path: str, group: int) -> None:
     t0 = time.perf_counter()
     for module in PRELOAD:
         __import__(module)
@@ -169,7 +229,7 @@ def main(argv: list[str] | None = None) -> None:
         os.unlink(path)
     except FileNotFoundError:
         pass
-    _serve(path)
+    _serve(path, group)
 
 
 if __name__ == "__main__":

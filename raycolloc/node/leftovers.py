@@ -8,7 +8,8 @@ of the steward itself, as the daemon and the MIG layout do.
 
 A directory whose steward is gone is a leftover: its daemon is stopped, its MIG layout restored,
 and the directory removed. So are the socket and log of a dead steward's fork server
-(``forkserver-<steward pid>.{sock,log}`` in ``mode.pipe_root``; the server itself died with it). A directory whose steward still runs (another Ray instance on this
+(``forkserver-<steward pid>.{sock,log}`` in ``mode.pipe_root``), where the server was SIGKILLed
+itself (one that ends with its steward removes them). A directory whose steward still runs (another Ray instance on this
 host, say) is in use and never touched. Every steward does this for its GPUs when it starts, and
 ``python -m raycolloc.doctor`` reports (and with ``--fix`` cleans) it for the whole node, without
 Ray.

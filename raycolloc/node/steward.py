@@ -103,6 +103,7 @@ class Steward:
         self.leftovers = self._clean_leftovers()
         self._forkserver: subprocess.Popen[bytes] | None = None
         self._forkserver_path = str(self.pipe_root / f"forkserver-{os.getpid()}.sock")
+        self._forkserver_log = self.pipe_root / f"forkserver-{os.getpid()}.log"
         self._start_forkserver()
 
     def _clean_leftovers(self) -> list[str]:
@@ -122,9 +123,11 @@ class Steward:
         self.pipe_root.mkdir(parents=True, exist_ok=True)
         # OMP_NUM_THREADS=1: importing torch with more starts an OpenMP thread, which forks would lose.
         env = python_env({**os.environ, "OMP_NUM_THREADS": "1"})
-        with open(self.pipe_root / f"forkserver-{os.getpid()}.log", "ab") as out:
+        # It removes its socket and log when this steward ends (its parent-death signal is SIGTERM).
+        with open(self._forkserver_log, "ab") as out:
             self._forkserver = subprocess.Popen([sys.executable, "-m", "raycolloc.job.forkserver",
-                                                 self._forkserver_path], env=env, stdout=out, stderr=out)
+                                                 self._forkserver_path, str(self._forkserver_log)],
+                                                env=env, stdout=out, stderr=out)
 
     def forkserver(self, timeout: float = 120.0) -> str | None:
         """The fork server's socket once it serves (restarted if it died); None if it cannot start."""
@@ -140,7 +143,7 @@ class Steward:
                 break
             time.sleep(0.05)
         log.warning("forkserver did not come up (log: %s): training processes will be exec'd",
-                    self.pipe_root / f"forkserver-{os.getpid()}.log")
+                    self._forkserver_log)
         return None
 
     def __repr__(self) -> str:
