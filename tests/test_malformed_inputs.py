@@ -206,7 +206,8 @@ def _tree(root: Path) -> dict[str, int]:
 def test_a_refused_input_leaves_the_output_as_it_found_it(overrides: list[str], tmp_path: Path,
                                                           capfd: pytest.CaptureFixture[str]) -> None:
     """Issue 29, item 7: 76 of 129 refusals left two empty ``runs/<date>`` (or ``multirun/<date>``)
-    directories in ``out_dir``. A refusal takes back every directory it made, ``out_dir`` too."""
+    directories in ``out_dir``; item 5: ``degree=99999999999999999999`` left a run directory, ``mode.pipe_root=<a
+    file>`` the output lock too. A refusal takes back every directory it made, ``out_dir`` too, and no lock stays."""
     _fixtures(tmp_path)
     before = _tree(tmp_path)
     out = tmp_path / "out"
@@ -362,18 +363,3 @@ def test_a_multirun_of_many_bad_cells_lists_the_first_twenty_and_a_count(tmp_pat
     assert code == 2, text[-3000:]
     assert text.count("config error: #") == 20 and "degree=-19 is not allowed" in text and "degree=-20" not in text
     assert "config error: ... and 2 more (22 in all; the first 20 are shown" in text, text[-3000:]
-
-
-@pytest.mark.parametrize(("overrides", "needles"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_a_refused_input_leaves_no_run_directory_and_no_lock(overrides: list[str], needles: list[str],
-                                                             tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
-    """Nothing of a refused sweep stays in its output directory: no run directory (Hydra's ``.hydra``, its
-    log), no output lock, no table (issue 29, item 5: ``degree=99999999999999999999`` left a run directory,
-    ``mode.pipe_root=<a file>`` the lock too). Empty ``runs/<date>`` parents are issue 29 item 7's."""
-    _fixtures(tmp_path)
-    out = tmp_path / "out"
-    code, text = run_main(_args(overrides, tmp_path, out), capfd)
-    assert code == 2, text[-3000:]
-    left = sorted(str(p.relative_to(out)) for p in out.rglob("*") if not p.is_dir()) if out.exists() else []
-    assert not left, f"left in out_dir: {left}"
-    assert not (out / LOCK_NAME).exists()
