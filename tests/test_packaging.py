@@ -130,6 +130,12 @@ def test_the_wheel_installed_elsewhere_runs_a_one_cell_sweep(tmp_path: Path) -> 
                  cwd=elsewhere, env=_clean_env()).stdout.split()
     assert found == [str(own / "raycolloc" / "__init__.py"), str(own / "raycolloc" / "conf")]
 
+    # A multirun reaches the launcher through the wheel's hydra_plugins (Hydra's own launcher would
+    # dry-run each cell alone); a dry run starts no Ray.
+    dry = _run([bin_dir / "python", "-m", "raycolloc.sweep", "-m", "cluster=local", "workload=tiny_cnn", "degree=1,2",
+                "+dry_run=true", f"out_dir={tmp_path / 'dry'}"], cwd=elsewhere, env=_clean_env())
+    assert "dry run: 2 cell(s) to run" in dry.stdout + dry.stderr
+
     out = tmp_path / "out"
     proc = _run([bin_dir / "raycolloc", "sweep", "cluster=local", "workload=tiny_cnn", "epoch_samples=64",
                  f"out_dir={out}"], cwd=elsewhere, env=_clean_env(), timeout=600)
