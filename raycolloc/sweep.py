@@ -23,9 +23,10 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
+from raycolloc import conf_dir
 from raycolloc.config import ConfigError, register_configs
 from raycolloc.driver.cells import cell_dir_names, split_options, sweep_cells, validate_cell
-from raycolloc.driver.hydra_errors import CONF_ROOT, as_config_error, check_group_choices
+from raycolloc.driver.hydra_errors import as_config_error, check_group_choices
 from raycolloc.driver.outcome import EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, EXIT_WRITE, print_outcome
 from raycolloc.driver.rundirs import discard, forget, remove_made
 from raycolloc.results.errors import ResultWriteError
@@ -33,7 +34,6 @@ from raycolloc.results.errors import ResultWriteError
 __all__ = ["main", "task"]
 
 log = logging.getLogger("raycolloc")
-CONF_DIR = str(CONF_ROOT)  # the config tree (raycolloc.advise composes from it too)
 # Errors of Hydra creating its run directory (out_dir a file, read-only, full): config errors.
 _DIR_ERRORS = (errno.ENOTDIR, errno.EEXIST, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.ENOENT)
 
@@ -84,7 +84,7 @@ def _run(dcfg: DictConfig, run_dir: Path) -> int:
     return print_outcome(results)
 
 
-@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
+@hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")
 def task(dcfg: DictConfig) -> int:
     """One cell (or a radT plan) run in Hydra's run directory; multiruns go to our launcher."""
     run_dir = Path(HydraConfig.get().runtime.output_dir)

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from raycolloc import conf_dir
+
 ROOT = Path(__file__).resolve().parents[1]
-CONF = ROOT / "conf"
+CONF = conf_dir()  # the tree the code composes from (the checkout's conf/: test_packaging checks)
 # Nothing of the tests' Ray instances goes to ~/.ray (Ray >= 2.60 writes an auth token there).
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")

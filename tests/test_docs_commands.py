@@ -25,7 +25,8 @@ import pytest
 from .conftest import ROOT
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-_COMMAND = re.compile(r"python -m (?:raycolloc|analysis)\b")
+# `raycolloc sweep|ls|doctor|advise ARGS` is `python -m raycolloc.<name> ARGS` (raycolloc/cli.py).
+_COMMAND = re.compile(r"python -m (?:raycolloc|analysis)\b|raycolloc (?:sweep|ls|doctor|advise)\b")
 FIXTURE_SWEEP = "results/multirun/2026-01-02/10-00-00"  # the README's own ls example names this sweep
 
 # What a reader replaces before running: the one change made to a command, each with its reason.
@@ -51,6 +52,11 @@ SKIPPED = {
                                                    "any overrides",
     "python -m analysis.report DIR [DIR ...] --out OUT [--baseline OTHER]": "a synopsis; its least form is the "
                                                                            "README's first report command, run",
+    "python -m raycolloc.<name> ARGS": "a synopsis (README): the installed `raycolloc NAME` is this module's command",
+    "raycolloc advise workload=resnet26_cifar10 workload=tiny_cnn --emit-sweep": "profiles both workloads by "
+        "training them (Ray; tests/test_advise*.py run the advisor, tests/test_packaging.py the command)",
+    "raycolloc doctor --fix": "stops what other runs left on this machine (the suite's own MPS daemons among them); "
+                              "`python -m raycolloc.doctor` runs above",
     # Needs what a test machine has not.
     "python -m analysis.export_mlflow results/multirun/<date>/<time> --tracking-uri http://mlflow:5000":
         "needs a live MLflow server at http://mlflow:5000 (tests/test_export_mlflow.py exports to local stores)",
@@ -142,6 +148,8 @@ def _argv(command: DocCommand, tmp_path: Path) -> tuple[str, list[str]]:
     for placeholder, value in SUBSTITUTIONS.items():
         text = text.replace(placeholder, value.replace("{tmp}", str(tmp_path)))
     words = shlex.split(text, comments=True)
+    if words[0] == "raycolloc":  # the installed command: `raycolloc NAME ARGS` is `python -m raycolloc.NAME ARGS`
+        return f"raycolloc.{words[1]}", words[2:]
     assert words[:2] == ["python", "-m"], command
     return words[2], words[3:]
 

@@ -20,8 +20,9 @@ from typing import Any
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
+from raycolloc import conf_dir
 from raycolloc.advise.profile import GpuCosts, Profile, gpu_costs_in, load_costs, profile_of, save_costs
-from raycolloc.config import ConfigError
+from raycolloc.config import ConfigError, register_configs
 from raycolloc.spec import CellSpec
 from raycolloc.workload_config import workload_hash_view
 
@@ -124,11 +125,10 @@ def compose_profile(words: tuple[str, ...], common: tuple[str, ...]) -> DictConf
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
 
-    from raycolloc.sweep import CONF_DIR  # registers the schemas
-
     overrides = [*words, *common, "mode=naive", "degree=1"]
+    register_configs()  # the base_<group> schemas the YAML files start from
     try:
-        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
             return compose(config_name="config", overrides=overrides)
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
         lines = str(exc).splitlines()

@@ -12,18 +12,17 @@ from __future__ import annotations
 import dataclasses
 import re
 import typing
-from pathlib import Path
 from typing import Any
 
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
+from raycolloc import conf_dir
 from raycolloc.config import Config, ConfigError
 from raycolloc.driver.override_quoting import explain_parse_error
 
-__all__ = ["CONF_ROOT", "as_config_error", "check_group_choices", "group_options"]
+__all__ = ["as_config_error", "check_group_choices", "group_options"]
 
-CONF_ROOT = Path(__file__).resolve().parents[2] / "conf"
 _MISSING = re.compile(r"Could not find '([^']+)/([^']+)'")
 _VALUE = re.compile(r"Value '(.*)' (?:of type|is not)")
 _EXPECTED = {int: "it must be an integer", float: "it must be a number", bool: "it must be true or false",
@@ -33,7 +32,7 @@ _EXPECTED = {int: "it must be an integer", float: "it must be a number", bool: "
 def group_options(group: str) -> list[str]:
     """What a user may choose for a config group: its YAML files under ``conf/`` (never the
     ConfigStore's internal ``base_<group>`` schema)."""
-    return sorted(p.stem for p in (CONF_ROOT / group).glob("*.yaml"))
+    return sorted(p.stem for p in (conf_dir() / group).glob("*.yaml"))
 
 
 def check_group_choices(choices: Any) -> None:
