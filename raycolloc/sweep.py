@@ -8,7 +8,9 @@ would run instead, and leaves no run directory.
 Exit status (:mod:`raycolloc.driver.outcome`): 0 every cell has a result; 1 some cells have none
 (the last lines say which and why); 2 refused before anything ran (a config error, Hydra's
 included, or an output directory another sweep holds or that cannot be written), leaving no run
-directory; 3 results could not be written (disk full); 130 interrupted.
+directory; 3 results could not be written (disk full); 130 interrupted (Ctrl-C), 143 terminated
+(SIGTERM: ``timeout``, Slurm, Kubernetes), either after the running cells released their GPUs and
+Ray shut down; a second signal ends it at once (:mod:`raycolloc.driver.signals`).
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ from omegaconf import DictConfig
 
 from raycolloc.config import ConfigError, register_configs
 from raycolloc.driver.cells import cell_dir_names, split_options, sweep_cells, validate_cell
+from raycolloc.driver import signals
 from raycolloc.driver.hydra_errors import CONF_ROOT, as_config_error, check_group_choices
-from raycolloc.driver.outcome import EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, EXIT_WRITE, print_outcome
+from raycolloc.driver.outcome import EXIT_CONFIG, EXIT_OK, EXIT_WRITE, print_outcome
+from raycolloc.driver.teardown import shut_down
 from raycolloc.results.errors import ResultWriteError
 
 __all__ = ["main", "task"]
@@ -105,12 +109,14 @@ def task(dcfg: DictConfig) -> int:
 def main() -> None:
     """Console-script entry point (``raycolloc-sweep``): Hydra's own errors exit 2 like ours."""
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors to us instead of printing them
+    signals.install()  # SIGTERM (timeout, Slurm, Kubernetes) ends the sweep as Ctrl-C does
     try:
         task()
-    except KeyboardInterrupt:
-        print("interrupted: the running cells released their GPUs and wrote nothing; a re-run resumes",
+    except KeyboardInterrupt as exc:
+        how = "terminated (SIGTERM)" if isinstance(exc, signals.Terminated) else "interrupted"
+        print(f"{how}: the running cells released their GPUs and wrote nothing; a re-run resumes",
               file=sys.stderr, flush=True)
-        sys.exit(EXIT_INTERRUPTED)
+        sys.exit(signals.exit_status(exc))
     except Exception as exc:
         error = as_config_error(exc)
         if error is None and isinstance(exc, OSError) and exc.errno in _DIR_ERRORS and exc.filename:
@@ -120,6 +126,9 @@ def main() -> None:
             raise
         print(f"config error: {error}", file=sys.stderr, flush=True)
         sys.exit(EXIT_CONFIG)
+    finally:
+        signals.ending()  # a signal from now on ends the command at once
+        shut_down()  # Ray (a local instance stops), then what a dead steward left on this host
 
 
 if __name__ == "__main__":

@@ -217,6 +217,13 @@ def run_cell(cell: CellSpec, lane: Lane, started_at: float, lease_wait_s: float 
         t0 = time.perf_counter()
         try:
             run.finish(interrupted)
+        except ray.exceptions.RayActorError as exc:
+            # The steward died (killed, or its node lost): no traceback, one line. What it held (the MPS
+            # daemon, a MIG layout) outlives it; the sweep's end or the node's next steward stops it.
+            why = str(exc).splitlines()[0][:300]
+            log.error("cell=%s release failed: the node's steward died (%s); its MPS daemon and MIG layout are put "
+                      "right when the sweep ends or by the node's next steward", cell.cell_id, why)
+            rec.reason = (rec.reason or "") + f"; release failed: the node's steward died ({why})"
         except Exception as exc:  # noqa: BLE001
             log.exception("cell=%s release failed", cell.cell_id)
             rec.reason = (rec.reason or "") + f"; release failed: {exc}"

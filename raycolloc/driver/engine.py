@@ -12,10 +12,11 @@ Hydra multiruns (the launcher), single runs and radT plans all end here with a l
    that leases one whole GPU once and runs cells on it one after the other, largest first;
 4. each finished cell's rows are written at once (atomically), so a later crash loses nothing.
 
-Ctrl-C sets a flag every lane polls: running cells kill their trainers, release their GPU and
-write nothing (a re-run resumes them); the lanes end their leases. A result that cannot be written
-(disk full) does the same to the cells still running, and :func:`run_cells` raises
-:class:`~raycolloc.results.store.ResultWriteError`: the cells written before are intact.
+Ctrl-C (and SIGTERM: :mod:`raycolloc.driver.signals`) sets a flag every lane polls: running cells
+kill their trainers, release their GPU and write nothing (a re-run resumes them); the lanes end their
+leases. A result that cannot be written (disk full) does the same to the cells still running, and
+:func:`run_cells` raises :class:`~raycolloc.results.store.ResultWriteError`: the cells written
+before are intact.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from raycolloc.driver.preflight import check_cluster, check_nodes, gpu_nodes, un
 from raycolloc.driver.progress import Board, ProgressView, open_board
 from raycolloc.driver.rows import CellRecord, cell_row, job_rows
 from raycolloc.driver.summary import cell_summary
+from raycolloc.driver.teardown import note_pipe_root
 from raycolloc.driver.trainers import TrainerPool
 from raycolloc.node.steward import NAMESPACE, get_steward, start_stewards
 from raycolloc.results.index import REFERENCE, ResultIndex, write_reference
@@ -259,6 +261,8 @@ def run_cells(cells: list[tuple[CellSpec, Path]], rerun: bool = False) -> list[C
 
 def _run(todo: list[tuple[CellSpec, Path]]) -> dict[str, CellResult]:
     first = todo[0][0].config
+    for root in {c.config.mode.pipe_root for c, _ in todo}:
+        note_pipe_root(root)  # what a steward that dies during the sweep leaves there is put right at its end
     connect(first.cluster, max_jobs_per_cell=max(c.degree for c, _ in todo))
     nodes = gpu_nodes()
     infos = start_stewards(nodes, first.cluster, first.mode.pipe_root)

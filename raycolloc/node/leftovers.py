@@ -35,7 +35,8 @@ from raycolloc.node.mig.placement import gpu_model_of
 from raycolloc.node.modes.mig import MIG_RECORD, restore_layout
 from raycolloc.node.modes.mps import MpsDaemon, find_control_daemons
 
-__all__ = ["OWNER_FILE", "InUse", "Leftover", "Owner", "claim", "clean_leftovers", "find_leftovers", "read_owner"]
+__all__ = ["OWNER_FILE", "InUse", "Leftover", "Owner", "claim", "clean_leftovers", "find_leftovers",
+           "open_recorded_backend", "read_owner"]
 
 log = logging.getLogger(__name__)
 OWNER_FILE = "steward.json"
@@ -154,6 +155,17 @@ def _control_for(pid: int | None, pipe_root: Path) -> str:
     except psutil.Error:
         simulated = False
     return str(sim) if simulated and sim.exists() else CONTROL
+
+
+def open_recorded_backend(env: dict[str, str]) -> GpuBackend:
+    """The GPU backend a MIG record's environment points to: simulated devices, else NVML."""
+    from raycolloc.node.gpu.sim import STATE_ENV, SimBackend
+
+    if STATE_ENV in env:
+        return SimBackend.from_state(env[STATE_ENV])
+    from raycolloc.node.gpu.nvml import NvmlBackend  # only where a real GPU's record asks for it
+
+    return NvmlBackend()
 
 
 def clean_leftovers(found: list[Leftover], open_backend: Callable[[dict[str, str]], GpuBackend]) -> list[str]:
