@@ -32,14 +32,16 @@ from raycolloc.driver import signals
 from raycolloc.driver.hydra_errors import CONF_ROOT, as_config_error, check_group_choices
 from raycolloc.driver.outcome import EXIT_CONFIG, EXIT_OK, EXIT_WRITE, print_outcome
 from raycolloc.driver.teardown import shut_down
-from raycolloc.results.errors import ResultWriteError
+from raycolloc.results.errors import ResultWriteError, free_space
 
 __all__ = ["main", "task"]
 
 log = logging.getLogger("raycolloc")
 CONF_DIR = str(CONF_ROOT)  # the config tree (raycolloc.advise composes from it too)
-# Errors of Hydra creating its run directory (out_dir a file, read-only, full): config errors.
-_DIR_ERRORS = (errno.ENOTDIR, errno.EEXIST, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.ENOENT)
+# Errors of Hydra creating its run directory (out_dir a file, read-only): config errors.
+_DIR_ERRORS = (errno.ENOTDIR, errno.EEXIST, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT)
+# A full disk (or quota), wherever it strikes (Hydra's multirun.yaml, a cell's tables): exit 3.
+_FULL_ERRORS = (errno.ENOSPC, errno.EDQUOT)
 
 register_configs()
 
@@ -106,6 +108,20 @@ def task(dcfg: DictConfig) -> int:
     return code
 
 
+def _written_path(exc: OSError) -> str:
+    """Where a write that found the disk full went: the error's file, else the directory Hydra (or the
+    launcher) was writing in. Hydra's own writes (``multirun.yaml``, ``.hydra/``) raise errors that name
+    no file, so the innermost ``output_dir`` or ``sweep_dir`` of the failing call chain names it."""
+    if exc.filename:
+        return str(exc.filename)
+    found, tb = None, exc.__traceback__
+    while tb is not None:
+        local = tb.tb_frame.f_locals
+        found = next((local[k] for k in ("output_dir", "sweep_dir") if k in local), found)
+        tb = tb.tb_next
+    return str(Path(str(found)).absolute()) if found is not None else "the output directory"
+
+
 def main() -> None:
     """Console-script entry point (``raycolloc-sweep``): Hydra's own errors exit 2 like ours."""
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors to us instead of printing them
@@ -118,6 +134,10 @@ def main() -> None:
               file=sys.stderr, flush=True)
         sys.exit(signals.exit_status(exc))
     except Exception as exc:
+        if isinstance(exc, OSError) and exc.errno in _FULL_ERRORS:
+            where = _written_path(exc)
+            print(f"cannot write {where}: {exc.strerror} ({free_space(where)})", file=sys.stderr, flush=True)
+            sys.exit(EXIT_WRITE)
         error = as_config_error(exc)
         if error is None and isinstance(exc, OSError) and exc.errno in _DIR_ERRORS and exc.filename:
             error = ConfigError(f"cannot create {exc.filename}: {exc.strerror} (out_dir must be a writable "
