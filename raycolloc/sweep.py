@@ -31,7 +31,7 @@ from raycolloc.driver.cells import cell_dir_names, split_options, sweep_cells, v
 from raycolloc.driver import signals
 from raycolloc.driver.hydra_errors import CONF_ROOT, as_config_error, check_group_choices
 from raycolloc.driver.outcome import EXIT_CONFIG, EXIT_OK, EXIT_WRITE, print_outcome
-from raycolloc.driver.teardown import shut_down
+from raycolloc.driver.teardown import begin, shut_down
 from raycolloc.results.errors import ResultWriteError, free_space
 
 __all__ = ["main", "task"]
@@ -126,6 +126,7 @@ def main() -> None:
     """Console-script entry point (``raycolloc-sweep``): Hydra's own errors exit 2 like ours."""
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors to us instead of printing them
     signals.install()  # SIGTERM (timeout, Slurm, Kubernetes) ends the sweep as Ctrl-C does
+    begin()
     try:
         task()
     except KeyboardInterrupt as exc:
@@ -148,7 +149,10 @@ def main() -> None:
         sys.exit(EXIT_CONFIG)
     finally:
         signals.ending()  # a signal from now on ends the command at once
-        shut_down()  # Ray (a local instance stops), then what a dead steward left on this host
+        try:
+            shut_down()  # Ray (a local instance stops), then what a dead steward left on this host
+        finally:
+            signals.uninstall()
 
 
 if __name__ == "__main__":

@@ -205,7 +205,7 @@ class _Sweep:
         try:
             ray.get(lane.steward.release_gpu.remote(lane.gpu.uuid), timeout=120)
         except Exception as exc:  # noqa: BLE001 - the lease goes either way
-            log.warning("lane=%d release_gpu failed: %s", index, exc)
+            log.warning("lane=%d release_gpu failed: %s", index, (str(exc).splitlines() or [""])[0][:300])
         lane.lease.release()
 
 

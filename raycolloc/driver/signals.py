@@ -31,13 +31,16 @@ import signal
 import threading
 from collections.abc import Iterator
 from types import FrameType
+from typing import Any
 
 from raycolloc.driver.outcome import EXIT_INTERRUPTED, EXIT_TERMINATED
 
-__all__ = ["Terminated", "ending", "exit_status", "install", "reinstall", "shielded"]
+__all__ = ["Terminated", "ending", "exit_status", "install", "reinstall", "shielded",
+           "uninstall"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
-_state = {"installed": False, "first": 0}
+_state: dict[str, int] = {"installed": 0, "first": 0}
+_before: dict[int, Any] = {}  # the handlers install() replaced, put back by uninstall()
 
 
 class Terminated(KeyboardInterrupt):
@@ -60,8 +63,20 @@ def install() -> None:
     if threading.current_thread() is not threading.main_thread():
         return
     for signum in _SIGNALS:
-        signal.signal(signum, _handle)
-    _state["installed"] = True
+        before = signal.signal(signum, _handle)
+        if not _state["installed"]:
+            _before[signum] = before
+    _state["installed"] = 1
+
+
+def uninstall() -> None:
+    """Put back the handlers :func:`install` replaced (a command run in-process, by a test, ends)."""
+    if not _state["installed"] or threading.current_thread() is not threading.main_thread():
+        return
+    for signum, before in _before.items():
+        signal.signal(signum, before if before is not None else signal.SIG_DFL)
+    _before.clear()
+    _state.update(installed=0, first=0)
 
 
 def reinstall() -> None:

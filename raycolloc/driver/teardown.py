@@ -21,11 +21,18 @@ import psutil
 
 from raycolloc.node.leftovers import clean_leftovers, find_leftovers, open_recorded_backend
 
-__all__ = ["note_pipe_root", "shut_down"]
+__all__ = ["begin", "note_pipe_root", "shut_down"]
 
 log = logging.getLogger("raycolloc")
 RAY_EXIT_S = 15.0  # Ray's shutdown gives each of its processes 1 s before SIGKILL; workers follow the raylet
 _pipe_roots: set[Path] = set()  # every mode.pipe_root a sweep of this process used
+_keep_ray = {"connected": False}  # connected before the command began (an in-process caller's Ray)
+
+
+def begin() -> None:
+    """The command begins: a Ray connection this process already has is the caller's, and stays."""
+    ray = sys.modules.get("ray")
+    _keep_ray["connected"] = ray is not None and ray.is_initialized()
 
 
 def note_pipe_root(root: str | Path) -> None:
@@ -37,7 +44,7 @@ def _stop_ray() -> None:
     """Disconnect from Ray; a local instance this process started stops, and its processes (this
     process's children: GCS, raylet, agents, workers) are waited for, the slow ones killed."""
     ray = sys.modules.get("ray")  # a sweep refused before Ray was imported has none to stop
-    if ray is None or not ray.is_initialized():
+    if ray is None or not ray.is_initialized() or _keep_ray["connected"]:
         return
     ours = psutil.Process().children(recursive=True)
     ray.shutdown()
@@ -65,5 +72,7 @@ def _clean(root: Path) -> None:
 def shut_down() -> None:
     """Stop Ray, then put right what a dead steward of the sweep left on this host."""
     _stop_ray()
-    for root in sorted(_pipe_roots):
+    roots = sorted(_pipe_roots)
+    _pipe_roots.clear()  # this command's: an in-process caller's next command starts afresh
+    for root in roots:
         _clean(root)
