@@ -60,7 +60,10 @@ class Owner:
         if self.host != socket.gethostname():
             return True
         try:
-            return abs(psutil.Process(self.pid).create_time() - self.started) < 1.0
+            proc = psutil.Process(self.pid)
+            # A zombie is dead: where nothing reaps orphans (a container without an init), a killed
+            # steward stays one.
+            return abs(proc.create_time() - self.started) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE
         except psutil.NoSuchProcess:
             return False
 
