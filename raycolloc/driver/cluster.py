@@ -38,8 +38,9 @@ def connect(cluster: ClusterConfig, max_jobs_per_cell: int = 1) -> dict[str, Any
     kwargs: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": True}
     address = cluster.address or os.environ.get("RAY_ADDRESS")  # `ray job submit` sets RAY_ADDRESS
     if address:
-        ray.init(address=address, **kwargs)
-        signals.reinstall()  # ray.init took SIGTERM (its native handler aborts the driver)
+        with signals.shielded():  # a SIGTERM during ray.init waits for our handler
+            ray.init(address=address, **kwargs)
+            signals.reinstall()  # ray.init took SIGTERM (its native handler aborts the driver)
         return ray.cluster_resources()
     cpus = cluster.num_cpus or os.cpu_count() or 1
     if cluster.backend == "sim":

@@ -245,7 +245,8 @@ def run_cells(cells: list[tuple[CellSpec, Path]], rerun: bool = False) -> list[C
             directory (nothing has run).
         ResultWriteError: a result could not be written; the running cells stopped, the cells
             written before are intact.
-        KeyboardInterrupt: Ctrl-C; running cells released their GPUs and wrote nothing.
+        KeyboardInterrupt: Ctrl-C (or :class:`~raycolloc.driver.signals.Terminated`, SIGTERM, where the
+            command line took the signals); running cells released their GPUs and wrote nothing.
     """
     with contextlib.ExitStack() as held:
         for out_dir in sorted({c.config.out_dir for c, _ in cells}):
