@@ -29,22 +29,10 @@ import psutil
 
 from raycolloc.config import ModeConfig
 from raycolloc.driver.outlock import LOCK_NAME
-from raycolloc.node.gpu.backend import GpuBackend
-from raycolloc.node.leftovers import clean_leftovers, find_leftovers
+from raycolloc.node.leftovers import clean_leftovers, find_leftovers, open_recorded_backend
 from raycolloc.node.modes.mps import find_control_daemons
 
 __all__ = ["main", "orphan_trainers"]
-
-
-def _open_backend(env: dict[str, str]) -> GpuBackend:
-    """The GPU backend a MIG record's environment points to: simulated devices, else NVML."""
-    from raycolloc.node.gpu.sim import STATE_ENV, SimBackend
-
-    if STATE_ENV in env:
-        return SimBackend.from_state(env[STATE_ENV])
-    from raycolloc.node.gpu.nvml import NvmlBackend
-
-    return NvmlBackend()
 
 
 def _under(value: str, root: Path) -> bool:
@@ -123,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         print(f"{len(problems)} thing(s) left behind; `python -m raycolloc.doctor --fix` puts them right")
         return 1
-    failed = clean_leftovers(found, _open_backend)
+    failed = clean_leftovers(found, open_recorded_backend)
     for proc in orphans:
         try:
             proc.kill()

@@ -8,7 +8,9 @@ would run instead, and leaves no run directory.
 Exit status (:mod:`raycolloc.driver.outcome`): 0 every cell has a result; 1 some cells have none
 (the last lines say which and why); 2 refused before anything ran (a config error, Hydra's
 included, or an output directory another sweep holds or that cannot be written), leaving no run
-directory; 3 results could not be written (disk full); 130 interrupted.
+directory; 3 results could not be written (disk full); 130 interrupted (Ctrl-C), 143 terminated
+(SIGTERM: ``timeout``, Slurm, Kubernetes), either after the running cells released their GPUs and
+Ray shut down; a second signal ends it at once (:mod:`raycolloc.driver.signals`).
 """
 
 from __future__ import annotations
@@ -26,16 +28,20 @@ from omegaconf import DictConfig
 from raycolloc import conf_dir
 from raycolloc.config import ConfigError, register_configs
 from raycolloc.driver.cells import cell_dir_names, split_options, sweep_cells, validate_cell
+from raycolloc.driver import signals
 from raycolloc.driver.hydra_errors import as_config_error, check_group_choices
-from raycolloc.driver.outcome import EXIT_CONFIG, EXIT_INTERRUPTED, EXIT_OK, EXIT_WRITE, print_outcome
+from raycolloc.driver.outcome import EXIT_CONFIG, EXIT_OK, EXIT_WRITE, print_outcome
 from raycolloc.driver.rundirs import discard, forget, remove_made
-from raycolloc.results.errors import ResultWriteError
+from raycolloc.driver.teardown import begin, shut_down
+from raycolloc.results.errors import ResultWriteError, free_space
 
 __all__ = ["main", "task"]
 
 log = logging.getLogger("raycolloc")
-# Errors of Hydra creating its run directory (out_dir a file, read-only, full): config errors.
-_DIR_ERRORS = (errno.ENOTDIR, errno.EEXIST, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.ENOENT)
+# Errors of Hydra creating its run directory (out_dir a file, read-only): config errors.
+_DIR_ERRORS = (errno.ENOTDIR, errno.EEXIST, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT)
+# A full disk (or quota), wherever it strikes (Hydra's multirun.yaml, a cell's tables): exit 3.
+_FULL_ERRORS = (errno.ENOSPC, errno.EDQUOT)
 
 register_configs()
 
@@ -102,17 +108,38 @@ def task(dcfg: DictConfig) -> int:
     return code
 
 
+def _written_path(exc: OSError) -> str:
+    """Where a write that found the disk full went: the error's file, else the directory Hydra (or the
+    launcher) was writing in. Hydra's own writes (``multirun.yaml``, ``.hydra/``) raise errors that name
+    no file, so the innermost ``output_dir`` or ``sweep_dir`` of the failing call chain names it."""
+    if exc.filename:
+        return str(exc.filename)
+    found, tb = None, exc.__traceback__
+    while tb is not None:
+        local = tb.tb_frame.f_locals
+        found = next((local[k] for k in ("output_dir", "sweep_dir") if k in local), found)
+        tb = tb.tb_next
+    return str(Path(str(found)).absolute()) if found is not None else "the output directory"
+
+
 def main() -> None:
     """Console-script entry point (``raycolloc-sweep``): Hydra's own errors exit 2 like ours."""
     os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra raises its errors to us instead of printing them
     forget()  # directories an earlier run in this process made are not this one's
+    signals.install()  # SIGTERM (timeout, Slurm, Kubernetes) ends the sweep as Ctrl-C does
+    begin()
     try:
         task()
-    except KeyboardInterrupt:
-        print("interrupted: the running cells released their GPUs and wrote nothing; a re-run resumes",
+    except KeyboardInterrupt as exc:
+        how = "terminated (SIGTERM)" if isinstance(exc, signals.Terminated) else "interrupted"
+        print(f"{how}: the running cells released their GPUs and wrote nothing; a re-run resumes",
               file=sys.stderr, flush=True)
-        sys.exit(EXIT_INTERRUPTED)
+        sys.exit(signals.exit_status(exc))
     except Exception as exc:
+        if isinstance(exc, OSError) and exc.errno in _FULL_ERRORS:
+            where = _written_path(exc)
+            print(f"cannot write {where}: {exc.strerror} ({free_space(where)})", file=sys.stderr, flush=True)
+            sys.exit(EXIT_WRITE)
         error = as_config_error(exc)
         if error is None and isinstance(exc, OSError) and exc.errno in _DIR_ERRORS and exc.filename:
             error = ConfigError(f"cannot create {exc.filename}: {exc.strerror} (out_dir must be a writable "
@@ -122,6 +149,12 @@ def main() -> None:
         remove_made()  # refused: the directories made for the run go (those left empty)
         print(f"config error: {error}", file=sys.stderr, flush=True)
         sys.exit(EXIT_CONFIG)
+    finally:
+        signals.ending()  # a signal from now on ends the command at once
+        try:
+            shut_down()  # Ray (a local instance stops), then what a dead steward left on this host
+        finally:
+            signals.uninstall()
 
 
 if __name__ == "__main__":

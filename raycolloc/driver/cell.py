@@ -182,7 +182,8 @@ class _CellRun:
                     out = ray.get(self.lane.steward.stop_sampling.remote(self.cell.cell_id), timeout=120)
                     self.rec.telemetry = out["rows"]
                 except Exception as exc:  # noqa: BLE001
-                    log.warning("cell=%s telemetry lost: %s", self.cell.cell_id, exc)
+                    first = (str(exc).splitlines() or [""])[0][:300]  # a dead steward's error runs to many lines
+                    log.warning("cell=%s telemetry lost: %s", self.cell.cell_id, first)
         finally:
             # Even when a second Ctrl-C lands in the steps above: trainers whose job ended cleanly go
             # back to the lane, the others are killed (their training processes die with them), and
@@ -217,6 +218,13 @@ def run_cell(cell: CellSpec, lane: Lane, started_at: float, lease_wait_s: float 
         t0 = time.perf_counter()
         try:
             run.finish(interrupted)
+        except ray.exceptions.RayActorError as exc:
+            # The steward died (killed, or its node lost): no traceback, one line. What it held (the MPS
+            # daemon, a MIG layout) outlives it; the sweep's end or the node's next steward stops it.
+            why = (str(exc).splitlines() or [""])[0][:300]
+            log.error("cell=%s release failed: the node's steward died (%s); its MPS daemon and MIG layout are put "
+                      "right when the sweep ends or by the node's next steward", cell.cell_id, why)
+            rec.reason = (rec.reason or "") + f"; release failed: the node's steward died ({why})"
         except Exception as exc:  # noqa: BLE001
             log.exception("cell=%s release failed", cell.cell_id)
             rec.reason = (rec.reason or "") + f"; release failed: {exc}"

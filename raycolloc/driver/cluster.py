@@ -22,6 +22,7 @@ from typing import Any
 import ray
 
 from raycolloc.config import ClusterConfig
+from raycolloc.driver import signals
 
 __all__ = ["auth_token", "connect", "dashboard_line", "start_local_ray"]
 
@@ -37,7 +38,9 @@ def connect(cluster: ClusterConfig, max_jobs_per_cell: int = 1) -> dict[str, Any
     kwargs: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": True}
     address = cluster.address or os.environ.get("RAY_ADDRESS")  # `ray job submit` sets RAY_ADDRESS
     if address:
-        ray.init(address=address, **kwargs)
+        with signals.shielded():  # a SIGTERM during ray.init waits for our handler
+            ray.init(address=address, **kwargs)
+            signals.reinstall()  # ray.init took SIGTERM (its native handler aborts the driver)
         return ray.cluster_resources()
     cpus = cluster.num_cpus or os.cpu_count() or 1
     if cluster.backend == "sim":
@@ -52,7 +55,10 @@ def connect(cluster: ClusterConfig, max_jobs_per_cell: int = 1) -> dict[str, Any
     # Workers at normal priority (Ray's default niceness 15 slows CPU-bound kernel launching).
     # address="local": a new instance even where `ray start` left one (ray.init() would join that
     # one, and refuse num_cpus/num_gpus for it).
-    context = start_local_ray(num_cpus=cpus, _system_config={"worker_niceness": 0}, **kwargs)
+    # SIGTERM shielded: `timeout` signals the whole process group, the instance's processes too.
+    with signals.shielded():
+        context = start_local_ray(num_cpus=cpus, _system_config={"worker_niceness": 0}, **kwargs)
+        signals.reinstall()  # ray.init took SIGTERM (its native handler aborts the driver)
     log.info("ray=local cpus=%s gpus=%s backend=%s", cpus, ray.cluster_resources().get("GPU"), cluster.backend)
     if cluster.dashboard and context.dashboard_url:
         # print, not log: the token must not land in the run's log files.

@@ -15,10 +15,11 @@ Hydra multiruns (the launcher), single runs and radT plans all end here with a l
    on its node, so then every GPU gets a lane, and a lane with no cell for its GPU ends at once;
 4. each finished cell's rows are written at once (atomically), so a later crash loses nothing.
 
-Ctrl-C sets a flag every lane polls: running cells kill their trainers, release their GPU and
-write nothing (a re-run resumes them); the lanes end their leases. A result that cannot be written
-(disk full) does the same to the cells still running, and :func:`run_cells` raises
-:class:`~raycolloc.results.store.ResultWriteError`: the cells written before are intact.
+Ctrl-C (and SIGTERM: :mod:`raycolloc.driver.signals`) sets a flag every lane polls: running cells
+kill their trainers, release their GPU and write nothing (a re-run resumes them); the lanes end their
+leases. A result that cannot be written (disk full) does the same to the cells still running, and
+:func:`run_cells` raises :class:`~raycolloc.results.store.ResultWriteError`: the cells written
+before are intact.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from raycolloc.driver.preflight import check_cluster, check_nodes, gpu_nodes, un
 from raycolloc.driver.progress import Board, ProgressView, open_board
 from raycolloc.driver.rows import CellRecord, cell_row, job_rows
 from raycolloc.driver.summary import cell_summary
+from raycolloc.driver.teardown import note_pipe_root
 from raycolloc.driver.trainers import TrainerPool
 from raycolloc.node.steward import NAMESPACE, get_steward, start_stewards
 from raycolloc.results.index import REFERENCE, ResultIndex, register_sweeps, sweep_root, write_reference
@@ -216,7 +218,7 @@ class _Sweep:
         try:
             ray.get(lane.steward.release_gpu.remote(lane.gpu.uuid), timeout=120)
         except Exception as exc:  # noqa: BLE001 - the lease goes either way
-            log.warning("lane=%d release_gpu failed: %s", index, exc)
+            log.warning("lane=%d release_gpu failed: %s", index, (str(exc).splitlines() or [""])[0][:300])
         lane.lease.release()
 
 
@@ -261,7 +263,8 @@ def run_cells(cells: list[tuple[CellSpec, Path]], rerun: bool = False,
             directory (nothing has run).
         ResultWriteError: a result could not be written; the running cells stopped, the cells
             written before are intact.
-        KeyboardInterrupt: Ctrl-C; running cells released their GPUs and wrote nothing.
+        KeyboardInterrupt: Ctrl-C (or :class:`~raycolloc.driver.signals.Terminated`, SIGTERM, where the
+            command line took the signals); running cells released their GPUs and wrote nothing.
     """
     with contextlib.ExitStack() as held:
         for out_dir in sorted({c.config.out_dir for c, _ in cells}):
@@ -285,6 +288,8 @@ def _pin_skips(todo: list[tuple[CellSpec, Path]], pins: Mapping[str, int], nodes
 
 def _run(todo: list[tuple[CellSpec, Path]], pins: Mapping[str, int]) -> dict[str, CellResult]:
     first = todo[0][0].config
+    for root in {c.config.mode.pipe_root for c, _ in todo}:
+        note_pipe_root(root)  # what a steward that dies during the sweep leaves there is put right at its end
     connect(first.cluster, max_jobs_per_cell=max(c.degree for c, _ in todo))
     nodes = gpu_nodes()
     infos = start_stewards(nodes, first.cluster, first.mode.pipe_root)

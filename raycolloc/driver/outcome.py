@@ -10,7 +10,10 @@ The exit status tells whether every cell has a result (README, "Exit status"):
   an output directory that is a file or not writable;
 * ``3`` results could not be written (disk full, directory gone): the cells written before are
   intact and a re-run resumes from them;
-* ``130`` interrupted (Ctrl-C): the running cells wrote nothing; a re-run resumes.
+* ``130`` interrupted (Ctrl-C, SIGINT), ``143`` terminated (SIGTERM: ``timeout``, Slurm,
+  Kubernetes): the running cells wrote nothing, released their GPUs (MPS daemons stopped, MIG
+  layouts restored), and Ray was shut down; a re-run resumes. A second signal ends the command at
+  once with 128 + its number (:mod:`raycolloc.driver.signals`).
 """
 
 from __future__ import annotations
@@ -23,14 +26,15 @@ from raycolloc.results.rows import RESULT_STATUSES
 if TYPE_CHECKING:
     from raycolloc.driver.engine import CellResult
 
-__all__ = ["EXIT_CONFIG", "EXIT_INTERRUPTED", "EXIT_MISSING", "EXIT_OK", "EXIT_WRITE", "closing_lines", "exit_code",
-           "print_outcome"]
+__all__ = ["EXIT_CONFIG", "EXIT_INTERRUPTED", "EXIT_MISSING", "EXIT_OK", "EXIT_TERMINATED", "EXIT_WRITE",
+           "closing_lines", "exit_code", "print_outcome"]
 
 EXIT_OK = 0
 EXIT_MISSING = 1
 EXIT_CONFIG = 2
 EXIT_WRITE = 3
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
+EXIT_TERMINATED = 143  # 128 + SIGTERM
 
 
 def _missing(results: Sequence[CellResult]) -> list[CellResult]:

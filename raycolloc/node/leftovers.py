@@ -36,7 +36,8 @@ from raycolloc.node.mig.placement import gpu_model_of
 from raycolloc.node.modes.mig import MIG_RECORD, restore_layout
 from raycolloc.node.modes.mps import MpsDaemon, find_control_daemons
 
-__all__ = ["OWNER_FILE", "InUse", "Leftover", "Owner", "claim", "clean_leftovers", "find_leftovers", "read_owner"]
+__all__ = ["OWNER_FILE", "InUse", "Leftover", "Owner", "claim", "clean_leftovers", "find_leftovers",
+           "open_recorded_backend", "read_owner"]
 
 log = logging.getLogger(__name__)
 OWNER_FILE = "steward.json"
@@ -60,7 +61,10 @@ class Owner:
         if self.host != socket.gethostname():
             return True
         try:
-            return abs(psutil.Process(self.pid).create_time() - self.started) < 1.0
+            proc = psutil.Process(self.pid)
+            # A zombie is dead: where nothing reaps orphans (a container without an init), a killed
+            # steward stays one.
+            return abs(proc.create_time() - self.started) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE
         except psutil.NoSuchProcess:
             return False
 
@@ -155,6 +159,17 @@ def _control_for(pid: int | None, pipe_root: Path) -> str:
     except psutil.Error:
         simulated = False
     return str(sim) if simulated and sim.exists() else CONTROL
+
+
+def open_recorded_backend(env: dict[str, str]) -> GpuBackend:
+    """The GPU backend a MIG record's environment points to: simulated devices, else NVML."""
+    from raycolloc.node.gpu.sim import STATE_ENV, SimBackend
+
+    if STATE_ENV in env:
+        return SimBackend.from_state(env[STATE_ENV])
+    from raycolloc.node.gpu.nvml import NvmlBackend  # only where a real GPU's record asks for it
+
+    return NvmlBackend()
 
 
 def clean_leftovers(found: list[Leftover], open_backend: Callable[[dict[str, str]], GpuBackend]) -> list[str]:

@@ -168,6 +168,9 @@ def _daemonize(pipe: Path, log_dir: Path) -> None:
     os.setsid()
     if os.fork() > 0:
         os._exit(0)
+    # A daemon takes signals afresh: its starter (a Ray worker) may block SIGINT and SIGTERM, which
+    # would keep its server from ending on SIGTERM.
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)

@@ -1,0 +1,181 @@
+"""Issue 29, items 2 and 7: SIGTERM ends a sweep as Ctrl-C does; a steward's death and a full disk
+leave nothing running and say so in one line.
+
+The sweeps run the real command line with a local Ray instance and simulated GPUs of their own
+(``RAYCOLLOC_SIM_ROOT``), in a session of their own, so every process they start can be found.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from raycolloc.results.store import read_cell
+
+from .conftest import ROOT, run_cli, sweep_command
+from .test_faults import assert_clean, daemons_under, one_result_per_cell, short_root, wait_for
+from .test_malformed_inputs import run_main
+
+# Epochs of 4 s (a time budget, however fast this machine trains): a signal sent once the second cell
+# warms up lands inside it, after the first (the larger, run first) was written.
+ISSUE_ARGS = ["-m", "workload=tiny_cnn", "cluster=local", "degree=1,2", "mode=mps", "epoch_samples=1000000",
+              "epoch_time_s=4", "cluster.max_concurrent_cells=1"]
+
+
+def _start(args: list[str], tmp_path: Path, log: Path) -> subprocess.Popen[str]:
+    """The sweep in the background, in a session of its own (a process group, as `timeout` makes)."""
+    env = {**os.environ, "RAYCOLLOC_SIM_ROOT": str(tmp_path / "sim")}
+    with open(log, "w") as fh:
+        return subprocess.Popen(sweep_command(args, own_ray=True), cwd=ROOT, env=env, text=True, stdout=fh,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _started_by(proc: subprocess.Popen[str]) -> list[psutil.Process]:
+    """The sweep's processes: its Ray instance's (GCS, raylet, agents, workers) and theirs."""
+    return [proc_ for proc_ in psutil.process_iter() if _session(proc_) == proc.pid and proc_.pid != proc.pid] + \
+        psutil.Process(proc.pid).children(recursive=True)
+
+
+def _session(proc: psutil.Process) -> int | None:
+    try:
+        return os.getsid(proc.pid)
+    except OSError:
+        return None
+
+
+def _alive(procs: list[psutil.Process]) -> list[str]:
+    left = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                left.append(f"{p.pid} {p.name()}")
+        except psutil.Error:
+            continue
+    return left
+
+
+def _kill_session(proc: subprocess.Popen[str]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+@pytest.mark.slow
+def test_sigterm_mid_mps_cell_exits_143_leaves_nothing_and_a_rerun_completes(tmp_path: Path) -> None:
+    """`timeout -s TERM N python -m raycolloc.sweep -m degree=1,2 mode=mps ...`: the group gets SIGTERM."""
+    root, out, log = short_root("term"), tmp_path / "out", tmp_path / "first.log"
+    args = [*ISSUE_ARGS, f"mode.pipe_root={root}", f"out_dir={out}"]
+    proc = _start(args, tmp_path, log)
+    try:
+        wait_for(lambda: "tiny_cnn-mps-x1: warm-up" in log.read_text(), 400, "the second MPS cell's warm-up")
+        started = _started_by(proc)
+        assert daemons_under(root)  # the MPS cell's daemon serves
+        os.killpg(proc.pid, signal.SIGTERM)  # as `timeout` does: the driver and its process group
+        code = proc.wait(timeout=240)
+    finally:
+        _kill_session(proc)
+    output = log.read_text()
+    assert code == 143, output[-3000:]
+    assert "terminated (SIGTERM)" in output and "Traceback" not in output, output[-3000:]
+    assert "SIGTERM received" not in output  # Ray's native handler (abort, exit 134) did not run
+    assert not _alive(started), _alive(started)  # no process of its Ray instance is left
+    # The cell written before the signal is whole; the interrupted one left no table, not even a temp file.
+    (written,) = out.rglob("tiny_cnn-mps-x2/cells.parquet")
+    read_cell(written.parent)
+    assert not list(out.rglob("tiny_cnn-mps-x1/*.parquet")), list(out.rglob("tiny_cnn-mps-x1/*"))
+    assert not [p for p in out.rglob("*") if ".tmp" in p.name], list(out.rglob("*"))
+    assert_clean(root, tmp_path / "sim")  # the simulated MPS daemon stopped, nothing of the GPU left
+    rerun = run_cli(args, cwd=ROOT, env={"RAYCOLLOC_SIM_ROOT": str(tmp_path / "sim")}, timeout=600, own_ray=True)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    assert "2 of 2 cells have a result" in rerun.stdout
+    assert rerun.stdout.count("reused; +rerun=true runs it again") == 1  # the x2 cell; x1 trained
+    cells = one_result_per_cell(out)
+    assert sorted(cells["degree"]) == [1, 2] and set(cells["status"]) == {"ok"}
+    assert_clean(root, tmp_path / "sim")
+
+
+@pytest.mark.slow
+def test_a_second_signal_ends_the_sweep_at_once(tmp_path: Path) -> None:
+    """SIGTERM to the driver alone (as Kubernetes sends it), then Ctrl-C: the second ends it at once."""
+    root, log = short_root("twice"), tmp_path / "run.log"
+    args = [*ISSUE_ARGS, f"mode.pipe_root={root}", f"out_dir={tmp_path / 'out'}"]
+    proc = _start(args, tmp_path, log)
+    try:
+        wait_for(lambda: "tiny_cnn-mps-x2: warm-up" in log.read_text(), 400, "the MPS cell's warm-up")
+        os.kill(proc.pid, signal.SIGTERM)
+        time.sleep(0.3)  # inside the first signal's cancelling (about a second here)
+        os.kill(proc.pid, signal.SIGINT)
+        t0 = time.monotonic()
+        code = proc.wait(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        _kill_session(proc)
+        # What the exit at once left (its steward's daemon) is the doctor's to clean, as a re-run's would,
+        # once the steward has followed the driver.
+        stewards = [json.loads(p.read_text())["pid"] for p in root.glob("GPU-*/steward.json")]
+        wait_for(lambda: not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+                                 for pid in stewards), 60, "the steward to follow the driver")
+        subprocess.run([sys.executable, "-m", "raycolloc.doctor", f"--pipe-root={root}", "--fix"], cwd=ROOT,
+                       capture_output=True, timeout=120, check=False)
+    output = log.read_text()
+    assert code == 130, output[-3000:]  # 128 + SIGINT, the signal that ended it
+    assert "SIGINT again: exiting now" in output and took < 5, (took, output[-3000:])
+    assert_clean(root, tmp_path / "sim")
+
+
+@pytest.mark.slow
+def test_a_steward_killed_during_an_mps_cell_leaves_no_daemon_and_no_traceback(tmp_path: Path) -> None:
+    root, log = short_root("stew"), tmp_path / "run.log"
+    args = ["workload=tiny_cnn", "cluster=local", "mode=mps", "degree=1", "epoch_samples=1000000", "epoch_time_s=4",
+            f"mode.pipe_root={root}", f"out_dir={tmp_path / 'out'}"]
+    proc = _start(args, tmp_path, log)
+    try:
+        wait_for(lambda: "warm-up" in log.read_text(), 400, "the MPS cell's warm-up")
+        (owner,) = root.glob("GPU-*/steward.json")
+        daemon = json.loads((owner.parent / "daemon.json").read_text())["pid"]
+        os.kill(json.loads(owner.read_text())["pid"], signal.SIGKILL)  # the steward, mid-cell
+        code = proc.wait(timeout=300)
+    finally:
+        _kill_session(proc)
+    output = log.read_text()
+    assert code == 1, output[-3000:]  # the cell has no result: its steward died
+    assert "Traceback" not in output, output[-4000:]
+    assert "steward died" in output and f"pid {daemon}" in output, output[-3000:]  # said, in one line
+    assert not daemons_under(root), daemons_under(root)  # stopped when the sweep ended, not by a later run
+    assert_clean(root, tmp_path / "sim")
+
+
+@pytest.mark.parametrize("multirun", [False, True], ids=["run", "multirun"])
+def test_a_full_disk_at_the_start_is_exit_3_naming_the_path_and_the_free_space(
+        tmp_path: Path, multirun: bool, capfd: pytest.CaptureFixture[str]) -> None:
+    """Issue 29, item 7: a full disk before the first file (Hydra's multirun.yaml or .hydra/) is exit 3."""
+    mount = tmp_path / "full"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True,
+                      check=False).returncode != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        (mount / "out").mkdir()
+        try:  # fill it: the last write (or the close) finds no space
+            with open(mount / "fill", "wb") as fh:
+                while True:
+                    fh.write(b"\0" * 4096)
+                    fh.flush()
+        except OSError:
+            pass
+        code, text = run_main([*(["-m"] if multirun else []), "workload=tiny_cnn", "cluster=local", "degree=1",
+                               f"out_dir={mount / 'out'}"], capfd)
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+    assert code == 3, text[-3000:]
+    assert f"cannot write {mount / 'out'}" in text and f"MiB free on {mount / 'out'}" in text, text[-3000:]
+    assert "No space left on device" in text and "Traceback" not in text, text[-3000:]
