@@ -179,3 +179,19 @@ def test_a_full_disk_at_the_start_is_exit_3_naming_the_path_and_the_free_space(
     assert code == 3, text[-3000:]
     assert f"cannot write {mount / 'out'}" in text and f"MiB free on {mount / 'out'}" in text, text[-3000:]
     assert "No space left on device" in text and "Traceback" not in text, text[-3000:]
+
+
+@pytest.mark.slow
+def test_a_script_job_under_the_sweeps_own_ray_has_sigterm_unblocked(tmp_path: Path) -> None:
+    """The local Ray instance starts with SIGTERM blocked (so `timeout`'s signal to the group reaches the
+    driver alone); its processes inherit the mask, but a job gets SIGTERM back, as when run by hand."""
+    script = tmp_path / "mask.py"
+    script.write_text("import re\n"
+                      "blocked = int(re.search(r'SigBlk:\\s*([0-9a-f]+)', open('/proc/self/status').read()).group(1), 16)\n"
+                      "print(f'sigterm-blocked={bool(blocked & (1 << (15 - 1)))}', flush=True)\n")
+    proc = run_cli(["workload=script", f"workload.command=[python,{script}]", "cluster=local", "epochs=2",
+                    f"out_dir={tmp_path / 'out'}", f"mode.pipe_root={short_root('mask')}"],
+                   cwd=tmp_path, timeout=300, own_ray=True)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "sigterm-blocked=False" in out and "sigterm-blocked=True" not in out, out[-3000:]

@@ -92,6 +92,8 @@ def _child(listener: socket.socket, conns: list[Connection], env: dict[str, str]
     """In the forked child: become the job's training process (never returns)."""
     try:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # SIGTERM ends a job as it ends an exec'd one
+        # ... and is not blocked (a sweep's local Ray starts with it blocked: raycolloc.driver.signals).
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         try:
             os.setpgid(0, group)  # the steward's process group: Ray kills the job with it, as before
         except OSError:  # the group is gone (the steward with it): the job's actor is next

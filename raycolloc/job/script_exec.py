@@ -11,6 +11,7 @@ to the simulated device, as a CUDA driver would when the script initialises CUDA
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 from raycolloc.procs import die_with_parent, normal_priority
@@ -25,6 +26,9 @@ def main(argv: list[str] | None = None) -> None:
     args = list(argv or sys.argv[1:])
     parent, cpus, backend, command = int(args[0]), args[1], args[2], args[4:]
     die_with_parent(parent)
+    # A sweep's local Ray starts with SIGTERM blocked (raycolloc.driver.signals), and every process under
+    # it inherits the mask: the script gets SIGTERM back, as it has it when run by hand.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     if cpus != "-":
         # Before the script starts a thread: every thread of it inherits the job's cores.
         os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
