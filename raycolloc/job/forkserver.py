@@ -92,8 +92,6 @@ def _child(listener: socket.socket, conns: list[Connection], env: dict[str, str]
     """In the forked child: become the job's training process (never returns)."""
     try:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # SIGTERM ends a job as it ends an exec'd one
-        # ... and is not blocked (a sweep's local Ray starts with it blocked: raycolloc.driver.signals).
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
         try:
             os.setpgid(0, group)  # the steward's process group: Ray kills the job with it, as before
         except OSError:  # the group is gone (the steward with it): the job's actor is next
@@ -201,6 +199,9 @@ def main(argv: list[str] | None = None) -> None:
         _stand_in(pid)
     server, group = os.getpid(), os.getpgrp()
     signal.signal(signal.SIGTERM, _stop)  # before the parent-death signal can arrive
+    # A sweep's local Ray starts with SIGTERM blocked (raycolloc.driver.signals) and its processes inherit
+    # the mask: unblocked, or the parent-death signal would wait forever and the server outlive its steward.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     _death_signal(signal.SIGTERM)
     # Out of the steward's process group, which Ray SIGKILLs whole when the steward ends: the server
     # ends by its parent-death signal instead, and removes its files.
