@@ -118,15 +118,11 @@ class TimmKind(ConfigKind):
     keys = ("model", "dataset")
 
     def check(self, wc: WorkloadConfig) -> None:
+        """A model is named (the name against timm's, then the dataset: where the driver resolves it,
+        :func:`raycolloc.job.workloads.compose.resolve`)."""
         if not wc.model:
             raise ConfigError("workload=timm needs workload.model=NAME (any model of timm.list_models(), "
                               "e.g. resnet50, convnext_atto, vit_tiny_patch16_224)")
-        if not wc.dataset:
-            raise ConfigError(f"workload=timm needs workload.dataset; choose one of: {', '.join(DATASETS)}")
-        try:
-            _check_composition(wc.dataset, wc.resolution, wc.num_classes, wc.dataset_size)
-        except ValueError as exc:
-            raise ConfigError(f"workload.dataset={wc.dataset!r}: {exc}") from None
 
     def label(self, wc: WorkloadConfig) -> str:
         """``<model>_<dataset>``, with ``_<R>px`` where the resolution is not the dataset's."""
@@ -181,28 +177,6 @@ class ScriptKind(ConfigKind):
 _PRESET = PresetKind()
 _KINDS: dict[str, ConfigKind] = {"timm": TimmKind(), "python": PythonKind(), "script": ScriptKind()}
 KINDS = tuple(_KINDS)  # the names that are kinds, not presets (each has its conf/workload/<kind>.yaml)
-
-
-def _check_composition(dataset: str, resolution: int | None, num_classes: int | None,
-                       dataset_size: int | None) -> None:
-    """What a ``workload=timm`` composition needs of its dataset, checked without building anything
-    (the model's name: where the driver resolves it).
-
-    Raises:
-        ValueError: the dataset is unknown, or lacks a shape it must be given.
-    """
-    if dataset not in DATASETS:
-        raise ValueError(f"unknown dataset; choose one of: {', '.join(DATASETS)}")
-    info = DATASETS[dataset]
-    if info.family != "vision":
-        raise ValueError(f"{dataset} holds click logs, not images; it trains a DLRM: workload=dlrm_criteo "
-                         "(or tiny_dlrm)")
-    if dataset == "synthetic":
-        missing = [k for k, v in (("resolution", resolution), ("num_classes", num_classes),
-                                  ("dataset_size", dataset_size)) if v is None]
-        if missing:
-            raise ValueError("synthetic data needs an explicit shape: set "
-                             + " ".join(f"workload.{k}=N" for k in missing))
 
 
 def workload_label(wc: WorkloadConfig) -> str:

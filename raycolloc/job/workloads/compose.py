@@ -32,7 +32,8 @@ from raycolloc.workload_kinds import PythonWorkload, ScriptWorkload, Workload, W
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["UnknownModel", "build_model", "check_model", "closest_models", "compose", "resolve", "timm_model_names"]
+__all__ = ["UnknownModel", "build_model", "check_composition", "check_model", "closest_models", "compose", "resolve",
+           "timm_model_names"]
 
 # Defaults of a python job (the function builds batches of raycolloc's batch size; an epoch is
 # dataset_size samples) where neither the workload nor the top-level keys set them.
@@ -99,6 +100,28 @@ def check_model(name: str) -> None:
         raise UnknownModel(f"timm knows no model {name!r}; {hint}")
 
 
+def check_composition(dataset: str, resolution: int | None, num_classes: int | None,
+                       dataset_size: int | None) -> None:
+    """What a ``workload=timm`` composition needs of its dataset, checked without building anything
+    (the model's name: :func:`check_model`).
+
+    Raises:
+        ValueError: the dataset is unknown, or lacks a shape it must be given.
+    """
+    if dataset not in DATASETS:
+        raise ValueError(f"unknown dataset; choose one of: {', '.join(DATASETS)}")
+    info = DATASETS[dataset]
+    if info.family != "vision":
+        raise ValueError(f"{dataset} holds click logs, not images; it trains a DLRM: workload=dlrm_criteo "
+                         "(or tiny_dlrm)")
+    if dataset == "synthetic":
+        missing = [k for k, v in (("resolution", resolution), ("num_classes", num_classes),
+                                  ("dataset_size", dataset_size)) if v is None]
+        if missing:
+            raise ValueError("synthetic data needs an explicit shape: set "
+                             + " ".join(f"workload.{k}=N" for k in missing))
+
+
 def compose(model: str, dataset: str, *, name: str | None = None, size: str | None = None,
             batch_size: int | None = None, resolution: int | None = None, num_classes: int | None = None,
             dataset_size: int | None = None, lr: float | None = None) -> WorkloadSpec:
@@ -146,12 +169,18 @@ def _resolve_preset(wc: WorkloadConfig, label: str, source: str, path: str | Non
 
 
 def _resolve_timm(wc: WorkloadConfig, label: str, source: str, path: str | None) -> WorkloadSpec:
-    # The name against timm's registry here, in the driver: the config contract imports no timm.
+    # Checked here, in the driver (the config contract imports no timm): the name, then the dataset.
     try:
         check_model(str(wc.model))
     except UnknownModel as exc:
         raise ConfigError(f"workload.model={wc.model!r}: {exc}") from None
-    info = DATASETS[str(wc.dataset)]
+    if not wc.dataset:
+        raise ConfigError(f"workload=timm needs workload.dataset; choose one of: {', '.join(DATASETS)}")
+    try:
+        check_composition(wc.dataset, wc.resolution, wc.num_classes, wc.dataset_size)
+    except ValueError as exc:
+        raise ConfigError(f"workload.dataset={wc.dataset!r}: {exc}") from None
+    info = DATASETS[wc.dataset]
     classes, samples = wc.num_classes, wc.dataset_size
     if wc.dataset == "imagefolder" and (classes is None or samples is None):
         if source != "real":
