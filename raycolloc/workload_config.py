@@ -10,8 +10,8 @@ A workload is a model, a dataset and training settings. ``workload.name`` is one
 Settings (``batch_size``, ``resolution``, ``num_classes``, ``dataset_size``, ``lr``) default to the
 preset's or the dataset's. Each kind is a :class:`ConfigKind` that says which keys it takes, checks
 them and names the job. Part of the config contract: validation here imports nothing beyond it; a
-preset's name (the registry) and a timm model's name (timm's registry, which imports torch) are
-checked where the driver resolves the workload (:func:`raycolloc.job.workloads.compose.resolve`).
+preset's name (the registry), a timm model's name (timm's registry, which imports torch) and then its
+dataset are checked where the driver resolves the workload (:func:`raycolloc.job.workloads.compose.resolve`).
 """
 
 from __future__ import annotations
