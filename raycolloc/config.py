@@ -15,9 +15,11 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from raycolloc.config_checks import MAX_DEGREE, ConfigError, as_list, check_mode_only, check_port, is_mem_limit
-from raycolloc.config_checks import check_choice as _check_choice, check_int as _check_int, check_min as _check_min
-from raycolloc.node.mig.profiles import UnknownGpuModel, get_gpu_model, known_gpu_models
+from raycolloc.config_checks import AMP_MODES, COMPILE_MODES, MAX_DEGREE, ConfigError, as_list, check_mode_only
+from raycolloc.config_checks import check_choice as _check_choice
+from raycolloc.config_checks import check_int as _check_int
+from raycolloc.config_checks import check_min as _check_min
+from raycolloc.config_checks import check_port, is_mem_limit
 from raycolloc.workload_config import (
     MixJob,
     WorkloadConfig,
@@ -52,8 +54,6 @@ __all__ = [
 MODES = ("naive", "mps", "mig")
 BACKENDS = ("auto", "sim", "nvml")
 ALLOCATORS = ("native", "cuda_async")
-COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
-AMP_MODES = ("off", "bf16", "fp16")
 FAULTS = ("oom", "error", "exit", "hang")
 CPU_AFFINITY = ("auto", "none")
 SPAWN_METHODS = ("fork", "exec")
@@ -150,10 +150,7 @@ class ClusterConfig:
     def __post_init__(self) -> None:
         _check_choice("cluster.backend", self.backend, BACKENDS)
         _check_choice("cluster.sim_mig_mode", self.sim_mig_mode, SIM_MIG_MODES)
-        try:
-            get_gpu_model(self.gpu_model)
-        except UnknownGpuModel:
-            _check_choice("cluster.gpu_model", self.gpu_model, tuple(known_gpu_models()))
+        # gpu_model against the node's MIG tables: where the driver validates a cell (driver/cells.py).
         _check_int("cluster.num_gpus", self.num_gpus, 1)
         _check_int("cluster.num_cpus", self.num_cpus, 1, optional=True)
         _check_int("cluster.max_concurrent_cells", self.max_concurrent_cells, 1, optional=True)

@@ -7,9 +7,13 @@ import difflib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["MAX_DEGREE", "MOST_LISTED", "ConfigError", "as_list", "check_choice", "check_int", "check_min",
-           "check_mode_only", "check_port", "closest", "is_mem_limit", "listed"]
+__all__ = ["AMP_MODES", "COMPILE_MODES", "MAX_DEGREE", "MOST_LISTED", "ConfigError", "as_list", "check_choice",
+           "check_int", "check_min", "check_mode_only", "check_port", "closest", "is_mem_limit", "listed"]
 
+
+# Choices of ``trainer.*`` that a mix job may set for itself too (raycolloc.config, raycolloc.workload_config).
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune")
+AMP_MODES = ("off", "bf16", "fp16")
 MOST_LISTED = 20  # a plan of 132,197 bad rows printed 22 MB of errors; the first twenty say what is wrong
 # Each job of a naive cell holds 1/degree of its GPU, and Ray's smallest fraction of a resource is 0.0001:
 # a larger degree has no lease (and an integer past the index range crashed Python itself).

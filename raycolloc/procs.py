@@ -13,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import select
 import signal
 import sys
 import time
@@ -21,7 +22,8 @@ from pathlib import Path
 
 import psutil
 
-__all__ = ["alive", "die_with_parent", "format_cpus", "move_threads_off", "normal_priority", "python_env", "wait_gone"]
+__all__ = ["alive", "die_with_parent", "format_cpus", "move_threads_off", "normal_priority", "python_env", "wait_gone",
+           "watch_parent"]
 
 log = logging.getLogger(__name__)
 _PR_SET_PDEATHSIG = 1
@@ -45,6 +47,37 @@ def die_with_parent(parent: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:  # the parent ended before prctl took effect
         os._exit(1)
+
+
+def watch_parent(pid: int) -> None:
+    """End this process when ``pid`` ends (a thread blocked on the pid's descriptor: no CPU used).
+
+    For a process forked by the node's fork server (``raycolloc.job.forkserver``): its parent is the
+    server, not its actor, so :func:`die_with_parent` cannot name the actor."""
+    import threading
+
+    def wait() -> None:
+        try:
+            fd = os.pidfd_open(pid)
+            select.select([fd], [], [])  # readable once the process has exited
+        except OSError:  # no pidfd (old kernel): poll instead
+            while os.getppid() != 1 and _exists(pid):
+                time.sleep(0.5)
+        os._exit(1)
+
+    if not _exists(pid):
+        os._exit(1)
+    threading.Thread(target=wait, name="watch-actor", daemon=True).start()
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def alive(pid: int) -> bool:

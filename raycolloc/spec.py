@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from raycolloc.config import Config, DataConfig, TrainerConfig
-from raycolloc.job.workloads.compose import Workload
 from raycolloc.results.rows import EpochRow
+from raycolloc.workload_kinds import Workload
 
 __all__ = ["JOB_STATUSES", "Binding", "CellSpec", "JobInfo", "JobSpec", "JobState", "JobStatus"]
 
@@ -28,7 +28,7 @@ class JobSpec:
 
     An epoch is ``epoch_samples`` samples, or fewer when ``epoch_time_s`` is set: the epoch then
     ends after the first step that reaches that many seconds (a time budget per job). A script job
-    (``workload.kind == "script"``) trains as it was written: ``batch_size`` and ``epoch_samples``
+    (``workload.as_written``) trains as it was written: ``batch_size`` and ``epoch_samples``
     are 0 there (raycolloc sets neither), ``epochs`` is only what is expected.
     """
 
@@ -53,7 +53,8 @@ class JobSpec:
 
     @property
     def kind(self) -> str:
-        """``model`` (raycolloc builds it), ``python`` (the user's function) or ``script``."""
+        """The jobs table's ``kind``: ``model`` (raycolloc builds it), ``python`` (the user's function)
+        or ``script`` (data for the results; code asks the workload itself)."""
         return self.workload.kind
 
     @property
@@ -90,7 +91,7 @@ class CellSpec:
     @property
     def scripted(self) -> bool:
         """Every job is a script: each runs as written, without raycolloc's warm-up barrier."""
-        return all(j.kind == "script" for j in self.jobs)
+        return all(j.workload.as_written for j in self.jobs)
 
 
 @dataclass(frozen=True)

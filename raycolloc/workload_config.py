@@ -8,8 +8,10 @@ A workload is a model, a dataset and training settings. ``workload.name`` is one
 * ``script``: the user's unmodified training script is the job (``workload.command=[...]``).
 
 Settings (``batch_size``, ``resolution``, ``num_classes``, ``dataset_size``, ``lr``) default to the
-preset's or the dataset's. Validation here is cheap except for ``timm``, whose model name is checked
-against timm's registry (which imports torch, in the driver only).
+preset's or the dataset's. Each kind is a :class:`ConfigKind` that says which keys it takes, checks
+them and names the job. Part of the config contract: validation here imports nothing beyond it; a
+preset's name (the registry), a timm model's name (timm's registry, which imports torch) and then its
+dataset are checked where the driver resolves the workload (:func:`raycolloc.job.workloads.compose.resolve`).
 """
 
 from __future__ import annotations
@@ -17,21 +19,15 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
-from raycolloc.config_checks import ConfigError, check_choice, check_int, check_min
-from raycolloc.job.workloads.registry import list_workloads
+from raycolloc.config_checks import AMP_MODES, COMPILE_MODES, ConfigError, check_choice, check_int, check_min
+from raycolloc.datasets import DATASETS
 
-__all__ = ["KINDS", "SETTINGS", "MixJob", "WorkloadConfig", "mix_job_hash_view", "workload_hash_view",
-           "workload_label"]
+__all__ = ["KINDS", "SETTINGS", "ConfigKind", "MixJob", "PresetKind", "PythonKind", "ScriptKind", "TimmKind",
+           "WorkloadConfig", "mix_job_hash_view", "workload_hash_view", "workload_label"]
 
-KINDS = ("timm", "python", "script")
 SETTINGS = ("batch_size", "resolution", "num_classes", "dataset_size", "lr")
-# Which keys (beyond name and the settings) each kind takes; model/dataset name a python or
-# script job in the result tables (they are free labels there, nothing is built from them).
-_KEYS = {"preset": (), "timm": ("model", "dataset"), "python": ("model", "dataset", "entry", "args"),
-         "script": ("model", "dataset", "command", "cwd", "env", "epoch_regex")}
-_SCRIPT_SETTINGS = ()  # a script trains as written: raycolloc sets none of its settings
 _ENTRY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _LABEL_CHARS = re.compile(r"[^A-Za-z0-9_.+-]+")
 
@@ -58,9 +54,9 @@ class WorkloadConfig:
     epoch_regex: str | None = None
 
     @property
-    def kind(self) -> str:
-        """``preset``, ``timm``, ``python`` or ``script``."""
-        return self.name if self.name in KINDS else "preset"
+    def kind(self) -> ConfigKind:
+        """What kind of workload the name says: ``timm``, ``python``, ``script``, else a preset."""
+        return _KINDS.get(self.name, _PRESET)
 
     def __post_init__(self) -> None:
         for key in ("args", "env"):
@@ -70,68 +66,117 @@ class WorkloadConfig:
             setattr(self, key, dict(value))
         # Environment values are strings; a number written unquoted is meant as its text.
         self.env = {str(k): v if isinstance(v, str) else str(v) for k, v in self.env.items()}
-        presets = list_workloads()
-        check_choice("workload", self.name, (*presets, *KINDS))
         kind = self.kind
-        settings = _SCRIPT_SETTINGS if kind == "script" else SETTINGS
         for key in (f.name for f in dataclasses.fields(self)):
-            if key == "name" or key in settings or key in _KEYS[kind]:
+            if key == "name" or key in kind.settings or key in kind.keys:
                 continue
             if getattr(self, key) not in (None, {}, []):
                 raise ConfigError(f"workload.{key} does not apply to workload={self.name}; it takes: "
-                                  f"{', '.join((*settings, *_KEYS[kind])) or 'nothing'}")
+                                  f"{', '.join((*kind.settings, *kind.keys)) or 'nothing'}")
         for key in ("batch_size", "resolution", "num_classes", "dataset_size"):
             check_int(f"workload.{key}", getattr(self, key), 1, optional=True)
         check_min("workload.lr", self.lr, 0, optional=True)
-        if kind == "timm":
-            self._check_timm()
-        elif kind == "python":
-            if not self.entry or not _ENTRY.match(self.entry):
-                raise ConfigError(f"workload.entry={self.entry!r} is not allowed; workload=python needs "
-                                  "workload.entry=package.module:function (see jobs/examples/)")
-        elif kind == "script":
-            self._check_script()
-
-    def _check_timm(self) -> None:
-        from raycolloc.job.workloads.compose import (
-            UnknownModel,
-            check_composition,
-            check_model,
-        )
-
-        if not self.model:
-            raise ConfigError("workload=timm needs workload.model=NAME (any model of timm.list_models(), "
-                              "e.g. resnet50, convnext_atto, vit_tiny_patch16_224)")
-        try:
-            check_model(self.model)
-        except UnknownModel as exc:
-            raise ConfigError(f"workload.model={self.model!r}: {exc}") from None
-        if not self.dataset:
-            from raycolloc.job.workloads.datasets import DATASETS
-
-            raise ConfigError(f"workload=timm needs workload.dataset; choose one of: {', '.join(DATASETS)}")
-        try:
-            check_composition(self.dataset, self.resolution, self.num_classes, self.dataset_size)
-        except ValueError as exc:
-            raise ConfigError(f"workload.dataset={self.dataset!r}: {exc}") from None
-
-    def _check_script(self) -> None:
-        if not self.command or not all(isinstance(a, str) and a for a in self.command):
-            raise ConfigError(f"workload.command={self.command!r} is not allowed; workload=script needs a "
-                              "non-empty list of words, e.g. 'workload.command=[python,train.py,--epochs,2]'")
-        if self.epoch_regex is not None:
-            try:
-                re.compile(self.epoch_regex)
-            except re.error as exc:
-                raise ConfigError(f"workload.epoch_regex={self.epoch_regex!r} is not a regular expression: "
-                                  f"{exc}") from None
-        for key, value in self.env.items():
-            if isinstance(value, dict | list):
-                raise ConfigError(f"workload.env.{key}={value!r} is not allowed; environment values are strings")
+        kind.check(self)
 
 
 def _label_part(text: str) -> str:
     return _LABEL_CHARS.sub("-", text).strip("-")
+
+
+def _own_label(wc: WorkloadConfig) -> str | None:
+    """A python or script job's ``model``/``dataset`` labels as its name, where given."""
+    return _label_part("_".join(p for p in (wc.model, wc.dataset) if p)) if wc.model or wc.dataset else None
+
+
+class ConfigKind:
+    """One kind of ``workload`` config: the keys it takes, what it needs of them, its name in results.
+
+    The base is a preset: its name is all it takes (besides the settings); the registry knows the
+    name (checked where the driver resolves it).
+    """
+
+    keys: ClassVar[tuple[str, ...]] = ()  # beyond ``name`` and the settings
+    settings: ClassVar[tuple[str, ...]] = SETTINGS
+    # Runs as the user wrote it: raycolloc sets none of its settings (a plan row gives it none).
+    as_written: ClassVar[bool] = False
+
+    def check(self, wc: WorkloadConfig) -> None:
+        """Raises :class:`ConfigError` where the config lacks what this kind needs."""
+
+    def label(self, wc: WorkloadConfig) -> str:
+        """The job's workload name in result tables, cell ids and reports."""
+        return wc.name
+
+
+class PresetKind(ConfigKind):
+    """A preset of the registry (``resnet26_cifar10``, ``tiny_cnn``...)."""
+
+
+class TimmKind(ConfigKind):
+    """``workload=timm``: any timm model on a dataset of :data:`~raycolloc.datasets.DATASETS`."""
+
+    keys = ("model", "dataset")
+
+    def check(self, wc: WorkloadConfig) -> None:
+        """A model is named (the name against timm's, then the dataset: where the driver resolves it,
+        :func:`raycolloc.job.workloads.compose.resolve`)."""
+        if not wc.model:
+            raise ConfigError("workload=timm needs workload.model=NAME (any model of timm.list_models(), "
+                              "e.g. resnet50, convnext_atto, vit_tiny_patch16_224)")
+
+    def label(self, wc: WorkloadConfig) -> str:
+        """``<model>_<dataset>``, with ``_<R>px`` where the resolution is not the dataset's."""
+        info = DATASETS.get(str(wc.dataset))
+        res = f"_{wc.resolution}px" if wc.resolution and (info is None or wc.resolution != info.resolution) else ""
+        return _label_part(f"{wc.model}_{wc.dataset}{res}")
+
+
+class PythonKind(ConfigKind):
+    """``workload=python``: the user's function builds the job (``workload.entry=module:function``)."""
+
+    keys = ("model", "dataset", "entry", "args")  # model/dataset: free labels in the result tables
+
+    def check(self, wc: WorkloadConfig) -> None:
+        if not wc.entry or not _ENTRY.match(wc.entry):
+            raise ConfigError(f"workload.entry={wc.entry!r} is not allowed; workload=python needs "
+                              "workload.entry=package.module:function (see jobs/examples/)")
+
+    def label(self, wc: WorkloadConfig) -> str:
+        """Its labels, else ``<module>.<function>``."""
+        module, function = str(wc.entry).split(":")
+        return _own_label(wc) or _label_part(f"{module.rsplit('.', 1)[-1]}.{function}")
+
+
+class ScriptKind(ConfigKind):
+    """``workload=script``: the user's unmodified script is the job; it trains as written."""
+
+    keys = ("model", "dataset", "command", "cwd", "env", "epoch_regex")
+    settings = ()  # raycolloc sets none of a script's settings
+    as_written = True
+
+    def check(self, wc: WorkloadConfig) -> None:
+        if not wc.command or not all(isinstance(a, str) and a for a in wc.command):
+            raise ConfigError(f"workload.command={wc.command!r} is not allowed; workload=script needs a "
+                              "non-empty list of words, e.g. 'workload.command=[python,train.py,--epochs,2]'")
+        if wc.epoch_regex is not None:
+            try:
+                re.compile(wc.epoch_regex)
+            except re.error as exc:
+                raise ConfigError(f"workload.epoch_regex={wc.epoch_regex!r} is not a regular expression: "
+                                  f"{exc}") from None
+        for key, value in wc.env.items():
+            if isinstance(value, dict | list):
+                raise ConfigError(f"workload.env.{key}={value!r} is not allowed; environment values are strings")
+
+    def label(self, wc: WorkloadConfig) -> str:
+        """Its labels, else ``script-<the script's name>``."""
+        script = next((a for a in wc.command if a.endswith((".py", ".sh"))), wc.command[0] if wc.command else "script")
+        return _own_label(wc) or "script-" + _label_part(script.rsplit("/", 1)[-1].rsplit(".", 1)[0])
+
+
+_PRESET = PresetKind()
+_KINDS: dict[str, ConfigKind] = {"timm": TimmKind(), "python": PythonKind(), "script": ScriptKind()}
+KINDS = tuple(_KINDS)  # the names that are kinds, not presets (each has its conf/workload/<kind>.yaml)
 
 
 def workload_label(wc: WorkloadConfig) -> str:
@@ -141,21 +186,7 @@ def workload_label(wc: WorkloadConfig) -> str:
     resolution is not the dataset's); python and script jobs use their ``model``/``dataset`` labels
     when given, else the function's or the script's name.
     """
-    if wc.kind == "preset":
-        return wc.name
-    if wc.kind == "timm":
-        from raycolloc.job.workloads.datasets import DATASETS
-
-        info = DATASETS.get(str(wc.dataset))
-        res = f"_{wc.resolution}px" if wc.resolution and (info is None or wc.resolution != info.resolution) else ""
-        return _label_part(f"{wc.model}_{wc.dataset}{res}")
-    if wc.model or wc.dataset:
-        return _label_part("_".join(p for p in (wc.model, wc.dataset) if p))
-    if wc.kind == "python":
-        module, function = str(wc.entry).split(":")
-        return _label_part(f"{module.rsplit('.', 1)[-1]}.{function}")
-    script = next((a for a in wc.command if a.endswith((".py", ".sh"))), wc.command[0] if wc.command else "script")
-    return "script-" + _label_part(script.rsplit("/", 1)[-1].rsplit(".", 1)[0])
+    return wc.kind.label(wc)
 
 
 def workload_hash_view(wc: WorkloadConfig) -> dict[str, Any]:
@@ -186,16 +217,16 @@ class MixJob:
     data_path: str | None = None
 
     def __post_init__(self) -> None:
-        from raycolloc.config import AMP_MODES, COMPILE_MODES
-
         if isinstance(self.workload, dict):
             known = {f.name for f in dataclasses.fields(WorkloadConfig)}
             if unknown := sorted(set(self.workload) - known):
                 raise ConfigError(f"unknown key mix.jobs[].workload.{unknown[0]}; a workload has: "
                                   f"{', '.join(sorted(known))}")
             self.workload = WorkloadConfig(**self.workload)
-        elif not isinstance(self.workload, WorkloadConfig):
-            check_choice("mix.jobs[].workload", self.workload, tuple(list_workloads()))
+        elif not isinstance(self.workload, WorkloadConfig) and not isinstance(self.workload, str):
+            # A preset's name is checked against the registry where the driver resolves it.
+            raise ConfigError(f"mix.jobs[].workload={self.workload!r} is not allowed; give a preset's name or "
+                              "a composition ({name: timm, model: ..., dataset: ...})")
         check_int("mix.jobs[].batch_size", self.batch_size, 1, optional=True)
         check_int("mix.jobs[].epochs", self.epochs, 2, optional=True)
         check_int("mix.jobs[].epoch_samples", self.epoch_samples, 1, optional=True)

@@ -161,6 +161,21 @@ def sim_backend(spec):  # noqa: ANN001, ANN201
     return SimBackend(c.sim_root, node_key(node), gpus, c.gpu_model, c.sim_mig_mode)
 
 
+@pytest.fixture(autouse=True)
+def _own_log_handlers() -> Iterator[None]:
+    """Each test leaves the root logger as it found it. An entry point run in-process (Hydra's run, the
+    report's ``logging.basicConfig``) points the root logger's handlers at the streams of that moment,
+    the test's captured ones, closed after it: a later test's log lines went nowhere (a plan test that
+    asserts on them failed only after such a test, in the same worker)."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
 _session_address: str | None = None
 
 

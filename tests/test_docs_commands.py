@@ -12,11 +12,9 @@ what a test machine has not (a live MLflow server, a GPU to profile on) are list
 
 from __future__ import annotations
 
-import logging
 import re
 import shlex
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -185,17 +183,6 @@ def _run(module: str, args: list[str], capfd: pytest.CaptureFixture[str]) -> tup
 def _marks(command: DocCommand) -> list[pytest.MarkDecorator]:
     # The report draws every figure (~4 s on the fixture); nothing here trains or starts Ray.
     return [pytest.mark.slow] if "analysis.report" in command.text else []
-
-
-@pytest.fixture(autouse=True)
-def _own_log_handlers() -> Iterator[None]:
-    """Hydra's run points the root logger's handlers at the streams of that moment (this test's captured
-    ones, closed after it): the next command run in this process must not log to them."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 @pytest.mark.parametrize("command", [pytest.param(c, marks=_marks(c), id=f"{c.path.name}:{c.line}") for c in RUN])

@@ -1,15 +1,101 @@
-"""The house's rules (issue 14), read from the source: modules stay small, the steward needs no
-``type: ignore``, and the job package never imports a mode (a job is bound through its environment);
-and the quick test tier starts no Ray."""
+"""The house's rules (issues 14 and 31), read from the source: modules stay small, the steward needs
+no ``type: ignore``, the job package never imports a mode (a job is bound through its environment),
+no import circle among the project's modules, the config contract imports nothing above it; and the
+quick test tier starts no Ray."""
 
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 
 from .conftest import ROOT
 
 PACKAGE = ROOT / "raycolloc"
 MAX_LINES = 400
+PROJECT = ("raycolloc", "analysis", "hydra_plugins")
+# The config contract: what every process reads (issue 31). It sits at the bottom of the house.
+CONTRACT = ("raycolloc.config", "raycolloc.config_checks", "raycolloc.spec", "raycolloc.workload_config",
+            "raycolloc.workload_kinds", "raycolloc.datasets")
+ABOVE_CONTRACT = ("raycolloc.node", "raycolloc.job", "raycolloc.driver")
+NEEDS_TORCH = ("torch", "timm", "torchvision")
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of the project by dotted name (a package by its own name)."""
+    out = {}
+    for top in PROJECT:
+        for path in (ROOT / top).rglob("*.py"):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return out
+
+
+def _imported_names(module: str, path: Path) -> set[str]:
+    """The dotted names a module imports anywhere (inside functions too), except under
+    ``if TYPE_CHECKING:`` (never run); ``from x import y`` counts as ``x.y``."""
+    tree = ast.parse(path.read_text())
+    checking_only = {id(n) for node in ast.walk(tree)
+                     if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+                     for n in ast.walk(node)}
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    names = set()
+    for node in ast.walk(tree):
+        if id(node) in checking_only:
+            continue
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the package, up level-1
+                base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
+            names |= {f"{base}.{a.name}" for a in node.names}
+    return names
+
+
+def _import_graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """(project module -> the project modules it imports, project module -> other top-level packages it imports)."""
+    modules = _modules()
+
+    def owner(name: str) -> str | None:  # the longest project module a dotted name falls in
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph, outside = {}, {}
+    for module, path in modules.items():
+        names = _imported_names(module, path)
+        graph[module] = {o for n in names if (o := owner(n)) and o != module}
+        outside[module] = {n.split(".")[0] for n in names if owner(n) is None}
+    return graph, outside
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles: strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while (w := stack.pop()) != v:
+                component.append(w)
+            if component:
+                found.append(sorted([v, *component]))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
 
 
 def test_no_module_is_over_400_lines() -> None:
@@ -30,6 +116,28 @@ def test_the_job_package_imports_no_mode() -> None:
                      else [f"{node.module}.{a.name}" for a in node.names] if isinstance(node, ast.ImportFrom) else [])
             found += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.startswith("raycolloc.node.modes")]
     assert not found, found
+
+
+def test_no_import_circle_among_the_projects_modules() -> None:
+    """An import inside a function counts (it only hides the circle until the call); an import under
+    ``if TYPE_CHECKING:`` does not (it never runs)."""
+    assert _cycles(_import_graph()[0]) == []
+
+
+def test_the_config_contract_imports_nothing_above_it() -> None:
+    """``config.py``, ``spec.py``, the workload config and kinds, and everything they import in turn:
+    nothing of the driver, the node or the job, and nothing that needs torch."""
+    graph, outside = _import_graph()
+    reached, todo = {}, [(m, m) for m in CONTRACT]  # module -> the import path that reached it
+    while todo:
+        module, trail = todo.pop()
+        if module in reached:
+            continue
+        reached[module] = trail
+        todo += [(n, f"{trail} -> {n}") for n in graph[module]]
+    upward = [trail for module, trail in reached.items() if module.startswith(ABOVE_CONTRACT)]
+    torch = [f"{trail} -> {pkg}" for module, trail in reached.items() for pkg in outside[module] & set(NEEDS_TORCH)]
+    assert not upward and not torch, [*upward, *torch]
 
 
 def test_an_unmarked_test_that_reaches_for_ray_fails_before_ray_starts() -> None:

@@ -19,9 +19,11 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from raycolloc.config import Config, ConfigError, MigConfig, MixConfig, MixJob, config_hash, load_config
 from raycolloc.driver.node_paths import check_node_paths
-from raycolloc.job.workloads.compose import Workload, resolve
+from raycolloc.job.workloads.compose import resolve
+from raycolloc.node.mig.profiles import UnknownGpuModel, get_gpu_model, known_gpu_models
 from raycolloc.spec import CellSpec, JobSpec
-from raycolloc.workload_config import WorkloadConfig, workload_label
+from raycolloc.workload_config import TimmKind, WorkloadConfig, workload_label
+from raycolloc.workload_kinds import Workload, WorkloadSpec
 
 __all__ = ["SweepOptions", "build_cell", "cell_dir_names", "check_config", "mix_solos", "resolve_backend",
            "split_options", "sweep_cells", "validate_cell"]
@@ -62,7 +64,7 @@ def split_options(dcfg: DictConfig) -> SweepOptions:
         if not isinstance(values.get(key, False), bool):
             raise ConfigError(f"+{key}={values[key]!r} is not allowed; use +{key}=true or +{key}=false")
     datasets = values.get("plan_datasets") or {}
-    from raycolloc.job.workloads.datasets import DATASETS
+    from raycolloc.datasets import DATASETS
 
     if not isinstance(datasets, dict) or any(v not in DATASETS for v in datasets.values()):
         raise ConfigError(f"+plan_datasets={datasets!r} is not allowed; map data directory names to datasets: "
@@ -87,12 +89,12 @@ def _estimate(wc: WorkloadConfig, workload: Workload, batch: int) -> float | Non
     """A composition's memory estimate, from a forward pass on the meta device: a model that cannot
     train on this input is refused here, before any GPU state changes. (Presets are known to run;
     their estimate is made where it is needed, in a simulated GPU's training process.)"""
-    if wc.kind != "timm" or workload.kind != "model":
+    if not isinstance(wc.kind, TimmKind) or not isinstance(workload, WorkloadSpec):
         return None
     from raycolloc.job.workloads.estimate import estimate_memory
 
     try:
-        return estimate_memory(workload, batch).total_mib  # type: ignore[arg-type]
+        return estimate_memory(workload, batch).total_mib
     except NotImplementedError as exc:
         # An operator without a meta kernel says nothing about the model itself: no estimate.
         log.warning("no memory estimate for %s (the meta device cannot run it: %s)", workload.name,
@@ -100,7 +102,7 @@ def _estimate(wc: WorkloadConfig, workload: Workload, batch: int) -> float | Non
         return None
     except Exception as exc:  # noqa: BLE001 - whatever the model raises on this input
         raise ConfigError(f"workload.model={wc.model} cannot train on {wc.dataset} at "
-                          f"{workload.sample_shape[-1]} px with batch {batch}: "  # type: ignore[union-attr]
+                          f"{workload.sample_shape[-1]} px with batch {batch}: "
                           f"{type(exc).__name__}: {exc}".splitlines()[0][:500]) from None
 
 
@@ -138,12 +140,10 @@ def build_cell(cfg: Config) -> CellSpec:
         if key not in resolved:
             resolved[key] = resolve(wc, workload_label(wc), cfg.data.source, path)
         workload = resolved[key]
-        if workload.kind == "script":
+        if workload.as_written:
             _script_settings(cfg, entry, i)
-            batch = samples = 0
-        else:
-            batch = (entry.batch_size if entry else None) or cfg.batch_size or workload.batch_size
-            samples = (entry.epoch_samples if entry else None) or cfg.epoch_samples or workload.dataset_size
+        batch, samples = workload.amount((entry.batch_size if entry else None) or cfg.batch_size,
+                                         (entry.epoch_samples if entry else None) or cfg.epoch_samples)
         estimate = _estimate(wc, workload, batch)
         if samples < batch:
             raise ConfigError(f"epoch_samples={samples} is smaller than batch_size={batch} (job {i}, {workload.name})")
@@ -173,19 +173,18 @@ def _check_data(cfg: Config, spec: CellSpec) -> None:
         from raycolloc.job.data.readable import check_readable
         from raycolloc.job.data.real import DatasetError, check_layout
 
-        if any(j.kind == "model" and not j.data.path for j in spec.jobs):
+        models = [(j, j.workload) for j in spec.jobs if isinstance(j.workload, WorkloadSpec)]
+        if any(not j.data.path for j, _ in models):
             raise ConfigError("data.source=real needs data.path=<dataset directory or file>")
-        from raycolloc.job.workloads.datasets import DATASETS
+        from raycolloc.datasets import DATASETS
 
-        for job in (j for j in spec.jobs if j.kind == "model"):
-            w = job.workload
-            native = DATASETS[w.dataset].resolution if w.reader in ("cifar10", "imagenet64") else None  # type: ignore[union-attr]
-            if native is not None and w.sample_shape[-1] != native:  # type: ignore[union-attr]
-                raise ConfigError(f"workload.resolution={w.sample_shape[-1]} with data.source=real: {w.dataset} "  # type: ignore[union-attr]
+        for _, w in models:
+            native = DATASETS[w.dataset].resolution if w.reader in ("cifar10", "imagenet64") else None
+            if native is not None and w.sample_shape[-1] != native:
+                raise ConfigError(f"workload.resolution={w.sample_shape[-1]} with data.source=real: {w.dataset} "
                                   f"holds {native} px images, read as they are (no resizing); use "
                                   f"data.source=synthetic, or the dataset's own resolution")
-        for reader, path in sorted({(j.workload.reader, j.data.path) for j in spec.jobs  # type: ignore[union-attr]
-                                    if j.kind == "model"}, key=str):
+        for reader, path in sorted({(w.reader, j.data.path) for j, w in models}, key=str):
             try:
                 if reader is None:
                     raise DatasetError("synthetic data has no files: use data.source=synthetic")
@@ -194,13 +193,23 @@ def _check_data(cfg: Config, spec: CellSpec) -> None:
                 raise ConfigError(f"data.path: {exc}") from None
     if cfg.cluster.backend == "sim":
         slow = {j.workload.name: j for j in spec.jobs
-                if j.kind == "model" and getattr(j.workload, "size", None) != "tiny" and j.epoch_samples > 20_000}
+                if isinstance(j.workload, WorkloadSpec) and j.workload.size != "tiny" and j.epoch_samples > 20_000}
         for job in slow.values():
             if (job.workload.name, job.epoch_samples) in _SLOW_WARNED:  # once per process: a plan has hundreds of cells
                 continue
             _SLOW_WARNED.add((job.workload.name, job.epoch_samples))
             log.warning("simulated GPUs train on the CPU: %s with %d samples per epoch will be slow; "
                         "try workload=tiny_cnn or a smaller epoch_samples", job.workload.name, job.epoch_samples)
+
+
+def _check_gpu_model(cfg: Config) -> None:
+    """``cluster.gpu_model`` names a GPU of the node's MIG tables (read here: the config contract
+    imports nothing from the node)."""
+    try:
+        get_gpu_model(cfg.cluster.gpu_model)
+    except UnknownGpuModel:
+        raise ConfigError(f"cluster.gpu_model={cfg.cluster.gpu_model!r} is not allowed; choose one of: "
+                          f"{', '.join(known_gpu_models())}") from None
 
 
 def resolve_backend(cfg: Config) -> Config:
@@ -223,6 +232,7 @@ def validate_cell(cfg: DictConfig | Config) -> CellSpec:
         ConfigError: naming the key and the allowed values.
     """
     config = resolve_backend(load_config(cfg))
+    _check_gpu_model(config)
     spec = build_cell(config)
     _check_data(config, spec)
     check_node_paths(config, spec)  # where the node is this machine: pipe root, script files, data paths

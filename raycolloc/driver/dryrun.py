@@ -34,19 +34,8 @@ class DryRunLine:
 
 
 def describe_job(job: JobSpec) -> str:
-    """One job as a line: what it trains and how much (or the command it runs)."""
-    w = job.workload
-    if job.kind == "script":
-        return f"{job.name}: script `{' '.join(w.command)}` in {w.cwd}" + (  # type: ignore[union-attr]
-            f", epochs marked by {w.epoch_regex!r}" if w.epoch_regex else ", no epoch marks (lifetime only)")  # type: ignore[union-attr]
-    amount = f"batch {job.batch_size}, {job.epoch_samples} samples x {job.epochs} epochs"
-    if job.kind == "python":
-        return f"{job.name}: python {w.entry}({w.args or ''}), {amount}"  # type: ignore[union-attr]
-    shape = "x".join(map(str, w.sample_shape))  # type: ignore[union-attr]
-    memory = f", ~{job.mem_estimate_mib:,.0f} MiB estimated" if job.mem_estimate_mib is not None else ""
-    data = f"data {job.data.source}" + (f" {job.data.path}" if job.data.source == "real" else "")
-    return (f"{job.name}: {w.model} on {w.dataset} ({shape}, {w.num_classes} classes), {amount}, "  # type: ignore[union-attr]
-            f"{data}{memory}")
+    """One job as a line: what it trains and how much (or the command it runs), as its kind tells it."""
+    return job.workload.describe(job)
 
 
 def print_dry_run(lines: Sequence[DryRunLine], out_dir: str, rerun: bool = False, sweep_dir: Path | None = None) -> int:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from raycolloc.config_checks import ConfigError
-from raycolloc.job.workloads.datasets import DATASETS, IMAGENET_TRAIN
+from raycolloc.datasets import DATASETS, IMAGENET_TRAIN
 from raycolloc.workload_config import WorkloadConfig
 
 __all__ = ["COLUMNS", "PlanError", "PlanJob", "Row", "RowContext", "data_path", "parse_params", "parse_row", "row_mode"]

@@ -34,6 +34,7 @@ from raycolloc.driver.outlock import hold_output
 from raycolloc.driver.radt import PlanCell, PlanError, PlanGroup, groups_to_run, read_plan
 from raycolloc.job.workloads.registry import list_workloads
 from raycolloc.spec import CellSpec
+from raycolloc.workload_config import WorkloadConfig
 
 if TYPE_CHECKING:
     from raycolloc.driver.engine import CellResult
@@ -51,7 +52,8 @@ def cell_config(base: Config, group: PlanGroup, cell: PlanCell) -> Config:
     """
     jobs = []
     for job in cell.jobs:
-        if job.kind == "script":  # it trains as its Params say: raycolloc sets none of its settings
+        if isinstance(job.workload, WorkloadConfig) and job.workload.kind.as_written:
+            # A script trains as its Params say: raycolloc sets none of its settings.
             jobs.append(MixJob(workload=job.workload, mig_profile=job.mig_profile))
             continue
         if job.epochs is not None and job.epochs < 2:

@@ -68,7 +68,7 @@ def job_rows(rec: CellRecord) -> tuple[list[JobRow], list[EpochRow]]:
         e2 = next((e for e in eps if e.epoch == 2), None)
         peaks = [e.peak_mem_allocated_mib for e in eps if e.peak_mem_allocated_mib is not None]
         reserved = [e.peak_mem_reserved_mib for e in eps if e.peak_mem_reserved_mib is not None]
-        script = job.kind == "script"
+        script = job.workload.as_written  # measured from outside: its life, not raycolloc's epochs
         lifetime = info.ended_ts - info.started_ts if info.started_ts and info.ended_ts else None
         # The most device memory the GPU's driver attributed to the process: sampled, or read at the end.
         device_mem = [m for m in (procs[job.index][0], info.nvml_mem_mib) if m is not None]

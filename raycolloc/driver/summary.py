@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from raycolloc.results.rows import CellRow, JobRow
+from raycolloc.workload_kinds import ScriptWorkload
 
 __all__ = ["cell_summary"]
 
@@ -28,7 +29,7 @@ def cell_summary(cell: CellRow, jobs: Sequence[JobRow]) -> str:
     lines = [head, f"  {'job':<{width}}{'status':<8}{'epoch2 s':>10}{'samples/s':>12}{'peak MiB':>10}  note"]
     for j in jobs:
         note = (j.error or "")[:80]
-        if j.kind == "script":
+        if j.kind == ScriptWorkload.kind:  # the row's kind column, as the script kind wrote it
             # Measured from outside: its life and exit (peak MiB: what NVML saw of its process).
             note = f"script, exit {_fmt(j.exit_code, 'd')} after {_fmt(j.total_s, '.1f')} s {note}"
         if j.mig_uuid:

@@ -70,14 +70,14 @@ class TrainerPool:
                             1.0 / self.size)
 
     def _pooled(self, cell: CellSpec) -> bool:
-        return cell.config.trainer.reuse_actors and all(job.kind != "script" for job in cell.jobs)
+        return cell.config.trainer.reuse_actors and not any(job.workload.as_written for job in cell.jobs)
 
     def borrow(self, cell: CellSpec) -> list[Any]:
         """Actors for the cell's jobs, in job order (idle ones first, new ones for the rest); a cell
         with script jobs, or ``trainer.reuse_actors=false``, gets actors of its own."""
         if not self._pooled(cell):
             self.close()
-            return [self._create(RemoteScriptTrainer if job.kind == "script" else RemoteTrainer,
+            return [self._create(RemoteScriptTrainer if job.workload.as_written else RemoteTrainer,
                                  f"raycolloc:{cell.cell_id}/{job.name}", 1.0 / cell.degree) for job in cell.jobs]
         if cell.degree > self.size:
             raise ValueError(f"cell {cell.cell_id} has {cell.degree} jobs; the lane's pool holds {self.size}")

@@ -44,39 +44,11 @@ import time
 from multiprocessing import reduction
 from multiprocessing.connection import Connection
 
-__all__ = ["PRELOAD", "main", "watch_parent"]
+__all__ = ["PRELOAD", "main"]
 
 PRELOAD = ("torch", "timm", "raycolloc.job.process", "raycolloc.job.step", "raycolloc.job.data.sources",
            "raycolloc.job.workloads.presets", "raycolloc.job.workloads.models")
 _PR_SET_PDEATHSIG = 1
-
-
-def watch_parent(pid: int) -> None:
-    """End this process when ``pid`` ends (a thread blocked on the pid's descriptor: no CPU used)."""
-    import threading
-
-    def wait() -> None:
-        try:
-            fd = os.pidfd_open(pid)
-            select.select([fd], [], [])  # readable once the process has exited
-        except OSError:  # no pidfd (old kernel): poll instead
-            while os.getppid() != 1 and _exists(pid):
-                time.sleep(0.5)
-        os._exit(1)
-
-    if not _exists(pid):
-        os._exit(1)
-    threading.Thread(target=wait, name="watch-actor", daemon=True).start()
-
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class _Stopped(BaseException):

@@ -39,9 +39,10 @@ from typing import Any
 # cores first, and only threads started after that inherit them (pyarrow, for one, starts two).
 from raycolloc.job.measure import as_int, own_nvml_memory, thread_usage
 from raycolloc.mpsctl import client_status
-from raycolloc.procs import die_with_parent, format_cpus, normal_priority
+from raycolloc.procs import die_with_parent, format_cpus, normal_priority, watch_parent
 from raycolloc.results.rows import EpochRow
 from raycolloc.spec import Binding, JobInfo, JobSpec, JobState, JobStatus
+from raycolloc.workload_kinds import PythonWorkload, WorkloadSpec
 
 __all__ = ["JobProcess", "cache_env", "classify_error", "compile_cache", "main"]
 
@@ -140,31 +141,34 @@ class JobProcess:
             if job.trainer.torch_threads:
                 torch.set_num_threads(job.trainer.torch_threads)
         t1 = time.perf_counter()
-        if job.kind == "python":
+        # Each kind built by its own code; a script never reaches here (it is exec'd as written, job/script.py).
+        if isinstance(job.workload, PythonWorkload):
             sim_s, t2 = self._setup_python()
+        elif isinstance(job.workload, WorkloadSpec):
+            sim_s, t2 = self._setup_model(job.workload)
         else:
-            sim_s, t2 = self._setup_model()
+            raise TypeError(f"a training process runs no {type(job.workload).__name__}")
         self._sync()
         t3 = time.perf_counter()
         info.cuda_init_s, info.model_s, info.data_s = t1 - t0 + sim_s, t2 - t1 - sim_s, t3 - t2
         info.mps_client, info.mps_server_pid, info.mps_check_error = client_status(
             self.binding.mps_control, self.binding.mps_pipe_dir, self.pid)
 
-    def _setup_model(self) -> tuple[float, float]:
+    def _setup_model(self, spec: WorkloadSpec) -> tuple[float, float]:
         """A workload raycolloc composes: its model, the study's step, synthetic or real batches.
         Returns the seconds spent in the simulated driver and the time the model was ready."""
         from raycolloc.job.data.sources import build_source
         from raycolloc.job.step import build_step
 
-        job, info, spec = self.job, self.state.info, self.job.workload
-        model = spec.build_model()  # type: ignore[union-attr]
+        job, info = self.job, self.state.info
+        model = spec.build_model()
         info.params = sum(p.numel() for p in model.parameters())
         # The simulated context (memory accounted, MPS joined) needs the model's size first.
         sim_s = self._sim_context(self._estimate_bytes()) if self.backend == "sim" else 0.0
-        step = build_step(spec, model, self.device, job.trainer)  # type: ignore[arg-type]
+        step = build_step(spec, model, self.device, job.trainer)
         self._sync()
         t_model = time.perf_counter()
-        source = build_source(spec, job.batch_size, self.device, job.data.source, job.data.placement,  # type: ignore[arg-type]
+        source = build_source(spec, job.batch_size, self.device, job.data.source, job.data.placement,
                               job.data.path, job.data.num_workers, job.seed,
                               limit=job.epoch_samples if job.data.source == "real" else None)
         info.h2d_bytes_per_step = source.bytes_per_batch if job.data.placement == "host" else 0
@@ -336,8 +340,6 @@ def run(conn: Connection, actor_pid: int, forked: bool) -> None:
         # Before torch starts a thread: every thread of this process inherits the job's cores.
         os.sched_setaffinity(0, binding.cpus)
     if forked:
-        from raycolloc.job.forkserver import watch_parent
-
         watch_parent(actor_pid)  # an exec'd process has PR_SET_PDEATHSIG instead
     normal_priority()
     compile_cache(job.trainer.compile_cache).mkdir(parents=True, exist_ok=True)

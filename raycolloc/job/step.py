@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from raycolloc.config import TrainerConfig
-from raycolloc.job.workloads.registry import WorkloadSpec
+from raycolloc.workload_kinds import WorkloadSpec
 
 __all__ = ["TrainStep", "build_step", "make_step"]
 

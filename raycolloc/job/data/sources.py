@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from raycolloc.job.workloads.registry import WorkloadSpec
+from raycolloc.workload_kinds import WorkloadSpec
 
 __all__ = ["Batch", "BatchSource", "build_source"]
 

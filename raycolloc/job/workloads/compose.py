@@ -1,13 +1,13 @@
 """Compose a workload from a model, a dataset and settings; resolve a ``workload`` config into what
 a job runs.
 
-:func:`compose` builds the :class:`~raycolloc.job.workloads.registry.WorkloadSpec` of any timm model
-on any dataset of :data:`~raycolloc.job.workloads.datasets.DATASETS` (the presets are such
-compositions, with names). :func:`resolve` turns a validated
-:class:`~raycolloc.workload_config.WorkloadConfig` into the spec of one of three kinds: a model
-raycolloc trains, the user's function (:class:`PythonWorkload`) or the user's script
-(:class:`ScriptWorkload`). It runs in the driver, once per cell; the training process receives the
-result and builds the model from it.
+:func:`compose` builds the :class:`~raycolloc.workload_kinds.WorkloadSpec` of any timm model on any
+dataset of :data:`~raycolloc.datasets.DATASETS` (the presets are such compositions, with names).
+:func:`resolve` turns a validated :class:`~raycolloc.workload_config.WorkloadConfig` into one of the
+three kinds of :mod:`raycolloc.workload_kinds`: a model raycolloc trains, the user's function or the
+user's script. It runs in the driver, once per cell, and checks what the config contract cannot
+without importing the registry or timm (a preset's name, a timm model's); the training process
+receives the result and builds the model from it.
 """
 
 from __future__ import annotations
@@ -16,23 +16,24 @@ import functools
 import importlib
 import importlib.util
 import os
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
-from raycolloc.config_checks import ConfigError, closest
-from raycolloc.job.workloads.datasets import DATASETS
+from raycolloc.config_checks import ConfigError, check_choice, closest
+from raycolloc.datasets import DATASETS
 from raycolloc.job.workloads.diskcache import read_json, write_json
-from raycolloc.job.workloads.registry import WorkloadSpec, create_workload
+from raycolloc.job.workloads.registry import create_workload, list_workloads
+from raycolloc.workload_config import KINDS, ConfigKind, PresetKind, PythonKind, ScriptKind, TimmKind, WorkloadConfig
+from raycolloc.workload_kinds import PythonWorkload, ScriptWorkload, Workload, WorkloadSpec
 
 if TYPE_CHECKING:
     from torch import nn
 
-    from raycolloc.workload_config import WorkloadConfig
-
-__all__ = ["PythonWorkload", "ScriptWorkload", "UnknownModel", "Workload", "build_model", "check_composition",
-           "closest_models", "compose", "resolve", "timm_model_names"]
+__all__ = ["UnknownModel", "build_model", "check_composition", "check_model", "closest_models", "compose", "resolve",
+           "timm_model_names"]
 
 # Defaults of a python job (the function builds batches of raycolloc's batch size; an epoch is
 # dataset_size samples) where neither the workload nor the top-level keys set them.
@@ -42,43 +43,6 @@ PYTHON_DATASET_SIZE = 2048
 
 class UnknownModel(ValueError):
     """A model name timm does not know; the message lists the closest names."""
-
-
-@dataclass(frozen=True)
-class PythonWorkload:
-    """The user's function builds the job (``workload=python``); raycolloc runs the protocol.
-
-    ``sys_path`` is the directory the entry's top-level package lives in, found in the driver, so
-    the training process imports the same module wherever its Ray worker started.
-    """
-
-    name: str
-    entry: str
-    args: dict[str, Any]
-    batch_size: int
-    dataset_size: int
-    lr: float | None = None
-    model: str | None = None
-    dataset: str | None = None
-    sys_path: str | None = None
-    kind: ClassVar[str] = "python"
-
-
-@dataclass(frozen=True)
-class ScriptWorkload:
-    """The user's unmodified script is the job (``workload=script``); see ``raycolloc.job.script``."""
-
-    name: str
-    command: tuple[str, ...]
-    cwd: str | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    epoch_regex: str | None = None
-    model: str | None = None
-    dataset: str | None = None
-    kind: ClassVar[str] = "script"
-
-
-Workload = WorkloadSpec | PythonWorkload | ScriptWorkload
 
 
 def build_model(name: str, *args: Any) -> nn.Module:
@@ -137,7 +101,7 @@ def check_model(name: str) -> None:
 
 
 def check_composition(dataset: str, resolution: int | None, num_classes: int | None,
-                      dataset_size: int | None) -> None:
+                       dataset_size: int | None) -> None:
     """What a ``workload=timm`` composition needs of its dataset, checked without building anything
     (the model's name: :func:`check_model`).
 
@@ -192,7 +156,8 @@ def _count_imagefolder(path: str | None, resolution: int) -> tuple[int, int]:
     return folder.num_classes, len(folder)
 
 
-def _resolve_preset(wc: WorkloadConfig) -> WorkloadSpec:
+def _resolve_preset(wc: WorkloadConfig, label: str, source: str, path: str | None) -> WorkloadSpec:
+    check_choice("workload", wc.name, (*list_workloads(), *KINDS))
     spec = create_workload(wc.name)
     for key in ("resolution", "num_classes"):
         if getattr(wc, key) is not None:
@@ -204,7 +169,18 @@ def _resolve_preset(wc: WorkloadConfig) -> WorkloadSpec:
 
 
 def _resolve_timm(wc: WorkloadConfig, label: str, source: str, path: str | None) -> WorkloadSpec:
-    info = DATASETS[str(wc.dataset)]
+    # Checked here, in the driver (the config contract imports no timm): the name, then the dataset.
+    try:
+        check_model(str(wc.model))
+    except UnknownModel as exc:
+        raise ConfigError(f"workload.model={wc.model!r}: {exc}") from None
+    if not wc.dataset:
+        raise ConfigError(f"workload=timm needs workload.dataset; choose one of: {', '.join(DATASETS)}")
+    try:
+        check_composition(wc.dataset, wc.resolution, wc.num_classes, wc.dataset_size)
+    except ValueError as exc:
+        raise ConfigError(f"workload.dataset={wc.dataset!r}: {exc}") from None
+    info = DATASETS[wc.dataset]
     classes, samples = wc.num_classes, wc.dataset_size
     if wc.dataset == "imagefolder" and (classes is None or samples is None):
         if source != "real":
@@ -244,8 +220,32 @@ def _entry_root(entry: str) -> str | None:
     return str(origin.parents[depth])
 
 
+def _resolve_python(wc: WorkloadConfig, label: str, source: str, path: str | None) -> PythonWorkload:
+    return PythonWorkload(name=label, entry=str(wc.entry), args=dict(wc.args),
+                          batch_size=wc.batch_size or PYTHON_BATCH_SIZE,
+                          dataset_size=wc.dataset_size or PYTHON_DATASET_SIZE, lr=wc.lr, model=wc.model,
+                          dataset=wc.dataset, sys_path=_entry_root(str(wc.entry)))
+
+
+def _resolve_script(wc: WorkloadConfig, label: str, source: str, path: str | None) -> ScriptWorkload:
+    # Relative paths in the command are relative to where the sweep was started, as in a shell.
+    cwd = str(Path(wc.cwd).expanduser().resolve()) if wc.cwd else os.getcwd()
+    if not Path(cwd).is_dir():
+        raise ConfigError(f"workload.cwd={wc.cwd!r} is not a directory")
+    return ScriptWorkload(name=label, command=tuple(wc.command), cwd=cwd, env=dict(wc.env),
+                          epoch_regex=wc.epoch_regex, model=wc.model, dataset=wc.dataset)
+
+
+# Each kind of workload config resolves into its kind of job (the registry and timm, which the
+# config contract does not import, are consulted here, in the driver).
+_RESOLVERS: dict[type[ConfigKind], Callable[[WorkloadConfig, str, str, str | None], Workload]] = {
+    PresetKind: _resolve_preset, TimmKind: _resolve_timm, PythonKind: _resolve_python, ScriptKind: _resolve_script,
+}
+
+
 def resolve(wc: WorkloadConfig, label: str, source: str = "synthetic", path: str | None = None) -> Workload:
-    """What a job of this workload runs (in the driver, once).
+    """What a job of this workload runs (in the driver, once): the preset's or the composition's
+    model (its name checked against the registry or timm's), the user's function or script.
 
     Args:
         wc: the validated workload config.
@@ -256,19 +256,4 @@ def resolve(wc: WorkloadConfig, label: str, source: str = "synthetic", path: str
     Raises:
         ConfigError: naming the key.
     """
-    if wc.kind == "preset":
-        return _resolve_preset(wc)
-    if wc.kind == "timm":
-        return _resolve_timm(wc, label, source, path)
-    if wc.kind == "python":
-        return PythonWorkload(name=label, entry=str(wc.entry), args=dict(wc.args),
-                              batch_size=wc.batch_size or PYTHON_BATCH_SIZE,
-                              dataset_size=wc.dataset_size or PYTHON_DATASET_SIZE, lr=wc.lr, model=wc.model,
-                              dataset=wc.dataset, sys_path=_entry_root(str(wc.entry)))
-    # Relative paths in the command are relative to where the sweep was started, as in a shell.
-    cwd = str(Path(wc.cwd).expanduser().resolve()) if wc.cwd else os.getcwd()
-    if not Path(cwd).is_dir():
-        raise ConfigError(f"workload.cwd={wc.cwd!r} is not a directory")
-    return ScriptWorkload(name=label, command=tuple(wc.command), cwd=cwd, env=dict(wc.env),
-                          epoch_regex=wc.epoch_regex, model=wc.model, dataset=wc.dataset)
-
+    return _RESOLVERS[type(wc.kind)](wc, label, source, path)

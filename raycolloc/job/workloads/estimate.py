@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from raycolloc.job.workloads.diskcache import cache_path, read_json, write_json
-from raycolloc.job.workloads.registry import WorkloadSpec
+from raycolloc.workload_kinds import WorkloadSpec
 
 if TYPE_CHECKING:
     from raycolloc.spec import JobSpec

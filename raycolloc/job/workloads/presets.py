@@ -12,7 +12,8 @@ from __future__ import annotations
 from functools import partial
 
 from raycolloc.job.workloads.compose import build_model, compose
-from raycolloc.job.workloads.registry import WorkloadSpec, register_workload
+from raycolloc.job.workloads.registry import register_workload
+from raycolloc.workload_kinds import WorkloadSpec
 
 __all__ = ["CRITEO_KAGGLE_TABLE_SIZES"]
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from raycolloc.job.workloads.compose import PythonWorkload
+from raycolloc.workload_kinds import PythonWorkload
 
 if TYPE_CHECKING:
     from raycolloc.spec import JobSpec
