@@ -9,9 +9,10 @@ out=${1:-${OUT:-/tmp/out}}
 secs=${2:-90}  # past Ray's start-up and the first cells' set-up: the signal lands while cells train
 mkdir -p "$out/sigterm"
 export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 PYTHONUNBUFFERED=1
-# Long epochs (a time budget of 30 s each): the cells are still training when the signal comes.
+# Long epochs (a time budget of 30 s each, and more samples than that takes: the budget ends them):
+# the cells are still training when the signal comes.
 cmd=(python3 -m raycolloc.sweep -m workload=resnet26_cifar10 batch_size=128 mode=mps degree=1,2,3,7
-     epoch_time_s=30 out_dir="$out/sigterm")
+     epoch_samples=5000000 epoch_time_s=30 out_dir="$out/sigterm")
 log() { echo "=== $* ($(date +%T))"; }
 leftovers() {
   # By process name (comm), never by command line: pgrep -f also counts any shell whose command line

@@ -79,13 +79,17 @@ def test_sigterm_mid_mps_cell_exits_143_leaves_nothing_and_a_rerun_completes(tmp
         wait_for(lambda: "tiny_cnn-mps-x1: warm-up" in log.read_text(), 400, "the second MPS cell's warm-up")
         started = _started_by(proc)
         assert daemons_under(root)  # the MPS cell's daemon serves
-        os.killpg(proc.pid, signal.SIGTERM)  # as `timeout` does: the driver and its process group
+        # As GNU `timeout` does: SIGTERM to the command, then to its process group (the command again,
+        # and the local Ray instance's processes): the driver gets it twice, and takes it as one.
+        os.kill(proc.pid, signal.SIGTERM)
+        os.killpg(proc.pid, signal.SIGTERM)
         code = proc.wait(timeout=240)
     finally:
         _kill_session(proc)
     output = log.read_text()
     assert code == 143, output[-3000:]
     assert "terminated (SIGTERM)" in output and "Traceback" not in output, output[-3000:]
+    assert "SIGTERM again" not in output, output[-3000:]  # timeout's echo is not a second signal
     assert "SIGTERM received" not in output  # Ray's native handler (abort, exit 134) did not run
     assert not _alive(started), _alive(started)  # no process of its Ray instance is left
     # The cell written before the signal is whole; the interrupted one left no table, not even a temp file.

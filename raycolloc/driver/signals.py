@@ -7,7 +7,8 @@ main thread, so both take the path Ctrl-C always took: the engine cancels the ru
 kills its trainers, releases its GPU and writes nothing), the lanes end their leases (MPS daemons
 stopped, MIG layouts restored), Ray is shut down, and the command exits 130 (SIGINT) or 143
 (SIGTERM). A second signal of either kind, while that runs, ends the process at once with
-128 + its number; what it leaves, a re-run (or ``python -m raycolloc.doctor --fix``) puts right.
+128 + its number (the same signal within a second of the first is taken for ``timeout``'s echo of it,
+not a second one); what it leaves, a re-run (or ``python -m raycolloc.doctor --fix``) puts right.
 
 ``timeout`` signals the command's whole process group, where the local Ray instance's own processes
 (GCS, raylet, agents) live: they would die at once, the driver's cleanup would wait on a dead GCS
@@ -29,6 +30,7 @@ import contextlib
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from types import FrameType
 from typing import Any
@@ -41,6 +43,12 @@ __all__ = ["Terminated", "ending", "exit_status", "install", "reinstall", "shiel
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _state: dict[str, int] = {"installed": 0, "first": 0}
 _before: dict[int, Any] = {}  # the handlers install() replaced, put back by uninstall()
+_first_at = [0.0]  # when the first signal came (time.monotonic)
+# GNU `timeout` sends its signal to the command and then to its own process group, which holds the
+# command: the driver gets SIGTERM twice, microseconds apart (seen on the GPU machine: the sweep took the
+# echo for a second signal and exited at once, its MPS daemons left). The same signal within this
+# window is that echo, not a user's second signal.
+ECHO_S = 1.0
 
 
 class Terminated(KeyboardInterrupt):
@@ -48,6 +56,8 @@ class Terminated(KeyboardInterrupt):
 
 
 def _handle(signum: int, frame: FrameType | None) -> None:
+    if _state["first"] == signum and time.monotonic() - _first_at[0] < ECHO_S:
+        return  # the same signal again at once: `timeout` sends it to the command, then to its group
     if _state["first"]:
         # Nothing is waited for: Ray's processes die with this one (they share its fate), and a
         # re-run stops what the steward kept (MPS daemons, MIG layouts) from its records.
@@ -55,6 +65,7 @@ def _handle(signum: int, frame: FrameType | None) -> None:
                     f"`python -m raycolloc.doctor --fix` cleans what is left\n".encode())
         os._exit(128 + signum)
     _state["first"] = signum
+    _first_at[0] = time.monotonic()
     raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
 
