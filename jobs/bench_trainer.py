@@ -70,10 +70,12 @@ def trainer_round(variant: str, cell: Any, gpu: Any, core: int | None, steward: 
         (binding,) = ray.get(steward.prepare.remote(cell, gpu.uuid), timeout=timeout_s)
     else:
         env = {"CUDA_VISIBLE_DEVICES": gpu.uuid, **ray.get(steward.job_env.remote(gpu.uuid), timeout=60)}
-        binding = Binding(job_index=0, gpu_uuid=gpu.uuid, env=env, cpus=(core,) if core is not None else None)
+        device = ray.get(steward.job_device.remote(gpu.uuid), timeout=60)
+        binding = Binding(job_index=0, gpu_uuid=gpu.uuid, env=env, cpus=(core,) if core is not None else None,
+                          device=device)
     trainer = RemoteTrainer.options(num_cpus=1, num_gpus=0).remote()
     try:
-        ray.get(trainer.start.remote(job, binding, gpu.backend), timeout=timeout_s)
+        ray.get(trainer.start.remote(job, binding), timeout=timeout_s)
         state = ray.get(trainer.setup.remote(), timeout=timeout_s)
         if state.ok and variant == "steward":
             ray.get(steward.start_sampling.remote(cell_id, {state.info.pid: 0}), timeout=60)
@@ -81,7 +83,7 @@ def trainer_round(variant: str, cell: Any, gpu: Any, core: int | None, steward: 
             ray.get(trainer.run_epochs.remote(1, 1), timeout=timeout_s)
             state = ray.get(trainer.run_epochs.remote(2, job.epochs), timeout=timeout_s)
         if variant == "steward":
-            telemetry_rows = len(ray.get(steward.stop_sampling.remote(cell_id), timeout=60)["rows"])
+            telemetry_rows = len(ray.get(steward.stop_sampling.remote(cell_id), timeout=60).rows)
         if not state.ok:
             raise RuntimeError(f"{variant}: trainer failed: {state.error}")
     finally:

@@ -2,6 +2,8 @@
 
 The driver validates a config once into a :class:`CellSpec` (``raycolloc.driver.cells``); the
 node's steward turns it into one :class:`Binding` per job; each trainer reports a :class:`JobState`.
+The steward answers with a :class:`NodeInfo`, a :class:`Release` and :class:`Samples`; jobs and
+lanes tell the progress board a :class:`JobProgress` and a :class:`CellProgress`.
 All are plain dataclasses (never DictConfigs), so every process reads the same typed shape.
 """
 
@@ -11,10 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from raycolloc.config import Config, DataConfig, TrainerConfig
-from raycolloc.results.rows import EpochRow
+from raycolloc.devices import BackendTraits, CudaDevice, GpuInfo, JobDevice
+from raycolloc.results.rows import EpochRow, TelemetryRow
 from raycolloc.workload_kinds import Workload
 
-__all__ = ["JOB_STATUSES", "Binding", "CellSpec", "JobInfo", "JobSpec", "JobState", "JobStatus"]
+__all__ = ["JOB_STATUSES", "Binding", "CellProgress", "CellSpec", "JobInfo", "JobProgress", "JobSpec", "JobState",
+           "JobStatus", "NodeInfo", "Release", "Samples"]
 
 # ok; oom (out of device memory); error (crashed, or died); hang (no progress for
 # trainer.stall_timeout_s); skipped (its cell was skipped: never started).
@@ -99,7 +103,8 @@ class Binding:
     """How one job is bound to its GPU, as the node's mode prepared it.
 
     ``env`` is set in the training process before CUDA initialises: the GPU or MIG device
-    (``CUDA_VISIBLE_DEVICES``), the MPS pipe, MPS limits.
+    (``CUDA_VISIBLE_DEVICES``), the MPS pipe, MPS limits. ``device`` is what the job's process calls
+    on its GPU beyond torch, chosen by the node's backend (a simulated GPU's driver, or nothing).
     """
 
     job_index: int
@@ -110,6 +115,7 @@ class Binding:
     mps_pipe_dir: str | None = None
     mps_control: str | None = None
     cpus: tuple[int, ...] | None = None  # cores the job is pinned to (trainer.cpu_affinity=auto)
+    device: JobDevice = CudaDevice()
 
 
 @dataclass
@@ -165,3 +171,62 @@ class JobState:
         """This state with a failure recorded (keeps the info and finished epochs)."""
         self.status, self.error = status, error
         return self
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """A node as its steward reports it (the sweep's pre-flight checks read it)."""
+
+    node_id: str
+    pid: int  # the steward's process
+    gpus: tuple[GpuInfo, ...]
+    driver: str
+    cpus: int  # cores Ray may use on the node
+    mem_total_mib: float
+    mem_available_mib: float
+    leftovers: tuple[str, ...]  # what dead stewards left, found (and put right) at its start
+    traits: BackendTraits  # what its GPU backend allows: host memory and cores per job, MIG, ...
+
+    @property
+    def backend(self) -> str:
+        return self.traits.name
+
+
+@dataclass(frozen=True)
+class Release:
+    """What releasing a cell's GPU did (for the log: the GPU is free for the next cell either way)."""
+
+    released: bool = False  # False: the cell held nothing here (already released)
+    errors: tuple[str, ...] = ()
+    mps_stopped: bool = False  # its MPS daemon stopped (end of an MPS cell, or of the GPU's lease)
+    mps_daemon_kept: bool = False  # ... or kept for the next MPS cell (mode.keep_daemon)
+    mig_restored: bool = False  # the MIG layout found before the cell put back
+
+
+@dataclass(frozen=True)
+class Samples:
+    """The telemetry of a cell, sampled while it ran, and what went wrong sampling it."""
+
+    rows: tuple[TelemetryRow, ...] = ()
+    errors: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    """Where a job stands (its trainer tells the progress board about once a second)."""
+
+    epoch: int  # 1-based; 0 before the first
+    step: int  # steps done in this epoch
+    steps: int  # steps per epoch (1 for a script: it reports whole epochs)
+    epochs: int
+    samples_per_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class CellProgress:
+    """A cell on the progress board: its state, its status once done, and its jobs' progress."""
+
+    state: str = "queued"  # queued, leasing, preparing, setup, warm-up, measuring, training, done
+    status: str | None = None
+    updated: float = 0.0  # wall clock of the last change
+    jobs: dict[int, JobProgress] = field(default_factory=dict)

@@ -123,14 +123,16 @@ def test_sweeps_share_the_cluster_s_progress_board_and_each_sees_its_own_cells()
     """One detached board per cluster (a sweep starts no actor for it); a sweep's part is its own,
     even where two sweeps run cells of the same name, and goes when the sweep ends."""
     from raycolloc.driver.progress import open_board
+    from raycolloc.spec import JobProgress
 
     a, b = open_board(NAMESPACE), open_board(NAMESPACE)
     assert a.actor._actor_id == b.actor._actor_id and a.sweep != b.sweep
-    a.update("cell-1", {"state": "setup"})
-    b.update("cell-1", {"state": "done", "status": "ok"})
-    a.job("cell-1", 0, {"epoch": 1, "step": 3})
-    assert a.snapshot()["cell-1"]["state"] == "setup" and a.snapshot()["cell-1"]["jobs"] == {"0": {"epoch": 1, "step": 3}}
-    assert b.snapshot()["cell-1"]["state"] == "done" and "jobs" not in b.snapshot()["cell-1"]
+    a.cell("cell-1", "setup")
+    b.cell("cell-1", "done", "ok")
+    progress = JobProgress(epoch=1, step=3, steps=4, epochs=2)
+    a.job("cell-1", 0, progress)
+    assert a.snapshot()["cell-1"].state == "setup" and a.snapshot()["cell-1"].jobs == {0: progress}
+    assert b.snapshot()["cell-1"].state == "done" and not b.snapshot()["cell-1"].jobs
     a.close()
     assert a.snapshot() == {} and set(b.snapshot()) == {"cell-1"}
     b.close()

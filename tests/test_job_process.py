@@ -25,7 +25,7 @@ _TRAINER = """
     job = JobSpec("cell-x", 0, create_workload("tiny_cnn"), 32, 2, 64, 0, DataConfig(), TrainerConfig())
     binding = Binding(job_index=0, gpu_uuid="GPU-none", env={"CUDA_VISIBLE_DEVICES": ""}, cpus=(CORE,))
     t = Trainer()
-    t.start(job, binding, "nvml", forkserver=FORKSERVER)
+    t.start(job, binding, forkserver=FORKSERVER)
 """
 SPAWN = ["exec", "fork"]
 
@@ -127,7 +127,7 @@ def test_forked_jobs_bind_their_own_gpu_pipe_and_cores_and_inherit_nothing_else(
     for i, core in enumerate((%d, %d)):
         env = {"CUDA_VISIBLE_DEVICES": f"GPU-{i}", "CUDA_MPS_PIPE_DIRECTORY": f"/tmp/pipe-{i}"}
         binding = Binding(job_index=i, gpu_uuid=f"GPU-{i}", env=env, cpus=(core,))
-        procs.append(start_training_process(job, binding, "nvml", {**base, **env}, FORKSERVER))
+        procs.append(start_training_process(job, binding, {**base, **env}, FORKSERVER))
     for p, conn in procs:
         assert conn.recv()[0] == "ready"
         tasks = os.listdir(f"/proc/{p.pid}/task")

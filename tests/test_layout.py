@@ -1,7 +1,8 @@
 """The house's rules (issues 14 and 31), read from the source: modules stay small, the steward needs
-no ``type: ignore``, the job package never imports a mode (a job is bound through its environment),
-no import circle among the project's modules, the config contract imports nothing above it; and the
-quick test tier starts no Ray."""
+no ``type: ignore``, the job package never imports a mode (a job is bound through its environment)
+nor anything of the node (its device comes in its binding), no backend's name is tested outside the
+GPU backends, no import circle among the project's modules, the config contract imports nothing above
+it; and the quick test tier starts no Ray."""
 
 from __future__ import annotations
 
@@ -138,6 +139,70 @@ def test_the_config_contract_imports_nothing_above_it() -> None:
     upward = [trail for module, trail in reached.items() if module.startswith(ABOVE_CONTRACT)]
     torch = [f"{trail} -> {pkg}" for module, trail in reached.items() for pkg in outside[module] & set(NEEDS_TORCH)]
     assert not upward and not torch, [*upward, *torch]
+
+
+def _imports(path: Path) -> list[str]:
+    """Every module ``path`` imports (``from x import y`` counts as ``x.y``), at any depth."""
+    tree = ast.parse(path.read_text())
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names += [f"{node.module}.{a.name}" for a in node.names]
+    return names
+
+
+def test_the_job_package_imports_nothing_of_the_node() -> None:
+    """A job reaches its (simulated or real) GPU through the device in its binding, never by importing
+    the node's code: the device's class comes with the binding."""
+    found = [f"{p.relative_to(ROOT)}: {n}" for p in (PACKAGE / "job").rglob("*.py")
+             for n in _imports(p) if n.startswith("raycolloc.node")]
+    assert not found, found
+
+
+def _names_sim(node: ast.expr) -> bool:
+    if isinstance(node, ast.Constant):
+        return node.value == "sim"
+    return isinstance(node, ast.Set | ast.Tuple | ast.List) and any(_names_sim(e) for e in node.elts)
+
+
+def test_no_backend_name_is_tested_outside_the_gpu_backends() -> None:
+    """What differs between the simulated and real GPUs is in their traits and devices
+    (``raycolloc.devices``), not in ``== "sim"`` tests spread over the layers."""
+    found = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.is_relative_to(PACKAGE / "node" / "gpu"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare) and any(_names_sim(e) for e in (node.left, *node.comparators)):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not found, found
+
+
+def test_each_backend_carries_the_traits_of_its_name_and_its_jobs_device() -> None:
+    """The seam chosen once per node: a backend class's traits are those the driver looks up by
+    ``cluster.backend``; a simulated GPU's job gets a device that survives the trip to a script's
+    launcher; a real GPU's needs nothing."""
+    from raycolloc.config import ClusterConfig
+    from raycolloc.devices import CudaDevice
+    from raycolloc.job.script_exec import decode_device, encode_device
+    from raycolloc.node.gpu.kinds import backend_traits
+    from raycolloc.node.gpu.nvml import NvmlBackend
+    from raycolloc.node.gpu.sim import SimBackend
+    from raycolloc.node.gpu.sim_cuda import SimJobDevice
+    from raycolloc.node.steward import steward_name
+
+    assert NvmlBackend.traits is backend_traits("nvml") and SimBackend.traits is backend_traits("sim")
+    assert NvmlBackend.kind == "nvml" and SimBackend.kind == "sim"
+    for device in (CudaDevice(), SimJobDevice()):
+        assert decode_device(encode_device(device)) == device
+    assert CudaDevice().cuda and not SimJobDevice().cuda
+    assert CudaDevice().attach(1, lambda: 1 / 0, 1) == 0.0  # a real GPU never asks for the job's size
+    # One steward per node and set of GPUs: the names as they were.
+    sim = ClusterConfig(backend="sim", gpu_model="H100-80GB", sim_mig_mode="auto")
+    assert steward_name("0123456789abcdef", sim) == "raycolloc:steward:0123456789ab:sim-H100-80GB-auto"
+    assert steward_name("0123456789abcdef", ClusterConfig(backend="nvml")) == "raycolloc:steward:0123456789ab:nvml"
 
 
 def test_an_unmarked_test_that_reaches_for_ray_fails_before_ray_starts() -> None:

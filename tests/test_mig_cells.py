@@ -52,7 +52,7 @@ def _steward(job) -> Any:  # noqa: ANN001
 
 
 def _gpus(steward: Any) -> list[Any]:
-    return ray.get(steward.info.remote(), timeout=60)["gpus"]
+    return list(ray.get(steward.info.remote(), timeout=60).gpus)
 
 
 def _records(steward: Any) -> dict[str, list[Any]]:

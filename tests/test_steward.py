@@ -32,7 +32,7 @@ def _short_root() -> Path:
 def _sim_gpu_uuids(spec) -> list[str]:  # noqa: ANN001
     node = ray.get_runtime_context().get_node_id()
     steward = get_steward(node, spec.config.cluster, spec.config.mode.pipe_root)
-    return [g.uuid for g in ray.get(steward.info.remote(), timeout=60)["gpus"]]
+    return [g.uuid for g in ray.get(steward.info.remote(), timeout=60).gpus]
 
 
 def _sim(tmp_path: Path, model: str = "H100-80GB") -> SimBackend:
@@ -190,9 +190,9 @@ def test_start_stewards_starts_the_steward_of_every_gpu_node_before_any_cell() -
     job = load(["degree=1"])
     nodes = gpu_nodes()
     infos = start_stewards(nodes, job.config.cluster, job.config.mode.pipe_root)
-    assert len(infos) == 1 and len(infos[0]["gpus"]) == 2  # the local instance: one node with two GPUs
+    assert len(infos) == 1 and len(infos[0].gpus) == 2  # the local instance: one node with two GPUs
     node = ray.get_runtime_context().get_node_id()
     steward = ray.get_actor(steward_name(node, job.config.cluster), namespace=NAMESPACE)
-    assert ray.get(steward.info.remote(), timeout=60)["gpus"]
+    assert ray.get(steward.info.remote(), timeout=60).gpus
     # Idempotent: a second sweep finds the stewards running.
     assert len(start_stewards(nodes, job.config.cluster, job.config.mode.pipe_root)) == 1

@@ -26,12 +26,14 @@ import pytest
 from analysis.load import load_sweeps
 from raycolloc.config import config_hash
 from raycolloc.driver.outlock import LOCK_NAME, OutputLocked, hold_output
+from raycolloc.node.gpu.kinds import backend_traits
 from raycolloc.node.gpu.sim import SimBackend
 from raycolloc.node.gpu.simdevice import SimOutOfMemory
 from raycolloc.node.leftovers import OWNER_FILE
 from raycolloc.node.mig.profiles import get_gpu_model
 from raycolloc.node.modes.mig import MIG_RECORD, apply_instances, read_instances
 from raycolloc.results.index import REFERENCE
+from raycolloc.spec import NodeInfo
 
 from .conftest import CPU_OVERRIDES, ROOT, load, run_cli, used_ray
 
@@ -268,9 +270,10 @@ def test_item_11_the_dashboard_url_comes_with_the_token_it_asks_for(tmp_path: Pa
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
-def _node(backend: str, cpus: int, free_mib: float, gpus: list) -> dict:  # noqa: ANN001
+def _node(backend: str, cpus: int, free_mib: float, gpus: list) -> NodeInfo:  # noqa: ANN001
     """A steward's ``info()`` of a node, as the pre-flight reads it."""
-    return {"backend": backend, "cpus": cpus, "mem_available_mib": free_mib, "gpus": gpus}
+    return NodeInfo(node_id="node-x", pid=0, gpus=tuple(gpus), driver="", cpus=cpus, mem_total_mib=free_mib,
+                    mem_available_mib=free_mib, leftovers=(), traits=backend_traits(backend))
 
 
 @pytest.mark.slow  # estimates ResNet152's memory (timm on the meta device): ~4 s

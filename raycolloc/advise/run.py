@@ -23,6 +23,7 @@ from omegaconf.errors import OmegaConfBaseException
 from raycolloc import conf_dir
 from raycolloc.advise.profile import GpuCosts, Profile, gpu_costs_in, load_costs, profile_of, save_costs
 from raycolloc.config import ConfigError, register_configs
+from raycolloc.node.gpu.kinds import recorded_traits
 from raycolloc.spec import CellSpec
 from raycolloc.workload_config import workload_hash_view
 
@@ -144,7 +145,7 @@ def node_cores(requested: int | None, backend: str) -> int:
     else the CPUs of the Ray node with a GPU that ran the profiles (this machine where none did)."""
     if requested is not None:
         return requested
-    if backend == "sim":
+    if recorded_traits(backend).trains_on_cpu:
         return len(os.sched_getaffinity(0))
     import ray
 
@@ -198,6 +199,8 @@ def _costs(out_dir: Path, cells: Any, jobs: Any) -> GpuCosts | None:
     if cached is not None:
         return cached
     measured = gpu_costs_in(cells, jobs).get(gpu)
-    if measured is not None and (measured.context_mib is not None or cells.iloc[0]["backend"] == "sim"):
+    # A CPU stand-in has no CUDA context to measure: its costs are whole without one.
+    cpu_stand_in = recorded_traits(cells.iloc[0]["backend"]).trains_on_cpu
+    if measured is not None and (measured.context_mib is not None or cpu_stand_in):
         save_costs(out_dir, measured)
     return measured

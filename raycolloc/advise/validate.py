@@ -19,6 +19,7 @@ from pathlib import Path
 from raycolloc.advise.fit import Observation, fit, observations_in
 from raycolloc.advise.model import ASSUMPTIONS, Params, Prediction, predict
 from raycolloc.advise.profile import Profile, gpu_costs_in, profiles_in
+from raycolloc.node.gpu.kinds import recorded_traits
 
 __all__ = ["CellCheck", "Metric", "Targets", "Validation", "format_validation", "validate"]
 
@@ -130,7 +131,8 @@ def validate(paths: Sequence[str | Path], fit_paths: Sequence[str | Path] = (), 
     costs = gpu_costs_in(data.cells, data.jobs)
     profiles = profiles_in(data.cells, data.jobs, data.epochs, data.telemetry, costs)
     # Simulated GPUs run on this machine's cores; a real node's count is not in the results (None: no CPU limit).
-    if cores is None and set(data.cells["backend"].dropna()) == {"sim"}:
+    backends = set(data.cells["backend"].dropna())
+    if cores is None and backends and all(recorded_traits(b).trains_on_cpu for b in backends):
         cores = len(os.sched_getaffinity(0))
     checked = observations_in(data.cells, data.jobs, profiles, costs, cores)
     fit_on = list(checked)

@@ -30,7 +30,7 @@ from raycolloc.driver.rows import CellRecord
 from raycolloc.driver.stall import StallWatch
 from raycolloc.driver.trainers import TrainerPool
 from raycolloc.node.gpu.backend import GpuInfo
-from raycolloc.spec import CellSpec, JobSpec, JobState
+from raycolloc.spec import CellSpec, JobSpec, JobState, Samples
 
 __all__ = ["CellCancelled", "Lane", "run_cell"]
 
@@ -55,9 +55,9 @@ class Lane:
     forkserver: str | None  # the node's warm parent of training processes, if it serves
     trainers: TrainerPool
 
-    def report(self, cell_id: str, **fields: Any) -> None:
+    def report(self, cell_id: str, state: str) -> None:
         """Set the cell's state on the progress board (fire and forget)."""
-        self.board.update(cell_id, fields)
+        self.board.cell(cell_id, state)
 
 
 def _gather(refs: dict[int, Any], timeout: float | None, cancel: threading.Event,
@@ -106,7 +106,7 @@ class _CellRun:
     def run(self) -> None:
         cell, lane, rec = self.cell, self.lane, self.rec
         trainer_cfg = cell.config.trainer
-        lane.report(cell.cell_id, state="preparing")
+        lane.report(cell.cell_id, "preparing")
         t_prepare = time.perf_counter()
         bindings = ray.get(lane.steward.prepare.remote(cell, lane.gpu.uuid), timeout=300)
         self.prepared = True
@@ -116,8 +116,8 @@ class _CellRun:
         actors = lane.trainers.borrow(cell)
         for job, binding, actor in zip(cell.jobs, bindings, actors, strict=True):
             self.trainers[job.index] = actor
-            actor.start.remote(job, binding, lane.gpu.backend, lane.board, forkserver)  # its setup waits for it
-        lane.report(cell.cell_id, state="setup")
+            actor.start.remote(job, binding, lane.board, forkserver)  # its setup waits for it
+        lane.report(cell.cell_id, "setup")
         rec.states = _gather({i: t.setup.remote() for i, t in self.trainers.items()}, trainer_cfg.setup_timeout_s,
                              lane.cancel)
         rec.setup_s = time.perf_counter() - t_setup
@@ -129,14 +129,14 @@ class _CellRun:
             # Mixed cells: every job trains its own epochs to completion from a common start, as the
             # study's mixed workloads did; no barrier holds a fast job back for a slow one. Scripts
             # run as written: they have no warm-up to wait for.
-            lane.report(cell.cell_id, state="training")
+            lane.report(cell.cell_id, "training")
             self._epochs(lambda job: (1, job.epochs))
             return
         # Warm-up epoch (1) on every live job; waiting for all of them is the barrier after which
         # the measured epochs start together, so they overlap on the GPU.
-        lane.report(cell.cell_id, state="warm-up")
+        lane.report(cell.cell_id, "warm-up")
         self._epochs(lambda job: (1, 1))
-        lane.report(cell.cell_id, state="measuring")
+        lane.report(cell.cell_id, "measuring")
         self._epochs(lambda job: (2, job.epochs))
 
     def _live(self) -> list[int]:
@@ -179,8 +179,8 @@ class _CellRun:
                 finished = [i for i, final in finals.items() if final.ok]
             if self.prepared:
                 try:
-                    out = ray.get(self.lane.steward.stop_sampling.remote(self.cell.cell_id), timeout=120)
-                    self.rec.telemetry = out["rows"]
+                    samples: Samples = ray.get(self.lane.steward.stop_sampling.remote(self.cell.cell_id), timeout=120)
+                    self.rec.telemetry = list(samples.rows)
                 except Exception as exc:  # noqa: BLE001
                     first = (str(exc).splitlines() or [""])[0][:300]  # a dead steward's error runs to many lines
                     log.warning("cell=%s telemetry lost: %s", self.cell.cell_id, first)

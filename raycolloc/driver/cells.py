@@ -20,6 +20,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from raycolloc.config import Config, ConfigError, MigConfig, MixConfig, MixJob, config_hash, load_config
 from raycolloc.driver.node_paths import check_node_paths
 from raycolloc.job.workloads.compose import resolve
+from raycolloc.node.gpu.kinds import backend_traits
 from raycolloc.node.mig.profiles import UnknownGpuModel, get_gpu_model, known_gpu_models
 from raycolloc.spec import CellSpec, JobSpec
 from raycolloc.workload_config import TimmKind, WorkloadConfig, workload_label
@@ -191,7 +192,7 @@ def _check_data(cfg: Config, spec: CellSpec) -> None:
                 check_readable(reader, check_layout(reader, str(path)))
             except DatasetError as exc:
                 raise ConfigError(f"data.path: {exc}") from None
-    if cfg.cluster.backend == "sim":
+    if backend_traits(cfg.cluster.backend).trains_on_cpu:
         slow = {j.workload.name: j for j in spec.jobs
                 if isinstance(j.workload, WorkloadSpec) and j.workload.size != "tiny" and j.epoch_samples > 20_000}
         for job in slow.values():

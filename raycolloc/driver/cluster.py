@@ -23,6 +23,7 @@ import ray
 
 from raycolloc.config import ClusterConfig
 from raycolloc.driver import signals
+from raycolloc.node.gpu.kinds import backend_traits
 
 __all__ = ["auth_token", "connect", "dashboard_line", "start_local_ray"]
 
@@ -43,7 +44,7 @@ def connect(cluster: ClusterConfig, max_jobs_per_cell: int = 1) -> dict[str, Any
             signals.reinstall()  # ray.init took SIGTERM (its native handler aborts the driver)
         return ray.cluster_resources()
     cpus = cluster.num_cpus or os.cpu_count() or 1
-    if cluster.backend == "sim":
+    if backend_traits(cluster.backend).declared_gpus:
         # Simulated GPUs: logical CPUs for a degree-7 cell on every fake GPU (the jobs are tiny).
         cpus = cluster.num_cpus or max(cpus, (max(7, max_jobs_per_cell) + 1) * cluster.num_gpus)
         kwargs["num_gpus"] = cluster.num_gpus

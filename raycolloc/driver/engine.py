@@ -136,7 +136,7 @@ class _Sweep:
             self.write_error = self.write_error or exc
             self.cancel.set()
             raise CellCancelled from exc
-        self.board.update(rec.cell.cell_id, {"state": "done", "status": result.status})
+        self.board.cell(rec.cell.cell_id, "done", result.status)
         self.view.write(result.summary)
 
     def lane(self, index: int) -> None:

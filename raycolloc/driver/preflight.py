@@ -18,31 +18,23 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import ray
 
 from raycolloc.config import ConfigError
+from raycolloc.devices import GpuInfo
 from raycolloc.node.mig.layout import LayoutError
 from raycolloc.node.mig.placement import gpu_model_of, requested_placement
 from raycolloc.node.mig.profiles import UnknownGpuModel
 from raycolloc.node.gpu.simdevice import CONTEXT_MIB
 from raycolloc.node.modes.mig import admin_hint
-from raycolloc.spec import CellSpec, JobSpec
+from raycolloc.spec import CellSpec, JobSpec, NodeInfo
 
-__all__ = ["HOST_MIB_PER_JOB", "SIM_JOBS_PER_CORE", "check_cluster", "check_nodes", "gpu_nodes", "job_gpu_memory_mib",
-           "unfit_cells"]
+__all__ = ["check_cluster", "check_nodes", "gpu_nodes", "job_gpu_memory_mib", "unfit_cells"]
 
 log = logging.getLogger(__name__)
-# Host memory one job takes: its trainer actor (a Ray worker) and its training process with torch
-# loaded. Simulated GPUs: measured RSS of about 133 MiB (actor) + 520 MiB (training process, forked
-# from the node's warm parent, with which it shares part of that) for tiny_cnn on the 2-core CI VM.
-# Real GPUs: the CUDA libraries and context's host side come on top; 3 GiB is an allowance, not a
-# measurement (to be checked on a GPU node: ps -o rss of ray::Trainer and its training process).
-HOST_MIB_PER_JOB = {"sim": 650.0, "nvml": 3072.0}
-# Simulated GPUs train tiny CPU models that time-share cores: a degree-7 cell (the study's largest)
-# runs on a 2-core CI machine. Real jobs each need cores of their own (trainer.num_cpus).
-SIM_JOBS_PER_CORE = 4
+# What a node holds per job (host memory, jobs per core) is its backend's, with the measurements and
+# allowances behind it: raycolloc.node.gpu.kinds, reported in each steward's NodeInfo.traits.
 
 
 def gpu_nodes() -> dict[str, int]:
@@ -51,13 +43,13 @@ def gpu_nodes() -> dict[str, int]:
             if n.get("Alive") and n["Resources"].get("GPU", 0) >= 1}
 
 
-def _mig_verdict(cell: CellSpec, infos: list[dict[str, Any]]) -> tuple[str | None, list[str]]:
+def _mig_verdict(cell: CellSpec, infos: list[NodeInfo]) -> tuple[str | None, list[str]]:
     """``(skip reason or None, layout errors)`` for a mig cell over the cluster's GPUs."""
     unavailable: list[str] = []
     layout_errors: list[str] = []
     profiles = [j.mig_profile for j in cell.jobs]
     for info in infos:
-        for gpu in info["gpus"]:
+        for gpu in info.gpus:
             no_table = None
             try:
                 requested_placement(gpu_model_of(gpu.name), cell.config.mig.layout, cell.mix_mig_layout, profiles)
@@ -67,10 +59,11 @@ def _mig_verdict(cell: CellSpec, infos: list[dict[str, Any]]) -> tuple[str | Non
                 layout_errors.append(str(exc))
                 continue
             # What the GPU allows comes first: a GPU with MIG off is that, whatever raycolloc's tables know.
-            sim_auto = info["backend"] == "sim" and cell.config.cluster.sim_mig_mode == "auto"
+            # ... unless a simulated administrator switches MIG mode for each cell.
+            switched = info.traits.simulated_admin and cell.config.cluster.sim_mig_mode == "auto"
             if not gpu.mig_supported:
                 unavailable.append(f"GPU {gpu.index} ({gpu.name}) does not support MIG")
-            elif not gpu.mig_enabled and not sim_auto:
+            elif not gpu.mig_enabled and not switched:
                 unavailable.append(admin_hint(gpu))
             elif no_table:
                 unavailable.append(no_table)
@@ -95,7 +88,7 @@ def _gib(mib: float) -> str:
     return f"{mib / 1024:,.1f} GiB"
 
 
-def check_nodes(cells: Sequence[CellSpec], infos: list[dict[str, Any]]) -> None:
+def check_nodes(cells: Sequence[CellSpec], infos: list[NodeInfo]) -> None:
     """Every cell must fit some GPU node's cores and host memory, with all its jobs at once.
 
     Raises:
@@ -105,9 +98,8 @@ def check_nodes(cells: Sequence[CellSpec], infos: list[dict[str, Any]]) -> None:
     for cell in cells:
         cores = sum(max(1, math.ceil(j.trainer.num_cpus)) for j in cell.jobs)
         # (node's backend, cores it allows, host memory the cell needs there, host memory available)
-        nodes = [(info["backend"], info["cpus"] * (SIM_JOBS_PER_CORE if info["backend"] == "sim" else 1),
-                  cell.degree * HOST_MIB_PER_JOB.get(info["backend"], HOST_MIB_PER_JOB["nvml"]),
-                  info["mem_available_mib"]) for info in infos]
+        nodes = [(info.backend, info.cpus * info.traits.jobs_per_core, cell.degree * info.traits.host_mib_per_job,
+                  info.mem_available_mib) for info in infos]
         if not any(cores <= allowed for _, allowed, _, _ in nodes):
             errors.append(f"{cell.label}: degree={cell.degree} x trainer.num_cpus={cell.config.trainer.num_cpus:g} "
                           f"needs {cores} cores for its training processes; the largest GPU node allows "
@@ -121,7 +113,7 @@ def check_nodes(cells: Sequence[CellSpec], infos: list[dict[str, Any]]) -> None:
         raise ConfigError("; ".join(errors))
 
 
-def _gpu_verdict(cell: CellSpec, gpu: Any) -> str | None:
+def _gpu_verdict(cell: CellSpec, gpu: GpuInfo) -> str | None:
     """Why the cell's jobs do not fit this GPU's memory (None if they do)."""
     estimates = [job_gpu_memory_mib(j) for j in cell.jobs]
     if any(mib is None for mib in estimates):
@@ -144,7 +136,7 @@ def _gpu_verdict(cell: CellSpec, gpu: Any) -> str | None:
     return None
 
 
-def unfit_cells(cells: Sequence[CellSpec], infos: list[dict[str, Any]], skipped: dict[str, str]) -> dict[str, str]:
+def unfit_cells(cells: Sequence[CellSpec], infos: list[NodeInfo], skipped: dict[str, str]) -> dict[str, str]:
     """Cells whose jobs' memory estimate exceeds every GPU of the cluster: cell id -> the numbers."""
     unfit = {}
     for cell in cells:
@@ -152,7 +144,7 @@ def unfit_cells(cells: Sequence[CellSpec], infos: list[dict[str, Any]], skipped:
             continue
         verdicts = []
         for info in infos:
-            for gpu in info["gpus"]:
+            for gpu in info.gpus:
                 try:
                     verdicts.append(_gpu_verdict(cell, gpu))
                 except (UnknownGpuModel, LayoutError, ValueError):
@@ -162,7 +154,7 @@ def unfit_cells(cells: Sequence[CellSpec], infos: list[dict[str, Any]], skipped:
     return unfit
 
 
-def check_cluster(cells: list[CellSpec], infos: list[dict[str, Any]]) -> dict[str, str]:
+def check_cluster(cells: list[CellSpec], infos: list[NodeInfo]) -> dict[str, str]:
     """Check the cells against the GPUs the stewards reported (``infos``).
 
     Returns:
@@ -171,7 +163,7 @@ def check_cluster(cells: list[CellSpec], infos: list[dict[str, Any]]) -> dict[st
     Raises:
         ConfigError: a cell's config fits no GPU of the cluster at all.
     """
-    if not infos or not any(info["gpus"] for info in infos):
+    if not infos or not any(info.gpus for info in infos):
         raise ConfigError("the Ray cluster has no GPU; use cluster=local for simulated GPUs, or start Ray on GPU nodes")
     skipped: dict[str, str] = {}
     errors: list[str] = []

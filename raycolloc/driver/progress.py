@@ -5,7 +5,8 @@ sweeps on it, each under a key of its own (:class:`Board`, what a sweep holds): 
 threads set each cell's state, and each trainer pushes its job's progress to it directly (fire and
 forget). The driver polls its own sweep's part and draws tqdm bars (on a terminal) or prints one line
 per change (logs); at its end it drops that part. A board per sweep cost a Ray worker process (~1.3
-CPU-seconds of start-up, 65 times in the test suite) to hold a few dicts.
+CPU-seconds of start-up, 65 times in the test suite) to hold a few records. What it holds is typed
+(:class:`~raycolloc.spec.CellProgress`, :class:`~raycolloc.spec.JobProgress`).
 """
 
 from __future__ import annotations
@@ -14,15 +15,17 @@ import os
 import socket
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import ray
 
+from raycolloc.spec import CellProgress, JobProgress
+
 __all__ = ["Board", "ProgressBoard", "ProgressView", "open_board"]
 
 # The version is in the name: a cluster that outlives an upgrade keeps the old board under the old name.
-BOARD_NAME = "raycolloc:progress:v2"
+BOARD_NAME = "raycolloc:progress:v3"
 STALE_S = 24 * 3600.0  # a sweep silent this long had its driver killed: its part goes
 
 
@@ -31,21 +34,25 @@ class ProgressBoard:
     """The progress state of every sweep on the cluster, by sweep key (one small detached actor)."""
 
     def __init__(self) -> None:
-        self.sweeps: dict[str, dict[str, dict[str, Any]]] = {}
+        self.sweeps: dict[str, dict[str, CellProgress]] = {}
         self.touched: dict[str, float] = {}
 
-    def update(self, sweep: str, key: str, fields: dict[str, Any]) -> None:
+    def _cell(self, sweep: str, key: str) -> CellProgress:
         now = self.touched[sweep] = time.time()
-        cell = self.sweeps.setdefault(sweep, {}).setdefault(key, {})
-        cell.update(fields)
-        cell["updated"] = now
+        cells = self.sweeps.setdefault(sweep, {})
+        cell = cells[key] = replace(cells.get(key) or CellProgress(), updated=now)
+        return cell
 
-    def job(self, sweep: str, key: str, job_index: int, progress: dict[str, Any]) -> None:
+    def cell(self, sweep: str, key: str, state: str, status: str | None = None) -> None:
+        """A cell's state (and its status, once done)."""
+        cell = self._cell(sweep, key)
+        self.sweeps[sweep][key] = replace(cell, state=state, status=status if status is not None else cell.status)
+
+    def job(self, sweep: str, key: str, job_index: int, progress: JobProgress) -> None:
         """A trainer's progress: epoch, step, steps per epoch, samples per second."""
-        self.update(sweep, key, {})
-        self.sweeps[sweep][key].setdefault("jobs", {})[str(job_index)] = progress
+        self._cell(sweep, key).jobs[job_index] = progress
 
-    def snapshot(self, sweep: str) -> dict[str, dict[str, Any]]:
+    def snapshot(self, sweep: str) -> dict[str, CellProgress]:
         return self.sweeps.get(sweep, {})
 
     def forget(self, sweep: str) -> None:
@@ -63,17 +70,18 @@ class Board:
     actor: Any
     sweep: str
 
-    def update(self, key: str, fields: dict[str, Any]) -> None:
-        """Set a cell's fields (fire and forget)."""
-        self.actor.update.remote(self.sweep, key, fields)
+    def cell(self, key: str, state: str, status: str | None = None) -> None:
+        """Set a cell's state, and its status once done (fire and forget)."""
+        self.actor.cell.remote(self.sweep, key, state, status)
 
-    def job(self, key: str, job_index: int, progress: dict[str, Any]) -> None:
+    def job(self, key: str, job_index: int, progress: JobProgress) -> None:
         """A job's progress (fire and forget: a lost update is redrawn a second later)."""
         self.actor.job.remote(self.sweep, key, job_index, progress)
 
-    def snapshot(self, timeout: float = 10.0) -> dict[str, dict[str, Any]]:
-        """Every cell of the sweep: its fields, and its jobs' progress under ``jobs``."""
-        return ray.get(self.actor.snapshot.remote(self.sweep), timeout=timeout)
+    def snapshot(self, timeout: float = 10.0) -> dict[str, CellProgress]:
+        """Every cell of the sweep that has reported: its state, and its jobs' progress."""
+        snap: dict[str, CellProgress] = ray.get(self.actor.snapshot.remote(self.sweep), timeout=timeout)
+        return snap
 
     def close(self) -> None:
         """The sweep ended: its part of the board goes (fire and forget)."""
@@ -87,11 +95,11 @@ def open_board(namespace: str) -> Board:
     return Board(actor, f"{socket.gethostname()}:{os.getpid()}:{time.time_ns()}")
 
 
-def _job_fraction(jobs: dict[Any, dict[str, Any]]) -> float:
+def _job_fraction(jobs: dict[int, JobProgress]) -> float:
     parts = []
     for p in jobs.values():
-        epochs, steps = max(1, int(p.get("epochs", 1))), max(1, int(p.get("steps", 1)))
-        parts.append(((int(p.get("epoch", 0)) - 1) * steps + int(p.get("step", 0))) / (epochs * steps))
+        epochs, steps = max(1, p.epochs), max(1, p.steps)
+        parts.append(((p.epoch - 1) * steps + p.step) / (epochs * steps))
     return max(0.0, min(1.0, sum(parts) / len(parts))) if parts else 0.0
 
 
@@ -115,14 +123,13 @@ class ProgressView:
             snap = self.board.snapshot()
         except Exception:  # noqa: BLE001
             return
-        states = {k: snap.get(k, {}).get("state", "queued") for k in self.labels}
+        states = {k: snap.get(k, CellProgress()).state for k in self.labels}
         done = sum(1 for s in states.values() if s == "done")
         running = sum(1 for s in states.values() if s not in ("queued", "leasing", "done"))
         leasing = sum(1 for s in states.values() if s == "leasing")
         if not self.tty:
             for key, state in states.items():
-                info = snap.get(key, {})
-                line = f"{state}" + (f" status={info.get('status')}" if state == "done" else "")
+                line = f"{state}" + (f" status={snap[key].status}" if state == "done" else "")
                 if self._last.get(key) != line:
                     self._last[key] = line
                     print(f"[sweep] cell {self.labels[key]}: {line}  (done {done}/{len(self.labels)}, "
@@ -138,8 +145,7 @@ class ProgressView:
             if bar is None:
                 bar = self._bars[key] = self._tqdm(total=100, desc=self.labels[key][:40], position=len(self._bars) + 1,
                                                    leave=False, dynamic_ncols=True, bar_format="{desc} {bar} {n}% {postfix}")
-            info = snap.get(key, {})
-            bar.n = int(100 * _job_fraction(info.get("jobs", {}))) if state != "done" else 100
+            bar.n = int(100 * _job_fraction(snap[key].jobs)) if state != "done" else 100
             bar.set_postfix_str(state)
             bar.refresh()
 

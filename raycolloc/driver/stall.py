@@ -18,10 +18,8 @@ import logging
 import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any
-
 from raycolloc.driver.progress import Board
-from raycolloc.spec import CellSpec, JobState
+from raycolloc.spec import CellSpec, JobProgress, JobState
 
 __all__ = ["STEPS_OF_SILENCE", "StallWatch"]
 
@@ -44,7 +42,8 @@ class StallWatch:
     cell: CellSpec
     states: dict[int, JobState]
     warmup: bool
-    _seen: dict[int, tuple[Any, float]] = field(default_factory=dict)  # job -> (its last progress, seen since)
+    # job -> (its epoch and step last seen, seen since)
+    _seen: dict[int, tuple[tuple[int, int] | None, float]] = field(default_factory=dict)
     _moved: set[int] = field(default_factory=set)  # jobs that progressed during this call
 
     def __post_init__(self) -> None:
@@ -57,13 +56,14 @@ class StallWatch:
             self._limits[job.index] = max(trainer.stall_timeout_s, STEPS_OF_SILENCE * step_s)
         self._first_limit = max(trainer.stall_timeout_s, trainer.setup_timeout_s) if self.warmup else 0.0
 
-    def _progress(self) -> dict[str, Any]:
+    def _progress(self) -> dict[int, JobProgress]:
         try:
             snap = self.board.snapshot()
         except Exception as exc:  # noqa: BLE001 - no verdict without the board; the next poll asks again
             log.debug("cell=%s progress board unavailable: %s", self.cell.cell_id, exc)
             return {}
-        return snap.get(self.cell.cell_id, {}).get("jobs", {})
+        cell = snap.get(self.cell.cell_id)
+        return cell.jobs if cell is not None else {}
 
     def hung(self, waiting: Collection[int]) -> dict[int, str]:
         """Jobs among ``waiting`` silent for longer than their limit -> why (for the job's row)."""
@@ -71,8 +71,8 @@ class StallWatch:
         now = time.monotonic()
         verdicts = {}
         for index in waiting:
-            progress = jobs.get(str(index))
-            mark = (progress.get("epoch"), progress.get("step")) if progress else None
+            progress = jobs.get(index)
+            mark = (progress.epoch, progress.step) if progress else None
             if index not in self._seen:  # where the job stood when the call began
                 self._seen[index] = (mark, self._created)
             last, since = self._seen[index]

@@ -11,8 +11,8 @@ raw 15,850 (naive) and 18,692 vs 18,512 (MPS), at the same CPU time per step
 (docs/measurements.md, fifth session).
 
 Protocol over one ``multiprocessing`` connection (pickled tuples), parent -> child: first
-``(job, binding, backend)``, then ``("setup",)``, ``("run", first, last)``, ``("finish",)``, each
-answered by ``("state", JobState)``. While working the child sends ``("progress", dict)`` about
+``(job, binding)``, then ``("setup",)``, ``("run", first, last)``, ``("finish",)``, each
+answered by ``("state", JobState)``. While working the child sends ``("progress", JobProgress)`` about
 once a second and ``("epoch", EpochRow)`` after each epoch.
 
 Failures are results: an OOM or any exception is returned as ``status=oom|error`` with the
@@ -29,11 +29,11 @@ import socket
 import sys
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
 
 # Nothing imported at module level may start a thread: main() pins the whole process to the job's
 # cores first, and only threads started after that inherit them (pyarrow, for one, starts two).
@@ -41,7 +41,7 @@ from raycolloc.job.measure import as_int, own_nvml_memory, thread_usage
 from raycolloc.mpsctl import client_status
 from raycolloc.procs import die_with_parent, format_cpus, normal_priority, watch_parent
 from raycolloc.results.rows import EpochRow
-from raycolloc.spec import Binding, JobInfo, JobSpec, JobState, JobStatus
+from raycolloc.spec import Binding, JobInfo, JobProgress, JobSpec, JobState, JobStatus
 from raycolloc.workload_kinds import PythonWorkload, WorkloadSpec
 
 __all__ = ["JobProcess", "cache_env", "classify_error", "compile_cache", "main"]
@@ -81,8 +81,9 @@ def classify_error(exc: BaseException) -> JobStatus:
 class JobProcess:
     """One job's model, optimiser, data and epochs, in the process that trains them."""
 
-    def __init__(self, job: JobSpec, binding: Binding, backend: str, conn: Connection) -> None:
-        self.job, self.binding, self.backend, self.conn = job, binding, backend, conn
+    def __init__(self, job: JobSpec, binding: Binding, conn: Connection) -> None:
+        self.job, self.binding, self.conn = job, binding, conn
+        self.gpu = binding.device  # the node's backend chose it: a real GPU, or a simulated one
         self.pid = os.getpid()
         info = JobInfo(pid=self.pid, hostname=socket.gethostname(), mig_uuid=binding.mig_uuid,
                        mig_profile=binding.mig_profile, cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
@@ -92,8 +93,7 @@ class JobProcess:
             # What the training thread really runs on: the jobs table's ``cpus``.
             info.cpus = format_cpus(sorted(os.sched_getaffinity(0)))
         self.state = JobState(info=info)
-        self._progress: dict[str, Any] = {"epoch": 0, "step": 0, "steps": job.steps_per_epoch,
-                                          "epochs": job.epochs, "batch_size": job.batch_size}
+        self._progress = JobProgress(epoch=0, step=0, steps=job.steps_per_epoch, epochs=job.epochs)
         self._next_report = 0.0
 
     # --- commands (each returns the job's state; never raises for training errors) -----------
@@ -128,7 +128,7 @@ class JobProcess:
         job, info = self.job, self.state.info
         torch.manual_seed(job.seed)
         t0 = time.perf_counter()
-        if self.backend == "sim":
+        if not self.gpu.cuda:  # the CPU stands in for a simulated GPU
             self.device = torch.device("cpu")
             torch.set_num_threads(job.trainer.torch_threads or max(1, int(job.trainer.num_cpus)))
         else:
@@ -156,15 +156,15 @@ class JobProcess:
 
     def _setup_model(self, spec: WorkloadSpec) -> tuple[float, float]:
         """A workload raycolloc composes: its model, the study's step, synthetic or real batches.
-        Returns the seconds spent in the simulated driver and the time the model was ready."""
+        Returns the seconds spent in the device's driver (:meth:`_attach`) and the time the model was ready."""
         from raycolloc.job.data.sources import build_source
         from raycolloc.job.step import build_step
 
         job, info = self.job, self.state.info
         model = spec.build_model()
         info.params = sum(p.numel() for p in model.parameters())
-        # The simulated context (memory accounted, MPS joined) needs the model's size first.
-        sim_s = self._sim_context(self._estimate_bytes()) if self.backend == "sim" else 0.0
+        # A simulated context (memory accounted, MPS joined) needs the model's size first.
+        sim_s = self._attach(self._estimate_bytes)
         step = build_step(spec, model, self.device, job.trainer)
         self._sync()
         t_model = time.perf_counter()
@@ -184,7 +184,7 @@ class JobProcess:
         run = build_user_run(self.job, self.device)
         self.state.info.params = run.params
         # Weights, gradients, momentum and as much again for activations: 16 bytes a parameter.
-        sim_s = self._sim_context(int(run.params or 0) * 16) if self.backend == "sim" else 0.0
+        sim_s = self._attach(lambda: int(run.params or 0) * 16)
         self.compiled = run.compiled
         self.step = run.step
         return sim_s, time.perf_counter()
@@ -197,16 +197,13 @@ class JobProcess:
         mib = job_estimate_mib(self.job)
         return int(mib * (1 << 20)) if mib is not None else int(self.state.info.params or 0) * 16
 
-    def _sim_context(self, need: int) -> float:
-        """The simulated GPU's driver: join the MPS daemon if one answers, allocate the job's memory
-        (refused, as an out-of-memory, when the device is full); returns the seconds it took."""
+    def _attach(self, need_bytes: Callable[[], int]) -> float:
+        """The device's driver takes the job on (a simulated GPU: MPS joined if a daemon answers, the
+        job's memory allocated, refused as an out-of-memory when the device is full; a real GPU:
+        nothing, CUDA did it); returns the seconds it took."""
         import torch
 
-        from raycolloc.node.gpu import sim_cuda
-
-        t = time.perf_counter()
-        sim_cuda.init(self.pid, need, torch.get_num_threads())
-        return time.perf_counter() - t
+        return self.gpu.attach(self.pid, need_bytes, torch.get_num_threads())
 
     def _sync(self) -> None:
         if self.device.type == "cuda":
@@ -240,7 +237,7 @@ class JobProcess:
                 info.compile_s = time.perf_counter() - t
         trainer = job.trainer
         fault_step = steps // 2 if trainer.fault and trainer.fault_job == job.index and trainer.fault_epoch == epoch else -1
-        self._progress.update(epoch=epoch, step=0)
+        self._progress = replace(self._progress, epoch=epoch, step=0)
         # Why sync: start the clock with an empty queue, so the epoch's time is its own work only.
         self._sync()
         usage0 = thread_usage()
@@ -285,13 +282,10 @@ class JobProcess:
         self._next_report = time.monotonic() + REPORT_EVERY_S
         elapsed = max(time.perf_counter() - t0, 1e-9)
         rate = step * self.job.batch_size / elapsed
-        self._progress.update(epoch=epoch, step=step, samples_per_s=rate)
-        self.conn.send(("progress", dict(self._progress)))
-        if self.backend == "sim":
-            from raycolloc.node.gpu import sim_cuda
-
-            # The simulated PCIe counters add up what the jobs copy to their devices.
-            sim_cuda.report_h2d(self.pid, rate / self.job.batch_size * self.state.info.h2d_bytes_per_step)
+        self._progress = replace(self._progress, epoch=epoch, step=step, samples_per_s=rate)
+        self.conn.send(("progress", self._progress))
+        # A simulated GPU's PCIe counters add up what the jobs copy to their devices (NVML sees a real one's).
+        self.gpu.report_h2d(self.pid, step / elapsed * self.state.info.h2d_bytes_per_step)
 
     def _inject_fault(self) -> None:
         import torch
@@ -335,7 +329,7 @@ def main(argv: list[str] | None = None) -> None:
 def run(conn: Connection, actor_pid: int, forked: bool) -> None:
     """Be the training process of the job the actor sends first; serve its commands."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    job, binding, backend = conn.recv()
+    job, binding = conn.recv()
     if binding.cpus:
         # Before torch starts a thread: every thread of this process inherits the job's cores.
         os.sched_setaffinity(0, binding.cpus)
@@ -351,7 +345,7 @@ def run(conn: Connection, actor_pid: int, forked: bool) -> None:
     if forked and threads.isdigit() and int(threads) > 1:
         torch.set_num_threads(int(threads))  # the warm parent read OMP_NUM_THREADS=1 at its start
     conn.send(("ready", time.perf_counter() - t0))
-    proc = JobProcess(job, binding, backend, conn)
+    proc = JobProcess(job, binding, conn)
     proc.state.info.spawn = "fork" if forked else "exec"
     serve(proc, conn)
 

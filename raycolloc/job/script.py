@@ -30,11 +30,11 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from raycolloc.job.script_exec import PYTHONPATH_KEEP
+from raycolloc.job.script_exec import PYTHONPATH_KEEP, encode_device
 from raycolloc.mpsctl import MpsError, control_command, pids
 from raycolloc.procs import format_cpus, move_threads_off, normal_priority, python_env
 from raycolloc.results.rows import EpochRow
-from raycolloc.spec import Binding, JobInfo, JobSpec, JobState
+from raycolloc.spec import Binding, JobInfo, JobProgress, JobSpec, JobState
 
 __all__ = ["EpochMarks", "ScriptTrainer", "script_command"]
 
@@ -96,18 +96,17 @@ class ScriptTrainer:
         normal_priority()
         self.job: JobSpec | None = None
 
-    def start(self, job: JobSpec, binding: Binding, backend: str, board: Any = None,
+    def start(self, job: JobSpec, binding: Binding, board: Any = None,
               forkserver: str | None = None) -> None:
         """Take the job (its process starts in :meth:`setup`).
 
         Args:
             job: the job; ``job.workload`` is a ``ScriptWorkload``.
-            binding: how the job is bound to its GPU (from the steward).
-            backend: ``nvml`` or ``sim``.
+            binding: how the job is bound to its GPU, and the device it calls (from the steward).
             board: the sweep's part of the progress board (``raycolloc.driver.progress.Board``), or None.
             forkserver: ignored: a script is exec'd as written, never forked from raycolloc's warm parent.
         """
-        self.job, self.binding, self.backend, self.board = job, binding, backend, board
+        self.job, self.binding, self.board = job, binding, board
         self.workload: Any = job.workload
         if binding.cpus:
             move_threads_off(binding.cpus)
@@ -138,7 +137,8 @@ class ScriptTrainer:
         """Start the script; returns at once with its pid (the steward samples it from now on)."""
         info = self._state.info
         cpus = ",".join(map(str, self.binding.cpus)) if self.binding.cpus else "-"
-        launcher = [sys.executable, "-m", "raycolloc.job.script_exec", str(os.getpid()), cpus, self.backend, "--",
+        launcher = [sys.executable, "-m", "raycolloc.job.script_exec", str(os.getpid()), cpus,
+                    encode_device(self.binding.device), "--",
                     *script_command(self.workload.command)]
         env = self._env()
         info.cuda_visible_devices, info.mps_pipe_dir = env.get("CUDA_VISIBLE_DEVICES"), env.get("CUDA_MPS_PIPE_DIRECTORY")
@@ -190,8 +190,8 @@ class ScriptTrainer:
         self._state.epochs.append(row)
         if self.board is not None:
             # Fire and forget: the driver draws it; the script's own epoch count is not known ahead.
-            progress = {"epoch": row.epoch, "step": 1, "steps": 1, "epochs": max(self.job.epochs, row.epoch),
-                        "samples_per_s": row.samples_per_s or 0.0}
+            progress = JobProgress(epoch=row.epoch, step=1, steps=1, epochs=max(self.job.epochs, row.epoch),
+                                   samples_per_s=row.samples_per_s or 0.0)
             self.board.job(self.job.cell_id, self.job.index, progress)
 
     def _check_mps(self, pid: int) -> bool:

@@ -87,7 +87,7 @@ def _fork(server_path: str, env: dict[str, str], job_end: socket.socket) -> Fork
     return ForkedProcess(int(value), server)
 
 
-def start_training_process(job: JobSpec, binding: Binding, backend: str, env: dict[str, str],
+def start_training_process(job: JobSpec, binding: Binding, env: dict[str, str],
                            forkserver: str | None) -> tuple[TrainingProcess, Connection]:
     """Start the job's training process and send it the job; returns it and its connection.
 
@@ -108,5 +108,5 @@ def start_training_process(job: JobSpec, binding: Binding, backend: str, env: di
             proc = subprocess.Popen([sys.executable, "-m", "raycolloc.job.process", str(theirs.fileno()),
                                      str(os.getpid())], env=env, pass_fds=(theirs.fileno(),))
     conn = Connection(ours.detach())
-    conn.send((job, binding, backend))
+    conn.send((job, binding))
     return proc, conn

@@ -23,7 +23,7 @@ from raycolloc.gauges import make_gauge
 from raycolloc.job.process import cache_env
 from raycolloc.job.spawn import TrainingProcess, start_training_process
 from raycolloc.procs import move_threads_off, normal_priority, python_env
-from raycolloc.spec import Binding, JobSpec, JobState
+from raycolloc.spec import Binding, JobProgress, JobSpec, JobState
 
 __all__ = ["Trainer"]
 
@@ -51,14 +51,13 @@ class Trainer:
         self._gauge: Any = None
         self._t_start = 0.0
 
-    def start(self, job: JobSpec, binding: Binding, backend: str, board: Any = None,
+    def start(self, job: JobSpec, binding: Binding, board: Any = None,
               forkserver: str | None = None) -> int:
         """Start ``job``'s training process; returns its pid.
 
         Args:
             job: what to train.
-            binding: how the job is bound to its GPU (from the steward).
-            backend: ``nvml`` or ``sim``.
+            binding: how the job is bound to its GPU, and the device it calls (from the steward).
             board: the sweep's part of the progress board (``raycolloc.driver.progress.Board``), or None.
             forkserver: the node's fork server socket (``trainer.spawn=fork``), or None to exec.
         """
@@ -72,7 +71,7 @@ class Trainer:
         self.job, self.board, self._state = job, board, JobState()
         if binding.cpus:
             move_threads_off(binding.cpus)
-        self._proc, self._conn = start_training_process(job, binding, backend, python_env(env), forkserver)
+        self._proc, self._conn = start_training_process(job, binding, python_env(env), forkserver)
         return self._proc.pid
 
     def __repr__(self) -> str:
@@ -155,12 +154,12 @@ class Trainer:
         log.error("%s", self._state.error)
         return self._state
 
-    def _publish(self, progress: dict[str, Any]) -> None:
+    def _publish(self, progress: JobProgress) -> None:
         assert self.job is not None
         if self._gauge is None:
             self._gauge = make_gauge("raycolloc_job_samples_per_s", "Samples per second of a raycolloc job",
                                      ("cell", "job_name"))
-        self._gauge.set(progress.get("samples_per_s", 0.0), tags={"cell": self.job.cell_id, "job_name": self.job.name})
+        self._gauge.set(progress.samples_per_s, tags={"cell": self.job.cell_id, "job_name": self.job.name})
         if self.board is not None:
             # Fire and forget: the driver draws it; a lost update is redrawn a second later.
             self.board.job(self.job.cell_id, self.job.index, progress)

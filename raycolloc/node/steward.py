@@ -37,17 +37,19 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raycolloc.config import ClusterConfig
+from raycolloc.devices import JobDevice
 from raycolloc.gauges import make_gauge
 from raycolloc.mpsctl import CONTROL
 from raycolloc.node.cpus import CpuPool
 from raycolloc.node.gpu.backend import GpuBackend, GpuInfo
+from raycolloc.node.gpu.kinds import backend_traits
 from raycolloc.node.leftovers import claim, clean_leftovers, find_leftovers
 from raycolloc.node.modes.mig import MIG_RECORD
 from raycolloc.node.modes import MODES, GpuSlot, Mode
 from raycolloc.node.telemetry import Sampler, gi_sm_shares, pick_source
 from raycolloc.procs import normal_priority, python_env
 from raycolloc.results.rows import TelemetryRow
-from raycolloc.spec import Binding, CellSpec
+from raycolloc.spec import Binding, CellSpec, NodeInfo, Release, Samples
 
 __all__ = ["NAMESPACE", "Steward", "get_steward", "node_key", "start_stewards", "steward_name"]
 
@@ -89,11 +91,7 @@ class Steward:
         self.node_id = node_id
         self.backend = _make_backend(node_id, cluster, num_gpus)
         self.pipe_root = Path(pipe_root)
-        self.control = os.environ.get("RAYCOLLOC_MPS_CONTROL", CONTROL)
-        if self.backend.kind == "sim":
-            from raycolloc.node.gpu.sim_mps import install_control
-
-            self.control = install_control(self.pipe_root / "sim-bin")
+        self.control = self.backend.mps_control(str(self.pipe_root), os.environ.get("RAYCOLLOC_MPS_CONTROL", CONTROL))
         self._lock = threading.RLock()
         self._slots: dict[str, GpuSlot] = {}  # gpu uuid -> its slot, kept from cell to cell
         self._cells: dict[str, _CellState] = {}
@@ -150,13 +148,13 @@ class Steward:
         return f"Steward({self.node_id[:12]}:{self.backend.kind})"
 
     # --- discovery -----------------------------------------------------------------------
-    def info(self) -> dict[str, Any]:
+    def info(self) -> NodeInfo:
         """The node, its backend and its GPUs (used by the sweep's pre-flight checks)."""
         mem = psutil.virtual_memory()
-        return {"node_id": self.node_id, "backend": self.backend.kind, "pid": os.getpid(),
-                "gpus": self.backend.gpus(), "driver": self.backend.driver_version(),
-                "cpus": len(self._cpus.cpus), "mem_total_mib": mem.total / (1 << 20),
-                "mem_available_mib": mem.available / (1 << 20), "leftovers": self.leftovers}
+        return NodeInfo(node_id=self.node_id, pid=os.getpid(), gpus=tuple(self.backend.gpus()),
+                        driver=self.backend.driver_version(), cpus=len(self._cpus.cpus),
+                        mem_total_mib=mem.total / (1 << 20), mem_available_mib=mem.available / (1 << 20),
+                        leftovers=tuple(self.leftovers), traits=self.backend.traits)
 
     def resolve_gpu(self, ray_gpu_id: str) -> GpuInfo:
         return self.backend.gpu_for_ray_id(ray_gpu_id)
@@ -165,6 +163,10 @@ class Steward:
         """What a job on this GPU needs in its environment beyond its mode's binding (the simulated
         driver's device state); for tools that bind a job by hand, like ``jobs/bench_trainer.py``."""
         return self.backend.job_env(gpu_uuid)
+
+    def job_device(self, gpu_uuid: str) -> JobDevice:
+        """The device a job on this GPU calls (its binding's ``device``); for tools that bind by hand."""
+        return self.backend.job_device(gpu_uuid)
 
     # --- prepare / release -----------------------------------------------------------------
     def prepare(self, cell: CellSpec, gpu_uuid: str) -> list[Binding]:
@@ -191,8 +193,8 @@ class Steward:
             self._holder[gpu_uuid] = cell.cell_id
         try:
             bindings = state.mode.prepare()
-            env = self.backend.job_env(gpu_uuid)
-            bindings = [replace(b, env={**b.env, **env}) for b in bindings]
+            env, device = self.backend.job_env(gpu_uuid), self.backend.job_device(gpu_uuid)
+            bindings = [replace(b, env={**b.env, **env}, device=device) for b in bindings]
             state.bindings = self._pin_cpus(cell, gpu, bindings)
             return state.bindings
         except BaseException:
@@ -212,35 +214,34 @@ class Steward:
         cores = dict(zip([job.index for job in wanted], picked, strict=True))
         return [replace(b, cpus=cores[b.job_index]) if b.job_index in cores else b for b in bindings]
 
-    def release(self, cell_id: str) -> dict[str, Any]:
+    def release(self, cell_id: str) -> Release:
         """Stop sampling and undo the cell's mode (the MPS daemon stays for a next MPS cell). Safe to
         call twice."""
         with self._lock:
             state = self._cells.pop(cell_id, None)
             if state is None:
-                return {"released": False}
+                return Release(released=False)
             uuid = state.slot.gpu.uuid
             if self._holder.get(uuid) == cell_id:
                 del self._holder[uuid]
             self._cpus.release(cell_id)
-        done: dict[str, Any] = {"released": True, "errors": []}
         if state.sampler is not None:
             state.sampler.stop()
         try:
-            done.update(state.mode.release())
+            done = replace(state.mode.release(), released=True)
         except Exception as exc:  # noqa: BLE001 - report it; the GPU is free for the next cell either way
-            done["errors"].append(f"{state.mode.name}: {exc}")
+            done = Release(released=True, errors=(f"{state.mode.name}: {exc}",))
         log.info("cell=%s gpu=%s released %s", cell_id, uuid, done)
         return done
 
-    def release_gpu(self, gpu_uuid: str) -> dict[str, Any]:
+    def release_gpu(self, gpu_uuid: str) -> Release:
         """The GPU's lease ends: stop what was kept between cells (its MPS daemon)."""
         with self._lock:
             holder = self._holder.get(gpu_uuid)
             slot = self._slots.get(gpu_uuid)
-        done = self.release(holder) if holder is not None else {}
+        done = self.release(holder) if holder is not None else Release()
         if slot is not None and slot.stop_daemon():
-            done["mps_stopped"] = True
+            done = replace(done, mps_stopped=True)
         if slot is not None:
             for gpu_dir in list(slot.dirs):
                 # A MIG layout that could not be restored keeps its record (and the directory) for
@@ -267,13 +268,14 @@ class Steward:
         state.sampler.start()
         return source
 
-    def stop_sampling(self, cell_id: str) -> dict[str, Any]:
+    def stop_sampling(self, cell_id: str) -> Samples:
+        """Stop sampling the cell's GPU; the rows sampled since :meth:`start_sampling`."""
         state = self._cells.get(cell_id)
         if state is None or state.sampler is None:
-            return {"rows": [], "errors": []}
+            return Samples()
         sampler, state.sampler = state.sampler, None
         rows = sampler.stop()
-        return {"rows": rows, "errors": sampler.errors}
+        return Samples(rows=tuple(rows), errors=tuple(sampler.errors))
 
     def _publish(self, row: TelemetryRow) -> None:
         if not self._gauges:
@@ -302,7 +304,9 @@ RemoteSteward = ray.remote(num_cpus=0, max_concurrency=32)(Steward)
 
 
 def steward_name(node_id: str, cluster: ClusterConfig) -> str:
-    kind = cluster.backend if cluster.backend != "sim" else f"sim-{cluster.gpu_model}-{cluster.sim_mig_mode}"
+    """The steward's actor name: one per node and set of GPUs there (the backend's ``steward_keys``)."""
+    keys = backend_traits(cluster.backend).steward_keys
+    kind = "-".join([cluster.backend, *(str(getattr(cluster, key)) for key in keys)])
     return f"raycolloc:steward:{node_id[:12]}:{kind}"
 
 
@@ -324,7 +328,7 @@ def get_steward(node_id: str, cluster: ClusterConfig, pipe_root: str, timeout: f
 
 
 def start_stewards(nodes: dict[str, int], cluster: ClusterConfig, pipe_root: str,
-                   timeout: float = 60.0) -> list[dict[str, Any]]:
+                   timeout: float = 60.0) -> list[NodeInfo]:
     """Start the steward of every GPU node (node id -> GPU count) at once, before a sweep's first
     cells, so they do not each wait for it inside their set-up (2.6-2.8 s on 4 x H200,
     docs/measurements.md, fourth session). Returns the ``info()`` of those that answered; one that

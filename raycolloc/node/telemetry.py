@@ -48,8 +48,8 @@ def pick_source(backend: GpuBackend, uuid: str, wanted: str) -> str:
     Raises:
         RuntimeError: a source was asked for explicitly and is not available here.
     """
-    prefix = "sim-" if backend.kind == "sim" else ""
-    if wanted in ("auto", "dcgm") and backend.kind != "sim" and dcgm_available():
+    prefix = backend.traits.telemetry_prefix
+    if wanted in ("auto", "dcgm") and backend.traits.dcgm and dcgm_available():
         return "dcgm"
     if wanted == "dcgm":
         raise RuntimeError("telemetry.source=dcgm: DCGM's Python bindings or host engine are not available; "

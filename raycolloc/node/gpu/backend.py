@@ -2,13 +2,17 @@
 
 Two implementations: :mod:`raycolloc.node.gpu.nvml` calls the real NVML through ``pynvml``;
 :mod:`raycolloc.node.gpu.sim` simulates GPUs (local mode) and enforces the same rules (memory
-capacity, MIG profiles and placements). Everything above this layer is the same code for both.
+capacity, MIG profiles and placements). Everything above this layer is the same code for both: what
+differs reaches it as each backend's :class:`~raycolloc.devices.BackendTraits` and the
+:class:`~raycolloc.devices.JobDevice` it gives each job, never as the backend's name.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from raycolloc.devices import BackendTraits, GpuInfo, JobDevice
 
 __all__ = [
     "ComputeInstanceRecord",
@@ -23,22 +27,6 @@ __all__ = [
 
 class MigUnavailable(RuntimeError):
     """MIG cannot be used on this GPU as it is (disabled, unsupported or not permitted)."""
-
-
-@dataclass(frozen=True)
-class GpuInfo:
-    """One physical GPU as the backend sees it."""
-
-    index: int
-    uuid: str
-    name: str
-    memory_mib: int
-    sm_count: int | None
-    mig_supported: bool
-    mig_enabled: bool
-    pci_bus_id: str
-    backend: str
-    driver: str
 
 
 @dataclass(frozen=True)
@@ -88,7 +76,8 @@ class ProcessUsage:
 class GpuBackend(Protocol):
     """What raycolloc needs from NVML. Methods take the GPU's UUID."""
 
-    kind: str
+    kind: str  # the backend's name (``traits.name``): the records' ``backend`` column
+    traits: BackendTraits  # what it allows; reported by the steward (``NodeInfo.traits``)
 
     def gpus(self) -> list[GpuInfo]: ...
     def gpu(self, uuid: str) -> GpuInfo: ...
@@ -110,6 +99,12 @@ class GpuBackend(Protocol):
     def destroy_gpu_instance(self, uuid: str, gi_id: int) -> None: ...
     def mig_devices(self, uuid: str) -> list[MigDevice]: ...
     def can_reconfigure_mig(self) -> bool: ...
+    def job_device(self, uuid: str) -> JobDevice:
+        """What a job's process calls on this GPU beyond torch (carried in its binding)."""
+        ...
+    def mps_control(self, pipe_root: str, default: str) -> str:
+        """The ``nvidia-cuda-mps-control`` this node's MPS daemons run (``default`` on real GPUs)."""
+        ...
     def job_env(self, uuid: str) -> dict[str, str]:
         """Environment a job needs to reach this GPU's driver (beyond ``CUDA_VISIBLE_DEVICES``)."""
         ...

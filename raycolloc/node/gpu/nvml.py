@@ -15,6 +15,7 @@ from typing import Any
 
 import pynvml
 
+from raycolloc.devices import CudaDevice, JobDevice
 from raycolloc.node.gpu.backend import (
     ComputeInstanceRecord,
     GpuInfo,
@@ -22,6 +23,7 @@ from raycolloc.node.gpu.backend import (
     MigDevice,
     ProcessUsage,
 )
+from raycolloc.node.gpu.kinds import NVML
 
 __all__ = ["GPM_METRICS", "NvmlBackend", "nvml_gpu_count", "nvml_instances"]
 
@@ -87,7 +89,8 @@ def _str(value: bytes | str) -> str:
 class NvmlBackend:
     """GPU backend over the real NVML."""
 
-    kind = "nvml"
+    traits = NVML
+    kind = traits.name
 
     def __init__(self) -> None:
         with _INIT_LOCK:
@@ -255,6 +258,12 @@ class NvmlBackend:
 
     def job_env(self, uuid: str) -> dict[str, str]:
         return {}  # CUDA finds the GPU by the UUID in CUDA_VISIBLE_DEVICES
+
+    def job_device(self, uuid: str) -> JobDevice:
+        return CudaDevice()
+
+    def mps_control(self, pipe_root: str, default: str) -> str:
+        return default
 
     def expect_mig_mode(self, uuid: str, enabled: bool) -> None:
         return None  # raycolloc never changes MIG mode on a real GPU

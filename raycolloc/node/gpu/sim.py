@@ -17,12 +17,15 @@ from typing import Any
 
 import psutil
 
+from raycolloc.devices import JobDevice
 from raycolloc.node.gpu.backend import ComputeInstanceRecord, GpuInfo, GpuInstanceRecord, MigDevice, ProcessUsage
-from raycolloc.node.gpu.simdevice import SimDevices, SimGpu, SimNvmlError
+from raycolloc.node.gpu.kinds import SIM
+from raycolloc.node.gpu.sim_cuda import SimJobDevice
+from raycolloc.node.gpu.sim_mps import install_control
+from raycolloc.node.gpu.simdevice import STATE_ENV, SimDevices, SimGpu, SimNvmlError
 
 __all__ = ["STATE_ENV", "SimBackend", "SimNvmlError"]
 
-STATE_ENV = "RAYCOLLOC_SIM_GPU_STATE"  # read by a job's simulated CUDA driver (sim_cuda)
 _POWER_W = {"A100": (55.0, 400.0), "H100": (70.0, 700.0), "H200": (75.0, 700.0)}
 _SM_PER_BUSY_JOB = 0.55  # share of the SMs one fully busy job keeps active
 
@@ -49,7 +52,8 @@ class SimBackend:
             simulated administrator sets it to what each cell needs).
     """
 
-    kind = "sim"
+    traits = SIM
+    kind = traits.name
 
     def __init__(self, root: str | Path, node_key: str, num_gpus: int, gpu_model: str, mig_mode: str = "auto") -> None:
         state = Path(root) / f"{node_key}-{gpu_model}-{num_gpus}gpu-mig{mig_mode}.json"
@@ -96,6 +100,14 @@ class SimBackend:
     def job_env(self, uuid: str) -> dict[str, str]:
         """A job reaches its simulated GPU through the device state, as CUDA reaches the driver."""
         return {STATE_ENV: str(self.devices.path)}
+
+    def job_device(self, uuid: str) -> JobDevice:
+        """A job's process attaches to its simulated device itself, as CUDA's driver would."""
+        return SimJobDevice()
+
+    def mps_control(self, pipe_root: str, default: str) -> str:
+        """The simulated ``nvidia-cuda-mps-control``, installed under ``pipe_root``."""
+        return install_control(Path(pipe_root) / "sim-bin")
 
     def expect_mig_mode(self, uuid: str, enabled: bool) -> None:
         """With ``sim_mig_mode=auto`` the simulated administrator sets MIG mode for the next cell."""

@@ -5,16 +5,22 @@ At initialisation the real driver joins the MPS control daemon named by
 ``CUDA_VISIBLE_DEVICES`` names (a GPU or a MIG device). Here the same environment selects the
 simulated device, whose state file the steward's binding names (``RAYCOLLOC_SIM_GPU_STATE``), and the
 job's memory is accounted there, so a job that does not fit fails as an out-of-memory would.
+
+A job reaches it through :class:`SimJobDevice`, the :class:`~raycolloc.devices.JobDevice` that a
+simulated node's steward puts in each binding: the job package never names this module.
 """
 
 from __future__ import annotations
 
 import os
-from raycolloc.node.gpu.sim import STATE_ENV
-from raycolloc.node.gpu.sim_mps import sim_mps_connect
-from raycolloc.node.gpu.simdevice import SimDevices
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
-__all__ = ["init", "report_h2d"]
+from raycolloc.node.gpu.sim_mps import sim_mps_connect
+from raycolloc.node.gpu.simdevice import STATE_ENV, SimDevices
+
+__all__ = ["SimJobDevice", "init", "report_h2d"]
 
 
 def _devices() -> SimDevices:
@@ -38,3 +44,23 @@ def init(pid: int, mem_bytes: int, threads: int) -> bool:
 def report_h2d(pid: int, bytes_per_s: float) -> None:
     """The job's host-to-device copy rate, for the simulated PCIe counters."""
     _devices().report_h2d(pid, bytes_per_s)
+
+
+@dataclass(frozen=True)
+class SimJobDevice:
+    """A simulated GPU as its job sees it: the CPU trains, this driver accounts memory and PCIe."""
+
+    @property
+    def cuda(self) -> bool:
+        return False  # tiny models train on the CPU cores in the simulated GPU's place
+
+    def attach(self, pid: int, need_bytes: Callable[[], int], threads: int) -> float:
+        """Join the MPS daemon if one answers and allocate ``need_bytes()`` (refused, as an
+        out-of-memory, when the device is full); returns the seconds it took."""
+        need = need_bytes()  # the job's size is its business: not timed as the driver's
+        t = time.perf_counter()
+        init(pid, need, threads)
+        return time.perf_counter() - t
+
+    def report_h2d(self, pid: int, bytes_per_s: float) -> None:
+        report_h2d(pid, bytes_per_s)

@@ -27,9 +27,10 @@ from pathlib import Path
 from raycolloc.node.mig.profiles import GpuModel, get_gpu_model
 from raycolloc.procs import alive
 
-__all__ = ["CONTEXT_MIB", "SimDevices", "SimGpu", "SimNvmlError", "SimOutOfMemory", "SimProcess"]
+__all__ = ["CONTEXT_MIB", "STATE_ENV", "SimDevices", "SimGpu", "SimNvmlError", "SimOutOfMemory", "SimProcess"]
 
 CONTEXT_MIB = 500.0  # a CUDA context's own footprint
+STATE_ENV = "RAYCOLLOC_SIM_GPU_STATE"  # a job's environment names its node's state file (sim_cuda reads it)
 
 
 class SimNvmlError(RuntimeError):

@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from raycolloc.node.gpu.backend import GpuBackend, GpuInfo
-from raycolloc.spec import Binding, CellSpec
+from raycolloc.spec import Binding, CellSpec, Release
 
 if TYPE_CHECKING:
     from raycolloc.node.modes.mps import MpsDaemon
@@ -78,6 +78,6 @@ class Mode(Protocol):
         """
         ...
 
-    def release(self) -> dict[str, Any]:
+    def release(self) -> Release:
         """Undo what :meth:`prepare` changed (keeping what the next cell may reuse); what was done."""
         ...

@@ -19,7 +19,7 @@ from raycolloc.node.gpu.backend import GpuBackend, GpuInfo, MigDevice, MigUnavai
 from raycolloc.node.mig.layout import LayoutError
 from raycolloc.node.mig.placement import Placement, gpu_model_of, requested_placement
 from raycolloc.node.modes.base import GpuSlot, ModeError
-from raycolloc.spec import Binding, CellSpec
+from raycolloc.spec import Binding, CellSpec, Release
 
 __all__ = ["MIG_RECORD", "Instances", "MigMode", "admin_hint", "apply_instances", "read_instances", "restore_layout"]
 
@@ -100,8 +100,9 @@ class MigMode:
         found_instances = read_instances(self.backend, gpu.uuid)
         found = self._placement(found_instances)
         if not found.same_shape(placement):
-            # Simulated GPUs belong to raycolloc: creating their layout changes nobody's machine.
-            allowed = cfg.allow_reconfigure if cfg.allow_reconfigure is not None else self.backend.kind == "sim"
+            # Unset: the backend says (simulated GPUs belong to raycolloc: their layout is nobody's machine).
+            default = self.backend.traits.reconfigure_mig_default
+            allowed = cfg.allow_reconfigure if cfg.allow_reconfigure is not None else default
             if not allowed:
                 raise MigUnavailable(f"GPU {gpu.index} holds MIG layout [{found}] but the cell needs [{placement}]; "
                                      f"set mig.allow_reconfigure=true to let raycolloc create it (and restore the "
@@ -149,14 +150,14 @@ class MigMode:
             chosen.append(pick)
         return chosen, [d.name for d in placement]
 
-    def release(self) -> dict[str, Any]:
+    def release(self) -> Release:
         """Put back the layout found before the cell (only if this cell changed it)."""
         if self.found is None:
-            return {}
+            return Release()
         restore_layout(self.backend, self.gpu, self.model, self.found)
         (self.slot.dir(self.cell) / MIG_RECORD).unlink(missing_ok=True)
         self.found = None
-        return {"mig_restored": True}
+        return Release(mig_restored=True)
 
 
 def restore_layout(backend: GpuBackend, gpu: GpuInfo, model: Any, instances: Instances) -> None:

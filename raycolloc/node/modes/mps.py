@@ -25,7 +25,7 @@ import psutil
 from raycolloc.mpsctl import CONTROL, DEFAULT_PIPE, MpsError, control_command, pids
 from raycolloc.node.modes.base import GpuSlot, ModeError
 from raycolloc.procs import alive, wait_gone
-from raycolloc.spec import Binding, CellSpec
+from raycolloc.spec import Binding, CellSpec, Release
 
 __all__ = ["MpsDaemon", "MpsMode", "daemons_serving", "find_control_daemons"]
 
@@ -219,7 +219,7 @@ class MpsMode:
                         daemon.binding_env(job.active_thread_percentage, job.pinned_mem_limit),
                         mps_pipe_dir=str(daemon.pipe_dir), mps_control=slot.control) for job in self.cell.jobs]
 
-    def release(self) -> dict[str, Any]:
+    def release(self) -> Release:
         if not self.cell.config.mode.keep_daemon:
-            return {"mps_stopped": self.slot.stop_daemon()}
-        return {"mps_daemon_kept": self.slot.daemon is not None}
+            return Release(mps_stopped=self.slot.stop_daemon())
+        return Release(mps_daemon_kept=self.slot.daemon is not None)

@@ -9,12 +9,12 @@ default ``/tmp/nvidia-mps``.
 from __future__ import annotations
 
 import logging
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from raycolloc.mpsctl import CONTROL
 from raycolloc.node.modes.base import GpuSlot, ModeError
 from raycolloc.node.modes.mps import daemons_serving
-from raycolloc.spec import Binding, CellSpec
+from raycolloc.spec import Binding, CellSpec, Release
 
 __all__ = ["NaiveMode"]
 
@@ -48,5 +48,5 @@ class NaiveMode:
         return [Binding(job.index, gpu.uuid, dict(env), mps_pipe_dir=str(private), mps_control=self.slot.control)
                 for job in self.cell.jobs]
 
-    def release(self) -> dict[str, Any]:
-        return {}
+    def release(self) -> Release:
+        return Release()
