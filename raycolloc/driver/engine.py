@@ -50,7 +50,7 @@ from raycolloc.node.steward import NAMESPACE, get_steward, start_stewards
 from raycolloc.results.index import REFERENCE, ResultIndex, register_sweeps, sweep_root, write_reference
 from raycolloc.results.rows import CellRow
 from raycolloc.results.store import ResultWriteError, free_space, write_cell
-from raycolloc.spec import CellSpec
+from raycolloc.spec import CellSpec, CellStatus, as_cell_status
 
 __all__ = ["CellResult", "run_cells", "time_share"]
 
@@ -64,7 +64,7 @@ class CellResult:
 
     cell: CellSpec
     cell_dir: Path
-    status: str
+    status: CellStatus
     summary: str
     reused_from: Path | None = None
     row: CellRow | None = None
@@ -94,7 +94,7 @@ def _record(rec: CellRecord, cell_dir: Path) -> CellResult:
     row = cell_row(rec, jobs, epochs)
     write_cell(cell_dir, {"cells": [row], "jobs": jobs, "epochs": epochs, "telemetry": rec.telemetry})
     (cell_dir / REFERENCE).unlink(missing_ok=True)  # a run replaces a reference (+rerun=true)
-    return CellResult(rec.cell, cell_dir, row.status, cell_summary(row, jobs), row=row)
+    return CellResult(rec.cell, cell_dir, as_cell_status(row.status), cell_summary(row, jobs), row=row)
 
 
 class _Sweep:
@@ -242,11 +242,11 @@ def _resume(cells: list[tuple[CellSpec, Path]], rerun: bool) -> tuple[list[tuple
                                        f"({free_space(cell_dir)})") from exc
         summary = (f"cell {cell.cell_id}: result exists in {found.path} (config hash {cell.config_hash}, "
                    f"status={found.status}) - reused; +rerun=true runs it again")
-        reused.append(CellResult(cell, cell_dir, found.status, summary, reused_from=found.path))
+        reused.append(CellResult(cell, cell_dir, as_cell_status(found.status), summary, reused_from=found.path))
     return todo, reused
 
 
-def _skip(cell: CellSpec, cell_dir: Path, reason: str, status: str = "skipped") -> CellResult:
+def _skip(cell: CellSpec, cell_dir: Path, reason: str, status: CellStatus = "skipped") -> CellResult:
     """A cell that never started: ``skipped`` (the cluster cannot run it) or ``unfit`` (too big)."""
     return _record(CellRecord(cell, status=status, reason=reason, backend=cell.config.cluster.backend), cell_dir)
 
