@@ -20,9 +20,9 @@ import csv
 import dataclasses
 import functools
 import io
-from collections import Counter
 import logging
 import os
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
