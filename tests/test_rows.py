@@ -40,7 +40,7 @@ def test_cell_statuses_are_one_literal_holding_the_result_ones() -> None:
     from typing import get_args
 
     from raycolloc.results.rows import RESULT_STATUSES
-    from raycolloc.spec import CELL_STATUSES, CellStatus, JOB_STATUSES, as_cell_status
+    from raycolloc.spec import CELL_STATUSES, JOB_STATUSES, CellStatus, as_cell_status
 
     assert get_args(CellStatus) == CELL_STATUSES
     assert set(RESULT_STATUSES) < set(CELL_STATUSES) and set(JOB_STATUSES) < set(CELL_STATUSES)

@@ -79,8 +79,8 @@ def test_repeats_and_epoch_time_are_validated() -> None:
         load(["epoch_time_s=-1.0"])
 
 
-@pytest.mark.parametrize("jobs", [[], ["mix.jobs=[{workload:{name:tiny_cnn,batch_size:16}},{workload:tiny_dlrm,epochs:3}]"]],
-                         ids=["presets", "compositions"])
+@pytest.mark.parametrize("jobs", [[], ["mix.jobs=[{workload:{name:tiny_cnn,batch_size:16}},"
+                                         "{workload:tiny_dlrm,epochs:3}]"]], ids=["presets", "compositions"])
 def test_a_mix_solo_cells_hydra_overrides_compose_it_again(jobs: list[str]) -> None:
     """Issue 31, item 5: the launcher wrote a ``Workload`` dataclass repr as ``workload=...`` into a mix's
     solo cell's ``.hydra/overrides.yaml``; now composing that file again gives the cell's config hash."""
