@@ -230,7 +230,7 @@ def export(sweep_dirs: Iterable[str | Path], tracking_uri: str, experiment: str 
 
     Raises:
         ExportError: MLflow, or what its store for ``tracking_uri`` needs, is missing.
-        SystemExit: a sweep directory holds no raycolloc cells.
+        SweepDirError: a sweep directory holds no raycolloc cells.
     """
     client = _client(tracking_uri)
     found = client.get_experiment_by_name(experiment)

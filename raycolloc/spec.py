@@ -10,20 +10,35 @@ All are plain dataclasses (never DictConfigs), so every process reads the same t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from raycolloc.config import Config, DataConfig, TrainerConfig
 from raycolloc.devices import BackendTraits, CudaDevice, GpuInfo, JobDevice
 from raycolloc.results.rows import EpochRow, TelemetryRow
 from raycolloc.workload_kinds import Workload
 
-__all__ = ["JOB_STATUSES", "Binding", "CellProgress", "CellSpec", "JobInfo", "JobProgress", "JobSpec", "JobState",
-           "JobStatus", "NodeInfo", "Release", "Samples"]
+__all__ = ["CELL_STATUSES", "JOB_STATUSES", "Binding", "CellProgress", "CellSpec", "CellStatus", "JobInfo",
+           "JobProgress", "JobSpec", "JobState", "JobStatus", "NodeInfo", "Release", "Samples", "as_cell_status"]
 
 # ok; oom (out of device memory); error (crashed, or died); hang (no progress for
 # trainer.stall_timeout_s); skipped (its cell was skipped: never started).
 JobStatus = Literal["ok", "oom", "error", "hang", "skipped"]
 JOB_STATUSES: tuple[JobStatus, ...] = ("ok", "oom", "error", "hang", "skipped")
+# A cell's: a result (``results.rows.RESULT_STATUSES``: ok; partial, some of its jobs ok; oom; unfit, its
+# jobs' memory estimate exceeds every GPU) or none, so a re-run tries it again (error, hang, skipped).
+CellStatus = Literal["ok", "partial", "oom", "unfit", "error", "hang", "skipped"]
+CELL_STATUSES: tuple[CellStatus, ...] = ("ok", "partial", "oom", "unfit", "error", "hang", "skipped")
+
+
+def as_cell_status(text: str) -> CellStatus:
+    """A cell status read back from a row (its column is a plain string), checked.
+
+    Raises:
+        ValueError: ``text`` is no cell status.
+    """
+    if text not in CELL_STATUSES:
+        raise ValueError(f"cell status {text!r} is not one of {', '.join(CELL_STATUSES)}")
+    return cast(CellStatus, text)
 
 
 @dataclass(frozen=True)

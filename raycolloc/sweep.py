@@ -1,9 +1,10 @@
 """Entry point: ``python -m raycolloc.sweep [-m] key=value ...``.
 
 One Hydra job is one cell. With ``-m`` Hydra hands every cell to our launcher
-(``hydra_plugins/raycolloc_launcher``); without it, :func:`task` validates its one cell (or a
-radT plan, ``+plan=PATH.csv``) and runs it through the same engine. ``+dry_run=true`` prints what
-would run instead, and leaves no run directory.
+(``hydra_plugins/raycolloc_launcher``); without it, :func:`task` plans its one cell (or a radT plan,
+``+plan=PATH.csv``). Either way one :class:`~raycolloc.driver.plan.SweepPlan` is run by
+:func:`raycolloc.driver.plan.run`, and :func:`main` alone turns how it ended into the exit status.
+``+dry_run=true`` prints what would run instead, and leaves no run directory.
 
 Exit status (:mod:`raycolloc.driver.outcome`): 0 every cell has a result; 1 some cells have none
 (the last lines say which and why); 2 refused before anything ran (a config error, Hydra's
@@ -27,11 +28,12 @@ from omegaconf import DictConfig
 
 from raycolloc import conf_dir
 from raycolloc.config import ConfigError, register_configs
-from raycolloc.driver.cells import cell_dir_names, split_options, sweep_cells, validate_cell
+from raycolloc.config_checks import listed
 from raycolloc.driver import signals
-from raycolloc.driver.hydra_errors import as_config_error, check_group_choices
-from raycolloc.driver.outcome import EXIT_CONFIG, EXIT_OK, EXIT_WRITE, print_outcome
-from raycolloc.driver.rundirs import discard, forget, remove_made
+from raycolloc.driver.hydra_errors import as_config_error
+from raycolloc.driver.outcome import EXIT_CONFIG, EXIT_WRITE, SweepEnded
+from raycolloc.driver.plan import CellsRefused, run
+from raycolloc.driver.rundirs import discard_run, forget
 from raycolloc.driver.teardown import begin, shut_down
 from raycolloc.results.errors import ResultWriteError, free_space
 
@@ -46,66 +48,32 @@ _FULL_ERRORS = (errno.ENOSPC, errno.EDQUOT)
 register_configs()
 
 
-def _discard_run_dir(run_dir: Path) -> None:
-    """A config error (or a dry run) writes nothing: remove the fresh directory Hydra made for this run,
-    and its parents that the run made (``runs/<date>``, ``out_dir``) where they are empty."""
-    discard(run_dir, {".hydra", "sweep.log", f"{HydraConfig.get().job.name}.log"})
-
-
-def _dry_run_status(run_dir: Path, refused: int) -> int:
-    _discard_run_dir(run_dir)  # a dry run leaves nothing behind
-    return EXIT_CONFIG if refused else EXIT_OK
-
-
-def _run(dcfg: DictConfig, run_dir: Path) -> int:
-    """Run the cell(s) or the plan; returns the exit status."""
-    options = split_options(dcfg)
-    check_group_choices(HydraConfig.get().runtime.choices)
-    if options.plan:
-        from raycolloc.driver.radt_runner import run_plan
-
-        ended = run_plan(dcfg, options, run_dir)
-        if ended.get("dry_run"):
-            return _dry_run_status(run_dir, ended["refused"])
-        return print_outcome(ended["results"])
-    specs = sweep_cells([validate_cell(dcfg)])
-    if options.dry_run:
-        from raycolloc.driver.dryrun import DryRunLine, print_dry_run
-
-        print_dry_run([DryRunLine(s.label, s) for s in specs], specs[0].config.out_dir, rerun=options.rerun,
-                      sweep_dir=run_dir)
-        return _dry_run_status(run_dir, 0)
-    # Ray, pyarrow and pandas come with the engine, once the cell is valid: a refused one answers sooner.
-    from raycolloc.driver.engine import run_cells
-
-    if len(specs) == 1:
-        results = run_cells([(specs[0], run_dir)], rerun=options.rerun)
-    else:
-        # A mix (with its solo cells) or repeats: one directory per cell under the run directory.
-        from raycolloc.driver.launcher import print_sweep_summary
-
-        results = run_cells([(s, run_dir / name) for s, name in zip(specs, cell_dir_names(specs), strict=True)],
-                            rerun=options.rerun)
-        print_sweep_summary(run_dir)
-    return print_outcome(results)
-
-
 @hydra.main(version_base="1.3", config_path=str(conf_dir()), config_name="config")
-def task(dcfg: DictConfig) -> int:
-    """One cell (or a radT plan) run in Hydra's run directory; multiruns go to our launcher."""
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
+def task(dcfg: DictConfig) -> None:
+    """One cell (or a radT plan) run in Hydra's run directory; multiruns go to our launcher.
+
+    Raises:
+        SweepEnded: the sweep's exit status is not 0, or what ended it (:func:`_run_task` unwraps it).
+    """
+    from raycolloc.driver.single import single_run_plan
+
+    hydra_cfg = HydraConfig.get()
     try:
-        code = _run(dcfg, run_dir)
-    except ConfigError as exc:
-        _discard_run_dir(run_dir)
-        log.error("config error: %s", exc)
-        sys.exit(EXIT_CONFIG)
-    except ResultWriteError as exc:
-        log.error("%s", exc)
-        sys.exit(EXIT_WRITE)
-    if code:
-        sys.exit(code)
-    return code
+        outcome = run(single_run_plan(dcfg, Path(hydra_cfg.runtime.output_dir), hydra_cfg.runtime.choices))
+    except Exception as exc:  # past Hydra as it is: the main maps it to the exit status
+        raise SweepEnded() from exc
+    if outcome.code:
+        raise SweepEnded(outcome)
+
+
+def _run_task() -> None:
+    """Hydra's command line (a run or a multirun); what ended a single run raised as itself."""
+    try:
+        task()
+    except SweepEnded as ended:
+        if ended.outcome is None and isinstance(ended.__cause__, Exception):
+            raise ended.__cause__ from None
+        raise
 
 
 def _written_path(exc: OSError) -> str:
@@ -129,12 +97,17 @@ def main() -> None:
     signals.install()  # SIGTERM (timeout, Slurm, Kubernetes) ends the sweep as Ctrl-C does
     begin()
     try:
-        task()
+        _run_task()
+    except SweepEnded as exc:
+        sys.exit(exc.outcome.code if exc.outcome is not None else 1)
     except KeyboardInterrupt as exc:
         how = "terminated (SIGTERM)" if isinstance(exc, signals.Terminated) else "interrupted"
         print(f"{how}: the running cells released their GPUs and wrote nothing; a re-run resumes",
               file=sys.stderr, flush=True)
         sys.exit(signals.exit_status(exc))
+    except ResultWriteError as exc:
+        log.error("%s", exc)
+        sys.exit(EXIT_WRITE)
     except Exception as exc:
         if isinstance(exc, OSError) and exc.errno in _FULL_ERRORS:
             where = _written_path(exc)
@@ -146,8 +119,12 @@ def main() -> None:
                                 f"directory)")
         if error is None:
             raise
-        remove_made()  # refused: the directories made for the run go (those left empty)
-        print(f"config error: {error}", file=sys.stderr, flush=True)
+        discard_run()  # refused: the directories made for the run go (those holding only Hydra's files too)
+        if error is exc:  # raised by raycolloc, once Hydra had set up its logging: logged, one line a cell
+            for line in listed(exc.errors) if isinstance(exc, CellsRefused) else [str(exc)]:
+                log.error("config error: %s", line)
+        else:  # Hydra's own, before its logging is set up
+            print(f"config error: {error}", file=sys.stderr, flush=True)
         sys.exit(EXIT_CONFIG)
     finally:
         signals.ending()  # a signal from now on ends the command at once

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from analysis.figures import make_figures
-from analysis.load import load_sweeps
+from analysis.load import SweepDirError, load_sweeps
 from analysis.meta import config_tables, environment_table, failed_cells_table
 from analysis.report import build_report, main
 from analysis.mixed import mixed_table
@@ -156,7 +156,7 @@ def test_load_several_sweeps_loads_each_cell_once(sweep: Path, tmp_path: Path) -
 
 
 def test_missing_dir_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match=r"does not exist.*cells\.parquet") as info:
+    with pytest.raises(SweepDirError, match=r"does not exist.*cells\.parquet") as info:
         load_sweeps([tmp_path / "nope"])
     assert str(tmp_path / "nope") in str(info.value)
 
@@ -164,7 +164,7 @@ def test_missing_dir_is_a_clear_error(tmp_path: Path) -> None:
 def test_foreign_dir_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "cells.csv").write_text("a,b\n1,2\n")
-    with pytest.raises(SystemExit, match=r"no cells\.parquet found anywhere under") as info:
+    with pytest.raises(SweepDirError, match=r"no cells\.parquet found anywhere under") as info:
         load_sweeps([tmp_path])
     assert str(tmp_path) in str(info.value)
 
@@ -173,7 +173,7 @@ def test_other_schema_version_is_refused(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setattr(result_rows, "SCHEMA_VERSION", 99)
     cell(tmp_path, "0", "cnn", "naive", [job(0, "cnn", 1.5)], agg=200.0)
     monkeypatch.undo()
-    with pytest.raises(SystemExit, match=r"schema_version \[99\].*reads versions 1, 2"):
+    with pytest.raises(SweepDirError, match=r"schema_version \[99\].*reads versions 1, 2"):
         load_sweeps([tmp_path])
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import yaml
@@ -343,3 +344,29 @@ def test_to_migparted_refuses_bad_arguments() -> None:
         to_migparted(["7g.40gb"], "x", devices=[])
     with pytest.raises(ValueError, match="name"):
         to_migparted(["7g.40gb"], "")
+
+
+def test_a_cell_layout_is_placed_once_per_gpu_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 31, item 5: the pre-flight (skipped, then unfit cells) and the steward each placed a cell's
+    layout; they share :func:`cell_placement`, which places it once per layout and GPU model."""
+    from raycolloc.node.modes import mig
+    from tests.conftest import load
+
+    calls: list[str] = []
+    place = mig.requested_placement
+
+    def counted(model: GpuModel, *args: Any) -> Placement:
+        calls.append(model.name)
+        return place(model, *args)
+
+    monkeypatch.setattr(mig, "requested_placement", counted)
+    monkeypatch.setattr(mig, "_placed", {})
+    cell = load(["mode=mig", "degree=3", "epoch_samples=64"])
+    first = mig.cell_placement(cell, "NVIDIA A100-SXM4-40GB")
+    assert mig.cell_placement(cell, "Simulated A100-SXM4-40GB") is first  # the same model: placed once
+    assert [d.name for d in first] == ["2g.10gb"] * 3
+    mig.cell_placement(cell, "NVIDIA H100 80GB HBM3")
+    assert len(calls) == 2
+    with pytest.raises(LayoutError):  # a layout that does not fit is refused every time, never kept
+        mig.cell_placement(load(["mode=mig", "mig.layout=[7g.40gb,1g.5gb]", "degree=2", "epoch_samples=64"]),
+                           "NVIDIA A100-SXM4-40GB")

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import csv
-import io
-import shlex
 from pathlib import Path
 
 import pytest
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from raycolloc.driver.radt import PlanError, groups_to_run, read_plan
+from raycolloc.driver.radt import PlanCell, PlanError, groups_to_run, read_plan
+
+from .conftest import compose
 
 HEADER = "Experiment,Workload,Status,Run,Devices,Collocation,File,Listeners,Params\n"
 
@@ -210,31 +209,29 @@ def test_finished_failed_skipping_and_rerun(tmp_path: Path) -> None:
     assert len(groups_to_run(groups)[0].cells[0].jobs) == 2
 
 
-def test_to_overrides_parse_with_hydra(tmp_path: Path) -> None:
-    groups = read_plan(write(tmp_path, STUDY))
-    mps_cell, mig_cell = groups[0].cells[0], groups[1].cells[0]
-    overrides = mps_cell.to_overrides()
-    assert overrides[0] == "mode=mps"
-    assert overrides[1].startswith("+cell.jobs=[{workload:resnet26_cifar10,batch_size:128,epochs:3,mig_profile:null},")
-    parser = OverridesParser.create()
-    mode, jobs = parser.parse_overrides(overrides)
-    assert (mode.key_or_group, mode.value()) == ("mode", "mps")
-    assert jobs.key_or_group == "cell.jobs" and jobs.is_add()
-    assert jobs.value() == [{"workload": "resnet26_cifar10", "batch_size": 128, "epochs": 3, "mig_profile": None}] * 3
-    mig_mode, mig_jobs = parser.parse_overrides(mig_cell.to_overrides())
-    assert mig_mode.value() == "mig"
-    assert mig_jobs.value() == [{"workload": "resnet26_cifar10", "batch_size": None, "epochs": None,
-                                 "mig_profile": "1g.5gb"}] * 7
+def test_a_plan_cell_has_no_overrides_of_its_own_and_its_config_composes(tmp_path: Path) -> None:
+    """Issue 31, item 5: ``PlanCell.to_overrides`` had no caller and emitted ``+cell.jobs``, a key the schema
+    lacks; a plan's cells become configs through :func:`cell_config` alone, and each one validates."""
+    from raycolloc.config import load_config
+    from raycolloc.driver.cells import validate_cell
+    from raycolloc.driver.radt_runner import cell_config
+
+    assert not hasattr(PlanCell, "to_overrides")
+    base = load_config(compose(["cluster=local", f"out_dir={tmp_path}", "epoch_samples=512"]))
+    for group in read_plan(write(tmp_path, STUDY))[:2]:  # the third asks for one epoch: refused by name
+        for cell in group.cells:
+            spec = validate_cell(cell_config(base, group, cell))
+            assert spec.mode == cell.mode and len(spec.jobs) == len(cell.jobs)
 
 
 @pytest.mark.parametrize("name", ["odd-name.v2", "it's,{x}", "null", "128", "back\\slash\\"])
-def test_to_overrides_quotes_special_values(tmp_path: Path, name: str) -> None:
-    params = "--workload " + shlex.quote(name)
-    field = io.StringIO()
-    csv.writer(field).writerow(["1", "1", "", "", "0", "-", "t.py", "smi", params])
-    cell = read_plan(write(tmp_path, field.getvalue()), known_workloads=(name,))[0].cells[0]
-    (_, jobs) = OverridesParser.create().parse_overrides(cell.to_overrides())
-    assert jobs.value() == [{"workload": name, "batch_size": None, "epochs": None, "mig_profile": None}]
+def test_override_values_parse_back_with_hydra(name: str) -> None:
+    """The quoting the advisor's emitted sweeps (and a mix's solo cells) use: Hydra reads the value back."""
+    from raycolloc.driver.override_quoting import override_value
+
+    job = {"workload": name, "batch_size": None, "epochs": 3, "mig_profile": "1g.5gb"}
+    (jobs,) = OverridesParser.create().parse_overrides([f"mix.jobs=[{override_value(job)}]"])
+    assert jobs.value() == [job]
 
 
 def test_a_plan_of_many_bad_rows_lists_the_first_twenty_and_a_count(tmp_path: Path) -> None:

@@ -33,3 +33,17 @@ def test_a_window_shorter_than_the_sampling_interval_still_has_its_energy() -> N
 def test_no_window_no_numbers() -> None:
     assert set(window_stats([_gpu(0.0, 0.0)], None, None).values()) == {None}
     assert window_stats([_gpu(5.0, 0.0)], 6.0, 7.0)["energy_j"] is None  # no sample after the window
+
+
+def test_cell_statuses_are_one_literal_holding_the_result_ones() -> None:
+    """Issue 31, item 6: a cell's status is a ``CellStatus`` beside ``JobStatus``, not a bare ``str``."""
+    from typing import get_args
+
+    from raycolloc.results.rows import RESULT_STATUSES
+    from raycolloc.spec import CELL_STATUSES, JOB_STATUSES, CellStatus, as_cell_status
+
+    assert get_args(CellStatus) == CELL_STATUSES
+    assert set(RESULT_STATUSES) < set(CELL_STATUSES) and set(JOB_STATUSES) < set(CELL_STATUSES)
+    assert as_cell_status("partial") == "partial"
+    with pytest.raises(ValueError, match="not one of"):
+        as_cell_status("finished")

@@ -77,3 +77,23 @@ def test_repeats_and_epoch_time_are_validated() -> None:
         load(["repeats=0"])
     with pytest.raises(ConfigError, match=r"epoch_time_s=-1.0 is not allowed"):
         load(["epoch_time_s=-1.0"])
+
+
+@pytest.mark.parametrize("jobs", [[], ["mix.jobs=[{workload:{name:tiny_cnn,batch_size:16}},"
+                                         "{workload:tiny_dlrm,epochs:3}]"]], ids=["presets", "compositions"])
+def test_a_mix_solo_cells_hydra_overrides_compose_it_again(jobs: list[str]) -> None:
+    """Issue 31, item 5: the launcher wrote a ``Workload`` dataclass repr as ``workload=...`` into a mix's
+    solo cell's ``.hydra/overrides.yaml``; now composing that file again gives the cell's config hash."""
+    from raycolloc.driver.cells import SweepOptions
+    from raycolloc.driver.launcher import _origin
+
+    overrides = ["cluster=local", "mix=tiny_mixed", "mode=mps", "epoch_samples=512", "repeats=2", *jobs,
+                 "mix.jobs.0.compile=default", "mode.active_thread_percentage=50", "trainer.fault=oom"]
+    mix = validate_cell(compose(overrides))
+    solos = [s for s in sweep_cells([mix]) if s.mix_name is None]
+    assert len(solos) == 4  # two jobs, two repeats each
+    for solo in solos:
+        origin = _origin([(compose(overrides), mix, SweepOptions())], [overrides], solo)
+        assert not any("Workload(" in o for o in origin.overrides), origin.overrides
+        assert validate_cell(compose(list(origin.overrides))).config_hash == solo.config_hash, origin.overrides
+        assert load_config(origin.config).tags == {"solo_of": "tiny_mixed"}

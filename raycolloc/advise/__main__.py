@@ -88,8 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     """Run the advisor; returns the exit status."""
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
     args = _parser().parse_args(argv)
+    from raycolloc.advise.advice import NothingProfiled
+
     try:
         return _validate(args) if args.validate else _advise(args)
+    except NothingProfiled as exc:  # as SystemExit(message) did: the message on stderr, exit 1
+        print(exc, file=sys.stderr, flush=True)
+        return 1
     except ConfigError as exc:
         log.error("config error: %s", exc)
         return 2

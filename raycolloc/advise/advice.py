@@ -18,9 +18,13 @@ from raycolloc.advise.profile import Profile, combine, gpu_costs_in, load_costs,
 from raycolloc.advise.rank import Ranking, format_ranking, mix_candidates, rank, uniform_candidates
 from raycolloc.advise.run import Profiled, Request
 
-__all__ = ["Advice", "Measured", "advise", "format_advice", "measured", "write_json"]
+__all__ = ["Advice", "Measured", "NothingProfiled", "advise", "format_advice", "measured", "write_json"]
 
 log = logging.getLogger("raycolloc")
+
+
+class NothingProfiled(RuntimeError):
+    """No workload of the request could be profiled (the message names each one and why)."""
 
 
 @dataclass(frozen=True)
@@ -79,12 +83,12 @@ def advise(profiled: list[Profiled], request: Request, fit_dirs: Sequence[Path],
     """Fit, predict and rank for the profiled workloads (and their mix, when there are several).
 
     Raises:
-        SystemExit: no workload could be profiled.
+        NothingProfiled: no workload could be profiled.
     """
     new = [p.profile for p in profiled if p.profile is not None]
     missing = {p.spec.jobs[0].workload.name: str(p.reason) for p in profiled if p.profile is None}
     if not new:
-        raise SystemExit("advise: no workload could be profiled: " + "; ".join(f"{k}: {v}" for k, v in missing.items()))
+        raise NothingProfiled("advise: no workload could be profiled: " + "; ".join(f"{k}: {v}" for k, v in missing.items()))
     first = new[0]
     costs = load_costs(out_dir, first.gpu_name)
     gpu = Gpu(first.gpu_name, first.gpu_memory_mib, costs.base_mib if costs else 0.0, cores)

@@ -23,7 +23,7 @@ from pathlib import Path
 from raycolloc.advise.model import Prediction
 from raycolloc.advise.rank import Ranking
 from raycolloc.advise.run import Profiled
-from raycolloc.driver.radt import _hydra_value as hydra_value  # the plan reader's own quoting of override values
+from raycolloc.driver.override_quoting import override_value as hydra_value
 
 __all__ = ["Emitted", "emit_sweep", "plan_csv", "sweep_lines"]
 

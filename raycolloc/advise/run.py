@@ -5,7 +5,7 @@ keys]``: each ``workload=`` starts a job, the ``workload.*`` words after it belo
 overrides (``cluster=``, ``epoch_samples=``, ``data.placement=``, ``trainer.*`` ...) apply to every
 profile and to the sweep the advice writes. Every profile config is composed from the real
 ``conf/`` tree and validated before any cell runs (a config error exits 2 before any GPU state
-changes). Each profile is one degree-1 naive cell run through :func:`raycolloc.driver.engine.run_cells`,
+changes). Each profile is one degree-1 naive cell run through :func:`raycolloc.driver.plan.run`, as a sweep,
 which reuses an existing result of the same config hash anywhere under ``out_dir``.
 """
 
@@ -164,14 +164,17 @@ def run_profiles(request: Request) -> tuple[list[Profiled], Path]:
     """
     from analysis.load import load_sweeps
     from raycolloc.driver.cells import validate_cell
-    from raycolloc.driver.engine import run_cells
+    from raycolloc.driver.plan import PlannedCell, Step, SweepPlan, run
 
     specs = [validate_cell(compose_profile(words, request.common)) for words in request.workloads]
     out_root = Path(specs[0].config.out_dir).absolute()
     advice_dir = out_root / "advise" / time.strftime("%Y-%m-%d") / time.strftime("%H-%M-%S")
-    dirs = {s.config_hash: advice_dir / s.label for s in specs}
     unique = list({s.config_hash: s for s in specs}.values())  # a mix of one workload twice profiles it once
-    results = {r.cell.config_hash: r for r in run_cells([(s, dirs[s.config_hash]) for s in unique], rerun=request.rerun)}
+    # The same path as every sweep (the output lock, resume); the advice prints its own closing lines.
+    plan = SweepPlan(advice_dir, specs[0].config.out_dir, (Step(tuple(PlannedCell(s, advice_dir / s.label)
+                                                                     for s in unique)),),
+                     rerun=request.rerun, closing=False)
+    results = {r.cell.config_hash: r for r in run(plan).results}
     out = []
     for words, spec in zip(request.workloads, specs, strict=True):
         result = results[spec.config_hash]

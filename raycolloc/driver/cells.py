@@ -12,22 +12,25 @@ import dataclasses
 import logging
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from raycolloc.config import Config, ConfigError, MigConfig, MixConfig, MixJob, config_hash, load_config
+from raycolloc.config import Config, ConfigError, MigConfig, MixConfig, MixJob, TrainerConfig, config_hash, load_config
+from raycolloc.driver.hydra_errors import group_options
 from raycolloc.driver.node_paths import check_node_paths
+from raycolloc.driver.override_quoting import override_value
 from raycolloc.job.workloads.compose import resolve
 from raycolloc.node.gpu.kinds import backend_traits
 from raycolloc.node.mig.profiles import UnknownGpuModel, get_gpu_model, known_gpu_models
 from raycolloc.spec import CellSpec, JobSpec
-from raycolloc.workload_config import TimmKind, WorkloadConfig, workload_label
+from raycolloc.workload_config import TimmKind, WorkloadConfig, workload_hash_view, workload_label
 from raycolloc.workload_kinds import Workload, WorkloadSpec
 
-__all__ = ["SweepOptions", "build_cell", "cell_dir_names", "check_config", "mix_solos", "resolve_backend",
-           "split_options", "sweep_cells", "validate_cell"]
+__all__ = ["JobSettings", "SweepOptions", "build_cell", "cell_dir_names", "check_config", "job_settings", "mix_solos",
+           "resolve_backend", "solo_overrides", "split_options", "sweep_cells", "validate_cell"]
 
 log = logging.getLogger("raycolloc")
 _SLOW_WARNED: set[tuple[str, int]] = set()
@@ -80,6 +83,32 @@ def split_options(dcfg: DictConfig) -> SweepOptions:
                         plan_datasets={str(k): str(v) for k, v in datasets.items()},
                         plan_epoch_regex=None if regex is None else str(regex),
                         plan_fanout=values.get("plan_fanout", False))
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """What one job of a cell trains, the mix job's own value first, else the cell's top-level key
+    (``batch_size``/``epoch_samples`` None: the workload's own default)."""
+
+    batch_size: int | None
+    epochs: int
+    epoch_samples: int | None
+    epoch_time_s: float | None
+    trainer: TrainerConfig
+
+
+def job_settings(cfg: Config, entry: MixJob | None) -> JobSettings:
+    """The mix-job fallback rule, in one place: a mix job's unset field falls back to the top-level key
+    (a uniform cell's job, ``entry`` None, takes the top-level keys); its compile/amp/channels_last
+    override the trainer's. A mix's cell and the solo cells of its jobs both train by it."""
+    def own(key: str) -> Any:
+        return getattr(entry, key) if entry is not None else None
+
+    changes = {k: own(k) for k in ("compile", "amp", "channels_last") if own(k) is not None}
+    return JobSettings(batch_size=own("batch_size") or cfg.batch_size, epochs=own("epochs") or cfg.epochs,
+                       epoch_samples=own("epoch_samples") or cfg.epoch_samples,
+                       epoch_time_s=own("epoch_time_s") or cfg.epoch_time_s,
+                       trainer=dataclasses.replace(cfg.trainer, **changes))
 
 
 def _per_job(value: Any, index: int) -> Any:
@@ -141,22 +170,16 @@ def build_cell(cfg: Config) -> CellSpec:
         if key not in resolved:
             resolved[key] = resolve(wc, workload_label(wc), cfg.data.source, path)
         workload = resolved[key]
+        own = job_settings(cfg, entry)
         if workload.as_written:
             _script_settings(cfg, entry, i)
-        batch, samples = workload.amount((entry.batch_size if entry else None) or cfg.batch_size,
-                                         (entry.epoch_samples if entry else None) or cfg.epoch_samples)
+        batch, samples = workload.amount(own.batch_size, own.epoch_samples)
         estimate = _estimate(wc, workload, batch)
         if samples < batch:
             raise ConfigError(f"epoch_samples={samples} is smaller than batch_size={batch} (job {i}, {workload.name})")
-        trainer = cfg.trainer
-        if entry:
-            changes = {k: getattr(entry, k) for k in ("compile", "amp", "channels_last") if getattr(entry, k) is not None}
-            trainer = dataclasses.replace(trainer, **changes)
         jobs.append(JobSpec(
-            cell_id=cell_id, index=i, workload=workload, batch_size=batch,
-            epochs=(entry.epochs if entry and entry.epochs else None) or cfg.epochs,
-            epoch_samples=samples, seed=cfg.seed + i, data=data, trainer=trainer,
-            epoch_time_s=(entry.epoch_time_s if entry and entry.epoch_time_s else None) or cfg.epoch_time_s,
+            cell_id=cell_id, index=i, workload=workload, batch_size=batch, epochs=own.epochs,
+            epoch_samples=samples, seed=cfg.seed + i, data=data, trainer=own.trainer, epoch_time_s=own.epoch_time_s,
             mig_profile=entry.mig_profile if entry else None,
             active_thread_percentage=(entry.active_thread_percentage if entry else None)
             or _per_job(cfg.mode.active_thread_percentage, i),
@@ -251,17 +274,43 @@ def mix_solos(cfg: Config) -> list[Config]:
     """
     solos = []
     for entry in cfg.mix.jobs:
-        settings = {k: getattr(entry, k) for k in ("compile", "amp", "channels_last") if getattr(entry, k) is not None}
+        own = job_settings(cfg, entry)
         solos.append(dataclasses.replace(
             cfg, workload=entry.composition, mix=MixConfig(), degree=1,
             mode=dataclasses.replace(cfg.mode, active_thread_percentage=None, pinned_mem_limit=None),
             mig=MigConfig(allow_reconfigure=cfg.mig.allow_reconfigure),
-            trainer=dataclasses.replace(cfg.trainer, fault=None, fault_job=0, **settings),
-            batch_size=entry.batch_size or cfg.batch_size, epochs=entry.epochs or cfg.epochs,
-            epoch_samples=entry.epoch_samples or cfg.epoch_samples, epoch_time_s=entry.epoch_time_s or cfg.epoch_time_s,
-            tags={**cfg.tags, "solo_of": cfg.mix.name or "custom"},
+            trainer=dataclasses.replace(own.trainer, fault=None, fault_job=0),
+            batch_size=own.batch_size, epochs=own.epochs, epoch_samples=own.epoch_samples,
+            epoch_time_s=own.epoch_time_s, tags={**cfg.tags, "solo_of": cfg.mix.name or "custom"},
         ))
     return solos
+
+
+# What a solo cell sets itself (mix_solos): a mix's own overrides of these keys (or below them) do not apply.
+_SOLO_KEYS = ("mix", "workload", "degree", "batch_size", "epochs", "epoch_samples", "epoch_time_s", "repeat",
+              "mode.active_thread_percentage", "mode.pinned_mem_limit", "mig.layout", "trainer.fault",
+              "trainer.fault_job", "trainer.compile", "trainer.amp", "trainer.channels_last", "tags.solo_of")
+
+
+def solo_overrides(mix_overrides: Sequence[str], solo: Config) -> list[str]:
+    """Overrides that compose ``solo`` (one of :func:`mix_solos`) again: its mix's, less the keys the solo
+    sets itself, then the solo's own values of those keys (its workload as ``workload=<preset>`` and the
+    composition's keys)."""
+    def key(override: str) -> str:
+        return override.lstrip("~+").split("=", 1)[0].strip()
+
+    kept = [o for o in mix_overrides if not any(key(o) == k or key(o).startswith(f"{k}.") for k in _SOLO_KEYS)]
+    view = workload_hash_view(solo.workload)
+    name = view.pop("name")
+    preset = f"workload={name}" if name in group_options("workload") else f"workload.name={override_value(name)}"
+    own = ["mix=none", preset, *(f"workload.{k}={override_value(v)}" for k, v in view.items()), f"degree={solo.degree}"]
+    own += [f"{k}={override_value(getattr(solo, k))}"
+            for k in ("batch_size", "epochs", "epoch_samples", "epoch_time_s")]
+    own += [f"mode.{k}=null" for k in ("active_thread_percentage", "pinned_mem_limit")]
+    own += [f"mig.layout={override_value(solo.mig.layout)}"]
+    own += [f"trainer.{k}={override_value(getattr(solo.trainer, k))}"
+            for k in ("fault", "fault_job", "compile", "amp", "channels_last")]
+    return [*kept, *own, f"++tags.solo_of={override_value(solo.tags['solo_of'])}"]
 
 
 def sweep_cells(specs: list[CellSpec]) -> list[CellSpec]:

@@ -1,9 +1,9 @@
 """Run validated cells on the cluster's GPUs: the one path every cell takes.
 
-Hydra multiruns (the launcher), single runs and radT plans all end here with a list of
-:class:`~raycolloc.spec.CellSpec` and the directory each cell's result goes to. In order:
+Every entry's sweep plan ends here (:func:`raycolloc.driver.plan.run`, which holds the output
+directory: ``driver/outlock.py``) with a list of :class:`~raycolloc.spec.CellSpec` and the directory
+each cell's result goes to. In order:
 
-0. hold the output directory (one sweep writes to an output at a time: ``driver/outlock.py``);
 1. resume: a cell with a valid result (in this sweep's directory, under ``out_dir``, or in an earlier
    sweep's directory that ``out_dir``'s index lists: ``results/index.py``) is referenced, not run again;
 2. connect to Ray, start every GPU node's steward, check the cells against the cluster: a config
@@ -24,7 +24,6 @@ before are intact.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
@@ -39,7 +38,6 @@ import ray
 from raycolloc.driver.cell import CellCancelled, Lane, run_cell
 from raycolloc.driver.cluster import connect
 from raycolloc.driver.lease import LeaseError, acquire_gpu
-from raycolloc.driver.outlock import hold_output
 from raycolloc.driver.preflight import check_cluster, check_nodes, gpu_nodes, unfit_cells
 from raycolloc.driver.progress import Board, ProgressView, open_board
 from raycolloc.driver.rows import CellRecord, cell_row, job_rows
@@ -50,7 +48,7 @@ from raycolloc.node.steward import NAMESPACE, get_steward, start_stewards
 from raycolloc.results.index import REFERENCE, ResultIndex, register_sweeps, sweep_root, write_reference
 from raycolloc.results.rows import CellRow
 from raycolloc.results.store import ResultWriteError, free_space, write_cell
-from raycolloc.spec import CellSpec
+from raycolloc.spec import CellSpec, CellStatus, as_cell_status
 
 __all__ = ["CellResult", "run_cells", "time_share"]
 
@@ -64,7 +62,7 @@ class CellResult:
 
     cell: CellSpec
     cell_dir: Path
-    status: str
+    status: CellStatus
     summary: str
     reused_from: Path | None = None
     row: CellRow | None = None
@@ -94,7 +92,7 @@ def _record(rec: CellRecord, cell_dir: Path) -> CellResult:
     row = cell_row(rec, jobs, epochs)
     write_cell(cell_dir, {"cells": [row], "jobs": jobs, "epochs": epochs, "telemetry": rec.telemetry})
     (cell_dir / REFERENCE).unlink(missing_ok=True)  # a run replaces a reference (+rerun=true)
-    return CellResult(rec.cell, cell_dir, row.status, cell_summary(row, jobs), row=row)
+    return CellResult(rec.cell, cell_dir, as_cell_status(row.status), cell_summary(row, jobs), row=row)
 
 
 class _Sweep:
@@ -242,11 +240,11 @@ def _resume(cells: list[tuple[CellSpec, Path]], rerun: bool) -> tuple[list[tuple
                                        f"({free_space(cell_dir)})") from exc
         summary = (f"cell {cell.cell_id}: result exists in {found.path} (config hash {cell.config_hash}, "
                    f"status={found.status}) - reused; +rerun=true runs it again")
-        reused.append(CellResult(cell, cell_dir, found.status, summary, reused_from=found.path))
+        reused.append(CellResult(cell, cell_dir, as_cell_status(found.status), summary, reused_from=found.path))
     return todo, reused
 
 
-def _skip(cell: CellSpec, cell_dir: Path, reason: str, status: str = "skipped") -> CellResult:
+def _skip(cell: CellSpec, cell_dir: Path, reason: str, status: CellStatus = "skipped") -> CellResult:
     """A cell that never started: ``skipped`` (the cluster cannot run it) or ``unfit`` (too big)."""
     return _record(CellRecord(cell, status=status, reason=reason, backend=cell.config.cluster.backend), cell_dir)
 
@@ -258,23 +256,21 @@ def run_cells(cells: list[tuple[CellSpec, Path]], rerun: bool = False,
     ``pins`` maps a cell's id to the index (on its node) of the GPU it must run on; other cells run
     on any free GPU. A pinned cell no node has the GPU for is a ``skipped`` row.
 
+    The caller holds the output directory (:func:`raycolloc.driver.plan.run`).
+
     Raises:
-        ConfigError: a cell fits no node or GPU of the cluster, or another sweep holds the output
-            directory (nothing has run).
+        ConfigError: a cell fits no node or GPU of the cluster (nothing has run).
         ResultWriteError: a result could not be written; the running cells stopped, the cells
             written before are intact.
         KeyboardInterrupt: Ctrl-C (or :class:`~raycolloc.driver.signals.Terminated`, SIGTERM, where the
             command line took the signals); running cells released their GPUs and wrote nothing.
     """
-    with contextlib.ExitStack() as held:
-        for out_dir in sorted({c.config.out_dir for c, _ in cells}):
-            held.enter_context(hold_output(out_dir))
-        todo, reused = _resume(cells, rerun)
-        for result in reused:
-            print(result.summary, flush=True)
-        results = {r.cell.cell_id: r for r in reused}
-        if todo:
-            results.update(_run(todo, pins or {}))
+    todo, reused = _resume(cells, rerun)
+    for result in reused:
+        print(result.summary, flush=True)
+    results = {r.cell.cell_id: r for r in reused}
+    if todo:
+        results.update(_run(todo, pins or {}))
     return [results[c.cell_id] for c, _ in cells if c.cell_id in results]
 
 

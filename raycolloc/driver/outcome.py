@@ -19,6 +19,7 @@ The exit status tells whether every cell has a result (README, "Exit status"):
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from raycolloc.results.rows import RESULT_STATUSES
@@ -26,8 +27,8 @@ from raycolloc.results.rows import RESULT_STATUSES
 if TYPE_CHECKING:
     from raycolloc.driver.engine import CellResult
 
-__all__ = ["EXIT_CONFIG", "EXIT_INTERRUPTED", "EXIT_MISSING", "EXIT_OK", "EXIT_TERMINATED", "EXIT_WRITE",
-           "closing_lines", "exit_code", "print_outcome"]
+__all__ = ["EXIT_CONFIG", "EXIT_INTERRUPTED", "EXIT_MISSING", "EXIT_OK", "EXIT_TERMINATED", "EXIT_WRITE", "Outcome",
+           "SweepEnded", "closing_lines", "exit_code", "print_outcome"]
 
 EXIT_OK = 0
 EXIT_MISSING = 1
@@ -35,6 +36,26 @@ EXIT_CONFIG = 2
 EXIT_WRITE = 3
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
 EXIT_TERMINATED = 143  # 128 + SIGTERM
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a sweep plan ended (:func:`raycolloc.driver.plan.run`): each cell's result and the exit status
+    the command line gives for it."""
+
+    results: tuple[CellResult, ...]
+    code: int
+
+
+class SweepEnded(BaseException):
+    """How a sweep run inside Hydra ended, when not with exit 0: its outcome (a non-zero status), or the
+    exception that ended it (its ``__cause__``, ``outcome`` None), carried to the command line's main,
+    which chooses the exit status. A ``BaseException``, as ``KeyboardInterrupt`` is: Hydra drops what a task
+    or a launcher returns, and reports an ``Exception`` raised by a task itself ("Error executing job")."""
+
+    def __init__(self, outcome: Outcome | None = None) -> None:
+        self.outcome = outcome
+        super().__init__("the sweep ended" + (f" with exit status {outcome.code}" if outcome is not None else ""))
 
 
 def _missing(results: Sequence[CellResult]) -> list[CellResult]:

@@ -13,8 +13,8 @@ ended, or was refused after it took the lock, leaves no lock file). A sweep that
 just before it was removed then holds a lock nobody else sees, so the taker checks, once it has the
 lock, that its file is still the one at the path, and starts again if not.
 
-The lock is per process and re-entrant: the launcher, a radT plan and :func:`run_cells` each
-take it, and the outermost holds it.
+The lock is per process and re-entrant; a sweep takes it in one place, around everything its plan
+writes (:func:`raycolloc.driver.plan.run`).
 """
 
 from __future__ import annotations

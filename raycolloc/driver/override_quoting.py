@@ -17,13 +17,42 @@ from collections.abc import Callable
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException, OverrideParseException
 
-__all__ = ["explain_parse_error", "hydra_quote", "quoted_override"]
+from raycolloc.workload_config import WorkloadConfig, workload_hash_view
+
+__all__ = ["explain_parse_error", "hydra_quote", "override_value", "quoted_override"]
 
 GRAMMAR_URL = "https://hydra.cc/docs/advanced/override_grammar/basic/#quoted-values"
 # What Hydra's lexer takes in an unquoted value (OverrideLexer.g4: ID, UNQUOTED_CHAR, COLON, WS,
 # numbers); everything else is either grammar ('=', ',', brackets, parentheses) or not read at all.
 _BARE = re.compile(r"[^A-Za-z0-9_\-/\\+.$%*@?|: \t]")
 _BARE_ELEMENT = re.compile(r"[^A-Za-z0-9_\-/\\+.$%*@?|: \t\[\]{},'\"]")  # in a list or dict: also its grammar
+
+
+_PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def override_value(value: object) -> str:
+    """``value`` (a scalar, list, dict or workload composition) as the value of an override Hydra reads
+    back unchanged: strings that are not plain identifiers quoted, ``None`` as ``null``."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, WorkloadConfig):
+        value = workload_hash_view(value)
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{override_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ",".join(override_value(v) for v in value) + "]"
+    text = str(value)
+    if _PLAIN.match(text) and text.lower() not in ("null", "true", "false", "nan", "inf"):
+        return text
+    # Hydra: inside quotes, escape the quote and any backslashes preceding a quote or the end.
+    text = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", text)
+    text = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, text)
+    return f"'{text}'"
 
 
 def hydra_quote(value: str) -> str:

@@ -24,10 +24,9 @@ import ray
 from raycolloc.config import ConfigError
 from raycolloc.devices import GpuInfo
 from raycolloc.node.mig.layout import LayoutError
-from raycolloc.node.mig.placement import gpu_model_of, requested_placement
 from raycolloc.node.mig.profiles import UnknownGpuModel
 from raycolloc.node.gpu.simdevice import CONTEXT_MIB
-from raycolloc.node.modes.mig import admin_hint
+from raycolloc.node.modes.mig import admin_hint, cell_placement
 from raycolloc.spec import CellSpec, JobSpec, NodeInfo
 
 __all__ = ["check_cluster", "check_nodes", "gpu_nodes", "job_gpu_memory_mib", "unfit_cells"]
@@ -47,12 +46,11 @@ def _mig_verdict(cell: CellSpec, infos: list[NodeInfo]) -> tuple[str | None, lis
     """``(skip reason or None, layout errors)`` for a mig cell over the cluster's GPUs."""
     unavailable: list[str] = []
     layout_errors: list[str] = []
-    profiles = [j.mig_profile for j in cell.jobs]
     for info in infos:
         for gpu in info.gpus:
             no_table = None
             try:
-                requested_placement(gpu_model_of(gpu.name), cell.config.mig.layout, cell.mix_mig_layout, profiles)
+                cell_placement(cell, gpu.name)
             except UnknownGpuModel as exc:
                 no_table = f"no MIG table for GPU {gpu.index} ({gpu.name}): {exc}"
             except (LayoutError, ValueError) as exc:
@@ -124,8 +122,7 @@ def _gpu_verdict(cell: CellSpec, gpu: GpuInfo) -> str | None:
             return None
         return (f"{cell.degree} jobs x about {_gib(max(need))} (estimated peak per job) need {_gib(sum(need))}; "
                 f"{gpu.name} has {_gib(gpu.memory_mib)}")
-    placement = requested_placement(gpu_model_of(gpu.name), cell.config.mig.layout, cell.mix_mig_layout,
-                                    [j.mig_profile for j in cell.jobs])
+    placement = cell_placement(cell, gpu.name)
     per_gi: dict[int, list[float]] = {}
     for device, mib in zip(placement, need, strict=True):
         per_gi.setdefault(device.gi_index, []).append(mib)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import logging
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,12 +26,10 @@ from raycolloc.driver.radt_rows import (
     parse_row,
     row_mode,
 )
-from raycolloc.workload_config import WorkloadConfig, workload_hash_view
 
 __all__ = ["PlanCell", "PlanError", "PlanGroup", "PlanJob", "groups_to_run", "line_ranges", "read_plan"]
 
 log = logging.getLogger("raycolloc")
-_PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass(frozen=True)
@@ -45,12 +42,6 @@ class PlanCell:
     mode: str  # "naive" | "mps" | "mig"
     jobs: tuple[PlanJob, ...]
 
-    def to_overrides(self) -> list[str]:
-        """Hydra command-line overrides describing this cell (a composition as a nested mapping)."""
-        keys = ("workload", "batch_size", "epochs", "mig_profile")
-        jobs = ",".join("{" + ",".join(f"{k}:{_hydra_value(getattr(j, k))}" for k in keys) + "}" for j in self.jobs)
-        return [f"mode={self.mode}", f"+cell.jobs=[{jobs}]"]
-
 
 @dataclass(frozen=True)
 class PlanGroup:
@@ -60,29 +51,6 @@ class PlanGroup:
     workload: str
     status: str  # "run" | "finished" | "failed"
     cells: tuple[PlanCell, ...]
-
-
-def _hydra_value(value: object) -> str:
-    """Render a value for Hydra's override grammar, quoting strings that are not plain."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return str(value).lower()
-    if isinstance(value, int | float):
-        return str(value)
-    if isinstance(value, WorkloadConfig):
-        value = workload_hash_view(value)
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{k}:{_hydra_value(v)}" for k, v in value.items()) + "}"
-    if isinstance(value, list | tuple):
-        return "[" + ",".join(_hydra_value(v) for v in value) + "]"
-    text = str(value)
-    if _PLAIN.match(text) and text.lower() not in ("null", "true", "false", "nan", "inf"):
-        return text
-    # Hydra: inside quotes, escape the quote and any backslashes preceding a quote or the end.
-    text = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", text)
-    text = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, text)
-    return f"'{text}'"
 
 
 def _rows(path: Path) -> list[Row]:

@@ -18,19 +18,20 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-from collections import Counter
+import functools
 import io
 import logging
 import os
+from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from omegaconf import DictConfig
 
 from raycolloc.config import Config, ConfigError, MixConfig, MixJob, load_config
 from raycolloc.driver.cells import SweepOptions, resolve_backend, validate_cell
-from raycolloc.driver.dryrun import DryRunLine, print_dry_run
-from raycolloc.driver.outlock import hold_output
+from raycolloc.driver.dryrun import DryRunLine
+from raycolloc.driver.plan import PlannedCell, Step, SweepPlan
 from raycolloc.driver.radt import PlanCell, PlanError, PlanGroup, groups_to_run, read_plan
 from raycolloc.job.workloads.registry import list_workloads
 from raycolloc.spec import CellSpec
@@ -39,7 +40,7 @@ from raycolloc.workload_config import WorkloadConfig
 if TYPE_CHECKING:
     from raycolloc.driver.engine import CellResult
 
-__all__ = ["cell_config", "run_plan"]
+__all__ = ["cell_config", "csv_plan"]
 
 log = logging.getLogger("raycolloc")
 
@@ -123,13 +124,13 @@ def _validate(base: Config, groups: list[PlanGroup], dry_run: bool, fanout: bool
     return planned, lines
 
 
-def run_plan(dcfg: DictConfig, options: SweepOptions, run_dir: Path) -> dict[str, Any]:
-    """Run every group of the plan that still has work; returns per-cell summaries and, under
-    ``results``, how each cell ended (``CellResult``: the sweep's exit status comes from them).
+def csv_plan(dcfg: DictConfig, options: SweepOptions, run_dir: Path) -> SweepPlan:
+    """The sweep plan of every group of the radT plan that still has work: one step per group (its
+    cells pinned to their ``Devices``), or one step of every group with ``+plan_fanout=true``; after
+    each, its rows' Status is written back into the CSV.
 
     Raises:
         ConfigError: the plan cannot be read, or one of its cells is invalid (nothing has run).
-        ResultWriteError: a result could not be written (see :func:`run_cells`).
     """
     path = Path(str(options.plan)).expanduser()
     base = resolve_backend(load_config(dcfg))
@@ -140,41 +141,33 @@ def run_plan(dcfg: DictConfig, options: SweepOptions, run_dir: Path) -> dict[str
         raise ConfigError(f"+plan={path}: {exc}") from None
     groups = groups_to_run(everything, rerun=options.rerun)
     planned, lines = _validate(base, groups, options.dry_run, options.plan_fanout)
+    plan = SweepPlan(run_dir, base.out_dir, rerun=options.rerun, dry_run=options.dry_run, lines=tuple(lines))
     if options.dry_run:
-        for group in everything:
-            if group not in groups:
-                print(f"  skip   plan group {group.experiment}/{group.workload}: {group.status.upper()}"
-                      + (" (+rerun=true runs FAILED groups again)" if group.status == "failed" else ""))
-        refused = print_dry_run(lines, base.out_dir, rerun=options.rerun, sweep_dir=run_dir)
-        return {"cells": [], "dry_run": True, "refused": refused}
+        skips = tuple(f"  skip   plan group {group.experiment}/{group.workload}: {group.status.upper()}"
+                      + (" (+rerun=true runs FAILED groups again)" if group.status == "failed" else "")
+                      for group in everything if group not in groups)
+        return dataclasses.replace(plan, notes=skips)
     if not planned:
-        print(f"plan {path}: nothing to run (every group FINISHED, or FAILED without +rerun=true)", flush=True)
-        return {"cells": [], "results": []}
-    from raycolloc.driver.engine import run_cells  # Ray and pyarrow: once the plan is valid
+        return dataclasses.replace(plan, notes=(f"plan {path}: nothing to run (every group FINISHED, or FAILED "
+                                                f"without +rerun=true)",))
 
-    def cell_dir(group: PlanGroup, cell: PlanCell) -> Path:
-        return run_dir / group.experiment / group.workload / f"dev{cell.devices}"
+    def cells(group: PlanGroup, members: list[tuple[PlanCell, CellSpec]], pinned: bool) -> tuple[PlannedCell, ...]:
+        return tuple(PlannedCell(spec, run_dir / group.experiment / group.workload / f"dev{cell.devices}",
+                                 pin=_pin(cell) if pinned else None) for cell, spec in members)
 
-    ended: list[CellResult] = []
-    with hold_output(base.out_dir):  # the whole plan, not group by group
-        if options.plan_fanout:
-            print(f"plan: {len(planned)} group(s) at once on any free GPU (+plan_fanout=true)", flush=True)
-            ended = run_cells([(spec, cell_dir(g, c)) for g, cells in planned for c, spec in cells], rerun=options.rerun)
+    if options.plan_fanout:
+        def write_all(ended: list[CellResult]) -> None:
             by_id = {r.cell.cell_id: r for r in ended}
-            for group, cells in planned:
-                _write_back(path, cells, [by_id[s.cell_id] for _, s in cells if s.cell_id in by_id])
-        else:
-            for group, cells in planned:
-                print(f"plan group {group.experiment}/{group.workload}: {len(cells)} cell(s) start together", flush=True)
-                pins = {spec.cell_id: pin for cell, spec in cells if (pin := _pin(cell)) is not None}
-                results = run_cells([(spec, cell_dir(group, cell)) for cell, spec in cells], rerun=options.rerun,
-                                    pins=pins)
-                _write_back(path, cells, results)
-                ended.extend(results)
-            if (idle := _idle_line(planned)) is not None:
-                print(idle, flush=True)
-    summaries = [{"cell_id": r.cell.cell_id, "status": r.status, "summary": r.summary} for r in ended]
-    return {"cells": summaries, "results": ended}
+            for _, members in planned:
+                _write_back(path, members, [by_id[s.cell_id] for _, s in members if s.cell_id in by_id])
+
+        step = Step(tuple(c for g, members in planned for c in cells(g, members, False)),
+                    f"plan: {len(planned)} group(s) at once on any free GPU (+plan_fanout=true)", write_all)
+        return dataclasses.replace(plan, steps=(step,))
+    steps = tuple(Step(cells(group, members, True),
+                       f"plan group {group.experiment}/{group.workload}: {len(members)} cell(s) start together",
+                       functools.partial(_write_back, path, members)) for group, members in planned)
+    return dataclasses.replace(plan, steps=steps, epilogue=functools.partial(_idle_line, planned))
 
 
 def _write_back(path: Path, cells: list[tuple[PlanCell, CellSpec]], results: list[CellResult]) -> None:

@@ -14,7 +14,7 @@ from raycolloc.config import config_hash
 from raycolloc.driver.environment import environment
 from raycolloc.node.gpu.backend import GpuInfo
 from raycolloc.results.rows import CellRow, EpochRow, JobRow, TelemetryRow
-from raycolloc.spec import CellSpec, JobState
+from raycolloc.spec import CellSpec, CellStatus, JobState
 
 __all__ = ["CellRecord", "cell_row", "job_rows", "window_energy", "window_stats"]
 
@@ -24,7 +24,7 @@ class CellRecord:
     """What one run of a cell recorded, in the driver: the inputs of its rows."""
 
     cell: CellSpec
-    status: str = "ok"
+    status: CellStatus = "ok"
     reason: str | None = None
     gpu: GpuInfo | None = None
     node_id: str | None = None
@@ -173,7 +173,7 @@ def window_stats(rows: Sequence[TelemetryRow], start: float | None, end: float |
     }
 
 
-def _cell_status(rec: CellRecord, jobs: Sequence[JobRow]) -> str:
+def _cell_status(rec: CellRecord, jobs: Sequence[JobRow]) -> CellStatus:
     n_ok = sum(1 for j in jobs if j.status == "ok")
     if rec.status != "ok" or n_ok == len(jobs):
         return rec.status

@@ -6,13 +6,14 @@ makes ``out_dir``. A refused run and a dry run write nothing, so they take back 
 run's directory if it holds only Hydra's own files, then every directory this run made that is empty
 now, deepest first (``out_dir`` too, when the run made it). Which ones the run made is noted just
 before Hydra makes them (:class:`NoteRunDirs`, a Hydra callback in ``conf/config.yaml``); a directory
-that was there before, or that holds anything (another run's files), is never removed.
+that was there before, or that holds anything (another run's files), is never removed. One function
+takes them back (:func:`discard_run`), for a dry run (:func:`raycolloc.driver.plan.run`) and for a
+refused one (the command line's main).
 """
 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,13 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, read_write
 from omegaconf.errors import OmegaConfBaseException
 
-__all__ = ["NoteRunDirs", "discard", "forget", "make", "note", "remove_made"]
+__all__ = ["HYDRA_FILES", "NoteRunDirs", "discard_run", "forget", "make", "note", "remove_made"]
 
 _made: list[Path] = []  # directories this process made for its run, outermost first
+# What Hydra (and the launcher, for a multirun's cells) writes in a run's directories before a cell runs:
+# its config record, a multirun's list of jobs, the job's log (``<job name>.log``, noted with the run).
+HYDRA_FILES = {".hydra", "multirun.yaml", "sweep.log"}
+_logs: set[str] = set()
 
 
 def note(path: str | Path) -> None:
@@ -42,6 +47,7 @@ def make(path: str | Path) -> Path:
 def forget() -> None:
     """A new run: what an earlier run in this process made is not this run's to remove."""
     _made.clear()
+    _logs.clear()
 
 
 def remove_made() -> None:
@@ -54,12 +60,13 @@ def remove_made() -> None:
         _made.remove(path)
 
 
-def discard(run_dir: Path, hydra_files: Collection[str]) -> None:
-    """A run that writes nothing: remove ``run_dir`` if this run made it and it holds only
-    ``hydra_files`` (Hydra's config record and log), then the directories made for it."""
-    run_dir = run_dir.absolute()
-    if run_dir in _made and run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= set(hydra_files):
-        shutil.rmtree(run_dir, ignore_errors=True)
+def discard_run() -> None:
+    """A run that wrote nothing (refused, or a dry run): remove every directory this run made that
+    holds only Hydra's files (the run's or the sweep's directory, a multirun's cell directories),
+    deepest first, then the directories made for them that are empty now."""
+    for path in sorted(_made, key=lambda p: len(p.parts), reverse=True):
+        if path.is_dir() and {p.name for p in path.iterdir()} <= HYDRA_FILES | _logs:
+            shutil.rmtree(path, ignore_errors=True)
     remove_made()
 
 
@@ -84,3 +91,4 @@ def _note_dir(config: DictConfig, key: str) -> None:
     with read_write(config.hydra[key]):
         config.hydra[key].dir = path
     note(path)
+    _logs.add(f"{OmegaConf.select(config, 'hydra.job.name', default='sweep')}.log")

@@ -1,14 +1,21 @@
-"""The short table printed after each cell."""
+"""The short table printed after each cell, and the sweep's summary after the last."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from raycolloc.results.rows import CellRow, JobRow
 from raycolloc.workload_kinds import ScriptWorkload
 
-__all__ = ["cell_summary"]
+if TYPE_CHECKING:
+    from raycolloc.driver.engine import CellResult
+
+__all__ = ["cell_summary", "print_sweep_summary"]
+
+log = logging.getLogger("raycolloc")
 
 
 def _fmt(value: Any, spec: str = ",.0f") -> str:
@@ -43,3 +50,30 @@ def cell_summary(cell: CellRow, jobs: Sequence[JobRow]) -> str:
     if cell.reason and cell.status != "ok":
         lines.append(f"  reason: {cell.reason[:300]}")
     return "\n".join(lines)
+
+
+def print_sweep_summary(sweep_dir: Path, results: Sequence[CellResult]) -> None:
+    """The sweep's gain table (against degree 1 and against the best solo run; a configuration's
+    repeats as median [min-max]) and its mixes against running their jobs one after the other."""
+    try:
+        from analysis.load import load_sweeps
+        from analysis.mixed import mixed_table, table2
+        from analysis.report import format_gain
+        from analysis.tables import gain_table
+
+        data = load_sweeps([sweep_dir])
+        print(f"\nsweep {sweep_dir}: {len(data.cells)} cells, {int((data.cells['status'] == 'ok').sum())} ok")
+        gain = gain_table(data.cells, data.jobs)
+        if not gain.empty:
+            print("throughput gain (gain_vs_solo: same settings at degree 1; gain_vs_best_solo: fastest degree-1 "
+                  "run of the workload in the sweep; several runs: median [min-max])")
+            print(format_gain(gain))
+        mixes = table2(mixed_table(data.cells, data.jobs, data.epochs))
+        if not mixes.empty:
+            jobs = [c for c in mixes.columns if c.endswith("_s") and not c.startswith(("total", "sequential"))]
+            cols = ["mix", "mode", "n_runs", "status", *jobs, "total_s", "sequential_s", "change_vs_sequential_pct"]
+            print("mixed cells against their jobs run one after the other (<job>_s: collocated; <job>_alone_s: its "
+                  "solo cell; medians of the runs)")
+            print(mixes[cols].to_string(index=False, na_rep="-", float_format=lambda v: f"{v:,.2f}"))
+    except Exception as exc:  # noqa: BLE001 - the summary is a convenience; the results are on disk
+        log.warning("sweep summary unavailable: %s", exc)

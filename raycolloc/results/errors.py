@@ -7,10 +7,14 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-__all__ = ["InvalidResult", "ResultWriteError", "SweepDirError", "UnknownSchemaVersion", "free_space"]
+__all__ = ["InvalidResult", "ResultError", "ResultWriteError", "SweepDirError", "UnknownSchemaVersion", "free_space"]
 
 
-class InvalidResult(ValueError):
+class ResultError(Exception):
+    """Base of what can go wrong reading or writing results: a library raises it, a main chooses the exit."""
+
+
+class InvalidResult(ResultError, ValueError):
     """A cell directory whose tables are missing, unreadable or disagree; the message says which."""
 
 
@@ -18,14 +22,13 @@ class UnknownSchemaVersion(InvalidResult):
     """A table written by a raycolloc whose schema this one cannot read."""
 
 
-class SweepDirError(SystemExit):
+class SweepDirError(ResultError):
     """A sweep directory given to read is missing, holds no raycolloc cell, holds only corrupt ones, or
     another schema version; the message names the path (:mod:`analysis.load`). The command-line mains
-    exit 2 on it (a bad argument); it is a ``SystemExit`` so that a caller that does not catch it still
-    stops with the message, as it did before it had a type."""
+    exit 2 on it (a bad argument)."""
 
 
-class ResultWriteError(RuntimeError):
+class ResultWriteError(ResultError, RuntimeError):
     """A cell's tables could not be written; the message names the path, the error and the free space."""
 
 

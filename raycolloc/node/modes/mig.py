@@ -21,11 +21,30 @@ from raycolloc.node.mig.placement import Placement, gpu_model_of, requested_plac
 from raycolloc.node.modes.base import GpuSlot, ModeError
 from raycolloc.spec import Binding, CellSpec, Release
 
-__all__ = ["MIG_RECORD", "Instances", "MigMode", "admin_hint", "apply_instances", "read_instances", "restore_layout"]
+__all__ = ["MIG_RECORD", "Instances", "MigMode", "admin_hint", "apply_instances", "cell_placement", "read_instances",
+           "restore_layout"]
 
 log = logging.getLogger(__name__)
 MIG_RECORD = "mig-found.json"
 Instances = list[tuple[int, int, list[tuple[int, int]]]]  # [(gi profile id, start, [(ci profile id, start)])]
+_placed: dict[tuple[str, str, str, tuple[str | None, ...]], Placement] = {}
+
+
+def cell_placement(cell: CellSpec, gpu_name: str) -> Placement:
+    """The cell's MIG layout placed on the model of the GPU named ``gpu_name``: the one decision the
+    driver's pre-flight (skipped and unfit cells) and the steward (what it creates) share. Placed once
+    per process, layout and GPU model (a sweep asks it for every cell and GPU, twice).
+
+    Raises:
+        UnknownGpuModel: no MIG table for that GPU model.
+        LayoutError: the layout does not fit the GPU or does not give one MIG device per job.
+    """
+    model = gpu_model_of(gpu_name)
+    profiles = tuple(j.mig_profile for j in cell.jobs)
+    key = (model.name, repr(cell.config.mig.layout), repr(cell.mix_mig_layout), profiles)
+    if key not in _placed:  # a layout that does not fit raises each time: nothing is kept
+        _placed[key] = requested_placement(model, cell.config.mig.layout, cell.mix_mig_layout, list(profiles))
+    return _placed[key]
 
 
 def admin_hint(gpu: GpuInfo) -> str:
@@ -95,8 +114,7 @@ class MigMode:
         current, _pending = self.backend.mig_mode(gpu.uuid)
         if not current:
             raise MigUnavailable(admin_hint(gpu))
-        placement = requested_placement(self.model, cfg.layout, self.cell.mix_mig_layout,
-                                        [j.mig_profile for j in self.cell.jobs])
+        placement = cell_placement(self.cell, gpu.name)
         found_instances = read_instances(self.backend, gpu.uuid)
         found = self._placement(found_instances)
         if not found.same_shape(placement):
