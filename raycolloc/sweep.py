@@ -27,8 +27,8 @@ from omegaconf import DictConfig
 
 from raycolloc import conf_dir
 from raycolloc.config import ConfigError, register_configs
-from raycolloc.driver.cells import cell_dir_names, split_options, sweep_cells, validate_cell
 from raycolloc.driver import signals
+from raycolloc.driver.cells import cell_dir_names, split_options, sweep_cells, validate_cell
 from raycolloc.driver.hydra_errors import as_config_error, check_group_choices
 from raycolloc.driver.outcome import EXIT_CONFIG, EXIT_OK, EXIT_WRITE, print_outcome
 from raycolloc.driver.rundirs import discard, forget, remove_made

@@ -3,7 +3,6 @@ headline, peak device memory per job, the repeat columns; MIG SM activity from G
 
 from __future__ import annotations
 
-
 import pytest
 
 from raycolloc.driver.rows import CellRecord, cell_row, job_rows, window_energy

@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from raycolloc.node.mig import profiles
-from raycolloc.node.mig.migparted import from_migparted, layout_to_mig_devices, to_migparted
 from raycolloc.node.mig.layout import GiSpec, Layout, LayoutError, parse_layout
+from raycolloc.node.mig.migparted import from_migparted, layout_to_mig_devices, to_migparted
 from raycolloc.node.mig.placement import Placement, default_layout, place_layout, resolve_layout
 from raycolloc.node.mig.profiles import GpuModel, get_gpu_model, known_gpu_models, register_gpu_model
 

@@ -183,9 +183,8 @@ def test_cells_side_by_side_get_disjoint_cores_and_release_returns_them(tmp_path
 
 @pytest.mark.usefixtures("ray_local")
 def test_start_stewards_starts_the_steward_of_every_gpu_node_before_any_cell() -> None:
-    from raycolloc.node.steward import NAMESPACE, start_stewards, steward_name
-
     from raycolloc.driver.preflight import gpu_nodes
+    from raycolloc.node.steward import NAMESPACE, start_stewards, steward_name
 
     job = load(["degree=1"])
     nodes = gpu_nodes()

@@ -270,7 +270,7 @@ def test_item_11_the_dashboard_url_comes_with_the_token_it_asks_for(tmp_path: Pa
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
-def _node(backend: str, cpus: int, free_mib: float, gpus: list) -> NodeInfo:  # noqa: ANN001
+def _node(backend: str, cpus: int, free_mib: float, gpus: list) -> NodeInfo:
     """A steward's ``info()`` of a node, as the pre-flight reads it."""
     return NodeInfo(node_id="node-x", pid=0, gpus=tuple(gpus), driver="", cpus=cpus, mem_total_mib=free_mib,
                     mem_available_mib=free_mib, leftovers=(), traits=backend_traits(backend))

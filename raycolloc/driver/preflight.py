@@ -23,10 +23,10 @@ import ray
 
 from raycolloc.config import ConfigError
 from raycolloc.devices import GpuInfo
+from raycolloc.node.gpu.simdevice import CONTEXT_MIB
 from raycolloc.node.mig.layout import LayoutError
 from raycolloc.node.mig.placement import gpu_model_of, requested_placement
 from raycolloc.node.mig.profiles import UnknownGpuModel
-from raycolloc.node.gpu.simdevice import CONTEXT_MIB
 from raycolloc.node.modes.mig import admin_hint
 from raycolloc.spec import CellSpec, JobSpec, NodeInfo
 

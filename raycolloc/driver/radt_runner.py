@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-from collections import Counter
 import io
 import logging
 import os
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 

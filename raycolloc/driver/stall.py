@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
+
 from raycolloc.driver.progress import Board
 from raycolloc.spec import CellSpec, JobProgress, JobState
 

@@ -44,8 +44,8 @@ from raycolloc.node.cpus import CpuPool
 from raycolloc.node.gpu.backend import GpuBackend, GpuInfo
 from raycolloc.node.gpu.kinds import backend_traits
 from raycolloc.node.leftovers import claim, clean_leftovers, find_leftovers
-from raycolloc.node.modes.mig import MIG_RECORD
 from raycolloc.node.modes import MODES, GpuSlot, Mode
+from raycolloc.node.modes.mig import MIG_RECORD
 from raycolloc.node.telemetry import Sampler, gi_sm_shares, pick_source
 from raycolloc.procs import normal_priority, python_env
 from raycolloc.results.rows import TelemetryRow

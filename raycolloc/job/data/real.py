@@ -111,7 +111,7 @@ def _stack_batches(
         try:
             raw_data, raw_labels = read(path)
             data, labs = np.asarray(raw_data), np.asarray(raw_labels, dtype=np.int64)
-        except Exception as exc:  # noqa: BLE001 - unpickling, zip and key errors all mean a bad file
+        except Exception as exc:  # unpickling, zip and key errors all mean a bad file
             raise DatasetError(f"{path} is not a readable batch; expected {layout} ({exc!r})") from exc
         if data.dtype != np.uint8 or data.shape[1:] != (3 * side * side,) or labs.shape != data.shape[:1]:
             got = f"got data {data.dtype} {list(data.shape)} and labels {list(labs.shape)}"
