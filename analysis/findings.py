@@ -235,7 +235,8 @@ def _mig(gain: pd.DataFrame, epoch2: pd.DataFrame, table2: pd.DataFrame) -> Verd
         missing.append("no mix ran ok in mig and in naive or mps")
     if not parts or (spread.empty and not under):
         return Verdict(claim, "not enough data", "; ".join(missing))
-    holds: list[bool | None] = ([bool(spread.median() <= 1.15)] if not spread.empty else []) + under
+    holds: list[bool | None] = [bool(spread.median() <= 1.15)] if not spread.empty else []
+    holds += under
     verdict = _judge(holds)
     text = "; ".join(parts) + "."
     if missing:

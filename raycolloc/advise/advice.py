@@ -113,18 +113,19 @@ def format_advice(a: Advice) -> str:
                      f"{100 * p.cpu_busy:.0f}% of a core, memory {p.job_mem_mib:,.0f} MiB/job ({p.mem_source})")
     for name, why in a.not_profiled.items():
         lines.append(f"no profile for {name}: {why}")
-    p = a.params
-    lines.append(f"parameters: naive capacity={p.naive.capacity:.2f} k={p.naive.sharpness:g}; mps capacity="
-                 f"{p.mps.capacity:.2f} k={p.mps.sharpness:g}; mig capacity={p.mig.capacity:.2f} k={p.mig.sharpness:g}; "
-                 f"power slope={'-' if p.power_slope_w is None else f'{p.power_slope_w:.0f} W per unit SM activity'}; "
-                 f"{p.source}")
+    fit = a.params
+    lines.append(f"parameters: naive capacity={fit.naive.capacity:.2f} k={fit.naive.sharpness:g}; mps capacity="
+                 f"{fit.mps.capacity:.2f} k={fit.mps.sharpness:g}; mig capacity={fit.mig.capacity:.2f} "
+                 f"k={fit.mig.sharpness:g}; power slope="
+                 f"{'-' if fit.power_slope_w is None else f'{fit.power_slope_w:.0f} W per unit SM activity'}; "
+                 f"{fit.source}")
     for r in a.rankings:
         lines += ["", format_ranking(r)]
-        for tag, name in (("best throughput", r.best_throughput), ("best energy per sample", r.best_energy),
+        for tag, best in (("best throughput", r.best_throughput), ("best energy per sample", r.best_energy),
                           (f"best throughput with every job's slowdown <= {r.max_slowdown:g}"
                            if r.max_slowdown is not None else "best throughput (no max_slowdown given)",
                            r.best_within_cap)):
-            lines.append(f"  {tag}: {name or 'none fits'}")
+            lines.append(f"  {tag}: {best or 'none fits'}")
     lines += ["", "the model assumes:"] + [f"  - {text}" for text in a.assumptions]
     if a.emitted is not None:
         lines += ["", f"recommended cells as a sweep ({a.emitted.sweep_txt}):", *(f"  {x}" for x in a.emitted.lines),

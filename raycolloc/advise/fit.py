@@ -138,7 +138,8 @@ def _fit_mode(obs: list[Observation], mode: str, start: ModeParams) -> tuple[Mod
     them and the RMS log error."""
 
     def loss(mp: ModeParams) -> tuple[float, float]:
-        params = replace(DEFAULT_PARAMS, **{mode: mp})
+        pick = {name: mp if name == mode else DEFAULT_PARAMS.mode(name) for name in ("naive", "mps", "mig")}
+        params = replace(DEFAULT_PARAMS, naive=pick["naive"], mps=pick["mps"], mig=pick["mig"])
         errs = [e for o in obs if (e := _log_error(o, params)) is not None]
         if not errs:
             return math.inf, math.nan

@@ -150,7 +150,7 @@ class _Sweep:
         lane: Lane | None = None
         try:
             while True:
-                started_at, waits = time.time(), {}
+                started_at, waits = time.time(), dict[str, float]()
                 if lane is None:
                     opened = self._open(index)
                     if opened is None:

@@ -16,11 +16,14 @@ import socket
 import sys
 import time
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import ray
 
 from raycolloc.spec import CellProgress, JobProgress
+
+if TYPE_CHECKING:
+    from ray.actor import ActorClass
 
 __all__ = ["Board", "ProgressBoard", "ProgressView", "open_board"]
 
@@ -90,7 +93,8 @@ class Board:
 
 def open_board(namespace: str) -> Board:
     """This sweep's part of the cluster's board (the board is created by the first sweep)."""
-    actor = ProgressBoard.options(name=BOARD_NAME, namespace=namespace, lifetime="detached",
+    # cast: what @ray.remote made of the class (mypy sees the class itself through the decorator's stub).
+    actor = cast("ActorClass[ProgressBoard]", ProgressBoard).options(name=BOARD_NAME, namespace=namespace, lifetime="detached",
                                   get_if_exists=True).remote()
     return Board(actor, f"{socket.gethostname()}:{os.getpid()}:{time.time_ns()}")
 

@@ -19,6 +19,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from raycolloc.config_checks import ConfigError
 from raycolloc.datasets import DATASETS, IMAGENET_TRAIN
@@ -110,13 +111,15 @@ def _is_flag(token: str) -> bool:
 
 def parse_params(text: str) -> list[tuple[str, str]]:
     """Split ``--k v``, ``--k=v`` and ``k=v`` (also ``a=1,b=2``) into pairs."""
-    tokens, pairs, i = shlex.split(text), [], 0
+    tokens, i = shlex.split(text), 0
+    pairs: list[tuple[str, str]] = []
     while i < len(tokens):
         tok = tokens[i]
         if _is_flag(tok):
             key = tok.lstrip("-")
             if "=" in key:
-                pairs.append(tuple(key.split("=", 1)))
+                name, _, value = key.partition("=")
+                pairs.append((name, value))
             elif i + 1 < len(tokens) and not _is_flag(tokens[i + 1]) and not _KV.match(tokens[i + 1]):
                 pairs.append((key, tokens[i + 1]))
                 i += 1
@@ -125,7 +128,7 @@ def parse_params(text: str) -> list[tuple[str, str]]:
         elif "=" in tok:
             parts = tok.split(",")
             chunks = parts if all("=" in p for p in parts) else [tok]  # radT's own "a=1,b=2"
-            pairs.extend(tuple(c.split("=", 1)) for c in chunks)
+            pairs.extend((k, v) for k, _, v in (c.partition("=") for c in chunks))
         else:
             pairs.append(("_positional", tok))
         i += 1
@@ -186,10 +189,10 @@ def _fields(path: Path, row: Row) -> tuple[dict[str, str], dict[str, str], dict[
     for name, least in (("batch", 1), ("epochs", 1)):
         raw = fields.get(name)
         try:
-            numbers[name] = None if raw is None else int(raw)
+            number = numbers[name] = None if raw is None else int(raw)
         except ValueError:
             raise _error(path, row, "Params", f"{name} value {raw!r} is not an integer") from None
-        if numbers[name] is not None and numbers[name] < least:  # type: ignore[operator]
+        if number is not None and number < least:
             raise _error(path, row, "Params", f"{name} value {raw!r} must be >= {least}")
     return fields, extra, numbers
 
@@ -338,7 +341,7 @@ def parse_row(path: Path, row: Row, mode: str, ctx: RowContext) -> PlanJob:
     _check_columns(path, row)
     status = _status(path, row)
     fields, extra, numbers = _fields(path, row)
-    common = {"run": row.f["Run"], "batch_size": numbers["batch"], "epochs": numbers["epochs"],
+    common: dict[str, Any] = {"run": row.f["Run"], "batch_size": numbers["batch"], "epochs": numbers["epochs"],
               "mig_profile": row.f["Collocation"].lower() if mode == "mig" else None, "line": row.line,
               "extra": extra, "listeners": row.f["Listeners"], "file": row.f["File"], "status": status}
     if (name := fields.get("workload")) is not None:
@@ -352,7 +355,8 @@ def parse_row(path: Path, row: Row, mode: str, ctx: RowContext) -> PlanJob:
     if model in ctx.known:
         return PlanJob(workload=model, **common)
     data = _dataset(path, row, fields.get("data"), ctx, model)
-    dataset, shape = data.dataset, data.shape
+    dataset = data.dataset
+    shape: dict[str, Any] = data.shape  # only WorkloadConfig's int keys (_Data.shape), which mypy cannot see
     common.update(data_dir=data_path(ctx, fields["data"]) if fields.get("data") else None, note=data.note,
                   by_name=data.by_name)
     if model == "dlrm":

@@ -95,7 +95,8 @@ def _serve(path: str, group: int) -> None:
     waiting: list[Connection] = []
     print(f"forkserver ready pid={os.getpid()} socket={path}", flush=True)
     while True:
-        readable, _, _ = select.select([listener, *waiting], [], [], 0.2)
+        watched: list[socket.socket | Connection] = [listener, *waiting]
+        readable, _, _ = select.select(watched, [], [], 0.2)
         for item in readable:
             if item is listener:
                 sock, _ = listener.accept()

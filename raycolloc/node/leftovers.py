@@ -140,9 +140,9 @@ def find_leftovers(pipe_root: str | Path, gpu_uuids: Collection[str] | None = No
             in_use.append(InUse(gpu_dir, owner))
             continue
         left_by = owner.describe() if owner else "a run that left no owner record"
-        for pid in _daemon_pids(gpu_dir):
-            leftovers.append(Leftover("mps-daemon", uuid, gpu_dir, f"MPS control daemon pid {pid} of GPU {uuid}, "
-                                      f"started by {left_by}", pid=pid))
+        for daemon in _daemon_pids(gpu_dir):
+            leftovers.append(Leftover("mps-daemon", uuid, gpu_dir, f"MPS control daemon pid {daemon} of GPU {uuid}, "
+                                      f"started by {left_by}", pid=daemon))
         if (gpu_dir / MIG_RECORD).exists():
             leftovers.append(Leftover("mig-layout", uuid, gpu_dir / MIG_RECORD,
                                       f"GPU {uuid} holds a MIG layout {left_by} made; the one it found is in "

@@ -279,11 +279,11 @@ class Steward:
 
     def _publish(self, row: TelemetryRow) -> None:
         if not self._gauges:
-            tags = ("gpu", "cell")
+            keys = ("gpu", "cell")
             self._gauges = {
-                "sm_active": make_gauge("raycolloc_gpu_sm_active", "SM activity of a GPU (%)", tags),
-                "mem_used_mib": make_gauge("raycolloc_gpu_mem_used_mib", "GPU memory used (MiB)", tags),
-                "power_w": make_gauge("raycolloc_gpu_power_w", "GPU power (W)", tags),
+                "sm_active": make_gauge("raycolloc_gpu_sm_active", "SM activity of a GPU (%)", keys),
+                "mem_used_mib": make_gauge("raycolloc_gpu_mem_used_mib", "GPU memory used (MiB)", keys),
+                "power_w": make_gauge("raycolloc_gpu_power_w", "GPU power (W)", keys),
             }
         tags = {"gpu": row.gpu_uuid, "cell": row.cell_id}
         # Without GPM or DCGM there is no SM activity; the gauge then shows NVML utilisation.
@@ -300,7 +300,9 @@ class Steward:
         return dict(self._holder)
 
 
-RemoteSteward = ray.remote(num_cpus=0, max_concurrency=32)(Steward)
+# Passed as a mapping: ray.remote's typed overloads list task options only, and max_concurrency is an actor's.
+_ACTOR_OPTIONS: dict[str, Any] = {"num_cpus": 0, "max_concurrency": 32}
+RemoteSteward = ray.remote(**_ACTOR_OPTIONS)(Steward)
 
 
 def steward_name(node_id: str, cluster: ClusterConfig) -> str:

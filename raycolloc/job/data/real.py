@@ -272,7 +272,8 @@ def _parse_ints(cols: np.ndarray, path: Path, line_nos: np.ndarray) -> np.ndarra
         raise DatasetError(f"{path}: malformed integer field") from None
 
 
-def _parse_chunk(chunk: bytes, first_line: int, path: Path, sizes: np.ndarray) -> tuple[np.ndarray, ...]:
+def _parse_chunk(chunk: bytes, first_line: int, path: Path,
+                 sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Vectorised parse of whole lines ``chunk`` (line numbers start at ``first_line``)."""
     chunk = chunk.replace(b"\r\n", b"\n")
     if not chunk.endswith(b"\n"):

@@ -140,10 +140,11 @@ class Placement:
         _check_totals(m, [gi for gi, _, _ in placed], desc)
         _check_fixed(m.memory_slices, m.compute_slices, [(gi, s) for gi, s, _ in placed], desc, m.name)
         devices: list[PlacedDevice] = []
-        for gi_index, (gi, gi_start, cis) in enumerate(placed):
-            _check_cis(gi, [c for c, _ in cis], desc)
-            _check_fixed(gi.compute_slices, gi.compute_slices, cis, desc, f"{gi.name} at slot {gi_start}")
-            devices += [PlacedDevice(len(devices) + j, gi_index, gi, gi_start, ci, s) for j, (ci, s) in enumerate(cis)]
+        for gi_index, (gi, gi_start, gi_cis) in enumerate(placed):
+            _check_cis(gi, [c for c, _ in gi_cis], desc)
+            _check_fixed(gi.compute_slices, gi.compute_slices, gi_cis, desc, f"{gi.name} at slot {gi_start}")
+            devices += [PlacedDevice(len(devices) + j, gi_index, gi, gi_start, ci, s)
+                        for j, (ci, s) in enumerate(gi_cis)]
         return cls(m, tuple(devices))
 
 

@@ -143,7 +143,7 @@ class MigMode:
             key = (want.gi.profile_id, want.ci.nvml_index)
             same = [d for d in available if (d.gi_profile_id, d.ci_profile_id) == key]
             exact = [d for d in same if (d.gi_start, d.ci_start) == (want.gi_start, want.ci_start)]
-            pick = (exact or same or [None])[0]
+            pick = next(iter(exact or same), None)
             if pick is None:
                 raise MigUnavailable(f"no MIG device {want.name} on GPU {self.gpu.index} after preparing [{placement}]")
             available.remove(pick)
