@@ -217,7 +217,7 @@ def _mig(gain: pd.DataFrame, epoch2: pd.DataFrame, table2: pd.DataFrame) -> Verd
     spread = uniform.groupby(["sweep", "cell_id"])["epoch2_s"].agg(lambda s: s.max() / s.min())
     mixes = table2[table2["status"] == "ok"]
     under, parts, missing = [], [], []
-    for (mix, gpu), rows in mixes.groupby(["mix", "gpu_name"]):
+    for (mix, _gpu), rows in mixes.groupby(["mix", "gpu_name"]):
         by_mode = rows.set_index("mode")
         others = [m for m in ("naive", "mps") if m in by_mode.index]
         if "mig" in by_mode.index and others:

@@ -137,9 +137,9 @@ def table2(mixed: pd.DataFrame) -> pd.DataFrame:
         grouped[["serial_s", "sm_active_mean", "mem_used_max_mib"]].median(),
     ], axis=1)
     out = out.join(mixed.groupby(key, dropna=False, sort=False).apply(_sequential, include_groups=False))
-    for (name, index), rows in mixed.groupby(["job_name", "job_index"], sort=True):
+    for (name, _index), rows in mixed.groupby(["job_name", "job_index"], sort=True):
         per = rows.groupby(key, dropna=False, sort=False)
-        times = spread_columns(per, ["job_total_s"]).rename(columns=lambda c: c.replace("job_total", str(name)))
+        times = spread_columns(per, ["job_total_s"]).rename(columns=lambda c, n=str(name): c.replace("job_total", n))
         out = out.join(times).join(per["solo_total_s"].median().rename(f"{name}_alone_s"))
     out = out.reset_index().rename(columns={"cell_total_s": "total_s", "cell_total_s_min": "total_s_min",
                                             "cell_total_s_max": "total_s_max", "serial_s": "sequential_s"})

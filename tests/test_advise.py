@@ -197,7 +197,7 @@ def test_ranking_picks_throughput_energy_and_the_slowdown_cap() -> None:
     r = rank("light", uniform_candidates(p, H200, (1, 2, 3, 7)), H200, params, max_slowdown=1.5)
     rows = {x.label: x for x in r.rows}
     assert [x.gain for x in r.rows if x.fits] == sorted((x.gain for x in r.rows if x.fits), reverse=True) or \
-        all(abs(a.gain - b.gain) < 0.01 for a, b in zip(r.rows, r.rows[1:]))
+        all(abs(a.gain - b.gain) < 0.01 for a, b in zip(r.rows, r.rows[1:], strict=False))
     best = rows[str(r.best_throughput)]
     assert best.fits and best.gain >= max(x.gain for x in r.rows if x.fits) * 0.99
     # Within 1% of the best gain, fewer jobs win (past saturation more jobs only slow each other).

@@ -89,7 +89,7 @@ def test_mig_gpu_sm_activity_is_the_instances_weighted_by_their_sms() -> None:
     shares = gi_sm_shares("Simulated H100-80GB", devices)  # 3g (60 SMs) and 4g (64 SMs) of 132
     assert shares == pytest.approx({1: 60 / 132, 2: 64 / 132})
     sampler = Sampler(backend=None, cell_id="c", gpu_uuid="GPU-x", source="gpm", interval_ms=100, pids={},
-                      mig_devices=devices, gi_sm_share=shares)  # type: ignore[arg-type]
+                      mig_devices=devices, gi_sm_share=shares)
     assert sampler._gpu_sm_active({1: {"sm_active": 50.0}, 2: {"sm_active": 100.0}}) == pytest.approx(
         (50.0 * 60 + 100.0 * 64) / 132)
     assert sampler._gpu_sm_active({1: {"sm_active": 50.0}, 2: {}}) is None  # an instance without its first GPM pair

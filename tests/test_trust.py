@@ -166,7 +166,7 @@ def test_item_4_two_sweeps_on_one_ray_cluster_never_share_a_gpu(tmp_path: Path) 
     cells = pd.concat([load_sweeps([tmp_path / n]).cells for n in ("a", "b")], ignore_index=True)
     assert len(cells) == 4 and cells["gpu_uuid"].nunique() == 1
     held = sorted(zip(cells["started_at"] + cells["lease_wait_s"].fillna(0), cells["finished_at"], strict=True))
-    for (_, end), (start, _) in zip(held, held[1:]):
+    for (_, end), (start, _) in zip(held, held[1:], strict=False):
         assert start >= end - 0.5, held  # one cell at a time on the one GPU, whichever sweep it is from
 
 
@@ -251,7 +251,7 @@ def test_item_11_the_dashboard_url_comes_with_the_token_it_asks_for(tmp_path: Pa
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(api, timeout=10)  # noqa: S310 - 127.0.0.1
         assert refused.value.code == 401
-        request = urllib.request.Request(api, headers={"Authorization": f"Bearer {token}"})
+        request = urllib.request.Request(api, headers={"Authorization": f"Bearer {token}"})  # noqa: S310 - 127.0.0.1
         with urllib.request.urlopen(request, timeout=10) as reply:  # noqa: S310
             assert reply.status == 200 and json.loads(reply.read())["result"]
         assert token == (tmp_path / ".ray" / "auth_token").read_text().strip()

@@ -35,7 +35,7 @@ def test_multirun_over_two_timm_models_naive_and_mps(tmp_path: Path) -> None:
     assert len(cells) == 4 and set(cells["status"]) == {"ok"}
     # Each cell and job is named by its model and dataset: cells of different models stay apart.
     assert set(cells["workload"]) == {"resnet10t_synthetic_32px", "test_vit_synthetic_32px"}
-    assert set(zip(cells["workload"], cells["mode"])) == {(w, m) for w in ("resnet10t_synthetic_32px",
+    assert set(zip(cells["workload"], cells["mode"], strict=True)) == {(w, m) for w in ("resnet10t_synthetic_32px",
                                                                           "test_vit_synthetic_32px")
                                                          for m in ("naive", "mps")}
     assert set(jobs["model"]) == {"resnet10t", "test_vit"} and set(jobs["dataset"]) == {"synthetic"}

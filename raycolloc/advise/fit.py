@@ -14,6 +14,7 @@ import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import pandas as pd
 
@@ -51,10 +52,11 @@ class Observation:
         return frozenset(p.workload for p in self.candidate.jobs)
 
 
-def _per_job(value: object, n: int) -> list[int | None]:
+def _per_job(value: Any, n: int) -> list[int | None]:
+    """A column of a cell's row (a number, a list of one per job, or None) as one value per job."""
     if isinstance(value, list):
         return [None if v is None else int(v) for v in value]
-    return [None if value is None else int(value)] * n  # type: ignore[call-overload]
+    return [None if value is None else int(value)] * n
 
 
 def _gpu_name(cell: pd.Series, profiles: dict[tuple[str, str, str], Profile]) -> str | None:

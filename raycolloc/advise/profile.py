@@ -18,6 +18,7 @@ import math
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -83,10 +84,10 @@ class Profile:
     mem_source: str
 
 
-def finite(value: object) -> float | None:
-    """A finite float, or None for missing values (NaN, None, pandas NA)."""
+def finite(value: Any) -> float | None:
+    """A finite float, or None for missing values (NaN, None, pandas NA): any value is tried."""
     try:
-        out = float(value)  # type: ignore[arg-type]
+        out = float(value)
     except (TypeError, ValueError):
         return None
     return out if math.isfinite(out) else None

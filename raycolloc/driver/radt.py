@@ -110,7 +110,7 @@ def _rows(path: Path) -> list[Row]:
         if len(cells) != len(header):
             raise PlanError(f"{path}:{lineno}: {len(cells)} fields, header has {len(header)} "
                             "(quote Params that contain commas)")
-        by_lower = {h.lower(): v for h, v in zip(header, cells)}
+        by_lower = {h.lower(): v for h, v in zip(header, cells, strict=True)}
         rows.append(Row(lineno, {c: by_lower[c.lower()] for c in COLUMNS}))
     if header is None:
         raise PlanError(f"{path}: no header line; expected: {','.join(COLUMNS)}")
@@ -153,7 +153,7 @@ def read_plan(path: str | Path, known_workloads: Sequence[str] | None = None, *,
                     errors.append(str(exc))
             if len(set(modes)) > 1:
                 rows_text = "; ".join(f"line {r.line} Run {r.f['Run']!r}: {r.f['Collocation'] or '(empty)'} -> {m}"
-                                      for r, m in zip(rows, modes))
+                                      for r, m in zip(rows, modes, strict=False))  # a row in error has no mode
                 errors.append(f"{path}: Experiment {experiment!r} Workload {workload!r} Devices {devices!r} "
                               f"mixes collocation modes ({rows_text}); one cell needs one of naive, mps, mig")
             if len(jobs) == len(rows) and len(set(modes)) == 1:

@@ -161,7 +161,7 @@ def run_plan(dcfg: DictConfig, options: SweepOptions, run_dir: Path) -> dict[str
             print(f"plan: {len(planned)} group(s) at once on any free GPU (+plan_fanout=true)", flush=True)
             ended = run_cells([(spec, cell_dir(g, c)) for g, cells in planned for c, spec in cells], rerun=options.rerun)
             by_id = {r.cell.cell_id: r for r in ended}
-            for group, cells in planned:
+            for _group, cells in planned:
                 _write_back(path, cells, [by_id[s.cell_id] for _, s in cells if s.cell_id in by_id])
         else:
             for group, cells in planned:
