@@ -266,7 +266,8 @@ def _mixed_total_figure(w: _Writer, data: SweepData) -> None:
         ax.set_ylabel("total time (s)")
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=8, loc="best")
-    fig.suptitle("Mixed workloads: total time collocated vs sequential\n(median, min-max bars; change in %)", fontsize=10)
+    fig.suptitle("Mixed workloads: total time collocated vs sequential\n(median, min-max bars; change in %)",
+                 fontsize=10)
     w.save(fig, "fig8_mixed_total")
 
 

@@ -103,8 +103,10 @@ def _sequential(rows: pd.DataFrame) -> pd.Series:
     alone, memory the largest solo's (one job at a time)."""
     first = rows.drop_duplicates("job_index")
     weight = first["solo_total_s"]
-    sm = (first["solo_sm_active_mean"] * weight).sum() / weight.sum() if weight.notna().all() and weight.sum() else np.nan
-    return pd.Series({"sequential_sm_active_mean": sm, "sequential_mem_used_max_mib": first["solo_mem_used_max_mib"].max()})
+    weighed = weight.notna().all() and weight.sum()
+    sm = (first["solo_sm_active_mean"] * weight).sum() / weight.sum() if weighed else np.nan
+    return pd.Series({"sequential_sm_active_mean": sm,
+                      "sequential_mem_used_max_mib": first["solo_mem_used_max_mib"].max()})
 
 
 _TABLE2_FIXED = ["mix", "gpu_name", "mode", "repeat_group", "status", "n_runs", "total_s", "total_s_min", "total_s_max",

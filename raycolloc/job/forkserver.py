@@ -22,7 +22,8 @@ A child dies with its trainer actor (it watches the actor's pid), as an exec'd c
 ``PR_SET_PDEATHSIG``. The server reaps its children and tells each requester its child's exit code.
 The server itself ends with the steward that started it (through a stand-in process, see
 :func:`_stand_in`, and ``PR_SET_PDEATHSIG`` with SIGTERM), and then removes its socket and its log
-(which the steward names): a run leaves neither in ``mode.pipe_root``. Only a server that is SIGKILLed itself leaves them, for the next steward to remove
+(which the steward names): a run leaves neither in ``mode.pipe_root``. Only a server that is SIGKILLed itself leaves
+them, for the next steward to remove
 (:mod:`raycolloc.node.leftovers`); one that fails keeps its log, for the steward's warning to name.
 
 Protocol on the server's Unix socket (``multiprocessing`` connections): a requester sends

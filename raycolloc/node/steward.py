@@ -2,7 +2,8 @@
 
 It is the only process that touches a node's MPS daemons and MIG layouts, and the only one that
 reads NVML for telemetry (it never initialises CUDA). It also keeps the node's warm parent of
-training processes running (:mod:`raycolloc.job.forkserver`), which trainers ask for forks. For a cell it ``prepare``s the GPU through
+training processes running (:mod:`raycolloc.job.forkserver`), which trainers ask for forks. For a cell it
+``prepare``s the GPU through
 the cell's mode (:data:`raycolloc.node.modes.MODES`), which returns one binding per job, gives each
 job cores of its own, samples the GPU while the cell measures, and ``release``s the GPU, which the
 cell always asks for in ``finally``. It knows nothing of trainers or progress: jobs are bound

@@ -59,7 +59,8 @@ class GiSpec:
 
 @dataclass(frozen=True)
 class Layout:
-    """An ordered list of requested GPU instances (model-independent; see :func:`~raycolloc.node.mig.placement.place_layout`)."""
+    """An ordered list of requested GPU instances (model-independent; see
+    :func:`~raycolloc.node.mig.placement.place_layout`)."""
 
     gpu_instances: tuple[GiSpec, ...] = ()
 

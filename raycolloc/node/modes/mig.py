@@ -2,10 +2,12 @@
 
 :class:`MigMode` reads MIG mode and the GPU's instances through the backend. If the existing
 layout has the requested shape it is used as is. Otherwise, when ``mig.allow_reconfigure`` allows it
-(``true``; ``null``, the default, allows it on simulated GPUs only) and the process may (root), it destroys the instances it found, creates the requested ones (GPU
+(``true``; ``null``, the default, allows it on simulated GPUs only) and the process may (root), it destroys the
+instances it found, creates the requested ones (GPU
 instances with placement, then their compute instances), and on release restores exactly what it
 found; the layout found is also recorded on disk (``<pipe_root>/<uuid>/mig-found.json``) until it
-is restored, so the steward restores it after a run that was killed (``raycolloc.node.leftovers``). It never toggles MIG mode:
+is restored, so the steward restores it after a run that was killed (``raycolloc.node.leftovers``). It never toggles
+MIG mode:
 with MIG disabled it refuses and names the command an administrator would run.
 """
 
