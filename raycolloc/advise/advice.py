@@ -107,7 +107,8 @@ def format_advice(a: Advice) -> str:
     lines = [f"GPU: {a.gpu.name} ({a.gpu.memory_mib / 1024:.0f} GiB, base {a.gpu.base_mib:.0f} MiB used by no job; "
              f"{a.gpu.cores} cores on its node)"]
     for p in a.profiles:
-        lines.append(f"profile {p.workload} ({p.mode} solo, {', '.join(p.cell_dirs)}): {p.samples_per_s:,.0f} samples/s, "
+        lines.append(f"profile {p.workload} ({p.mode} solo, {', '.join(p.cell_dirs)}): "
+                     f"{p.samples_per_s:,.0f} samples/s, "
                      f"SM activity {100 * p.sm_active:.1f}%, busy {100 * p.busy:.1f}% ({p.busy_source}), "
                      f"DRAM {_pct(p.dram_active)}, occupancy {_pct(p.sm_occupancy)}, launching thread "
                      f"{100 * p.cpu_busy:.0f}% of a core, memory {p.job_mem_mib:,.0f} MiB/job ({p.mem_source})")

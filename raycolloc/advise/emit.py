@@ -100,7 +100,8 @@ def plan_csv(rankings: list[Ranking], profiled: list[Profiled]) -> tuple[str, li
             rows.append(["advise", group, "", f"{name}-{i}", "0", colloc, "raycolloc", "", x or ""])  # csv: None is ""
     if skipped:
         out.write(f"# not in this plan (a plan row cannot say them; see sweep.txt): {'; '.join(skipped)}\n")
-    writer.writerow(["Experiment", "Workload", "Status", "Run", "Devices", "Collocation", "File", "Listeners", "Params"])
+    writer.writerow(["Experiment", "Workload", "Status", "Run", "Devices", "Collocation", "File", "Listeners",
+                     "Params"])
     writer.writerows(rows)
     return out.getvalue(), skipped
 

@@ -114,8 +114,9 @@ def observations_in(cells: pd.DataFrame, jobs: pd.DataFrame, profiles: dict[tupl
         rates = tuple(finite(r["epoch2_samples_per_s"]) if r["status"] == "ok" else None for _, r in ordered.iterrows())
         sm = finite(cell.get("sm_active_mean"))
         out.append(Observation(
-            sweep=str(cell["sweep"]), cell_id=str(cell["cell_id"]), label=str(cell["label"]), status=str(cell["status"]),
-            candidate=candidate, gpu=gpu, job_samples_per_s=rates, agg_samples_per_s=finite(cell.get("agg_samples_per_s")),
+            sweep=str(cell["sweep"]), cell_id=str(cell["cell_id"]), label=str(cell["label"]),
+            status=str(cell["status"]), candidate=candidate, gpu=gpu, job_samples_per_s=rates,
+            agg_samples_per_s=finite(cell.get("agg_samples_per_s")),
             mem_used_mib=finite(cell.get("mem_used_max_mib")), power_w=finite(cell.get("power_mean_w")),
             sm_active=None if sm is None else sm / 100.0, energy_per_sample_j=finite(cell.get("energy_per_sample_j")),
             profile_cell=(gpu_name, str(cell.get("cell_dir", ""))) in profile_cells,

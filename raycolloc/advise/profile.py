@@ -181,7 +181,8 @@ def _job_memory(reserved: float | None, device: float | None, used: float | None
         base = costs.base_mib if costs is not None else 0.0
         # Alone on the GPU, everything used but the driver's base is this job's (and, under MPS, its server's).
         return used - base, f"GPU memory used by the solo {mode} cell"
-    raise ValueError("the cell has no memory measurement (no NVML per-process memory, reserved peak or GPU memory used)")
+    raise ValueError("the cell has no memory measurement "
+                     "(no NVML per-process memory, reserved peak or GPU memory used)")
 
 
 def gpu_costs_in(cells: pd.DataFrame, jobs: pd.DataFrame) -> dict[str, GpuCosts]:

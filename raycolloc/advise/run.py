@@ -171,7 +171,8 @@ def run_profiles(request: Request) -> tuple[list[Profiled], Path]:
     advice_dir = out_root / "advise" / time.strftime("%Y-%m-%d") / time.strftime("%H-%M-%S")
     dirs = {s.config_hash: advice_dir / s.label for s in specs}
     unique = list({s.config_hash: s for s in specs}.values())  # a mix of one workload twice profiles it once
-    results = {r.cell.config_hash: r for r in run_cells([(s, dirs[s.config_hash]) for s in unique], rerun=request.rerun)}
+    ended = run_cells([(s, dirs[s.config_hash]) for s in unique], rerun=request.rerun)
+    results = {r.cell.config_hash: r for r in ended}
     out = []
     for words, spec in zip(request.workloads, specs, strict=True):
         result = results[spec.config_hash]

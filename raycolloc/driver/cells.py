@@ -150,7 +150,8 @@ def build_cell(cfg: Config) -> CellSpec:
             raise ConfigError(f"epoch_samples={samples} is smaller than batch_size={batch} (job {i}, {workload.name})")
         trainer = cfg.trainer
         if entry:
-            changes = {k: getattr(entry, k) for k in ("compile", "amp", "channels_last") if getattr(entry, k) is not None}
+            changes = {k: getattr(entry, k) for k in ("compile", "amp", "channels_last")
+                       if getattr(entry, k) is not None}
             trainer = dataclasses.replace(trainer, **changes)
         jobs.append(JobSpec(
             cell_id=cell_id, index=i, workload=workload, batch_size=batch,

@@ -325,7 +325,8 @@ def _run(todo: list[tuple[CellSpec, Path]], pins: Mapping[str, int]) -> dict[str
             while not done.wait(timeout=0.5):  # returns the moment the lane ends (a poll would lag)
                 view.refresh()
     except KeyboardInterrupt:
-        log.warning("interrupted: cancelling the running cells; each releases its GPU and writes nothing; a re-run resumes")
+        log.warning("interrupted: cancelling the running cells; each releases its GPU and writes nothing; "
+                    "a re-run resumes")
         sweep.cancel.set()
         for done in sweep.finished:
             done.wait(timeout=first.trainer.setup_timeout_s)

@@ -163,7 +163,8 @@ def read_plan(path: str | Path, known_workloads: Sequence[str] | None = None, *,
                   else "failed" if "failed" in states else "run")
         groups.append(PlanGroup(experiment, workload, status, tuple(cells)))
     if errors:
-        raise PlanError(errors[0] if len(errors) == 1 else f"{len(errors):,} rows cannot run:\n" + "\n".join(listed(errors)))
+        raise PlanError(errors[0] if len(errors) == 1
+                        else f"{len(errors):,} rows cannot run:\n" + "\n".join(listed(errors)))
     jobs = [j for g in groups for c in g.cells for j in c.jobs]
     # One line per distinct directory, not per row: the study's plan has 208 rows on one directory.
     for text, lines in _by_text((j.by_name, j.line) for j in jobs).items():

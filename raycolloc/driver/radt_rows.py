@@ -144,7 +144,8 @@ def row_mode(path: Path, row: Row) -> str:
         return "mps"
     if MIG_PROFILE.match(colloc.lower()):
         return "mig"
-    raise _error(path, row, "Collocation", f"unknown Collocation {colloc!r}", ["-", "(empty)", "MPS", MIG_PROFILE.pattern])
+    raise _error(path, row, "Collocation", f"unknown Collocation {colloc!r}",
+                 ["-", "(empty)", "MPS", MIG_PROFILE.pattern])
 
 
 def _status(path: Path, row: Row) -> str:
@@ -160,7 +161,8 @@ def _check_columns(path: Path, row: Row) -> None:
         if not f[column]:
             raise _error(path, row, column, "is empty; every row needs one")
     if not _DEVICES.match(f["Devices"]):
-        raise _error(path, row, "Devices", f"{f['Devices']!r} is not a GPU index", ["0", "1", "0+1 (indices joined by +)"])
+        raise _error(path, row, "Devices", f"{f['Devices']!r} is not a GPU index",
+                     ["0", "1", "0+1 (indices joined by +)"])
     bad = [name for name in f["Listeners"].split("+") if f["Listeners"] and not _LISTENER.match(name)]
     if bad:
         raise _error(path, row, "Listeners", f"{bad[0]!r} is not a listener name (listeners are names joined by +, "
@@ -381,5 +383,6 @@ def _preset_of(model: str, dataset: str) -> str | None:
     """The study's preset that is this model on this dataset (its name and config hash are kept)."""
     from raycolloc.job.workloads.registry import create_workload, list_workloads
 
-    return next((n for n in list_workloads() if (create_workload(n).model, create_workload(n).dataset) == (model, dataset)
+    return next((n for n in list_workloads()
+                 if (create_workload(n).model, create_workload(n).dataset) == (model, dataset)
                  and create_workload(n).size != "tiny"), None)

@@ -109,7 +109,8 @@ def _validate(base: Config, groups: list[PlanGroup], dry_run: bool, fanout: bool
     for group in groups:
         cells = []
         for cell in group.cells:
-            name = f"{group.experiment}/{group.workload} Devices {cell.devices} (lines {cell.jobs[0].line}-{cell.jobs[-1].line})"
+            name = (f"{group.experiment}/{group.workload} Devices {cell.devices} "
+                    f"(lines {cell.jobs[0].line}-{cell.jobs[-1].line})")
             try:
                 spec = validate_cell(cell_config(base, group, cell))
             except ConfigError as exc:
@@ -159,13 +160,15 @@ def run_plan(dcfg: DictConfig, options: SweepOptions, run_dir: Path) -> dict[str
     with hold_output(base.out_dir):  # the whole plan, not group by group
         if options.plan_fanout:
             print(f"plan: {len(planned)} group(s) at once on any free GPU (+plan_fanout=true)", flush=True)
-            ended = run_cells([(spec, cell_dir(g, c)) for g, cells in planned for c, spec in cells], rerun=options.rerun)
+            ended = run_cells([(spec, cell_dir(g, c)) for g, cells in planned for c, spec in cells],
+                              rerun=options.rerun)
             by_id = {r.cell.cell_id: r for r in ended}
             for _group, cells in planned:
                 _write_back(path, cells, [by_id[s.cell_id] for _, s in cells if s.cell_id in by_id])
         else:
             for group, cells in planned:
-                print(f"plan group {group.experiment}/{group.workload}: {len(cells)} cell(s) start together", flush=True)
+                print(f"plan group {group.experiment}/{group.workload}: {len(cells)} cell(s) start together",
+                      flush=True)
                 pins = {spec.cell_id: pin for cell, spec in cells if (pin := _pin(cell)) is not None}
                 results = run_cells([(spec, cell_dir(group, cell)) for cell, spec in cells], rerun=options.rerun,
                                     pins=pins)

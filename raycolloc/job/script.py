@@ -148,7 +148,8 @@ class ScriptTrainer:
                     encode_device(self.binding.device), "--",
                     *script_command(self.workload.command)]
         env = self._env()
-        info.cuda_visible_devices, info.mps_pipe_dir = env.get("CUDA_VISIBLE_DEVICES"), env.get("CUDA_MPS_PIPE_DIRECTORY")
+        info.cuda_visible_devices = env.get("CUDA_VISIBLE_DEVICES")
+        info.mps_pipe_dir = env.get("CUDA_MPS_PIPE_DIRECTORY")
         info.spawn = "exec"
         try:
             self._proc = subprocess.Popen(launcher, env=env, cwd=self.workload.cwd, stdin=subprocess.DEVNULL,

@@ -69,7 +69,8 @@ class Owner:
             return False
 
     def describe(self) -> str:
-        return f"steward pid {self.pid} on {self.host}, started {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(self.started))}"
+        started = time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(self.started))
+        return f"steward pid {self.pid} on {self.host}, started {started}"
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,8 @@ def _daemon_pids(gpu_dir: Path) -> list[int]:
     return sorted(found)
 
 
-def find_leftovers(pipe_root: str | Path, gpu_uuids: Collection[str] | None = None) -> tuple[list[Leftover], list[InUse]]:
+def find_leftovers(pipe_root: str | Path,
+                   gpu_uuids: Collection[str] | None = None) -> tuple[list[Leftover], list[InUse]]:
     """Leftovers under ``pipe_root`` (only of ``gpu_uuids`` if given), and the directories in use."""
     root = Path(pipe_root)
     leftovers: list[Leftover] = []

@@ -73,7 +73,8 @@ def write_cell(cell_dir: str | Path, rows: Mapping[str, Sequence[Any]]) -> dict[
     except (OSError, pa.ArrowException) as exc:
         for written in paths.values():
             written.unlink(missing_ok=True)
-        raise ResultWriteError(f"cannot write {path}: {getattr(exc, 'strerror', None) or exc} ({free_space(cell_dir)}); "
+        why = getattr(exc, 'strerror', None) or exc
+        raise ResultWriteError(f"cannot write {path}: {why} ({free_space(cell_dir)}); "
                                f"this cell's result was not kept") from exc
     return paths
 

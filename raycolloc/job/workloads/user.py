@@ -148,7 +148,8 @@ def build_user_run(spec: JobSpec, device: torch.device) -> UserRun:
         raise TypeError(f"{workload.entry} returned {type(job).__name__}; it must return a "
                         "raycolloc.job.workloads.user.UserJob")
     if job.step is not None:
-        fast = [k for k, off in (("compile", "off"), ("amp", "off"), ("channels_last", False)) if getattr(cfg, k) != off]
+        fast = [k for k, off in (("compile", "off"), ("amp", "off"), ("channels_last", False))
+                if getattr(cfg, k) != off]
         if fast:
             raise ValueError(f"trainer.{', trainer.'.join(fast)} cannot apply to {workload.entry}: it returns a whole "
                              "step function; return model, loss and batches instead to let raycolloc build the step")

@@ -86,7 +86,8 @@ class MigMode:
             raise ModeError(str(exc)) from None
         self.devices = devices
         return [Binding(job.index, self.gpu.uuid, {"CUDA_VISIBLE_DEVICES": dev.uuid}, mig_uuid=dev.uuid,
-                        mig_profile=profile) for job, dev, profile in zip(self.cell.jobs, devices, profiles, strict=True)]
+                        mig_profile=profile)
+                for job, dev, profile in zip(self.cell.jobs, devices, profiles, strict=True)]
 
     def _prepare(self) -> tuple[list[MigDevice], list[str]]:
         gpu, cfg = self.gpu, self.cell.config.mig
