@@ -147,8 +147,10 @@ def main() -> None:
         rounds = []
         for r in range(args.rounds):
             raw = raw_cell(raw_args, "naive", 1, opts)
-            row: dict[str, Any] = {"raw_samples_per_s": raw["raw_samples_per_s"], "raw_cpu_us_per_step": raw["cpu_us_per_step"]}
-            line = f"round {r + 1}: raw {raw['raw_samples_per_s']:,.0f} img/s ({raw['cpu_us_per_step']:,.0f} us CPU/step)"
+            row: dict[str, Any] = {"raw_samples_per_s": raw["raw_samples_per_s"],
+                                   "raw_cpu_us_per_step": raw["cpu_us_per_step"]}
+            line = (f"round {r + 1}: raw {raw['raw_samples_per_s']:,.0f} img/s "
+                    f"({raw['cpu_us_per_step']:,.0f} us CPU/step)")
             for variant in variants:
                 rc = trainer_round(variant, cell, gpu, core, steward, f"bench-trainer-{r}-{variant}", args.timeout_s)
                 row[variant] = rc

@@ -25,9 +25,10 @@ def gpu_sample(ts: float, watts: float = 300.0, energy: bool = True, sm: float |
 
 
 def epoch(job: int, n: int, start: float, wall: float, samples: int) -> EpochRow:
-    return EpochRow(cell_id="c", job_index=job, epoch=n, warmup=n == 1, start_ts=start, end_ts=start + wall, wall_s=wall,
-                    samples=samples, samples_per_s=samples / wall, steps=samples // 32, loss=None, thread_cpu_s=None,
-                    thread_sys_s=None, minor_faults=None, involuntary_switches=None, voluntary_switches=None,
+    return EpochRow(cell_id="c", job_index=job, epoch=n, warmup=n == 1, start_ts=start, end_ts=start + wall,
+                    wall_s=wall, samples=samples, samples_per_s=samples / wall, steps=samples // 32, loss=None,
+                    thread_cpu_s=None, thread_sys_s=None, minor_faults=None, involuntary_switches=None,
+                    voluntary_switches=None,
                     peak_mem_allocated_mib=None, peak_mem_reserved_mib=None)
 
 
@@ -55,7 +56,8 @@ def _record(overrides: list[str], states: dict[int, JobState], telemetry: list[T
 
 
 def test_uniform_cell_energy_per_sample_and_repeat_columns() -> None:
-    states = {i: JobState(info=JobInfo(pid=100 + i), epochs=[epoch(i, 1, T0, 1.0, 320), epoch(i, 2, T0 + 1.0, 2.0, 640)])
+    states = {i: JobState(info=JobInfo(pid=100 + i),
+                          epochs=[epoch(i, 1, T0, 1.0, 320), epoch(i, 2, T0 + 1.0, 2.0, 640)])
               for i in range(2)}
     procs = [TelemetryRow(cell_id="c", gpu_uuid="GPU-x", mig_uuid=None, gi_id=None, scope="process", ts=T0 + t,
                           source="sim-gpm", pid=100 + i, job_index=i, proc_gpu_mem_mib=500.0 + 50 * i + t)

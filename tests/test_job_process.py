@@ -62,7 +62,8 @@ def _core() -> int:
 
 
 @pytest.mark.parametrize("spawn", SPAWN)
-def test_the_job_trains_in_a_child_process_pinned_to_its_core_without_ray(spawn: str, request: pytest.FixtureRequest) -> None:
+def test_the_job_trains_in_a_child_process_pinned_to_its_core_without_ray(spawn: str,
+                                                                          request: pytest.FixtureRequest) -> None:
     core = _core()
     proc = _python(_TRAINER + """
     state = t.setup()   # no GPU here: an error result, but from the training process

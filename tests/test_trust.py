@@ -101,7 +101,8 @@ def test_item_10_mig_cells_a_cluster_cannot_run_are_skipped_rows_and_the_others_
     assert skipped["reason"].str.contains("MIG mode is disabled on GPU").all()
     last = first.stdout.strip().splitlines()[-4:]
     assert last[0] == "4 of 6 cells have a result (exit 1)", last
-    assert all(re.match(r"  no result: tiny_cnn-mig-x\d .* status=skipped: mode=mig cannot run", line) for line in last[1:3])
+    skipped = r"  no result: tiny_cnn-mig-x\d .* status=skipped: mode=mig cannot run"
+    assert all(re.match(skipped, line) for line in last[1:3])
     # Simulated GPUs reconfigure MIG by default, and neither that switch nor MIG mode changes a
     # cell's config hash: the same command on MIG-capable GPUs runs only the two mig cells.
     second = run_cli([*args, "mig.allow_reconfigure=true"], cwd=ROOT)
@@ -123,7 +124,8 @@ def test_item_10_keys_that_do_not_change_the_work_do_not_change_the_hash() -> No
 
 def test_item_4_a_dead_sweeps_lock_is_taken_over(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     out = tmp_path / "out"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from raycolloc.driver.outlock import hold_output\n"
+    holder = subprocess.Popen([sys.executable, "-c",
+                               "import sys, time; from raycolloc.driver.outlock import hold_output\n"
                                f"with hold_output({str(out)!r}):\n print('held', flush=True); time.sleep(600)"],
                               cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:

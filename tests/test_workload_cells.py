@@ -63,8 +63,8 @@ def test_python_workload_cell_runs_the_example_inside_the_protocol(tmp_path: Pat
 
 @pytest.mark.usefixtures("ray_local")
 def test_python_step_function_refuses_fast_paths_as_a_row(tmp_path: Path) -> None:
-    spec = load(["workload=python", "workload.entry=jobs.examples.tiny_regression:build_step", "trainer.compile=default",
-                 "epoch_samples=64"], out_dir=tmp_path)
+    spec = load(["workload=python", "workload.entry=jobs.examples.tiny_regression:build_step",
+                 "trainer.compile=default", "epoch_samples=64"], out_dir=tmp_path)
     result, t = run_one(spec, tmp_path / "cell")
     job = t["jobs"].iloc[0]
     assert result.status == "error" and job["status"] == "error"
