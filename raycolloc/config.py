@@ -15,19 +15,11 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from raycolloc.config_checks import (
-    AMP_MODES,
-    COMPILE_MODES,
-    MAX_DEGREE,
-    ConfigError,
-    as_list,
-    check_mode_only,
-    check_port,
-    is_mem_limit,
-)
+from raycolloc.config_checks import AMP_MODES, COMPILE_MODES, MAX_DEGREE, ConfigError, as_list, check_mode_only
 from raycolloc.config_checks import check_choice as _check_choice
 from raycolloc.config_checks import check_int as _check_int
 from raycolloc.config_checks import check_min as _check_min
+from raycolloc.config_checks import check_port, is_mem_limit
 from raycolloc.workload_config import (
     MixJob,
     WorkloadConfig,
