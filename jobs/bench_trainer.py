@@ -30,7 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_collocation import WORKLOADS, _raw_cores, _start_ray, raw_cell  # noqa: E402 - a sibling script, not a package
+from bench_collocation import WORKLOADS, _raw_cores, _start_ray, raw_cell  # noqa: E402 - a sibling script
 
 
 def _cell(args: argparse.Namespace) -> Any:
