@@ -10,7 +10,7 @@ export RAY_USAGE_STATS_ENABLED ?= 0
 # once, as it runs (so the environment must let it: some machines set PYTHONDONTWRITEBYTECODE).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: venv demo test test-fast test-gpu report clean
+.PHONY: venv demo check test test-fast test-gpu report clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,12 @@ venv: $(VENV)/.installed
 demo: venv
 	$(PY) -m raycolloc.sweep -m degree=1,2,3 mode=naive,mps workload=tiny_cnn cluster=local out_dir=results/demo
 	$(PY) -m analysis.report $$(ls -d results/demo/multirun/*/* | tail -1) --out results/demo/report
+
+# The linter (ruff: pycodestyle, pyflakes, isort, pyupgrade, bugbear, unused `noqa`) and the type checker
+# (mypy over raycolloc, analysis and hydra_plugins); both configured in pyproject.toml. `.ci/run` runs it first.
+check: venv
+	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 # The whole CPU suite, the long (`slow`) tests included: what CI runs. Two pytest-xdist workers, each
 # with its own Ray instance and simulated GPUs (tests/conftest.py), take whole test modules, the

@@ -124,7 +124,8 @@ def _metrics(values: dict[str, Any], when_ms: int) -> list[Any]:
     return [Metric(key, number, when_ms, 0) for key, v in values.items() if (number := _number(v)) is not None]
 
 
-def _log(client: Any, run_id: str, metrics: Sequence[Any] = (), params: Sequence[Any] = (), tags: Sequence[Any] = ()) -> None:
+def _log(client: Any, run_id: str, metrics: Sequence[Any] = (), params: Sequence[Any] = (),
+         tags: Sequence[Any] = ()) -> None:
     """``log_batch`` within MLflow's limits (1000 metrics, 100 params, 100 tags per call)."""
     metrics, params, tags = list(metrics), list(params), list(tags)
     while metrics or params or tags:
@@ -153,7 +154,8 @@ def _series(data: SweepData, cell: pd.Series) -> list[Any]:
     for _, e in data.epochs[key].iterrows():
         when = int(e["end_ts"] * 1000)
         out += [Metric(f"job{int(e['job_index'])}.epoch_s", float(e["wall_s"]), when, int(e["epoch"])),
-                Metric(f"job{int(e['job_index'])}.epoch_samples_per_s", float(e["samples_per_s"]), when, int(e["epoch"]))]
+                Metric(f"job{int(e['job_index'])}.epoch_samples_per_s", float(e["samples_per_s"]), when,
+                       int(e["epoch"]))]
     return out
 
 
@@ -164,7 +166,8 @@ def _summary(data: SweepData, cell: pd.Series, ratios: pd.DataFrame, mixed: pd.D
         values[column] = match[column].iloc[0] if not match.empty else None
     rows = mixed[(mixed["sweep"] == cell["sweep"]) & (mixed["cell_id"] == cell["cell_id"])]
     if not rows.empty:
-        for column in ("cell_total_s", "serial_s", "change_vs_sequential_pct", "serial_energy_j", "energy_vs_sequential"):
+        for column in ("cell_total_s", "serial_s", "change_vs_sequential_pct", "serial_energy_j",
+                       "energy_vs_sequential"):
             values[column] = rows[column].iloc[0]
     jobs = data.jobs[(data.jobs["sweep"] == cell["sweep"]) & (data.jobs["cell_id"] == cell["cell_id"])]
     for _, job in jobs.iterrows():
@@ -191,7 +194,8 @@ def _tags(cell: pd.Series, sweep_dir: str, parent: str | None) -> list[Any]:
     tags = {"raycolloc.sweep": cell["sweep"], "raycolloc.sweep_dir": sweep_dir, "raycolloc.cell_id": cell["cell_id"],
             "raycolloc.result": cell.get("cell_dir") or "", "raycolloc.config_hash": cell.get("config_hash") or "",
             "raycolloc.status": cell["status"], "raycolloc.version": str(env.get("raycolloc")),
-            "raycolloc.commit": str(env.get("raycolloc_commit")), "mlflow.runName": str(cell.get("label") or cell["cell_id"])}
+            "raycolloc.commit": str(env.get("raycolloc_commit")),
+            "mlflow.runName": str(cell.get("label") or cell["cell_id"])}
     if parent:
         tags["mlflow.parentRunId"] = parent
     if cell["status"] != "ok" and isinstance(cell.get("reason"), str):

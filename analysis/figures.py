@@ -72,7 +72,8 @@ class _Writer:
     """Saves figures into one directory and records what was written and what was skipped."""
 
     def __init__(self, out_dir: Path, skipped: list[str] | None) -> None:
-        self.out_dir, self.written, self.skipped = out_dir, [], skipped if skipped is not None else []
+        self.out_dir, self.skipped = out_dir, skipped if skipped is not None else []
+        self.written: list[Path] = []
 
     def skip(self, figure: str, reason: str) -> None:
         log.info("figure=%s skipped=true reason=%r", figure, reason)
@@ -265,7 +266,8 @@ def _mixed_total_figure(w: _Writer, data: SweepData) -> None:
         ax.set_ylabel("total time (s)")
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=8, loc="best")
-    fig.suptitle("Mixed workloads: total time collocated vs sequential\n(median, min-max bars; change in %)", fontsize=10)
+    fig.suptitle("Mixed workloads: total time collocated vs sequential\n(median, min-max bars; change in %)",
+                 fontsize=10)
     w.save(fig, "fig8_mixed_total")
 
 
@@ -327,4 +329,12 @@ def make_figures(data: SweepData, out_dir: str | Path, skipped: list[str] | None
     writer = _Writer(out, skipped)
     for draw in _FIGURES:
         draw(writer, data)
-    return sorted(writer.written, key=lambda p: (int(re.match(r"fig(\d+)", p.stem).group(1)), p.stem))
+    return sorted(writer.written, key=_figure_order)
+
+
+def _figure_order(path: Path) -> tuple[int, str]:
+    """``fig2_*`` before ``fig12_*``: by the figure's number, then by name."""
+    match = re.match(r"fig(\d+)", path.stem)
+    if match is None:
+        raise ValueError(f"figure file {path.name} is not named figN_...")
+    return int(match.group(1)), path.stem

@@ -102,7 +102,7 @@ def _best_collocated(gain: pd.DataFrame, sizes: tuple[str, ...]) -> tuple[pd.Dat
 def _describe(row: pd.Series) -> str:
     low, high = row.get("gain_vs_best_solo_min"), row.get("gain_vs_best_solo_max")
     flag = " (runs reach across 1.0)" if pd.notna(low) and pd.notna(high) and low <= 1.0 <= high and high > low else ""
-    return (f"{row['workload']}: {_x(row['gain_vs_best_solo'], row.get('gain_vs_best_solo_min'), row.get('gain_vs_best_solo_max'))}"
+    return (f"{row['workload']}: {_x(row['gain_vs_best_solo'], low, high)}"
             f" of its best solo at {row['mode']} x{int(row['degree'])}{flag}")
 
 
@@ -141,10 +141,12 @@ def _large_models(gain: pd.DataFrame) -> Verdict:
             parts.append(_describe(top))
         if not unfit.empty:
             holds.append(True)
-            parts.append(f"{workload}: {', '.join(f'{m} x{int(d)}' for m, d in zip(unfit['mode'], unfit['degree'], strict=True))} "
+            cells = ', '.join(f'{m} x{int(d)}' for m, d in zip(unfit['mode'], unfit['degree'], strict=True))
+            parts.append(f"{workload}: {cells} "
                          f"did not fit ({'/'.join(sorted(set(unfit['status'])))})")
     if not holds:
-        return Verdict(claim, "not enough data", "large workloads' collocated cells neither finished nor ran out of memory")
+        return Verdict(claim, "not enough data",
+                       "large workloads' collocated cells neither finished nor ran out of memory")
     verdict = _judge(holds)
     return Verdict(claim, verdict, "; ".join(parts) + f". Threshold: below {LITTLE_GAIN}x the best solo.")
 
@@ -157,11 +159,12 @@ def _memory(gain: pd.DataFrame, mixed: pd.DataFrame) -> Verdict:
     for _, row in ok[ok["degree"] > 1].iterrows():
         ref = solo.get((row["workload"], row["gpu_name"], row["mode"], row["settings"]))
         if ref is not None and ref > 0:
-            ratios.append((f"{row['workload']} {row['mode']} x{int(row['degree'])}", row["mem_used_max_mib"] / (ref * row["degree"])))
+            ratios.append((f"{row['workload']} {row['mode']} x{int(row['degree'])}",
+                           row["mem_used_max_mib"] / (ref * row["degree"])))
     ok_mixed = mixed[(mixed["status"] == "ok") & mixed["mem_used_max_mib"].notna()]
     for (mix, mode, _), rows in ok_mixed.groupby(["mix", "mode", "repeat_group"]):
-        per_cell = rows.groupby(["sweep", "cell_id"]).agg(mem=("mem_used_max_mib", "first"),
-                                                           solos=("solo_mem_used_max_mib", lambda s: s.sum(min_count=len(s))))
+        per_cell = rows.groupby(["sweep", "cell_id"]).agg(
+            mem=("mem_used_max_mib", "first"), solos=("solo_mem_used_max_mib", lambda s: s.sum(min_count=len(s))))
         ratio = (per_cell["mem"] / per_cell["solos"]).median()
         if pd.notna(ratio):
             ratios.append((f"mix {mix} {mode}", ratio))
@@ -202,7 +205,8 @@ def _mps_vs_naive(gain: pd.DataFrame, table2: pd.DataFrame) -> Verdict:
             outcomes.append(None if overlap and several and ratio < 1.0 else bool(ratio >= 1.0))
             parts.append(f"mix {mix}: {ratio:.2f}x")
     if not parts:
-        return Verdict(claim, "not enough data", "no configuration ran ok in both mps and naive at degree > 1 (or as a mix)")
+        return Verdict(claim, "not enough data",
+                       "no configuration ran ok in both mps and naive at degree > 1 (or as a mix)")
     ahead = sum(o is True for o in outcomes)
     behind = sum(o is False for o in outcomes)
     evidence = (f"MPS / naive throughput (mixes: naive / MPS total time): {'; '.join(parts)}. MPS ahead in {ahead} of "
@@ -217,7 +221,7 @@ def _mig(gain: pd.DataFrame, epoch2: pd.DataFrame, table2: pd.DataFrame) -> Verd
     spread = uniform.groupby(["sweep", "cell_id"])["epoch2_s"].agg(lambda s: s.max() / s.min())
     mixes = table2[table2["status"] == "ok"]
     under, parts, missing = [], [], []
-    for (mix, gpu), rows in mixes.groupby(["mix", "gpu_name"]):
+    for (mix, _gpu), rows in mixes.groupby(["mix", "gpu_name"]):
         by_mode = rows.set_index("mode")
         others = [m for m in ("naive", "mps") if m in by_mode.index]
         if "mig" in by_mode.index and others:
@@ -235,7 +239,8 @@ def _mig(gain: pd.DataFrame, epoch2: pd.DataFrame, table2: pd.DataFrame) -> Verd
         missing.append("no mix ran ok in mig and in naive or mps")
     if not parts or (spread.empty and not under):
         return Verdict(claim, "not enough data", "; ".join(missing))
-    holds: list[bool | None] = ([bool(spread.median() <= 1.15)] if not spread.empty else []) + under
+    holds: list[bool | None] = [bool(spread.median() <= 1.15)] if not spread.empty else []
+    holds += under
     verdict = _judge(holds)
     text = "; ".join(parts) + "."
     if missing:
@@ -270,7 +275,8 @@ def _energy(gain: pd.DataFrame, table2: pd.DataFrame) -> Verdict:
         best = rows.loc[rows["energy_vs_solo"].idxmin()]
         holds.append(_side(best["energy_vs_solo"], best["energy_vs_solo_min"], best["energy_vs_solo_max"], 1.0,
                            above=False))
-        parts.append(f"{workload}: {_x(best['energy_vs_solo'], best['energy_vs_solo_min'], best['energy_vs_solo_max'])} "
+        energy = _x(best['energy_vs_solo'], best['energy_vs_solo_min'], best['energy_vs_solo_max'])
+        parts.append(f"{workload}: {energy} "
                      f"the solo's J/sample at {best['mode']} x{int(best['degree'])}")
     for mix, rows in table2[(table2["status"] == "ok") & table2["energy_vs_sequential"].notna()].groupby("mix"):
         best = rows.loc[rows["energy_vs_sequential"].idxmin()]

@@ -152,16 +152,19 @@ def _derive_missing(cells: pd.DataFrame, jobs: pd.DataFrame, epochs: pd.DataFram
     ``repeat`` 0, ``repeat_group`` = the config hash (or the cell id), a job's ``samples`` and a
     cell's ``measured_samples`` from its epochs, and a uniform cell's ``energy_per_sample_j``."""
     cells["repeat"] = cells["repeat"].fillna(0).astype(int)
-    cells["repeat_group"] = cells["repeat_group"].fillna(cells["config_hash"]).fillna(cells["sweep"] + "/" + cells["cell_id"])
+    cells["repeat_group"] = (cells["repeat_group"].fillna(cells["config_hash"])
+                             .fillna(cells["sweep"] + "/" + cells["cell_id"]))
     key = ["sweep", "cell_id"]
     if not epochs.empty:
         per_job = epochs.groupby([*key, "job_index"])["samples"].sum().rename("_samples").reset_index()
         filled = jobs.merge(per_job, on=[*key, "job_index"], how="left")["_samples"]
         jobs["samples"] = jobs["samples"].fillna(pd.Series(filled.to_numpy(), index=jobs.index))
-        measured = epochs[~epochs["warmup"].astype(bool)].groupby(key)["samples"].sum().rename("_measured").reset_index()
+        measured = (epochs[~epochs["warmup"].astype(bool)].groupby(key)["samples"].sum().rename("_measured")
+                    .reset_index())
         filled = cells.merge(measured, on=key, how="left")["_measured"]
         cells["measured_samples"] = cells["measured_samples"].fillna(pd.Series(filled.to_numpy(), index=cells.index))
-    derived = (cells["energy_j"] / cells["measured_samples"].where(cells["measured_samples"] > 0)).where(cells["mix"].isna())
+    derived = ((cells["energy_j"] / cells["measured_samples"].where(cells["measured_samples"] > 0))
+               .where(cells["mix"].isna()))
     cells["energy_per_sample_j"] = cells["energy_per_sample_j"].fillna(derived)
 
 

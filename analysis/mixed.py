@@ -103,8 +103,10 @@ def _sequential(rows: pd.DataFrame) -> pd.Series:
     alone, memory the largest solo's (one job at a time)."""
     first = rows.drop_duplicates("job_index")
     weight = first["solo_total_s"]
-    sm = (first["solo_sm_active_mean"] * weight).sum() / weight.sum() if weight.notna().all() and weight.sum() else np.nan
-    return pd.Series({"sequential_sm_active_mean": sm, "sequential_mem_used_max_mib": first["solo_mem_used_max_mib"].max()})
+    weighed = weight.notna().all() and weight.sum()
+    sm = (first["solo_sm_active_mean"] * weight).sum() / weight.sum() if weighed else np.nan
+    return pd.Series({"sequential_sm_active_mean": sm,
+                      "sequential_mem_used_max_mib": first["solo_mem_used_max_mib"].max()})
 
 
 _TABLE2_FIXED = ["mix", "gpu_name", "mode", "repeat_group", "status", "n_runs", "total_s", "total_s_min", "total_s_max",
@@ -137,9 +139,9 @@ def table2(mixed: pd.DataFrame) -> pd.DataFrame:
         grouped[["serial_s", "sm_active_mean", "mem_used_max_mib"]].median(),
     ], axis=1)
     out = out.join(mixed.groupby(key, dropna=False, sort=False).apply(_sequential, include_groups=False))
-    for (name, index), rows in mixed.groupby(["job_name", "job_index"], sort=True):
+    for (name, _index), rows in mixed.groupby(["job_name", "job_index"], sort=True):
         per = rows.groupby(key, dropna=False, sort=False)
-        times = spread_columns(per, ["job_total_s"]).rename(columns=lambda c: c.replace("job_total", str(name)))
+        times = spread_columns(per, ["job_total_s"]).rename(columns=lambda c, n=str(name): c.replace("job_total", n))
         out = out.join(times).join(per["solo_total_s"].median().rename(f"{name}_alone_s"))
     out = out.reset_index().rename(columns={"cell_total_s": "total_s", "cell_total_s_min": "total_s_min",
                                             "cell_total_s_max": "total_s_max", "serial_s": "sequential_s"})

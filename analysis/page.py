@@ -40,7 +40,8 @@ th{background:#f3f3f3;white-space:normal}td:first-child,th:first-child{text-alig
 tr:nth-child(even) td{background:#fafafa}td.bad{color:#b00;font-weight:600}
 td.text{text-align:left;white-space:normal;overflow-wrap:break-word}
 .pair{display:flex;gap:1.2em;align-items:flex-start;flex-wrap:wrap;margin:.6em 0}
-.pair .figs{flex:0 0 560px;display:flex;flex-direction:column;gap:.4em}.pair .tab{flex:1 1 560px;min-width:0;overflow-x:auto}
+.pair .figs{flex:0 0 560px;display:flex;flex-direction:column;gap:.4em}
+.pair .tab{flex:1 1 560px;min-width:0;overflow-x:auto}
 figure{margin:0}figure img{width:100%;border:1px solid #eee}figcaption{font-size:.8em;color:#555}
 .wide{display:flex;flex-direction:column;gap:1em;margin:.6em 0}.wide figure img{width:auto;max-width:100%;height:auto}
 .note{color:#555;font-size:.88em;margin:.2em 0}.consts{color:#444;font-size:.85em;margin:.2em 0 .3em}
@@ -91,7 +92,8 @@ def display(frame: pd.DataFrame, columns: Sequence[Column], keep: Sequence[str] 
         fmt = col.fmt or _plain
         if col.fmt is not None and f"{col.source}_min" in frame and f"{col.source}_max" in frame:
             out[col.label] = [fmt_spread(m, lo, hi, fmt) for m, lo, hi in
-                              zip(frame[col.source], frame[f"{col.source}_min"], frame[f"{col.source}_max"], strict=True)]
+                              zip(frame[col.source], frame[f"{col.source}_min"], frame[f"{col.source}_max"],
+                                  strict=True)]
         else:
             out[col.label] = [fmt(v) if col.fmt is not None and _number(v) else _plain(v) for v in frame[col.source]]
     consts = []
@@ -120,7 +122,8 @@ def table_html(text: pd.DataFrame, consts: str = "", wrap: Sequence[str] = ()) -
         cells = []
         for column, value in row.items():
             value = str(value)
-            cls = "bad" if value in BAD_STATUS or value.split(" ")[0] in BAD_STATUS else "text" if column in wrap else ""
+            bad = value in BAD_STATUS or value.split(" ")[0] in BAD_STATUS
+            cls = "bad" if bad else "text" if column in wrap else ""
             cells.append(f'<td class="{cls}">{html.escape(value)}</td>' if cls else f"<td>{html.escape(value)}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     line = f'<p class="consts">{html.escape(consts)}</p>' if consts else ""

@@ -87,7 +87,8 @@ def format_gain(gain: pd.DataFrame) -> str:
     text = gain[cols].copy().astype(object)
     for column in cols:
         if f"{column}_min" in gain:
-            fmt = "{:,.0f}" if column == "agg_samples_per_s" else "{:.3g}" if column.startswith("energy_per") else "{:.2f}"
+            fmt = ("{:,.0f}" if column == "agg_samples_per_s" else "{:.3g}" if column.startswith("energy_per")
+                   else "{:.2f}")
             text[column] = [_spread_text(m, lo, hi, fmt) for m, lo, hi in
                             zip(gain[column], gain[f"{column}_min"], gain[f"{column}_max"], strict=True)]
         elif column.startswith("slowdown"):

@@ -107,7 +107,8 @@ def workloads(gain: pd.DataFrame, figures: Sequence[Path]) -> list[str]:
         sub = [f"<h2>{html.escape(str(workload))}</h2>"]
         consts, text = display(rows, [*_KEY, Column("agg_samples_per_s", "samples/s", _INT),
                                       Column("gain_vs_solo", "gain vs solo", _RATIO),
-                                      Column("gain_vs_best_solo", "vs best solo", _RATIO), Column("note", "note")], keep)
+                                      Column("gain_vs_best_solo", "vs best solo", _RATIO),
+                                      Column("note", "note")], keep)
         sub += ["<h3>Throughput gain (aggregate epoch-2 samples/s against the same settings alone)</h3>",
                 pair(_figs(figures, f"fig1_gain_{w}"), table_html(text, consts))]
         consts, text = display(rows, [*_KEY, Column("epoch2_s", "epoch 2 (s)", _S),
@@ -158,7 +159,8 @@ def mixed(table: pd.DataFrame, figures: Sequence[Path]) -> list[str]:
         for job in jobs:
             columns += [Column(f"{job}_s", f"{job} (s)", _S), Column(f"{job}_alone_s", f"{job} alone (s)", _S)]
         columns += [Column("sm_active_mean", "SM %", _PCT), Column("sequential_sm_active_mean", "seq. SM %", _PCT),
-                    Column("mem_used_max_gib", "mem GiB", _S), Column("sequential_mem_used_max_gib", "seq. mem GiB", _S)]
+                    Column("mem_used_max_gib", "mem GiB", _S),
+                    Column("sequential_mem_used_max_gib", "seq. mem GiB", _S)]
         consts, text = display(rows, columns, keep=("mode",))
         details_.append(f"<h3>{html.escape(str(mix))}: time per job and the GPU's use</h3>" + table_html(text, consts))
     parts.append(pair(_figs(figures, "fig8_mixed_total"), "".join(totals)))
@@ -179,7 +181,8 @@ def baseline(table: pd.DataFrame, paths: Sequence[str]) -> list[str]:
             f'<p class="note">Baseline: {html.escape(", ".join(paths))}</p>', table_html(text, consts)]
 
 
-def closing(data: SweepData, tables: dict[str, pd.DataFrame], figures: Sequence[Path], skipped: Sequence[str]) -> list[str]:
+def closing(data: SweepData, tables: dict[str, pd.DataFrame], figures: Sequence[Path],
+            skipped: Sequence[str]) -> list[str]:
     """Failed cells, figures not drawn, environment, sweeps and configuration: the record."""
     parts = ["<h2>Failed cells</h2>"]
     failed = tables["failed_cells"]
@@ -190,7 +193,8 @@ def closing(data: SweepData, tables: dict[str, pd.DataFrame], figures: Sequence[
                                         ("cell_id", "mode", "degree", "status", "reason", "job_errors")])
         parts.append(table_html(text, consts, wrap=("reason", "job errors")))
     if skipped:
-        parts.append("<h3>Figures not drawn</h3><ul>" + "".join(f"<li>{html.escape(s)}</li>" for s in skipped) + "</ul>")
+        items = "".join(f"<li>{html.escape(s)}</li>" for s in skipped)
+        parts.append("<h3>Figures not drawn</h3><ul>" + items + "</ul>")
     consts, text = display(tables["environment"], [Column("key", "key"), Column("value", "value"),
                                                    Column("n_cells", "cells")], keep=("key", "value"))
     parts += ["<h2>Environment</h2>", table_html(text, consts, wrap=("value",))]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -39,7 +40,7 @@ def _is_missing(value: object) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
-def fmt_spread(median: object, low: object, high: object, fmt: Callable[[float], str]) -> str:
+def fmt_spread(median: Any, low: Any, high: Any, fmt: Callable[[float], str]) -> str:
     """``1.23`` for one run (or no spread), ``1.23 (0.98–1.40)`` for several; ``-`` when missing."""
     if _is_missing(median):
         return "-"

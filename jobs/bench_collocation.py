@@ -65,10 +65,11 @@ def raw_cell(args: argparse.Namespace, mode: str, degree: int, opts: dict[str, s
     cmd = [sys.executable, str(ROOT / "jobs" / "raw_train.py"), "--model", model, "--classes", str(classes),
            "--res", str(res), "--batch-size", str(args.batch_size), "--warmup-steps",
            str(args.epoch_samples // args.batch_size), "--sync-dir", str(sync), "--compile", opts["compile"],
-           "--amp", opts["amp"], "--placement", opts["placement"]] + (["--channels-last"] if opts["channels_last"] == "true" else [])
+           "--amp", opts["amp"], "--placement", opts["placement"]]
+    cmd += ["--channels-last"] if opts["channels_last"] == "true" else []
     cores = _raw_cores(args, uuid, degree)
-    procs = [subprocess.Popen([*cmd, "--rank", str(r), *cores[r]], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for r in range(degree)]
+    procs = [subprocess.Popen([*cmd, "--rank", str(r), *cores[r]], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(degree)]
     try:
         deadline = time.time() + 900
         while len(list(sync.glob("ready-*"))) < degree:
@@ -181,7 +182,8 @@ def main() -> None:
     p.add_argument("--placement", default="host")
     p.add_argument("--cpu-affinity", default="auto", choices=["auto", "none"],
                    help="pin each job (raw and raycolloc alike) to a core of its own")
-    p.add_argument("--repeats", type=int, default=1, help="raw/raycolloc pairs per cell; the table shows the best of each")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="raw/raycolloc pairs per cell; the table shows the best of each")
     p.add_argument("--telemetry-pairs", type=int, default=0)
     p.add_argument("--telemetry-cell", default="mode=mps,degree=3")
     p.add_argument("--skip-raw", action="store_true")
@@ -248,7 +250,8 @@ def main() -> None:
                           f"{[round(x) for x in rows[-1]['raycolloc_cpu_us_per_step']]}  (system us, faults per step: "
                           f"raw {[(round(s), round(f, 2)) for s, f in raw_kernel]} raycolloc "
                           f"{[(round(s), round(f, 2)) for s, f in rows[-1]['raycolloc_sys_us_faults_per_step']]}; "
-                          f"voluntary, involuntary switches per s: raw {[(round(v), round(i)) for v, i in raw_switches]} "
+                          "voluntary, involuntary switches per s: "
+                          f"raw {[(round(v), round(i)) for v, i in raw_switches]} "
                           f"raycolloc {[(round(v), round(i)) for v, i in rows[-1]['raycolloc_switches_per_s']]})",
                           flush=True)
                     Path(args.out).write_text(json.dumps({"card": card, "partial": True, "rows": rows}, default=float))
@@ -258,14 +261,16 @@ def main() -> None:
             on: list[float] = []
             for i in range(args.telemetry_pairs):
                 for enabled, bucket in (("false", off), ("true", on)):
-                    df = sweep(args, work / f"tel-{i}-{enabled}", [*cell, f"telemetry.enabled={enabled}",
-                                                                   "telemetry.interval_ms=100", *_trainer_overrides(opts)])
+                    df = sweep(args, work / f"tel-{i}-{enabled}",
+                               [*cell, f"telemetry.enabled={enabled}", "telemetry.interval_ms=100",
+                                *_trainer_overrides(opts)])
                     bucket.append(float(df["agg_samples_per_s"].iloc[0]))
             telemetry = {"cell": args.telemetry_cell, "off": off, "on_100ms": on,
                          "cost_pct": 100.0 * (1 - statistics.median(on) / statistics.median(off))}
     finally:
         ray.shutdown()
-    base = next((x for x in rows if x["compile"] == compiles[0] and x["mode"] == modes[0] and x["degree"] == min(degrees)), None)
+    base = next((x for x in rows
+                 if x["compile"] == compiles[0] and x["mode"] == modes[0] and x["degree"] == min(degrees)), None)
     for row in rows:
         solo = next(x for x in rows if x["mode"] == row["mode"] and x["compile"] == row["compile"]
                     and x["degree"] == min(degrees))
@@ -273,7 +278,8 @@ def main() -> None:
         row["gain_vs_1"] = row["raycolloc"] / solo["raycolloc"] if row["raycolloc"] and solo["raycolloc"] else None
         row["raw_gain_vs_1"] = row["raw"] / solo["raw"] if row["raw"] and solo["raw"] else None
         # Against the first setting's solo run (e.g. eager naive degree 1): the "best buy" view.
-        row["gain_vs_first_solo"] = row["raycolloc"] / base["raycolloc"] if base and base["raycolloc"] and row["raycolloc"] else None
+        row["gain_vs_first_solo"] = (row["raycolloc"] / base["raycolloc"]
+                                     if base and base["raycolloc"] and row["raycolloc"] else None)
 
     print(f"\n{args.workload}, batch {args.batch_size}, amp={args.amp}, card: {card}")
     print(f"{'compile':<16}{'mode':<6}{'deg':>4}{'raw img/s':>12}{'raycolloc':>12}{'ratio':>8}{'gain vs 1':>10}"
@@ -285,8 +291,10 @@ def main() -> None:
               f"{_fmt(r['sm_active'], '.1f'):>10}{_fmt(r['gpu_util'], '.1f'):>10}")
     if telemetry:
         print(f"telemetry off {telemetry['off']} vs 100 ms {telemetry['on_100ms']}: cost {telemetry['cost_pct']:.2f}%")
-    result = {"card": card, "workload": args.workload, "batch_size": args.batch_size, "epoch_samples": args.epoch_samples,
-              "window_s": args.window_s, "options": dict(opts, compile=args.compile), "rows": rows, "telemetry": telemetry, "work_dir": str(work)}
+    result = {"card": card, "workload": args.workload, "batch_size": args.batch_size,
+              "epoch_samples": args.epoch_samples, "window_s": args.window_s,
+              "options": dict(opts, compile=args.compile), "rows": rows, "telemetry": telemetry,
+              "work_dir": str(work)}
     Path(args.out).write_text(json.dumps(result, indent=2, default=float))
     print(f"wrote {args.out}")
 

@@ -61,7 +61,8 @@ def run_sweep(overrides: list[str], out_dir: Path, env: dict[str, str]) -> dict[
     cells["other_s"] = cells["wall_s"] - cells[["lease_wait_s", "lane_setup_s", "prepare_s", "setup_s", "total_s",
                                                  "teardown_s"]].fillna(0).sum(axis=1)
     # Cells whose measured windows overlap in time: the most in flight at one moment.
-    events = sorted([(t, 1) for t in cells["measured_start_ts"].dropna()] + [(t, -1) for t in cells["measured_end_ts"].dropna()])
+    events = sorted([(t, 1) for t in cells["measured_start_ts"].dropna()]
+                    + [(t, -1) for t in cells["measured_end_ts"].dropna()])
     level = peak = 0
     for _, step in events:
         level += step
@@ -120,7 +121,8 @@ def main() -> None:
     result: dict[str, Any] = {"sweep": overrides}
     warm_caches()
     result["all_gpus"] = run_sweep(overrides, work / "all", env_all)
-    print(f"all GPUs: makespan {result['all_gpus']['makespan_s']:.1f}s on {result['all_gpus']['gpus_used']} GPUs", flush=True)
+    every = result["all_gpus"]
+    print(f"all GPUs: makespan {every['makespan_s']:.1f}s on {every['gpus_used']} GPUs", flush=True)
     Path(args.out).write_text(json.dumps(result, indent=2, default=float))
     result["one_gpu"] = run_sweep(overrides + args.one_gpu_extra.split(), work / "one", env_one)
     result["ratio"] = result["all_gpus"]["makespan_s"] / result["one_gpu"]["makespan_s"]

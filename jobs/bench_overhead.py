@@ -103,7 +103,8 @@ def _fmt(value: Any, spec: str = ".2f") -> str:
 
 
 def print_table(results: list[dict[str, Any]]) -> None:
-    head = ["wall_s", "fixed_median_s", "fixed_p90_s", "measured_share", *CELL_PHASES, *(f"job_{j}" for j in JOB_PHASES)]
+    head = ["wall_s", "fixed_median_s", "fixed_p90_s", "measured_share", *CELL_PHASES,
+            *(f"job_{j}" for j in JOB_PHASES)]
     names = [h.removesuffix("_s").replace("job_", "j.") for h in head]
     print(f"\n{'variant':<16}{'cells':>6}" + "".join(f"{n[:13]:>14}" for n in names))
     for r in results:
@@ -117,7 +118,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sweep", default="degree=1,2,3,7 mode=naive,mps workload=resnet26_cifar10 epoch_samples=25600")
     p.add_argument("--extra", default="", help="more overrides for every variant, e.g. cluster=local")
-    p.add_argument("--variants", default="all,exec,lease-per-cell,stop-mps", help=f"comma list of {', '.join(VARIANTS)}")
+    p.add_argument("--variants", default="all,exec,lease-per-cell,stop-mps",
+                   help=f"comma list of {', '.join(VARIANTS)}")
     p.add_argument("--before-tree", default=None, help="a checkout of the code to compare with (variant 'before')")
     p.add_argument("--work-dir", default=None)
     p.add_argument("--out", required=True)

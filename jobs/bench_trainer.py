@@ -30,7 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_collocation import WORKLOADS, _raw_cores, _start_ray, raw_cell  # noqa: E402 - a sibling script, not a package
+from bench_collocation import WORKLOADS, _raw_cores, _start_ray, raw_cell  # noqa: E402 - a sibling script
 
 
 def _cell(args: argparse.Namespace) -> Any:
@@ -147,8 +147,10 @@ def main() -> None:
         rounds = []
         for r in range(args.rounds):
             raw = raw_cell(raw_args, "naive", 1, opts)
-            row: dict[str, Any] = {"raw_samples_per_s": raw["raw_samples_per_s"], "raw_cpu_us_per_step": raw["cpu_us_per_step"]}
-            line = f"round {r + 1}: raw {raw['raw_samples_per_s']:,.0f} img/s ({raw['cpu_us_per_step']:,.0f} us CPU/step)"
+            row: dict[str, Any] = {"raw_samples_per_s": raw["raw_samples_per_s"],
+                                   "raw_cpu_us_per_step": raw["cpu_us_per_step"]}
+            line = (f"round {r + 1}: raw {raw['raw_samples_per_s']:,.0f} img/s "
+                    f"({raw['cpu_us_per_step']:,.0f} us CPU/step)")
             for variant in variants:
                 rc = trainer_round(variant, cell, gpu, core, steward, f"bench-trainer-{r}-{variant}", args.timeout_s)
                 row[variant] = rc

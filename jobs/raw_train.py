@@ -5,7 +5,8 @@ trainer (SGD with momentum, pinned host batches copied each step, optional compi
 It warms up, signals ``ready``, waits for the parent's ``go`` file (which holds the start time
 and the deadline), trains until the deadline, synchronises and prints one JSON line.
 
-    python jobs/raw_train.py --model resnet26 --classes 10 --res 32 --batch-size 128 --warmup-steps 400 --sync-dir DIR --rank 0
+    python jobs/raw_train.py --model resnet26 --classes 10 --res 32 --batch-size 128 --warmup-steps 400 \\
+        --sync-dir DIR --rank 0
 """
 
 from __future__ import annotations

@@ -314,8 +314,8 @@ _HASHED_AS_DEFAULT = {("cluster", "num_gpus"): 1, ("cluster", "num_cpus"): None,
 
 # Keys added after results existed: left out of the hash while at their default, so every config
 # written before them keeps its hash (and its results are still found on resume).
-_LATER_KEYS = {"repeat": 0, "epoch_time_s": None}
-_LATER_MIX_JOB_KEYS = {"epoch_time_s": None}
+_LATER_KEYS: dict[str, Any] = {"repeat": 0, "epoch_time_s": None}
+_LATER_MIX_JOB_KEYS: dict[str, Any] = {"epoch_time_s": None}
 
 
 def config_hash(cfg: Config) -> str:
@@ -348,7 +348,7 @@ def _check_keys(node: Any, schema: type, prefix: str = "") -> None:
     fields = {f.name: f for f in dataclasses.fields(schema)}
     for key in node.keys():
         if key not in fields:
-            raise ConfigError(f"unknown key {prefix}{key}; {schema.__name__} has: {', '.join(sorted(fields))}")
+            raise ConfigError(f"unknown key {prefix}{key!s}; {schema.__name__} has: {', '.join(sorted(fields))}")
         default = fields[key].default_factory if fields[key].default_factory is not dataclasses.MISSING else None
         if default is not None and dataclasses.is_dataclass(default):
             _check_keys(node[key], default, f"{prefix}{key}.")

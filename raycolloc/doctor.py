@@ -46,7 +46,8 @@ def orphan_trainers(pipe_root: Path) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["pid", "ppid", "cmdline"]):
         cmd = proc.info["cmdline"] or []
-        if proc.info["ppid"] != 1 or not any(m in " ".join(cmd) for m in ("raycolloc.job.process", "raycolloc.job.forkserver")):
+        ours = any(m in " ".join(cmd) for m in ("raycolloc.job.process", "raycolloc.job.forkserver"))
+        if proc.info["ppid"] != 1 or not ours:
             continue
         try:
             ours = any(_under(arg, pipe_root) for arg in cmd) or _under(

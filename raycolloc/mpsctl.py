@@ -27,7 +27,8 @@ def control_command(control: str, pipe_dir: str | None, command: str, timeout: f
     proc = subprocess.run([control], input=command + "\n", capture_output=True, text=True, env=env, timeout=timeout,
                           check=False)
     if proc.returncode != 0:
-        raise MpsError(f"{control}: {command!r} failed (exit {proc.returncode}): {proc.stderr.strip() or proc.stdout.strip()}")
+        said = proc.stderr.strip() or proc.stdout.strip()
+        raise MpsError(f"{control}: {command!r} failed (exit {proc.returncode}): {said}")
     return proc.stdout.strip()
 
 

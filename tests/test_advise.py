@@ -158,7 +158,8 @@ def test_a_new_profile_joins_the_solo_runs_measured_before() -> None:
     assert _with_history(new, {key: joined}) is joined
 
 
-def _observations(params: Params, workloads: dict[str, Profile], degrees: tuple[int, ...] = (2, 3, 7)) -> list[Observation]:
+def _observations(params: Params, workloads: dict[str, Profile],
+                  degrees: tuple[int, ...] = (2, 3, 7)) -> list[Observation]:
     """Cells 'measured' exactly as the model predicts them with ``params``."""
     out = []
     for p in workloads.values():
@@ -197,7 +198,7 @@ def test_ranking_picks_throughput_energy_and_the_slowdown_cap() -> None:
     r = rank("light", uniform_candidates(p, H200, (1, 2, 3, 7)), H200, params, max_slowdown=1.5)
     rows = {x.label: x for x in r.rows}
     assert [x.gain for x in r.rows if x.fits] == sorted((x.gain for x in r.rows if x.fits), reverse=True) or \
-        all(abs(a.gain - b.gain) < 0.01 for a, b in zip(r.rows, r.rows[1:]))
+        all(abs(a.gain - b.gain) < 0.01 for a, b in zip(r.rows, r.rows[1:], strict=False))
     best = rows[str(r.best_throughput)]
     assert best.fits and best.gain >= max(x.gain for x in r.rows if x.fits) * 0.99
     # Within 1% of the best gain, fewer jobs win (past saturation more jobs only slow each other).
@@ -206,8 +207,8 @@ def test_ranking_picks_throughput_energy_and_the_slowdown_cap() -> None:
     assert capped.max_slowdown <= 1.5
     assert all(x.gain <= capped.gain + 1e-9 for x in r.rows if x.fits and x.max_slowdown <= 1.5)
     energy = rows[str(r.best_energy)]
-    assert energy.energy_vs_alone == pytest.approx(min(x.energy_vs_alone for x in r.rows if x.fits and x.energy_vs_alone),
-                                                   rel=0.01)
+    least = min(x.energy_vs_alone for x in r.rows if x.fits and x.energy_vs_alone)
+    assert energy.energy_vs_alone == pytest.approx(least, rel=0.01)
     labels = {x.label for x in r.rows}
     assert {"light naive x1", "light mps x7", "light mps x7 atp=15/15/15/15/15/15/15", "light mig x7 [1g.18gb,"
             "1g.18gb,1g.18gb,1g.18gb,1g.18gb,1g.18gb,1g.18gb]", "light naive x16", "light mps x16"} <= labels

@@ -109,8 +109,8 @@ def _write_big_profile(out: Path, common: tuple[str, ...]) -> None:
     epochs = [{"cell_id": cid, "job_index": 0, "epoch": e, "warmup": e == 1, "start_ts": a, "end_ts": b,
                "wall_s": b - a, "samples": 9600, "steps": 1, "thread_cpu_s": 5.0} for e, a, b in ((1, 990.0, start),
                                                                                                   (2, start, end))]
-    tel = [{"cell_id": cid, "gpu_uuid": "GPU-0", "scope": "gpu", "ts": start + t, "source": "sim-gpm", "sm_active": 60.0,
-            "gr_engine_active": 96.0, "dram_active": 18.0} for t in range(11)]
+    tel = [{"cell_id": cid, "gpu_uuid": "GPU-0", "scope": "gpu", "ts": start + t, "source": "sim-gpm",
+            "sm_active": 60.0, "gr_engine_active": 96.0, "dram_active": 18.0} for t in range(11)]
     write_fixture_cell(out / "earlier" / spec.label, {"cells": [row], "jobs": jobs, "epochs": epochs, "telemetry": tel})
 
 

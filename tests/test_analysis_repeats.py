@@ -72,7 +72,8 @@ def test_claims_are_judged_or_say_what_is_missing(tmp_path: Path) -> None:
     assert mps.verdict == "supported" and "tiny_cnn x2: 1.52x" in mps.evidence and "ahead in 1 of 1" in mps.evidence
     assert verdicts["MIG isolates"].verdict == "not enough data"
     assert "no ok uniform MIG cell" in verdicts["MIG isolates"].evidence
-    assert verdicts["Mixing memory-"].verdict == "not enough data" and verdicts["Mixing memory-"].evidence == "no mixed cell"
+    memory = verdicts["Mixing memory-"]
+    assert memory.verdict == "not enough data" and memory.evidence == "no mixed cell"
     energy = verdicts["Collocation lowers"]
     assert energy.verdict == "supported" and "tiny_cnn: 0.50x" in energy.evidence
 
@@ -105,7 +106,8 @@ def test_table2_scales_each_jobs_time_alone_to_the_samples_it_trained(tmp_path: 
     assert first.loc[0, "energy_vs_sequential"] == pytest.approx(3000 / 4200)
     t2 = table2(mixed)
     (naive,) = t2.to_dict("records")
-    assert naive["n_runs"] == 2 and naive["total_s"] == 21.0 and (naive["total_s_min"], naive["total_s_max"]) == (20, 22)
+    assert naive["n_runs"] == 2 and naive["total_s"] == 21.0
+    assert (naive["total_s_min"], naive["total_s_max"]) == (20, 22)
     assert naive["sequential_s"] == pytest.approx(24.0)
     assert naive["change_vs_sequential_pct"] == pytest.approx(100 * (21 / 24 - 1))
     assert naive["0-cnn_s"] == 8.0 and naive["0-cnn_alone_s"] == pytest.approx(6.0)
@@ -147,6 +149,7 @@ def test_a_claim_whose_runs_straddle_its_threshold_is_inconclusive(tmp_path: Pat
     gain = gain_table(data.cells, data.jobs)
     mixed = mixed_table(data.cells, data.jobs, data.epochs)
     small = claims(gain, epoch2_table(data.cells, data.jobs), mixed, table2(mixed))[0]
-    # Each run against its own repeat's solo: 2.0, 1.5, 0.83; the median sits on the 1.5x threshold, the runs on both sides.
+    # Each run against its own repeat's solo: 2.0, 1.5, 0.83; the median sits on the 1.5x threshold, the runs on
+    # both sides.
     assert small.verdict == "inconclusive", small
     assert "tiny_cnn: 1.50x (0.83-2.00)" in small.evidence and "(runs reach across 1.0)" in small.evidence

@@ -65,8 +65,8 @@ def test_naive_cell_writes_four_tables_with_one_gpu_per_cell(tmp_path: Path) -> 
 
 
 def test_injected_oom_is_a_row_and_the_cell_finishes(tmp_path: Path) -> None:
-    _, outcome, t = _cell(tmp_path, ["degree=2", "trainer.fault=oom", "trainer.fault_job=1", "trainer.cpu_affinity=none",
-                                     "trainer.spawn=exec"])
+    _, outcome, t = _cell(tmp_path, ["degree=2", "trainer.fault=oom", "trainer.fault_job=1",
+                                     "trainer.cpu_affinity=none", "trainer.spawn=exec"])
     jobs = t["jobs"].set_index("job_index")
     assert jobs["cpus"].isna().all()  # not pinned: left to the scheduler
     assert set(jobs["spawn"]) == {"exec"}  # a fresh interpreter: it imported torch and timm itself

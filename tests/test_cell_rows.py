@@ -3,7 +3,6 @@ headline, peak device memory per job, the repeat columns; MIG SM activity from G
 
 from __future__ import annotations
 
-
 import pytest
 
 from raycolloc.driver.rows import CellRecord, cell_row, job_rows, window_energy
@@ -26,9 +25,10 @@ def gpu_sample(ts: float, watts: float = 300.0, energy: bool = True, sm: float |
 
 
 def epoch(job: int, n: int, start: float, wall: float, samples: int) -> EpochRow:
-    return EpochRow(cell_id="c", job_index=job, epoch=n, warmup=n == 1, start_ts=start, end_ts=start + wall, wall_s=wall,
-                    samples=samples, samples_per_s=samples / wall, steps=samples // 32, loss=None, thread_cpu_s=None,
-                    thread_sys_s=None, minor_faults=None, involuntary_switches=None, voluntary_switches=None,
+    return EpochRow(cell_id="c", job_index=job, epoch=n, warmup=n == 1, start_ts=start, end_ts=start + wall,
+                    wall_s=wall, samples=samples, samples_per_s=samples / wall, steps=samples // 32, loss=None,
+                    thread_cpu_s=None, thread_sys_s=None, minor_faults=None, involuntary_switches=None,
+                    voluntary_switches=None,
                     peak_mem_allocated_mib=None, peak_mem_reserved_mib=None)
 
 
@@ -56,7 +56,8 @@ def _record(overrides: list[str], states: dict[int, JobState], telemetry: list[T
 
 
 def test_uniform_cell_energy_per_sample_and_repeat_columns() -> None:
-    states = {i: JobState(info=JobInfo(pid=100 + i), epochs=[epoch(i, 1, T0, 1.0, 320), epoch(i, 2, T0 + 1.0, 2.0, 640)])
+    states = {i: JobState(info=JobInfo(pid=100 + i),
+                          epochs=[epoch(i, 1, T0, 1.0, 320), epoch(i, 2, T0 + 1.0, 2.0, 640)])
               for i in range(2)}
     procs = [TelemetryRow(cell_id="c", gpu_uuid="GPU-x", mig_uuid=None, gi_id=None, scope="process", ts=T0 + t,
                           source="sim-gpm", pid=100 + i, job_index=i, proc_gpu_mem_mib=500.0 + 50 * i + t)
@@ -90,7 +91,7 @@ def test_mig_gpu_sm_activity_is_the_instances_weighted_by_their_sms() -> None:
     shares = gi_sm_shares("Simulated H100-80GB", devices)  # 3g (60 SMs) and 4g (64 SMs) of 132
     assert shares == pytest.approx({1: 60 / 132, 2: 64 / 132})
     sampler = Sampler(backend=None, cell_id="c", gpu_uuid="GPU-x", source="gpm", interval_ms=100, pids={},
-                      mig_devices=devices, gi_sm_share=shares)  # type: ignore[arg-type]
+                      mig_devices=devices, gi_sm_share=shares)
     assert sampler._gpu_sm_active({1: {"sm_active": 50.0}, 2: {"sm_active": 100.0}}) == pytest.approx(
         (50.0 * 60 + 100.0 * 64) / 132)
     assert sampler._gpu_sm_active({1: {"sm_active": 50.0}, 2: {}}) is None  # an instance without its first GPM pair

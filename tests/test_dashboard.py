@@ -155,7 +155,8 @@ def test_dashboard_shows_the_cells_actors_and_gauges(tmp_path: Path, ray_tmp: st
     # of samples do; gauges appear 1-3 s after the jobs start.
     overrides = ["degree=2", "workload=python", "workload.entry=tests.sleepy_workload:build",
                  "workload.args={step_ms:10,busy_ms:3}", "batch_size=16",
-                 "epoch_samples=1000000", "epoch_time_s=8", "cluster.dashboard=true", "cluster.dashboard_host=127.0.0.1",
+                 "epoch_samples=1000000", "epoch_time_s=8", "cluster.dashboard=true",
+                 "cluster.dashboard_host=127.0.0.1",
                  f"cluster.dashboard_port={dash_port}", f"cluster.metrics_export_port={metrics_port}"]
     job = load(overrides, out_dir=out)
     trainers = {j.name for j in job.jobs}

@@ -37,8 +37,8 @@ SUBSTITUTIONS = {
 # Commands shown that do not run here, by their text as extracted, with why.
 SKIPPED = {
     # Synopses and diagram labels: `...` and [brackets] stand for what a user adds.
-    "python -m raycolloc.sweep -m ...": "a diagram's label (docs/architecture.md), the advisor's emitted lines (README): "
-                                        "`...` is any overrides",
+    "python -m raycolloc.sweep -m ...": "a diagram's label (docs/architecture.md), "
+                                        "the advisor's emitted lines (README): `...` is any overrides",
     "python -m raycolloc.sweep ...": "a diagram's label (docs/architecture.md): `...` is any overrides",
     "python -m raycolloc.sweep +plan=P.csv": "a diagram's label (docs/architecture.md): P.csv is any plan",
     "python -m raycolloc.sweep ... mode=mps   (same settings)": "a transcript (docs/measurements.md): `...` is "

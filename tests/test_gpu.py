@@ -78,8 +78,8 @@ def test_real_mps_daemon_serves_a_cuda_client_then_stops(backend) -> None:  # no
 
 
 def test_mig_refuses_when_mig_mode_is_disabled_and_changes_nothing(backend) -> None:  # noqa: ANN001
-    from raycolloc.driver.cells import build_cell
     from raycolloc.config import ClusterConfig, Config, MigConfig, ModeConfig, WorkloadConfig
+    from raycolloc.driver.cells import build_cell
     from raycolloc.mpsctl import CONTROL
     from raycolloc.node.modes import GpuSlot, ModeError
     from raycolloc.node.modes.mig import MigMode

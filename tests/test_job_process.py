@@ -62,7 +62,8 @@ def _core() -> int:
 
 
 @pytest.mark.parametrize("spawn", SPAWN)
-def test_the_job_trains_in_a_child_process_pinned_to_its_core_without_ray(spawn: str, request: pytest.FixtureRequest) -> None:
+def test_the_job_trains_in_a_child_process_pinned_to_its_core_without_ray(spawn: str,
+                                                                          request: pytest.FixtureRequest) -> None:
     core = _core()
     proc = _python(_TRAINER + """
     state = t.setup()   # no GPU here: an error result, but from the training process
@@ -124,7 +125,7 @@ def test_forked_jobs_bind_their_own_gpu_pipe_and_cores_and_inherit_nothing_else(
     job = JobSpec("cell-x", 0, create_workload("tiny_cnn"), 32, 2, 64, 0, DataConfig(), TrainerConfig())
     base = {k: v for k, v in os.environ.items() if not k.startswith("CUDA_")}
     procs = []
-    for i, core in enumerate((%d, %d)):
+    for i, core in enumerate((FIRST_CORE, LAST_CORE)):
         env = {"CUDA_VISIBLE_DEVICES": f"GPU-{i}", "CUDA_MPS_PIPE_DIRECTORY": f"/tmp/pipe-{i}"}
         binding = Binding(job_index=i, gpu_uuid=f"GPU-{i}", env=env, cpus=(core,))
         procs.append(start_training_process(job, binding, {**base, **env}, FORKSERVER))
@@ -141,7 +142,7 @@ def test_forked_jobs_bind_their_own_gpu_pipe_and_cores_and_inherit_nothing_else(
         conn.send(("finish",))
         assert conn.recv()[0] == "state"
         print("exit", p.wait(timeout=30), flush=True)
-    """ % (cores[0], cores[-1]), cores[0], forkserver)
+    """.replace("FIRST_CORE", str(cores[0])).replace("LAST_CORE", str(cores[-1])), cores[0], forkserver)
     out, err = proc.communicate(timeout=120)
     lines = out.splitlines()
     assert proc.returncode == 0 and len(lines) == 4, err[-3000:]

@@ -53,7 +53,8 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     ("epoch-samples-negative", ["epoch_samples=-5"], ["epoch_samples=-5 is not allowed"]),
     ("batch-zero", ["batch_size=0"], ["batch_size=0 is not allowed"]),
     ("seed-negative", ["seed=-1"], ["seed=-1 is not allowed"]),
-    ("allocator", ["trainer.allocator=jemalloc"], ["trainer.allocator='jemalloc' is not allowed", "native, cuda_async"]),
+    ("allocator", ["trainer.allocator=jemalloc"],
+     ["trainer.allocator='jemalloc' is not allowed", "native, cuda_async"]),
     ("compile", ["trainer.compile=fast"], ["trainer.compile='fast'", "reduce-overhead"]),
     ("amp", ["trainer.amp=int8"], ["trainer.amp='int8'", "bf16"]),
     ("cpu-affinity", ["trainer.cpu_affinity=numa"], ["trainer.cpu_affinity='numa'", "auto, none"]),
@@ -73,15 +74,18 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     ("mps-option-on-naive", ["mode.active_thread_percentage=50"], ["applies to mode=mps only"]),
     ("mps-percentage", ["mode=mps", "mode.active_thread_percentage=150"], ["active_thread_percentage=150", "1..100"]),
     ("mps-memory-limit", ["mode=mps", "mode.pinned_mem_limit=lots"], ["pinned_mem_limit='lots'", "8G"]),
-    ("epoch-shorter-than-batch", ["epoch_samples=16", "batch_size=32"], ["epoch_samples=16 is smaller than batch_size=32"]),
+    ("epoch-shorter-than-batch", ["epoch_samples=16", "batch_size=32"],
+     ["epoch_samples=16 is smaller than batch_size=32"]),
     ("rerun-word", ["+rerun=maybe"], ["+rerun='maybe' is not allowed", "+rerun=true"]),
     ("plan-in-multirun", ["-m", "+plan=x.csv"], ["+plan runs a radT plan as one sweep"]),
     # Output directories and radT plans.
     ("out-dir-file", ["out_dir={tmp}/a-file"], ["a-file", "out_dir"]),
     ("out-dir-uncreatable", ["out_dir=/proc/raycolloc-out"], ["/proc/raycolloc-out"]),
     ("plan-missing", ["+plan={tmp}/nothing.csv"], ["nothing.csv"]),
-    ("plan-devices-word", ["+plan={tmp}/devices-abc.csv"], ["devices-abc.csv:2", "column Devices: 'abc' is not a GPU index"]),
-    ("plan-devices-fraction", ["+plan={tmp}/devices-frac.csv"], ["devices-frac.csv:2", "column Devices: '1.5' is not a GPU index"]),
+    ("plan-devices-word", ["+plan={tmp}/devices-abc.csv"],
+     ["devices-abc.csv:2", "column Devices: 'abc' is not a GPU index"]),
+    ("plan-devices-fraction", ["+plan={tmp}/devices-frac.csv"],
+     ["devices-frac.csv:2", "column Devices: '1.5' is not a GPU index"]),
     # issue 29, item 4: values Hydra's grammar reads only quoted: the key, the character and the form to type.
     ("regex-unquoted", ["workload=script", "workload.command=[python,jobs/examples/plain_train.py]",
                         r"workload.epoch_regex=^epoch (?P<epoch>\d+) done samples=(?P<samples>\d+)"],
@@ -90,9 +94,11 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     ("out-dir-non-ascii", ["out_dir={tmp}/résultats"],
      ["cannot read the value of out_dir", "'é' only inside quotes", """typed as 'out_dir="{tmp}/résultats"'"""]),
     ("sweep-dir-semicolon", ["-m", "hydra.sweep.dir={tmp}/a;b"],
-     ["cannot read the value of hydra.sweep.dir", "';' only inside quotes", """typed as 'hydra.sweep.dir="{tmp}/a;b"'"""]),
+     ["cannot read the value of hydra.sweep.dir", "';' only inside quotes",
+      """typed as 'hydra.sweep.dir="{tmp}/a;b"'"""]),
     ("sweep-dir-dollar-paren", ["-m", "hydra.sweep.dir={tmp}/$(x)"],
-     ["cannot read the value of hydra.sweep.dir", "'(' only inside quotes", """typed as 'hydra.sweep.dir="{tmp}/$(x)"'"""]),
+     ["cannot read the value of hydra.sweep.dir", "'(' only inside quotes",
+      """typed as 'hydra.sweep.dir="{tmp}/$(x)"'"""]),
     ("list-unclosed", ["mig.layout=[3g.20gb,"], ["cannot read the value of mig.layout", "closes its brackets"]),
     ("key-non-ascii", ["dégree=1"], ["cannot read the key 'dégree'", "write key=value"]),
     # issue 29, item 5: a binary file as the plan (was a UnicodeDecodeError traceback)
@@ -104,10 +110,12 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     ("plan-fanout-word", ["+plan_fanout=maybe"], ["+plan_fanout='maybe' is not allowed", "+plan_fanout=true"]),
     # issue 29, item 5: tracebacks instead of refusals (an OverflowError; the steward's NotADirectoryError inside
     # Ray, the output lock left; Ray's start tried three times before an OverflowError).
-    ("degree-past-an-index", ["degree=99999999999999999999"], ["degree=99999999999999999999 is not allowed", "1..10000"]),
+    ("degree-past-an-index", ["degree=99999999999999999999"],
+     ["degree=99999999999999999999 is not allowed", "1..10000"]),
     ("mps-pipe-root-a-file", ["mode=mps", "mode.pipe_root={tmp}/a-file"],
      ["mode.pipe_root=", "a-file' is not allowed: it is a file, not a directory"]),
-    ("pipe-root-under-a-file", ["mode.pipe_root={tmp}/a-file/mps"], ["mode.pipe_root=", "a-file is a file, so it cannot be created"]),
+    ("pipe-root-under-a-file", ["mode.pipe_root={tmp}/a-file/mps"],
+     ["mode.pipe_root=", "a-file is a file, so it cannot be created"]),
     ("dashboard-port", ["cluster.dashboard=true", "cluster.dashboard_port=99999"],
      ["cluster.dashboard_port=99999 is not allowed", "1..65535"]),
     ("metrics-port", ["cluster.metrics_export_port=0"], ["cluster.metrics_export_port=0 is not allowed", "1..65535"]),
@@ -127,7 +135,8 @@ CASES: list[tuple[str, list[str], list[str]]] = [
                                       "data.source=real", "data.path={tmp}/no-such-data"],
      ["data.path=", "no-such-data' does not exist"]),
     ("mig-layout-on-naive", ["mig.layout=[3g.20gb]"], ["mig.layout=['3g.20gb'] applies to mode=mig only (mode=naive)"]),
-    ("mig-layout-on-mps", ["mode=mps", "mig.layout=[3g.20gb]"], ["mig.layout=['3g.20gb'] applies to mode=mig only (mode=mps)"]),
+    ("mig-layout-on-mps", ["mode=mps", "mig.layout=[3g.20gb]"],
+     ["mig.layout=['3g.20gb'] applies to mode=mig only (mode=mps)"]),
     # issue 29, item 7: a malformed mig.layout was refused without naming mig.layout.
     ("mig-layout-unparsable", ["mode=mig", "mig.layout=[3g.20gb,"],
      ["cannot read the value of mig.layout", "closes its brackets"]),
@@ -352,14 +361,15 @@ def test_a_refused_input_is_answered_before_ray_pyarrow_or_torch_load(overrides:
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
     assert "raycolloc.config" in imported  # -X importtime did report
-    assert not imported & {"ray", "pyarrow", "pandas", "torch"}, sorted(imported & {"ray", "pyarrow", "pandas", "torch"})
+    heavy = imported & {"ray", "pyarrow", "pandas", "torch"}
+    assert not heavy, sorted(heavy)
 
 
 def test_a_multirun_of_many_bad_cells_lists_the_first_twenty_and_a_count(tmp_path: Path,
                                                                          capfd: pytest.CaptureFixture[str]) -> None:
     """Issue 29, item 7: long error lists print the first twenty and a count (the launcher's, as a plan's)."""
-    code, text = run_main(["-m", *BASE, f"out_dir={tmp_path / 'out'}", "degree=" + ",".join(str(-i) for i in range(22))],
-                          capfd)
+    degrees = "degree=" + ",".join(str(-i) for i in range(22))
+    code, text = run_main(["-m", *BASE, f"out_dir={tmp_path / 'out'}", degrees], capfd)
     assert code == 2, text[-3000:]
     assert text.count("config error: #") == 20 and "degree=-19 is not allowed" in text and "degree=-20" not in text
     assert "config error: ... and 2 more (22 in all; the first 20 are shown" in text, text[-3000:]

@@ -176,7 +176,8 @@ def test_existing_layout_is_used_as_is_or_refused_without_allow_reconfigure(tmp_
     before = _records(steward)
     outcome, t = _run(job, tmp_path / "refused")
     assert outcome.status == "error"
-    assert "ModeError" in t["cells"].loc[0, "reason"] and "set mig.allow_reconfigure=true" in t["cells"].loc[0, "reason"]
+    reason = t["cells"].loc[0, "reason"]
+    assert "ModeError" in reason and "set mig.allow_reconfigure=true" in reason
     assert t["jobs"]["pid"].isna().all()
     assert _records(steward) == before
     # The layout the cell needs, created by an administrator: used as it is, nothing recreated.

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from raycolloc.node.mig import profiles
-from raycolloc.node.mig.migparted import from_migparted, layout_to_mig_devices, to_migparted
 from raycolloc.node.mig.layout import GiSpec, Layout, LayoutError, parse_layout
+from raycolloc.node.mig.migparted import from_migparted, layout_to_mig_devices, to_migparted
 from raycolloc.node.mig.placement import Placement, default_layout, place_layout, resolve_layout
 from raycolloc.node.mig.profiles import GpuModel, get_gpu_model, known_gpu_models, register_gpu_model
 
@@ -324,7 +324,8 @@ def test_from_migparted_reads_nvidia_style_configs() -> None:
     ("version: [\n", None, "YAML"),
     (NVIDIA_STYLE, None, "pick one of: all-disabled, all-1g.5gb, custom"),
     (NVIDIA_STYLE, "nope", "no mig-parted config 'nope'"),
-    ("version: v1\nmig-configs: {a: [{devices: all, mig-enabled: true, mig-devices: {'1g.5gb': -1}}]}\n", None, "count"),
+    ("version: v1\nmig-configs: {a: [{devices: all, mig-enabled: true, mig-devices: {'1g.5gb': -1}}]}\n", None,
+     "count"),
     ("version: v1\nmig-configs: {a: [{devices: all, mig-enabled: true, mig-devices: {'big': 1}}]}\n", None, "profile"),
     ("version: v1\nmig-configs: {a: [{devices: all, mig-enabled: true}]}\n", None, "required"),
     ("version: v1\nmig-configs: {a: [{devices: all, mig-enabled: false, mig-devices: {'1g.5gb': 1}}]}\n", None,

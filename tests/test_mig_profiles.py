@@ -135,7 +135,8 @@ def test_every_alias_finds_its_model(model: str) -> None:
 def test_a100_40gb_profiles() -> None:
     m = get_gpu_model("NVIDIA A100-SXM4-40GB")
     assert m.name == "A100-SXM4-40GB" and m.total_sms == 108
-    table = {p.name: (p.profile_id, p.nvml_index, p.sm_count, p.max_count, p.placements, p.slot_size) for p in m.profiles}
+    table = {p.name: (p.profile_id, p.nvml_index, p.sm_count, p.max_count, p.placements, p.slot_size)
+             for p in m.profiles}
     assert table == {
         "1g.5gb": (19, 0, 14, 7, (0, 1, 2, 3, 4, 5, 6), 1),
         "1g.5gb+me": (20, 7, 14, 1, (0, 1, 2, 3, 4, 5, 6), 1),
@@ -188,7 +189,8 @@ def test_ci_tables_follow_nvidia_smi_lcip() -> None:
     assert [c.name for c in a100.profile("4g.20gb").ci_profiles] == ["1c", "2c", "4c"]
     assert [c.name for c in a100.profile("7g.40gb").ci_profiles] == ["1c", "2c", "3c", "4c", "7c"]
     three = a100.profile("3g.20gb")
-    assert [(c.name, c.sm_count, c.max_count) for c in three.ci_profiles] == [("1c", 14, 3), ("2c", 28, 1), ("3c", 42, 1)]
+    assert [(c.name, c.sm_count, c.max_count) for c in three.ci_profiles] == [("1c", 14, 3), ("2c", 28, 1),
+                                                                               ("3c", 42, 1)]
     assert three.ci_profile("1c.3g.20gb") is three.ci_profile(0) is three.ci_profile("1c")
     assert a100.profile("7g.40gb").ci_profile("4c").sm_count == 56
     with pytest.raises(ValueError, match="valid: 1c, 2c, 4c"):

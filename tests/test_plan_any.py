@@ -53,7 +53,8 @@ def test_free_named_directories_are_recognised_by_their_contents(tmp_path: Path)
             "1,1,,e,0,MPS,train.py,smi,--model efficientnetv2_s --data mystery\n")
     (cell,) = read_plan(_plan(tmp_path, body), datasets={"mystery": "imagenet64"})[0].cells
     a, b, c, d, e = cell.jobs
-    assert (a.workload.model, a.workload.dataset, a.data_dir) == ("convnext_atto", "cifar10", str(tmp_path / "c10_local"))
+    assert (a.workload.model, a.workload.dataset, a.data_dir) == ("convnext_atto", "cifar10",
+                                                                  str(tmp_path / "c10_local"))
     assert (b.workload.model, b.workload.dataset) == ("cait_xxs24_224", "imagenet64")
     assert (c.workload.dataset, c.workload.num_classes, c.workload.dataset_size) == ("imagefolder", 3, 9)
     assert d.workload == "dlrm_criteo"
@@ -106,7 +107,8 @@ def test_every_malformed_value_is_refused_by_row_and_column(tmp_path: Path) -> N
         (4, "column Status: unknown Status 'DONE'"), (5, "column Devices: 'gpu0' is not a GPU index"),
         (6, "column Collocation: unknown Collocation '7g'"), (7, "column File: is empty"),
         (8, "column Listeners: '!top' is not a listener name"),
-        (9, "column Params: batch value 'many' is not an integer"), (10, "column Params: epochs value '0' must be >= 1"),
+        (9, "column Params: batch value 'many' is not an integer"),
+        (10, "column Params: epochs value '0' must be >= 1"),
         (11, "column Params: unknown model 'resnt26' (--model takes any timm model); allowed: resnet26"),
         (12, "column Params: unknown dataset 'mnist'"), (13, "column Params: cannot split"),
     ]
@@ -121,14 +123,16 @@ def test_plan_with_a_script_row_and_a_timm_row_runs_on_real_data(tmp_path: Path)
     write_cifar10(tmp_path / "c10_local", *_images(80, 32))
     shutil.copy(ROOT / "jobs" / "examples" / "plain_train.py", tmp_path / "my_train.py")
     plan = _plan(tmp_path, "1,1,,mine,0,MPS,my_train.py,smi,--epochs 3 --steps 2 --batch-size 8\n"
-                           "1,1,,timm,0,MPS,train.py,smi,--model resnet10t --batch-size 16 --epochs 2 --data c10_local\n")
+                           "1,1,,timm,0,MPS,train.py,smi,--model resnet10t --batch-size 16 --epochs 2 "
+                           "--data c10_local\n")
     out, pipe_root = tmp_path / "res", Path("/tmp") / f"rcplanany{os.getpid()}"
     args = [f"+plan={plan}", "cluster=local", "data.source=real", "epoch_samples=64", f"mode.pipe_root={pipe_root}",
             r"+plan_epoch_regex='^epoch (?P<epoch>\d+) done samples=(?P<samples>\d+)'", f"out_dir={out}"]
     dry = run_cli([*args, "+dry_run=true"], cwd=tmp_path, timeout=300)
     assert dry.returncode == 0, dry.stderr[-3000:]
     assert "run    mix-1-1-dev0-mps" in dry.stdout and "script `python my_train.py --epochs 3" in dry.stdout
-    assert "resnet10t on cifar10 (3x32x32, 10 classes)" in dry.stdout and "not checked against the cluster" in dry.stdout
+    assert "resnet10t on cifar10 (3x32x32, 10 classes)" in dry.stdout
+    assert "not checked against the cluster" in dry.stdout
     assert not out.exists() or not list(out.rglob("*.parquet"))
     assert ",," in plan.read_text().splitlines()[1]  # Status not written back by a dry run
     proc = run_cli(args, cwd=tmp_path, timeout=600)
@@ -146,12 +150,18 @@ def test_plan_with_a_script_row_and_a_timm_row_runs_on_real_data(tmp_path: Path)
 # Rows in the form of the study's own plan (its artifacts repository's collocation_experiment.csv):
 # data directories of the study's DGX, none of which exists here.
 STUDY_ROWS = """\
-33,1,,,0,-,timm/train.py,smi+top+dcgmi,--model resnet26 --data-dir /raid/datasets/cifar10/ --warmup-epochs 0 --batch-size 128
-33,14,,,0,-,timm/train.py,smi+top+dcgmi,--model resnet50 --data-dir /raid/datasets/imagenet64_images/ --warmup-epochs 0 --batch-size 128
-33,17,,,0,MPS,timm/train.py,smi+top+dcgmi,--model resnet50 --data-dir /raid/datasets/imagenet64_images/ --warmup-epochs 0 --batch-size 128
-33,17,,,0,MPS,timm/train.py,smi+top+dcgmi,--model resnet50 --data-dir /raid/datasets/imagenet64_images/ --warmup-epochs 0 --batch-size 128
-36,14,,,0,-,timm/train.py,smi+top+dcgmi,--model efficientnetv2_s --data-dir /raid/datasets/imagenet64_images/ --warmup-epochs 0 --batch-size 128
-33,27,,,0,-,timm/train.py,smi+top+dcgmi,--model resnet152 --data-dir /raid/datasets/imagenet/ --warmup-epochs 0 --batch-size 128
+33,1,,,0,-,timm/train.py,smi+top+dcgmi,--model resnet26 --data-dir /raid/datasets/cifar10/ \
+--warmup-epochs 0 --batch-size 128
+33,14,,,0,-,timm/train.py,smi+top+dcgmi,--model resnet50 --data-dir /raid/datasets/imagenet64_images/ \
+--warmup-epochs 0 --batch-size 128
+33,17,,,0,MPS,timm/train.py,smi+top+dcgmi,--model resnet50 --data-dir /raid/datasets/imagenet64_images/ \
+--warmup-epochs 0 --batch-size 128
+33,17,,,0,MPS,timm/train.py,smi+top+dcgmi,--model resnet50 --data-dir /raid/datasets/imagenet64_images/ \
+--warmup-epochs 0 --batch-size 128
+36,14,,,0,-,timm/train.py,smi+top+dcgmi,--model efficientnetv2_s --data-dir /raid/datasets/imagenet64_images/ \
+--warmup-epochs 0 --batch-size 128
+33,27,,,0,-,timm/train.py,smi+top+dcgmi,--model resnet152 --data-dir /raid/datasets/imagenet/ \
+--warmup-epochs 0 --batch-size 128
 """
 
 
@@ -194,7 +204,8 @@ def test_data_directories_not_here_are_known_by_their_names(directory: str, data
 def test_an_imagenet64_tree_of_images_trains_at_64_px(tmp_path: Path) -> None:
     """ImageNet64 as PNGs in class folders (how timm's train.py reads it): an image folder at 64 px."""
     write_imagefolder(tmp_path / "imagenet64_images", *_images(6, 64))
-    job = read_plan(_plan(tmp_path, "1,1,,a,0,-,train.py,smi,--model resnet50 --data-dir imagenet64_images\n"))[0].cells[0].jobs[0]
+    plan = _plan(tmp_path, "1,1,,a,0,-,train.py,smi,--model resnet50 --data-dir imagenet64_images\n")
+    job = read_plan(plan)[0].cells[0].jobs[0]
     assert (job.workload.dataset, job.workload.resolution, job.workload.dataset_size) == ("imagefolder", 64, 6)
 
 
@@ -204,8 +215,9 @@ FANOUT_PLAN = """\
 """
 
 
-@pytest.mark.parametrize(("option", "where"), [([], "gpu: GPU 0, its Devices, with the 1 cell(s) of its group"),
-                                               (["+plan_fanout=true"], "gpu: any free GPU of the cluster (+plan_fanout")])
+@pytest.mark.parametrize(("option", "where"), [
+    ([], "gpu: GPU 0, its Devices, with the 1 cell(s) of its group"),
+    (["+plan_fanout=true"], "gpu: any free GPU of the cluster (+plan_fanout")])
 def test_a_dry_run_says_where_plan_cells_run(tmp_path: Path, option: list[str], where: str,
                                             capfd: pytest.CaptureFixture[str]) -> None:
     from .test_malformed_inputs import run_main

@@ -56,8 +56,8 @@ def test_sweep_with_repeats_and_a_mix_then_report_and_ls(tmp_path: Path) -> None
     # Gain: each run against the solo of its own repeat, median of the two.
     gain = pd.read_csv(report / "gain.csv")
     x2 = gain[(gain["degree"] == 2)].iloc[0]
-    paired = [cells.loc[f"tiny_cnn-mps-x2{s}", "agg_samples_per_s"] / cells.loc[f"tiny_cnn-mps-x1{s}", "agg_samples_per_s"]
-              for s in ("", "-r1")]
+    paired = [cells.loc[f"tiny_cnn-mps-x2{s}", "agg_samples_per_s"]
+              / cells.loc[f"tiny_cnn-mps-x1{s}", "agg_samples_per_s"] for s in ("", "-r1")]
     assert x2["n_runs"] == 2 and x2["gain_vs_solo"] == pytest.approx(sum(paired) / 2)
     assert (x2["gain_vs_solo_min"], x2["gain_vs_solo_max"]) == pytest.approx((min(paired), max(paired)))
 
@@ -78,7 +78,8 @@ def test_sweep_with_repeats_and_a_mix_then_report_and_ls(tmp_path: Path) -> None
         changes.append(100 * (total / serial - 1))
     assert t2["change_vs_sequential_pct"].iloc[0] == pytest.approx(sum(changes) / 2)
     claims = pd.read_csv(report / "claims.csv")
-    assert len(claims) == 7 and claims["verdict"].str.match(r"supported|not supported|partly|inconclusive|not enough data").all()
+    verdicts = r"supported|not supported|partly|inconclusive|not enough data"
+    assert len(claims) == 7 and claims["verdict"].str.match(verdicts).all()
     mig = claims[claims["claim"].str.startswith("MIG")].iloc[0]
     assert mig["verdict"] == "not enough data" and "mig" in mig["evidence"].lower()
     page = (report / "report.html").read_text()

@@ -55,7 +55,8 @@ def test_a_table_scrolls_inside_its_box() -> None:
 def _probe(page: Path) -> dict[str, int]:
     """Lay ``page`` out in headless Chromium at 1400 px; the widths a script measured there."""
     probe = page.with_name("probe.html")
-    script = ("<script>const d=document.documentElement,b=document.body,imgs=[...document.querySelectorAll('.wide img')];"
+    script = ("<script>const d=document.documentElement,b=document.body,"
+              "imgs=[...document.querySelectorAll('.wide img')];"
               "b.dataset.scroll=d.scrollWidth;b.dataset.client=d.clientWidth;b.dataset.figs=imgs.length;"
               "b.dataset.narrowest=Math.min(...imgs.map(i=>i.getBoundingClientRect().width));</script>")
     probe.write_text(page.read_text().replace("</body>", script + "</body>"))

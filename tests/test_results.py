@@ -31,7 +31,7 @@ def test_every_schema_column_is_a_row_field_and_builders_must_fill_them() -> Non
         assert SCHEMAS[name].names == ["schema_version", *(f.name for f in dataclasses.fields(row))]
     # A builder that forgets a column fails at once (no silent empty column).
     with pytest.raises(TypeError, match="missing"):
-        JobRow(cell_id="c", job_index=0)  # type: ignore[call-arg]
+        JobRow(cell_id="c", job_index=0)  # type: ignore[call-arg] - the missing columns are the point
     required = [f.name for f in dataclasses.fields(CellRow) if f.default is dataclasses.MISSING]
     assert "agg_samples_per_s" in required and "status" in required
 

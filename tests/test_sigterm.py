@@ -191,7 +191,8 @@ def test_a_script_job_under_the_sweeps_own_ray_has_sigterm_unblocked(tmp_path: P
     driver alone); its processes inherit the mask, but a job gets SIGTERM back, as when run by hand."""
     script = tmp_path / "mask.py"
     script.write_text("import re\n"
-                      "blocked = int(re.search(r'SigBlk:\\s*([0-9a-f]+)', open('/proc/self/status').read()).group(1), 16)\n"
+                      "status = open('/proc/self/status').read()\n"
+                      "blocked = int(re.search(r'SigBlk:\\s*([0-9a-f]+)', status).group(1), 16)\n"
                       "print(f'sigterm-blocked={bool(blocked & (1 << (15 - 1)))}', flush=True)\n")
     proc = run_cli(["workload=script", f"workload.command=[python,{script}]", "cluster=local", "epochs=2",
                     f"out_dir={tmp_path / 'out'}", f"mode.pipe_root={short_root('mask')}"],

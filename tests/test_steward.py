@@ -136,7 +136,7 @@ def test_simulated_energy_counter_advances_on_every_read_like_nvml(tmp_path: Pat
     for _ in range(5):
         reads.append(backend.energy_mj(uuid))
         time.sleep(0.01)
-    assert all(b > a for a, b in zip(reads, reads[1:])), reads
+    assert all(b > a for a, b in zip(reads, reads[1:], strict=False)), reads
     # At least idle power (60 W on the simulated H100) over the ~40 ms between the first and last read.
     assert reads[-1] - reads[0] >= 60.0 * 0.04 * 1000 * 0.9
 
@@ -183,9 +183,8 @@ def test_cells_side_by_side_get_disjoint_cores_and_release_returns_them(tmp_path
 
 @pytest.mark.usefixtures("ray_local")
 def test_start_stewards_starts_the_steward_of_every_gpu_node_before_any_cell() -> None:
-    from raycolloc.node.steward import NAMESPACE, start_stewards, steward_name
-
     from raycolloc.driver.preflight import gpu_nodes
+    from raycolloc.node.steward import NAMESPACE, start_stewards, steward_name
 
     job = load(["degree=1"])
     nodes = gpu_nodes()

@@ -101,7 +101,8 @@ def test_item_10_mig_cells_a_cluster_cannot_run_are_skipped_rows_and_the_others_
     assert skipped["reason"].str.contains("MIG mode is disabled on GPU").all()
     last = first.stdout.strip().splitlines()[-4:]
     assert last[0] == "4 of 6 cells have a result (exit 1)", last
-    assert all(re.match(r"  no result: tiny_cnn-mig-x\d .* status=skipped: mode=mig cannot run", line) for line in last[1:3])
+    skipped = r"  no result: tiny_cnn-mig-x\d .* status=skipped: mode=mig cannot run"
+    assert all(re.match(skipped, line) for line in last[1:3])
     # Simulated GPUs reconfigure MIG by default, and neither that switch nor MIG mode changes a
     # cell's config hash: the same command on MIG-capable GPUs runs only the two mig cells.
     second = run_cli([*args, "mig.allow_reconfigure=true"], cwd=ROOT)
@@ -123,7 +124,8 @@ def test_item_10_keys_that_do_not_change_the_work_do_not_change_the_hash() -> No
 
 def test_item_4_a_dead_sweeps_lock_is_taken_over(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     out = tmp_path / "out"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from raycolloc.driver.outlock import hold_output\n"
+    holder = subprocess.Popen([sys.executable, "-c",
+                               "import sys, time; from raycolloc.driver.outlock import hold_output\n"
                                f"with hold_output({str(out)!r}):\n print('held', flush=True); time.sleep(600)"],
                               cwd=ROOT, stdout=subprocess.PIPE, text=True)
     try:
@@ -166,7 +168,7 @@ def test_item_4_two_sweeps_on_one_ray_cluster_never_share_a_gpu(tmp_path: Path) 
     cells = pd.concat([load_sweeps([tmp_path / n]).cells for n in ("a", "b")], ignore_index=True)
     assert len(cells) == 4 and cells["gpu_uuid"].nunique() == 1
     held = sorted(zip(cells["started_at"] + cells["lease_wait_s"].fillna(0), cells["finished_at"], strict=True))
-    for (_, end), (start, _) in zip(held, held[1:]):
+    for (_, end), (start, _) in zip(held, held[1:], strict=False):
         assert start >= end - 0.5, held  # one cell at a time on the one GPU, whichever sweep it is from
 
 
@@ -251,7 +253,7 @@ def test_item_11_the_dashboard_url_comes_with_the_token_it_asks_for(tmp_path: Pa
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(api, timeout=10)  # noqa: S310 - 127.0.0.1
         assert refused.value.code == 401
-        request = urllib.request.Request(api, headers={"Authorization": f"Bearer {token}"})
+        request = urllib.request.Request(api, headers={"Authorization": f"Bearer {token}"})  # noqa: S310 - 127.0.0.1
         with urllib.request.urlopen(request, timeout=10) as reply:  # noqa: S310
             assert reply.status == 200 and json.loads(reply.read())["result"]
         assert token == (tmp_path / ".ray" / "auth_token").read_text().strip()
@@ -270,7 +272,7 @@ def test_item_11_the_dashboard_url_comes_with_the_token_it_asks_for(tmp_path: Pa
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
-def _node(backend: str, cpus: int, free_mib: float, gpus: list) -> NodeInfo:  # noqa: ANN001
+def _node(backend: str, cpus: int, free_mib: float, gpus: list) -> NodeInfo:
     """A steward's ``info()`` of a node, as the pre-flight reads it."""
     return NodeInfo(node_id="node-x", pid=0, gpus=tuple(gpus), driver="", cpus=cpus, mem_total_mib=free_mib,
                     mem_available_mib=free_mib, leftovers=(), traits=backend_traits(backend))

@@ -35,7 +35,7 @@ def test_multirun_over_two_timm_models_naive_and_mps(tmp_path: Path) -> None:
     assert len(cells) == 4 and set(cells["status"]) == {"ok"}
     # Each cell and job is named by its model and dataset: cells of different models stay apart.
     assert set(cells["workload"]) == {"resnet10t_synthetic_32px", "test_vit_synthetic_32px"}
-    assert set(zip(cells["workload"], cells["mode"])) == {(w, m) for w in ("resnet10t_synthetic_32px",
+    assert set(zip(cells["workload"], cells["mode"], strict=True)) == {(w, m) for w in ("resnet10t_synthetic_32px",
                                                                           "test_vit_synthetic_32px")
                                                          for m in ("naive", "mps")}
     assert set(jobs["model"]) == {"resnet10t", "test_vit"} and set(jobs["dataset"]) == {"synthetic"}
@@ -63,8 +63,8 @@ def test_python_workload_cell_runs_the_example_inside_the_protocol(tmp_path: Pat
 
 @pytest.mark.usefixtures("ray_local")
 def test_python_step_function_refuses_fast_paths_as_a_row(tmp_path: Path) -> None:
-    spec = load(["workload=python", "workload.entry=jobs.examples.tiny_regression:build_step", "trainer.compile=default",
-                 "epoch_samples=64"], out_dir=tmp_path)
+    spec = load(["workload=python", "workload.entry=jobs.examples.tiny_regression:build_step",
+                 "trainer.compile=default", "epoch_samples=64"], out_dir=tmp_path)
     result, t = run_one(spec, tmp_path / "cell")
     job = t["jobs"].iloc[0]
     assert result.status == "error" and job["status"] == "error"

@@ -100,7 +100,8 @@ def test_timm_composition_errors_name_the_key(overrides: list[str], needle: str)
         (["workload=script", "workload.command=[python,x.py]", "epoch_samples=64"], "epoch_samples do(es) not apply"),
         (["workload=script", "workload.command=[python,x.py]", "trainer.compile=default"], "trainer.compile"),
         (["workload=script", "workload.command=[python,x.py]", "workload.cwd=/nonexistent/dir"], "not a directory"),
-        (["workload=tiny_cnn", "workload.command=[python,x.py]"], "workload.command does not apply to workload=tiny_cnn"),
+        (["workload=tiny_cnn", "workload.command=[python,x.py]"],
+         "workload.command does not apply to workload=tiny_cnn"),
     ],
 )
 def test_python_and_script_errors_name_the_key(overrides: list[str], needle: str) -> None:
@@ -207,7 +208,8 @@ def test_a_driver_checks_a_timm_model_name_without_importing_timm_once_the_names
     listed = compose.timm_model_names.__wrapped__()  # uncached in this process: lists timm and writes the file
     (cached,) = tmp_path.glob("timm-models-*.json")
     assert json.loads(cached.read_text()) == list(listed) and "resnet10t" in listed
-    probe = ("import sys; from raycolloc.job.workloads.compose import check_model, UnknownModel; check_model('resnet10t')\n"
+    probe = ("import sys; from raycolloc.job.workloads.compose import check_model, UnknownModel\n"
+             "check_model('resnet10t')\n"
              "try: check_model('resnt10t')\nexcept UnknownModel as e: print(e)\nprint('timm' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", probe], env={**os.environ, "RAYCOLLOC_CACHE_DIR": str(tmp_path)},
                          capture_output=True, text=True, timeout=120, check=True, cwd=ROOT)
@@ -249,7 +251,8 @@ def test_an_image_folder_counts_its_classes_and_images_and_real_data_keeps_its_r
     from raycolloc.job.data.writers import write_cifar10, write_imagefolder
 
     rng = np.random.default_rng(0)
-    write_imagefolder(tmp_path / "tree", rng.integers(0, 255, (7, 3, 40, 40), dtype=np.uint8), np.array([0, 1, 2] * 2 + [3]))
+    write_imagefolder(tmp_path / "tree", rng.integers(0, 255, (7, 3, 40, 40), dtype=np.uint8),
+                      np.array([0, 1, 2] * 2 + [3]))
     cell = load(["workload=timm", "workload.model=resnet10t", "workload.dataset=imagefolder", "workload.resolution=64",
                  "data.source=real", f"data.path={tmp_path / 'tree'}", "batch_size=2"])
     w = cell.jobs[0].workload

@@ -13,7 +13,8 @@ the same settings), fits the model's parameters on the measured sweeps under ``o
 memory fit, aggregate throughput, each job's slowdown and energy per sample; ``advice.json`` holds
 it all, and ``--emit-sweep`` writes the recommended cells as a sweep and as a radT plan. The second
 form compares the model with a measured sweep (leave-one-out). Exit status: 0; 2 for a config error
-(nothing has run) or a sweep directory that is missing, empty or corrupt; 1 for a validation that misses a target or a cell predicted to fit that ran out
+(nothing has run) or a sweep directory that is missing, empty or corrupt; 1 for a validation that misses a target or
+a cell predicted to fit that ran out
 of memory.
 """
 

@@ -88,7 +88,8 @@ def advise(profiled: list[Profiled], request: Request, fit_dirs: Sequence[Path],
     new = [p.profile for p in profiled if p.profile is not None]
     missing = {p.spec.jobs[0].workload.name: str(p.reason) for p in profiled if p.profile is None}
     if not new:
-        raise NothingProfiled("advise: no workload could be profiled: " + "; ".join(f"{k}: {v}" for k, v in missing.items()))
+        reasons = "; ".join(f"{k}: {v}" for k, v in missing.items())
+        raise NothingProfiled(f"advise: no workload could be profiled: {reasons}")
     first = new[0]
     costs = load_costs(out_dir, first.gpu_name)
     gpu = Gpu(first.gpu_name, first.gpu_memory_mib, costs.base_mib if costs else 0.0, cores)
@@ -111,24 +112,26 @@ def format_advice(a: Advice) -> str:
     lines = [f"GPU: {a.gpu.name} ({a.gpu.memory_mib / 1024:.0f} GiB, base {a.gpu.base_mib:.0f} MiB used by no job; "
              f"{a.gpu.cores} cores on its node)"]
     for p in a.profiles:
-        lines.append(f"profile {p.workload} ({p.mode} solo, {', '.join(p.cell_dirs)}): {p.samples_per_s:,.0f} samples/s, "
+        lines.append(f"profile {p.workload} ({p.mode} solo, {', '.join(p.cell_dirs)}): "
+                     f"{p.samples_per_s:,.0f} samples/s, "
                      f"SM activity {100 * p.sm_active:.1f}%, busy {100 * p.busy:.1f}% ({p.busy_source}), "
                      f"DRAM {_pct(p.dram_active)}, occupancy {_pct(p.sm_occupancy)}, launching thread "
                      f"{100 * p.cpu_busy:.0f}% of a core, memory {p.job_mem_mib:,.0f} MiB/job ({p.mem_source})")
     for name, why in a.not_profiled.items():
         lines.append(f"no profile for {name}: {why}")
-    p = a.params
-    lines.append(f"parameters: naive capacity={p.naive.capacity:.2f} k={p.naive.sharpness:g}; mps capacity="
-                 f"{p.mps.capacity:.2f} k={p.mps.sharpness:g}; mig capacity={p.mig.capacity:.2f} k={p.mig.sharpness:g}; "
-                 f"power slope={'-' if p.power_slope_w is None else f'{p.power_slope_w:.0f} W per unit SM activity'}; "
-                 f"{p.source}")
+    fit = a.params
+    lines.append(f"parameters: naive capacity={fit.naive.capacity:.2f} k={fit.naive.sharpness:g}; mps capacity="
+                 f"{fit.mps.capacity:.2f} k={fit.mps.sharpness:g}; mig capacity={fit.mig.capacity:.2f} "
+                 f"k={fit.mig.sharpness:g}; power slope="
+                 f"{'-' if fit.power_slope_w is None else f'{fit.power_slope_w:.0f} W per unit SM activity'}; "
+                 f"{fit.source}")
     for r in a.rankings:
         lines += ["", format_ranking(r)]
-        for tag, name in (("best throughput", r.best_throughput), ("best energy per sample", r.best_energy),
+        for tag, best in (("best throughput", r.best_throughput), ("best energy per sample", r.best_energy),
                           (f"best throughput with every job's slowdown <= {r.max_slowdown:g}"
                            if r.max_slowdown is not None else "best throughput (no max_slowdown given)",
                            r.best_within_cap)):
-            lines.append(f"  {tag}: {name or 'none fits'}")
+            lines.append(f"  {tag}: {best or 'none fits'}")
     lines += ["", "the model assumes:"] + [f"  - {text}" for text in a.assumptions]
     if a.emitted is not None:
         lines += ["", f"recommended cells as a sweep ({a.emitted.sweep_txt}):", *(f"  {x}" for x in a.emitted.lines),

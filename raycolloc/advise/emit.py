@@ -97,10 +97,11 @@ def plan_csv(rankings: list[Ranking], profiled: list[Profiled]) -> tuple[str, li
         group = p.label.replace(" ", "-").replace(",", "-").replace("[", "").replace("]", "").replace("/", "-")
         for i, (name, x) in enumerate(zip(names, params, strict=True)):
             colloc = p.mig_profiles[i] if p.mig_profiles else _COLLOCATION[p.mode]
-            rows.append(["advise", group, "", f"{name}-{i}", "0", colloc, "raycolloc", "", x])
+            rows.append(["advise", group, "", f"{name}-{i}", "0", colloc, "raycolloc", "", x or ""])  # csv: None is ""
     if skipped:
         out.write(f"# not in this plan (a plan row cannot say them; see sweep.txt): {'; '.join(skipped)}\n")
-    writer.writerow(["Experiment", "Workload", "Status", "Run", "Devices", "Collocation", "File", "Listeners", "Params"])
+    writer.writerow(["Experiment", "Workload", "Status", "Run", "Devices", "Collocation", "File", "Listeners",
+                     "Params"])
     writer.writerows(rows)
     return out.getvalue(), skipped
 

@@ -14,6 +14,7 @@ import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from typing import Any
 
 import pandas as pd
 
@@ -51,10 +52,11 @@ class Observation:
         return frozenset(p.workload for p in self.candidate.jobs)
 
 
-def _per_job(value: object, n: int) -> list[int | None]:
+def _per_job(value: Any, n: int) -> list[int | None]:
+    """A column of a cell's row (a number, a list of one per job, or None) as one value per job."""
     if isinstance(value, list):
         return [None if v is None else int(v) for v in value]
-    return [None if value is None else int(value)] * n  # type: ignore[call-overload]
+    return [None if value is None else int(value)] * n
 
 
 def _gpu_name(cell: pd.Series, profiles: dict[tuple[str, str, str], Profile]) -> str | None:
@@ -112,8 +114,9 @@ def observations_in(cells: pd.DataFrame, jobs: pd.DataFrame, profiles: dict[tupl
         rates = tuple(finite(r["epoch2_samples_per_s"]) if r["status"] == "ok" else None for _, r in ordered.iterrows())
         sm = finite(cell.get("sm_active_mean"))
         out.append(Observation(
-            sweep=str(cell["sweep"]), cell_id=str(cell["cell_id"]), label=str(cell["label"]), status=str(cell["status"]),
-            candidate=candidate, gpu=gpu, job_samples_per_s=rates, agg_samples_per_s=finite(cell.get("agg_samples_per_s")),
+            sweep=str(cell["sweep"]), cell_id=str(cell["cell_id"]), label=str(cell["label"]),
+            status=str(cell["status"]), candidate=candidate, gpu=gpu, job_samples_per_s=rates,
+            agg_samples_per_s=finite(cell.get("agg_samples_per_s")),
             mem_used_mib=finite(cell.get("mem_used_max_mib")), power_w=finite(cell.get("power_mean_w")),
             sm_active=None if sm is None else sm / 100.0, energy_per_sample_j=finite(cell.get("energy_per_sample_j")),
             profile_cell=(gpu_name, str(cell.get("cell_dir", ""))) in profile_cells,
@@ -138,7 +141,8 @@ def _fit_mode(obs: list[Observation], mode: str, start: ModeParams) -> tuple[Mod
     them and the RMS log error."""
 
     def loss(mp: ModeParams) -> tuple[float, float]:
-        params = replace(DEFAULT_PARAMS, **{mode: mp})
+        pick = {name: mp if name == mode else DEFAULT_PARAMS.mode(name) for name in ("naive", "mps", "mig")}
+        params = replace(DEFAULT_PARAMS, naive=pick["naive"], mps=pick["mps"], mig=pick["mig"])
         errs = [e for o in obs if (e := _log_error(o, params)) is not None]
         if not errs:
             return math.inf, math.nan

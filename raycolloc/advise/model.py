@@ -336,10 +336,10 @@ def predict(c: Candidate, gpu: Gpu, params: Params) -> Prediction:
 def _power(jobs: tuple[Profile, ...], sm: float, slope: float | None) -> float | None:
     """Power at SM activity ``sm`` (0..1): each profile's idle-plus-slope line, averaged; the solo's
     power where no slope was fitted."""
-    known = [p for p in jobs if p.power_w is not None]
+    known = [(p.power_w, p.sm_active) for p in jobs if p.power_w is not None]
     if not known:
         return None
     if slope is None:
-        return sum(p.power_w for p in known) / len(known)  # type: ignore[misc]
-    idle = sum(p.power_w - slope * p.sm_active for p in known) / len(known)  # type: ignore[operator]
+        return sum(power for power, _ in known) / len(known)
+    idle = sum(power - slope * sm_active for power, sm_active in known) / len(known)
     return idle + slope * sm

@@ -18,6 +18,7 @@ import math
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -83,10 +84,10 @@ class Profile:
     mem_source: str
 
 
-def finite(value: object) -> float | None:
-    """A finite float, or None for missing values (NaN, None, pandas NA)."""
+def finite(value: Any) -> float | None:
+    """A finite float, or None for missing values (NaN, None, pandas NA): any value is tried."""
     try:
-        out = float(value)  # type: ignore[arg-type]
+        out = float(value)
     except (TypeError, ValueError):
         return None
     return out if math.isfinite(out) else None
@@ -180,7 +181,8 @@ def _job_memory(reserved: float | None, device: float | None, used: float | None
         base = costs.base_mib if costs is not None else 0.0
         # Alone on the GPU, everything used but the driver's base is this job's (and, under MPS, its server's).
         return used - base, f"GPU memory used by the solo {mode} cell"
-    raise ValueError("the cell has no memory measurement (no NVML per-process memory, reserved peak or GPU memory used)")
+    raise ValueError("the cell has no memory measurement "
+                     "(no NVML per-process memory, reserved peak or GPU memory used)")
 
 
 def gpu_costs_in(cells: pd.DataFrame, jobs: pd.DataFrame) -> dict[str, GpuCosts]:

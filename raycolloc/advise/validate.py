@@ -201,8 +201,8 @@ def format_validation(v: Validation) -> str:
                  f"cells predicted to fit that ran out of memory: {len(v.unsafe_fits)}"
                  + (f" ({', '.join(v.unsafe_fits)})" if v.unsafe_fits else ""))
     lines.append("parameters (leave-one-out):")
-    for name, p in v.params.items():
-        lines.append(f"  {name}: naive capacity={p.naive.capacity:.2f} k={p.naive.sharpness:g}; mps capacity="
-                     f"{p.mps.capacity:.2f} k={p.mps.sharpness:g}; power slope="
-                     f"{'-' if p.power_slope_w is None else f'{p.power_slope_w:.0f} W'}; {p.source}")
+    for name, fitted in v.params.items():
+        lines.append(f"  {name}: naive capacity={fitted.naive.capacity:.2f} k={fitted.naive.sharpness:g}; mps "
+                     f"capacity={fitted.mps.capacity:.2f} k={fitted.mps.sharpness:g}; power slope="
+                     f"{'-' if fitted.power_slope_w is None else f'{fitted.power_slope_w:.0f} W'}; {fitted.source}")
     return "\n".join(lines)

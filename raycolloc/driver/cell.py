@@ -225,7 +225,7 @@ def run_cell(cell: CellSpec, lane: Lane, started_at: float, lease_wait_s: float 
             log.error("cell=%s release failed: the node's steward died (%s); its MPS daemon and MIG layout are put "
                       "right when the sweep ends or by the node's next steward", cell.cell_id, why)
             rec.reason = (rec.reason or "") + f"; release failed: the node's steward died ({why})"
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.exception("cell=%s release failed", cell.cell_id)
             rec.reason = (rec.reason or "") + f"; release failed: {exc}"
         rec.teardown_s = time.perf_counter() - t0

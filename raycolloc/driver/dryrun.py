@@ -2,7 +2,8 @@
 
 Each cell it would run (label, mode, where it would run, each job's workload), each it would reuse
 (a valid result with the same config hash where a real run would find it: in the sweep's own
-directory, under ``out_dir`` or in an earlier sweep's directory ``out_dir``'s index lists; resume), each it would refuse (a
+directory, under ``out_dir`` or in an earlier sweep's directory ``out_dir``'s index lists; resume), each it would
+refuse (a
 config error, with the reason). Validation is the same as a real run's, so what a dry run accepts
 a real run accepts; it does not connect to Ray, so checks against the cluster itself (MIG support
 and layouts on the GPUs there, a GPU model it lacks) happen when the sweep starts.

@@ -148,7 +148,7 @@ class _Sweep:
         lane: Lane | None = None
         try:
             while True:
-                started_at, waits = time.time(), {}
+                started_at, waits = time.time(), dict[str, float]()
                 if lane is None:
                     opened = self._open(index)
                     if opened is None:
@@ -321,7 +321,8 @@ def _run(todo: list[tuple[CellSpec, Path]], pins: Mapping[str, int]) -> dict[str
             while not done.wait(timeout=0.5):  # returns the moment the lane ends (a poll would lag)
                 view.refresh()
     except KeyboardInterrupt:
-        log.warning("interrupted: cancelling the running cells; each releases its GPU and writes nothing; a re-run resumes")
+        log.warning("interrupted: cancelling the running cells; each releases its GPU and writes nothing; "
+                    "a re-run resumes")
         sweep.cancel.set()
         for done in sweep.finished:
             done.wait(timeout=first.trainer.setup_timeout_s)

@@ -48,7 +48,8 @@ def check_group_choices(choices: Any) -> None:
     """
     for group, option in (choices or {}).items():
         if isinstance(option, str) and option == f"base_{group}":
-            raise ConfigError(f"{group}={option!r} is not allowed; choose one of: {', '.join(group_options(str(group)))}")
+            raise ConfigError(f"{group}={option!r} is not allowed; "
+                              f"choose one of: {', '.join(group_options(str(group)))}")
 
 
 def _field_type(full_key: str) -> tuple[type | None, list[str]]:

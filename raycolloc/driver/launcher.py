@@ -57,7 +57,7 @@ def _compose(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequ
         try:
             cfg = ctx.config_loader.load_sweep_config(config, list(overrides))
             check_group_choices(cfg.hydra.runtime.choices)
-        except Exception as exc:  # noqa: BLE001 - Hydra's composition errors are config errors
+        except Exception as exc:  # Hydra's composition errors are config errors (the rest is raised again)
             error = as_config_error(exc)
             if error is None:
                 raise

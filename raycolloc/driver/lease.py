@@ -51,7 +51,8 @@ def _check_feasible(cpus: float) -> None:
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     gpus = [n for n in nodes if n["Resources"].get("GPU", 0) >= 1]
     if not gpus:
-        raise LeaseError("the Ray cluster has no GPU: start Ray on GPU nodes, or run cluster=local for the simulated GPUs")
+        raise LeaseError("the Ray cluster has no GPU: start Ray on GPU nodes, "
+                         "or run cluster=local for the simulated GPUs")
     if not any(n["Resources"].get("CPU", 0) >= cpus for n in gpus):
         most = max(n["Resources"].get("CPU", 0) for n in gpus)
         raise LeaseError(f"a cell needs {cpus:g} CPUs beside its GPU (one per job, trainer.num_cpus); the largest "

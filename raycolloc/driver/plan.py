@@ -1,10 +1,11 @@
 """One sweep plan from any entry, and the one path that runs it.
 
-Every entry builds a :class:`SweepPlan`: a Hydra multirun (:func:`raycolloc.driver.launcher.multirun_plan`), a
-single run (:func:`raycolloc.driver.single.single_run_plan`), a radT plan
-(:func:`raycolloc.driver.radt_runner.csv_plan`), the advisor's profiles (:func:`raycolloc.advise.run.run_profiles`; the sweeps it emits are command lines of
-the first three). :func:`run` then does what every entry did its own way before: the dry run, the
-output lock (held once, around everything the sweep writes), the cells' ``.hydra`` records, the steps
+Every entry builds a :class:`SweepPlan`: a Hydra multirun (:func:`raycolloc.driver.launcher.multirun_plan`),
+a single run (:func:`raycolloc.driver.single.single_run_plan`), a radT plan
+(:func:`raycolloc.driver.radt_runner.csv_plan`), the advisor's profiles
+(:func:`raycolloc.advise.run.run_profiles`; the sweeps it emits are command lines of the first three).
+:func:`run` then does what every entry did its own way before: the dry run, the output lock (held once,
+around everything the sweep writes), the cells' ``.hydra`` records, the steps
 (:func:`raycolloc.driver.engine.run_cells` under each), the sweep's summary and closing lines, and
 the :class:`~raycolloc.driver.outcome.Outcome` with its exit status. A refusal is a
 :class:`~raycolloc.config.ConfigError`; the command line's main turns it into exit 2, and takes back

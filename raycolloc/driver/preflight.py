@@ -23,9 +23,9 @@ import ray
 
 from raycolloc.config import ConfigError
 from raycolloc.devices import GpuInfo
+from raycolloc.node.gpu.simdevice import CONTEXT_MIB
 from raycolloc.node.mig.layout import LayoutError
 from raycolloc.node.mig.profiles import UnknownGpuModel
-from raycolloc.node.gpu.simdevice import CONTEXT_MIB
 from raycolloc.node.modes.mig import admin_hint, cell_placement
 from raycolloc.spec import CellSpec, JobSpec, NodeInfo
 

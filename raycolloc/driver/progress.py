@@ -16,11 +16,14 @@ import socket
 import sys
 import time
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import ray
 
 from raycolloc.spec import CellProgress, JobProgress
+
+if TYPE_CHECKING:
+    from ray.actor import ActorClass
 
 __all__ = ["Board", "ProgressBoard", "ProgressView", "open_board"]
 
@@ -90,8 +93,9 @@ class Board:
 
 def open_board(namespace: str) -> Board:
     """This sweep's part of the cluster's board (the board is created by the first sweep)."""
-    actor = ProgressBoard.options(name=BOARD_NAME, namespace=namespace, lifetime="detached",
-                                  get_if_exists=True).remote()
+    # cast: what @ray.remote made of the class (mypy sees the class itself through the decorator's stub).
+    board = cast("ActorClass[ProgressBoard]", ProgressBoard)
+    actor = board.options(name=BOARD_NAME, namespace=namespace, lifetime="detached", get_if_exists=True).remote()
     return Board(actor, f"{socket.gethostname()}:{os.getpid()}:{time.time_ns()}")
 
 
@@ -136,7 +140,8 @@ class ProgressView:
                           f"running {running}, waiting for a GPU {leasing})", file=sys.stderr, flush=True)
             return
         self._main.n = done
-        self._main.set_postfix_str(f"running={running} waiting_gpu={leasing} queued={len(self.labels) - done - running - leasing}")
+        queued = len(self.labels) - done - running - leasing
+        self._main.set_postfix_str(f"running={running} waiting_gpu={leasing} queued={queued}")
         self._main.refresh()
         for key, state in states.items():
             bar = self._bars.get(key)
@@ -144,7 +149,8 @@ class ProgressView:
                 continue
             if bar is None:
                 bar = self._bars[key] = self._tqdm(total=100, desc=self.labels[key][:40], position=len(self._bars) + 1,
-                                                   leave=False, dynamic_ncols=True, bar_format="{desc} {bar} {n}% {postfix}")
+                                                   leave=False, dynamic_ncols=True,
+                                                   bar_format="{desc} {bar} {n}% {postfix}")
             bar.n = int(100 * _job_fraction(snap[key].jobs)) if state != "done" else 100
             bar.set_postfix_str(state)
             bar.refresh()

@@ -78,7 +78,7 @@ def _rows(path: Path) -> list[Row]:
         if len(cells) != len(header):
             raise PlanError(f"{path}:{lineno}: {len(cells)} fields, header has {len(header)} "
                             "(quote Params that contain commas)")
-        by_lower = {h.lower(): v for h, v in zip(header, cells)}
+        by_lower = {h.lower(): v for h, v in zip(header, cells, strict=True)}
         rows.append(Row(lineno, {c: by_lower[c.lower()] for c in COLUMNS}))
     if header is None:
         raise PlanError(f"{path}: no header line; expected: {','.join(COLUMNS)}")
@@ -121,7 +121,7 @@ def read_plan(path: str | Path, known_workloads: Sequence[str] | None = None, *,
                     errors.append(str(exc))
             if len(set(modes)) > 1:
                 rows_text = "; ".join(f"line {r.line} Run {r.f['Run']!r}: {r.f['Collocation'] or '(empty)'} -> {m}"
-                                      for r, m in zip(rows, modes))
+                                      for r, m in zip(rows, modes, strict=False))  # a row in error has no mode
                 errors.append(f"{path}: Experiment {experiment!r} Workload {workload!r} Devices {devices!r} "
                               f"mixes collocation modes ({rows_text}); one cell needs one of naive, mps, mig")
             if len(jobs) == len(rows) and len(set(modes)) == 1:
@@ -131,7 +131,8 @@ def read_plan(path: str | Path, known_workloads: Sequence[str] | None = None, *,
                   else "failed" if "failed" in states else "run")
         groups.append(PlanGroup(experiment, workload, status, tuple(cells)))
     if errors:
-        raise PlanError(errors[0] if len(errors) == 1 else f"{len(errors):,} rows cannot run:\n" + "\n".join(listed(errors)))
+        raise PlanError(errors[0] if len(errors) == 1
+                        else f"{len(errors):,} rows cannot run:\n" + "\n".join(listed(errors)))
     jobs = [j for g in groups for c in g.cells for j in c.jobs]
     # One line per distinct directory, not per row: the study's plan has 208 rows on one directory.
     for text, lines in _by_text((j.by_name, j.line) for j in jobs).items():

@@ -19,6 +19,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from raycolloc.config_checks import ConfigError
 from raycolloc.datasets import DATASETS, IMAGENET_TRAIN
@@ -110,13 +111,15 @@ def _is_flag(token: str) -> bool:
 
 def parse_params(text: str) -> list[tuple[str, str]]:
     """Split ``--k v``, ``--k=v`` and ``k=v`` (also ``a=1,b=2``) into pairs."""
-    tokens, pairs, i = shlex.split(text), [], 0
+    tokens, i = shlex.split(text), 0
+    pairs: list[tuple[str, str]] = []
     while i < len(tokens):
         tok = tokens[i]
         if _is_flag(tok):
             key = tok.lstrip("-")
             if "=" in key:
-                pairs.append(tuple(key.split("=", 1)))
+                name, _, value = key.partition("=")
+                pairs.append((name, value))
             elif i + 1 < len(tokens) and not _is_flag(tokens[i + 1]) and not _KV.match(tokens[i + 1]):
                 pairs.append((key, tokens[i + 1]))
                 i += 1
@@ -125,7 +128,7 @@ def parse_params(text: str) -> list[tuple[str, str]]:
         elif "=" in tok:
             parts = tok.split(",")
             chunks = parts if all("=" in p for p in parts) else [tok]  # radT's own "a=1,b=2"
-            pairs.extend(tuple(c.split("=", 1)) for c in chunks)
+            pairs.extend((k, v) for k, _, v in (c.partition("=") for c in chunks))
         else:
             pairs.append(("_positional", tok))
         i += 1
@@ -141,7 +144,8 @@ def row_mode(path: Path, row: Row) -> str:
         return "mps"
     if MIG_PROFILE.match(colloc.lower()):
         return "mig"
-    raise _error(path, row, "Collocation", f"unknown Collocation {colloc!r}", ["-", "(empty)", "MPS", MIG_PROFILE.pattern])
+    raise _error(path, row, "Collocation", f"unknown Collocation {colloc!r}",
+                 ["-", "(empty)", "MPS", MIG_PROFILE.pattern])
 
 
 def _status(path: Path, row: Row) -> str:
@@ -157,7 +161,8 @@ def _check_columns(path: Path, row: Row) -> None:
         if not f[column]:
             raise _error(path, row, column, "is empty; every row needs one")
     if not _DEVICES.match(f["Devices"]):
-        raise _error(path, row, "Devices", f"{f['Devices']!r} is not a GPU index", ["0", "1", "0+1 (indices joined by +)"])
+        raise _error(path, row, "Devices", f"{f['Devices']!r} is not a GPU index",
+                     ["0", "1", "0+1 (indices joined by +)"])
     bad = [name for name in f["Listeners"].split("+") if f["Listeners"] and not _LISTENER.match(name)]
     if bad:
         raise _error(path, row, "Listeners", f"{bad[0]!r} is not a listener name (listeners are names joined by +, "
@@ -186,10 +191,10 @@ def _fields(path: Path, row: Row) -> tuple[dict[str, str], dict[str, str], dict[
     for name, least in (("batch", 1), ("epochs", 1)):
         raw = fields.get(name)
         try:
-            numbers[name] = None if raw is None else int(raw)
+            number = numbers[name] = None if raw is None else int(raw)
         except ValueError:
             raise _error(path, row, "Params", f"{name} value {raw!r} is not an integer") from None
-        if numbers[name] is not None and numbers[name] < least:  # type: ignore[operator]
+        if number is not None and number < least:
             raise _error(path, row, "Params", f"{name} value {raw!r} must be >= {least}")
     return fields, extra, numbers
 
@@ -338,7 +343,7 @@ def parse_row(path: Path, row: Row, mode: str, ctx: RowContext) -> PlanJob:
     _check_columns(path, row)
     status = _status(path, row)
     fields, extra, numbers = _fields(path, row)
-    common = {"run": row.f["Run"], "batch_size": numbers["batch"], "epochs": numbers["epochs"],
+    common: dict[str, Any] = {"run": row.f["Run"], "batch_size": numbers["batch"], "epochs": numbers["epochs"],
               "mig_profile": row.f["Collocation"].lower() if mode == "mig" else None, "line": row.line,
               "extra": extra, "listeners": row.f["Listeners"], "file": row.f["File"], "status": status}
     if (name := fields.get("workload")) is not None:
@@ -352,7 +357,8 @@ def parse_row(path: Path, row: Row, mode: str, ctx: RowContext) -> PlanJob:
     if model in ctx.known:
         return PlanJob(workload=model, **common)
     data = _dataset(path, row, fields.get("data"), ctx, model)
-    dataset, shape = data.dataset, data.shape
+    dataset = data.dataset
+    shape: dict[str, Any] = data.shape  # only WorkloadConfig's int keys (_Data.shape), which mypy cannot see
     common.update(data_dir=data_path(ctx, fields["data"]) if fields.get("data") else None, note=data.note,
                   by_name=data.by_name)
     if model == "dlrm":
@@ -377,5 +383,6 @@ def _preset_of(model: str, dataset: str) -> str | None:
     """The study's preset that is this model on this dataset (its name and config hash are kept)."""
     from raycolloc.job.workloads.registry import create_workload, list_workloads
 
-    return next((n for n in list_workloads() if (create_workload(n).model, create_workload(n).dataset) == (model, dataset)
+    return next((n for n in list_workloads()
+                 if (create_workload(n).model, create_workload(n).dataset) == (model, dataset)
                  and create_workload(n).size != "tiny"), None)

@@ -110,7 +110,8 @@ def _validate(base: Config, groups: list[PlanGroup], dry_run: bool, fanout: bool
     for group in groups:
         cells = []
         for cell in group.cells:
-            name = f"{group.experiment}/{group.workload} Devices {cell.devices} (lines {cell.jobs[0].line}-{cell.jobs[-1].line})"
+            name = (f"{group.experiment}/{group.workload} Devices {cell.devices} "
+                    f"(lines {cell.jobs[0].line}-{cell.jobs[-1].line})")
             try:
                 spec = validate_cell(cell_config(base, group, cell))
             except ConfigError as exc:

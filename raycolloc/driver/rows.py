@@ -14,7 +14,7 @@ from raycolloc.config import config_hash
 from raycolloc.driver.environment import environment
 from raycolloc.node.gpu.backend import GpuInfo
 from raycolloc.results.rows import CellRow, EpochRow, JobRow, TelemetryRow
-from raycolloc.spec import CellSpec, CellStatus, JobState
+from raycolloc.spec import CellSpec, CellStatus, JobState, JobStatus
 
 __all__ = ["CellRecord", "cell_row", "job_rows", "window_energy", "window_stats"]
 
@@ -59,7 +59,7 @@ def job_rows(rec: CellRecord) -> tuple[list[JobRow], list[EpochRow]]:
     jobs, epochs = [], []
     procs = _process_stats(rec)
     for job in rec.cell.jobs:
-        never = "skipped" if rec.status in ("skipped", "unfit") else "error"  # never started
+        never: JobStatus = "skipped" if rec.status in ("skipped", "unfit") else "error"  # never started
         state = rec.states.get(job.index) or JobState().failed(never, rec.reason or "not started")
         info, eps = state.info, state.epochs
         epochs.extend(eps)
@@ -194,7 +194,7 @@ def cell_row(rec: CellRecord, jobs: Sequence[JobRow], epochs: Sequence[EpochRow]
     for e in measured:
         a, b = spans.get(e.job_index, (e.start_ts, e.end_ts))
         spans[e.job_index] = (min(a, e.start_ts), max(b, e.end_ts))
-    lives = [(a, b) for j in jobs if (a := j.started_ts) is not None and (b := j.ended_ts) is not None]
+    lives = [(begun, gone) for j in jobs if (begun := j.started_ts) is not None and (gone := j.ended_ts) is not None]
     lifetime_overlap = _overlap(lives) if len(lives) == len(jobs) else None
     makespan = (end - start) if start is not None and end is not None else None
     # The cell's whole training, warm-up included: from the first epoch's start to the last one's end.
@@ -212,7 +212,8 @@ def cell_row(rec: CellRecord, jobs: Sequence[JobRow], epochs: Sequence[EpochRow]
     finished_at = time.time()
     stats = window_stats(rec.telemetry, start, end)
     mixed = cell.mix_name is not None
-    measured_samples = _sum([e.samples for e in measured])
+    samples = _sum([e.samples for e in measured])  # whole samples: the sum of ints is one
+    measured_samples = None if samples is None else int(samples)
     energy_j = stats["energy_j"]
     cfg = cell.config
     return CellRow(

@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
+
 from raycolloc.driver.progress import Board
 from raycolloc.spec import CellSpec, JobProgress, JobState
 
@@ -52,7 +53,7 @@ class StallWatch:
         self._limits: dict[int, float] = {}
         for job in self.cell.jobs:
             warm = next((e for e in self.states.get(job.index, JobState()).epochs if e.warmup), None)
-            step_s = warm.wall_s / max(1, warm.steps) if warm else 0.0
+            step_s = warm.wall_s / max(1, warm.steps or 1) if warm else 0.0
             self._limits[job.index] = max(trainer.stall_timeout_s, STEPS_OF_SILENCE * step_s)
         self._first_limit = max(trainer.stall_timeout_s, trainer.setup_timeout_s) if self.warmup else 0.0
 

@@ -22,7 +22,8 @@ A child dies with its trainer actor (it watches the actor's pid), as an exec'd c
 ``PR_SET_PDEATHSIG``. The server reaps its children and tells each requester its child's exit code.
 The server itself ends with the steward that started it (through a stand-in process, see
 :func:`_stand_in`, and ``PR_SET_PDEATHSIG`` with SIGTERM), and then removes its socket and its log
-(which the steward names): a run leaves neither in ``mode.pipe_root``. Only a server that is SIGKILLed itself leaves them, for the next steward to remove
+(which the steward names): a run leaves neither in ``mode.pipe_root``. Only a server that is SIGKILLed itself leaves
+them, for the next steward to remove
 (:mod:`raycolloc.node.leftovers`); one that fails keeps its log, for the steward's warning to name.
 
 Protocol on the server's Unix socket (``multiprocessing`` connections): a requester sends
@@ -95,7 +96,8 @@ def _serve(path: str, group: int) -> None:
     waiting: list[Connection] = []
     print(f"forkserver ready pid={os.getpid()} socket={path}", flush=True)
     while True:
-        readable, _, _ = select.select([listener, *waiting], [], [], 0.2)
+        watched: list[socket.socket | Connection] = [listener, *waiting]
+        readable, _, _ = select.select(watched, [], [], 0.2)
         for item in readable:
             if item is listener:
                 sock, _ = listener.accept()

@@ -133,7 +133,8 @@ class JobProcess:
             torch.set_num_threads(job.trainer.torch_threads or max(1, int(job.trainer.num_cpus)))
         else:
             if not torch.cuda.is_available():
-                raise RuntimeError(f"CUDA sees no GPU with CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}")
+                raise RuntimeError("CUDA sees no GPU with "
+                                   f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}")
             self.device = torch.device("cuda", 0)
             torch.cuda.set_device(self.device)
             torch.cuda.init()  # the context now, so its cost is timed here, not in the model's transfer
@@ -236,7 +237,8 @@ class JobProcess:
                 self._sync()
                 info.compile_s = time.perf_counter() - t
         trainer = job.trainer
-        fault_step = steps // 2 if trainer.fault and trainer.fault_job == job.index and trainer.fault_epoch == epoch else -1
+        faulty = trainer.fault and trainer.fault_job == job.index and trainer.fault_epoch == epoch
+        fault_step = steps // 2 if faulty else -1
         self._progress = replace(self._progress, epoch=epoch, step=0)
         # Why sync: start the clock with an empty queue, so the epoch's time is its own work only.
         self._sync()
@@ -269,7 +271,8 @@ class JobProcess:
             # The training thread's CPU time (user + system): near wall_s means the job is bound by
             # its CPU thread; system time and page faults show time spent in the kernel.
             thread_cpu_s=usage["thread_cpu_s"], thread_sys_s=usage.get("thread_sys_s"),
-            minor_faults=as_int(usage.get("minor_faults")), involuntary_switches=as_int(usage.get("involuntary_switches")),
+            minor_faults=as_int(usage.get("minor_faults")),
+            involuntary_switches=as_int(usage.get("involuntary_switches")),
             voluntary_switches=as_int(usage.get("voluntary_switches")),
             peak_mem_allocated_mib=torch.cuda.max_memory_allocated() / (1 << 20) if cuda else None,
             peak_mem_reserved_mib=torch.cuda.max_memory_reserved() / (1 << 20) if cuda else None,

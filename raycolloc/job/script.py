@@ -34,7 +34,7 @@ from raycolloc.job.script_exec import PYTHONPATH_KEEP, encode_device
 from raycolloc.mpsctl import MpsError, control_command, pids
 from raycolloc.procs import format_cpus, move_threads_off, normal_priority, python_env
 from raycolloc.results.rows import EpochRow
-from raycolloc.spec import Binding, JobInfo, JobProgress, JobSpec, JobState
+from raycolloc.spec import Binding, JobInfo, JobProgress, JobSpec, JobState, JobStatus
 
 __all__ = ["EpochMarks", "ScriptTrainer", "script_command"]
 
@@ -120,13 +120,20 @@ class ScriptTrainer:
     def __repr__(self) -> str:
         return f"ScriptTrainer({self.job.cell_id}/{self.job.name})" if self.job else "ScriptTrainer(idle)"
 
+    @property
+    def _running(self) -> JobSpec:
+        """The job ``start`` was given (everything below runs after it)."""
+        if self.job is None:
+            raise RuntimeError("ScriptTrainer: no job started")
+        return self.job
+
     def _env(self) -> dict[str, str]:
         """The script's environment: the node's, the workload's, then the binding's (which wins:
         the GPU or MIG device and the MPS pipe are the mode's), and where the launcher is; the
         directory of raycolloc's interpreter first on ``PATH``."""
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.workload.env, **self.binding.env,
-               "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "RAYCOLLOC_JOB_INDEX": str(self.job.index),
-               "RAYCOLLOC_CELL_ID": self.job.cell_id}
+               "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "RAYCOLLOC_JOB_INDEX": str(self._running.index),
+               "RAYCOLLOC_CELL_ID": self._running.cell_id}
         # ``python`` inside the script's own commands (a shell line, a subprocess) is raycolloc's too.
         env["PATH"] = os.pathsep.join(p for p in (str(Path(sys.executable).parent), env.get("PATH")) if p)
         env[PYTHONPATH_KEEP] = env.get("PYTHONPATH", "")
@@ -141,7 +148,8 @@ class ScriptTrainer:
                     encode_device(self.binding.device), "--",
                     *script_command(self.workload.command)]
         env = self._env()
-        info.cuda_visible_devices, info.mps_pipe_dir = env.get("CUDA_VISIBLE_DEVICES"), env.get("CUDA_MPS_PIPE_DIRECTORY")
+        info.cuda_visible_devices = env.get("CUDA_VISIBLE_DEVICES")
+        info.mps_pipe_dir = env.get("CUDA_MPS_PIPE_DIRECTORY")
         info.spawn = "exec"
         try:
             self._proc = subprocess.Popen(launcher, env=env, cwd=self.workload.cwd, stdin=subprocess.DEVNULL,
@@ -149,7 +157,7 @@ class ScriptTrainer:
         except OSError as exc:
             return self._state.failed("error", f"cannot start {self.workload.command[0]}: {exc}")
         info.pid, info.started_ts = self._proc.pid, time.time()
-        self._marks = EpochMarks(self.job, self.workload.epoch_regex, info.started_ts)
+        self._marks = EpochMarks(self._running, self.workload.epoch_regex, info.started_ts)
         for stream, handler, echo in ((self._proc.stdout, self._stdout_line, sys.stdout),
                                       (self._proc.stderr, self._stderr.append, sys.stderr)):
             reader = threading.Thread(target=_read, args=(stream, handler, echo), daemon=True)
@@ -190,9 +198,9 @@ class ScriptTrainer:
         self._state.epochs.append(row)
         if self.board is not None:
             # Fire and forget: the driver draws it; the script's own epoch count is not known ahead.
-            progress = JobProgress(epoch=row.epoch, step=1, steps=1, epochs=max(self.job.epochs, row.epoch),
+            progress = JobProgress(epoch=row.epoch, step=1, steps=1, epochs=max(self._running.epochs, row.epoch),
                                    samples_per_s=row.samples_per_s or 0.0)
-            self.board.job(self.job.cell_id, self.job.index, progress)
+            self.board.job(self._running.cell_id, self._running.index, progress)
 
     def _check_mps(self, pid: int) -> bool:
         """Is the script (or a child of it) a client of the cell's MPS server? Asked of the control
@@ -222,6 +230,6 @@ class ScriptTrainer:
             return self._state
         tail = "\n".join(self._stderr)[-2000:]
         how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
-        status = "oom" if _OOM.search(tail) else "error"
-        log.error("script job %s %s", self.job.name, how)
+        status: JobStatus = "oom" if _OOM.search(tail) else "error"
+        log.error("script job %s %s", self._running.name, how)
         return self._state.failed(status, f"script {how}; stderr ends: {tail}" if tail else f"script {how}")

@@ -63,10 +63,9 @@ def sgd(params: list[nn.Parameter], lr: float, device: torch.device, momentum: b
     """The study's optimiser: SGD with momentum (plain SGD takes DLRM's sparse gradients)."""
     if not momentum:
         return torch.optim.SGD(params, lr=lr)
-    kwargs: dict[str, object] = {"lr": lr, "momentum": 0.9, "weight_decay": 5e-5}
-    if device.type == "cuda":
-        kwargs["fused"] = True  # one kernel for the whole update instead of a few per tensor
-    return torch.optim.SGD(params, **kwargs)
+    # Fused on CUDA: one kernel for the whole update instead of a few per tensor (None: torch's default).
+    fused = True if device.type == "cuda" else None
+    return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=5e-5, fused=fused)
 
 
 def build_step(spec: WorkloadSpec, model: nn.Module, device: torch.device, cfg: TrainerConfig) -> TrainStep:

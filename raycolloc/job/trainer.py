@@ -81,7 +81,8 @@ class Trainer:
     def placement(self) -> tuple[str, str]:
         """The node and the GPU (Ray's id for it) this actor was placed on: its lane's lease."""
         ids = ray.get_gpu_ids()
-        return ray.get_runtime_context().get_node_id(), str(ids[0] if ids else os.environ.get("CUDA_VISIBLE_DEVICES", "0"))
+        gpu = ids[0] if ids else os.environ.get("CUDA_VISIBLE_DEVICES", "0")
+        return ray.get_runtime_context().get_node_id(), str(gpu)
 
     def inspect(self) -> dict[str, Any]:
         """What this actor process holds (tests, tools): its pid, open files, CUDA environment,

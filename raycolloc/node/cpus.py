@@ -32,7 +32,8 @@ class CpuPool:
         self.cpus = sorted(cpus if cpus is not None else os.sched_getaffinity(0))
         self._held: dict[str, list[tuple[int, ...]]] = {}
 
-    def allocate(self, cell_id: str, counts: list[float], near: list[int] | None = None) -> list[tuple[int, ...]] | None:
+    def allocate(self, cell_id: str, counts: list[float],
+                 near: list[int] | None = None) -> list[tuple[int, ...]] | None:
         """Cores for each job of a cell (``counts[i]`` = the job's ``trainer.num_cpus``, at least 1).
 
         Free cores near the GPU come first (core 0 last among them: interrupts and daemons like

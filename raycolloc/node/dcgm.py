@@ -26,7 +26,7 @@ _UUID_FIELD = 54  # DCGM_FI_DEV_UUID
 def _import_reader() -> Any:
     if BINDINGS.exists() and str(BINDINGS) not in sys.path:
         sys.path.append(str(BINDINGS))
-    from DcgmReader import DcgmReader  # type: ignore[import-not-found]
+    from DcgmReader import DcgmReader
 
     return DcgmReader
 

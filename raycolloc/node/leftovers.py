@@ -69,7 +69,8 @@ class Owner:
             return False
 
     def describe(self) -> str:
-        return f"steward pid {self.pid} on {self.host}, started {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(self.started))}"
+        started = time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(self.started))
+        return f"steward pid {self.pid} on {self.host}, started {started}"
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,8 @@ def _daemon_pids(gpu_dir: Path) -> list[int]:
     return sorted(found)
 
 
-def find_leftovers(pipe_root: str | Path, gpu_uuids: Collection[str] | None = None) -> tuple[list[Leftover], list[InUse]]:
+def find_leftovers(pipe_root: str | Path,
+                   gpu_uuids: Collection[str] | None = None) -> tuple[list[Leftover], list[InUse]]:
     """Leftovers under ``pipe_root`` (only of ``gpu_uuids`` if given), and the directories in use."""
     root = Path(pipe_root)
     leftovers: list[Leftover] = []
@@ -140,9 +142,9 @@ def find_leftovers(pipe_root: str | Path, gpu_uuids: Collection[str] | None = No
             in_use.append(InUse(gpu_dir, owner))
             continue
         left_by = owner.describe() if owner else "a run that left no owner record"
-        for pid in _daemon_pids(gpu_dir):
-            leftovers.append(Leftover("mps-daemon", uuid, gpu_dir, f"MPS control daemon pid {pid} of GPU {uuid}, "
-                                      f"started by {left_by}", pid=pid))
+        for daemon in _daemon_pids(gpu_dir):
+            leftovers.append(Leftover("mps-daemon", uuid, gpu_dir, f"MPS control daemon pid {daemon} of GPU {uuid}, "
+                                      f"started by {left_by}", pid=daemon))
         if (gpu_dir / MIG_RECORD).exists():
             leftovers.append(Leftover("mig-layout", uuid, gpu_dir / MIG_RECORD,
                                       f"GPU {uuid} holds a MIG layout {left_by} made; the one it found is in "

@@ -2,7 +2,8 @@
 
 It is the only process that touches a node's MPS daemons and MIG layouts, and the only one that
 reads NVML for telemetry (it never initialises CUDA). It also keeps the node's warm parent of
-training processes running (:mod:`raycolloc.job.forkserver`), which trainers ask for forks. For a cell it ``prepare``s the GPU through
+training processes running (:mod:`raycolloc.job.forkserver`), which trainers ask for forks. For a cell it
+``prepare``s the GPU through
 the cell's mode (:data:`raycolloc.node.modes.MODES`), which returns one binding per job, gives each
 job cores of its own, samples the GPU while the cell measures, and ``release``s the GPU, which the
 cell always asks for in ``finally``. It knows nothing of trainers or progress: jobs are bound
@@ -44,8 +45,8 @@ from raycolloc.node.cpus import CpuPool
 from raycolloc.node.gpu.backend import GpuBackend, GpuInfo
 from raycolloc.node.gpu.kinds import backend_traits
 from raycolloc.node.leftovers import claim, clean_leftovers, find_leftovers
-from raycolloc.node.modes.mig import MIG_RECORD
 from raycolloc.node.modes import MODES, GpuSlot, Mode
+from raycolloc.node.modes.mig import MIG_RECORD
 from raycolloc.node.telemetry import Sampler, gi_sm_shares, pick_source
 from raycolloc.procs import normal_priority, python_env
 from raycolloc.results.rows import TelemetryRow
@@ -279,11 +280,11 @@ class Steward:
 
     def _publish(self, row: TelemetryRow) -> None:
         if not self._gauges:
-            tags = ("gpu", "cell")
+            keys = ("gpu", "cell")
             self._gauges = {
-                "sm_active": make_gauge("raycolloc_gpu_sm_active", "SM activity of a GPU (%)", tags),
-                "mem_used_mib": make_gauge("raycolloc_gpu_mem_used_mib", "GPU memory used (MiB)", tags),
-                "power_w": make_gauge("raycolloc_gpu_power_w", "GPU power (W)", tags),
+                "sm_active": make_gauge("raycolloc_gpu_sm_active", "SM activity of a GPU (%)", keys),
+                "mem_used_mib": make_gauge("raycolloc_gpu_mem_used_mib", "GPU memory used (MiB)", keys),
+                "power_w": make_gauge("raycolloc_gpu_power_w", "GPU power (W)", keys),
             }
         tags = {"gpu": row.gpu_uuid, "cell": row.cell_id}
         # Without GPM or DCGM there is no SM activity; the gauge then shows NVML utilisation.
@@ -300,7 +301,9 @@ class Steward:
         return dict(self._holder)
 
 
-RemoteSteward = ray.remote(num_cpus=0, max_concurrency=32)(Steward)
+# Passed as a mapping: ray.remote's typed overloads list task options only, and max_concurrency is an actor's.
+_ACTOR_OPTIONS: dict[str, Any] = {"num_cpus": 0, "max_concurrency": 32}
+RemoteSteward = ray.remote(**_ACTOR_OPTIONS)(Steward)
 
 
 def steward_name(node_id: str, cluster: ClusterConfig) -> str:

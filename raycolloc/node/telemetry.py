@@ -150,9 +150,10 @@ class Sampler:
         """The whole GPU's SM activity from its GPU instances' (each % of its own SMs), or None when
         an instance has no value yet or its share of the SMs is unknown."""
         values = [(self.gi_sm_share.get(gi), m.get("sm_active")) for gi, m in by_gi.items()]
-        if not values or any(share is None or sm is None for share, sm in values):
+        known = [(share, sm) for share, sm in values if share is not None and sm is not None]
+        if not values or len(known) < len(values):
             return None
-        return sum(share * sm for share, sm in values)
+        return sum(share * sm for share, sm in known)
 
     def _sample(self) -> None:
         ts = time.time()
@@ -194,8 +195,9 @@ class Sampler:
                 continue
             if rss == 0:  # it is exiting: its memory goes before it turns zombie (a CI run sampled that)
                 continue
+            gpu_use: dict[str, Any] = _gpu_usage(proc, usage)  # TelemetryRow's proc_gpu_* columns only
             self.rows.append(self._row(ts, "process", pid=pid, job_index=job_index, proc_cpu_percent=cpu,
-                                       proc_rss_mib=rss, **_gpu_usage(proc, usage)))
+                                       proc_rss_mib=rss, **gpu_use))
 
 
 def _gpu_usage(proc: psutil.Process, usage: dict[int, Any]) -> dict[str, float | None]:

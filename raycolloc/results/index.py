@@ -6,7 +6,8 @@ directory the sweep writes to now (``hydra.sweep.dir``, its own earlier results 
 itself (every sweep written under it), and every sweep directory outside ``out_dir`` that an earlier
 sweep of this ``out_dir`` wrote to, listed in ``<out_dir>/.raycolloc-sweeps`` (one path a line,
 appended under the output lock: :func:`register_sweeps`). So the index is one per ``out_dir``: a sweep
-with another ``out_dir`` finds these results only in its own sweep directory. A result is a cell whose status is one of :data:`RESULT_STATUSES` and whose four tables
+with another ``out_dir`` finds these results only in its own sweep directory. A result is a cell whose status is one
+of :data:`RESULT_STATUSES` and whose four tables
 read back and agree (:func:`raycolloc.results.store.read_cell`); a cell that ended in ``error``
 or was ``skipped`` is not, so a re-run tries it again. A directory whose tables are corrupt is set
 aside (renamed ``<name>.invalid-<time>``, kept for inspection) and the cell runs again.

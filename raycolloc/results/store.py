@@ -3,7 +3,8 @@
 Each file is written to a temporary name and renamed; ``cells.parquet`` is written last, so a
 cell directory holding it is complete. A write that fails (disk full, directory gone) leaves no
 half result: the tables it wrote are removed, and a result that was there before it is gone too
-(its ``cells.parquet`` is removed first), so the directory holds the new result or none. :func:`read_cell` is the one reader of a cell directory: it
+(its ``cells.parquet`` is removed first), so the directory holds the new result or none. :func:`read_cell` is the one
+reader of a cell directory: it
 checks that the four tables read, carry a known schema version and agree on the cell id.
 """
 
@@ -72,7 +73,8 @@ def write_cell(cell_dir: str | Path, rows: Mapping[str, Sequence[Any]]) -> dict[
     except (OSError, pa.ArrowException) as exc:
         for written in paths.values():
             written.unlink(missing_ok=True)
-        raise ResultWriteError(f"cannot write {path}: {getattr(exc, 'strerror', None) or exc} ({free_space(cell_dir)}); "
+        why = getattr(exc, 'strerror', None) or exc
+        raise ResultWriteError(f"cannot write {path}: {why} ({free_space(cell_dir)}); "
                                f"this cell's result was not kept") from exc
     return paths
 

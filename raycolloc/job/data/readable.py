@@ -59,7 +59,8 @@ _CHECKS = {"cifar10": _check_pickle, "imagenet64": _check_npz, "criteo": _check_
 
 
 def check_readable(dataset: str, files: Sequence[Path]) -> None:
-    """Each of ``files`` (as :func:`~raycolloc.job.data.real.check_layout` returns them) looks like ``dataset``'s format.
+    """Each of ``files`` (as :func:`~raycolloc.job.data.real.check_layout` returns them) looks like ``dataset``'s
+    format.
 
     Raises:
         DatasetError: naming the file and what it should hold.

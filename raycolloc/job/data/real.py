@@ -111,7 +111,7 @@ def _stack_batches(
         try:
             raw_data, raw_labels = read(path)
             data, labs = np.asarray(raw_data), np.asarray(raw_labels, dtype=np.int64)
-        except Exception as exc:  # noqa: BLE001 - unpickling, zip and key errors all mean a bad file
+        except Exception as exc:  # unpickling, zip and key errors all mean a bad file
             raise DatasetError(f"{path} is not a readable batch; expected {layout} ({exc!r})") from exc
         if data.dtype != np.uint8 or data.shape[1:] != (3 * side * side,) or labs.shape != data.shape[:1]:
             got = f"got data {data.dtype} {list(data.shape)} and labels {list(labs.shape)}"
@@ -272,7 +272,8 @@ def _parse_ints(cols: np.ndarray, path: Path, line_nos: np.ndarray) -> np.ndarra
         raise DatasetError(f"{path}: malformed integer field") from None
 
 
-def _parse_chunk(chunk: bytes, first_line: int, path: Path, sizes: np.ndarray) -> tuple[np.ndarray, ...]:
+def _parse_chunk(chunk: bytes, first_line: int, path: Path,
+                 sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Vectorised parse of whole lines ``chunk`` (line numbers start at ``first_line``)."""
     chunk = chunk.replace(b"\r\n", b"\n")
     if not chunk.endswith(b"\n"):

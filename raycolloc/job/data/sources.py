@@ -187,6 +187,8 @@ def build_source(spec: WorkloadSpec, batch_size: int, device: torch.device, sour
     from raycolloc.job.data import real
 
     reader = spec.reader
+    if path is None:
+        raise ValueError(f"workload {spec.name}: data.source={source!r} needs a dataset location (data.path)")
     if reader == "cifar10":
         ds = real.load_cifar10(path, limit=limit)
     elif reader == "imagenet64":
@@ -199,8 +201,8 @@ def build_source(spec: WorkloadSpec, batch_size: int, device: torch.device, sour
         return LoaderSource(folder, batch_size, device, num_workers, seed)
     elif reader == "criteo":
         arrays = real.load_criteo_tsv(path, spec.table_sizes, limit=limit)
-        tensors = (torch.from_numpy(arrays.dense), torch.from_numpy(arrays.sparse), torch.from_numpy(arrays.labels))
-        return BatchSource(tensors, batch_size, device, placement, images_uint8=False, shuffle=True, seed=seed)
+        columns = (torch.from_numpy(arrays.dense), torch.from_numpy(arrays.sparse), torch.from_numpy(arrays.labels))
+        return BatchSource(columns, batch_size, device, placement, images_uint8=False, shuffle=True, seed=seed)
     else:
         raise ValueError(f"workload {spec.name} has no real-data loader for dataset {spec.dataset!r} (synthetic only)")
     if ds.num_classes > spec.num_classes:

@@ -140,7 +140,8 @@ def compose(model: str, dataset: str, *, name: str | None = None, size: str | No
     return WorkloadSpec(
         name=name or f"{model}_{dataset}", family="vision", dataset=dataset, sample_shape=(3, res, res),
         num_classes=classes, dataset_size=samples, batch_size=batch_size or info.batch_size, model=model,
-        size=size, lr=0.1 if lr is None else lr, build_model=functools.partial(build_model, "timm_model", model, classes, res),
+        size=size, lr=0.1 if lr is None else lr,
+        build_model=functools.partial(build_model, "timm_model", model, classes, res),
         description=f"timm {model} on {dataset} {res}x{res}, {classes} classes",
     )
 

@@ -23,7 +23,7 @@ import logging
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from raycolloc.job.workloads.diskcache import cache_path, read_json, write_json
 from raycolloc.workload_kinds import WorkloadSpec
@@ -122,7 +122,7 @@ def _stored(key: str) -> MemoryEstimate | None:
         return None
 
 
-def _load_stored() -> dict[str, dict[str, float]]:
+def _load_stored() -> dict[str, dict[str, Any]]:
     stored = read_json(ESTIMATES)  # None: none yet, unreadable or torn: estimate again
     return stored if isinstance(stored, dict) else {}
 

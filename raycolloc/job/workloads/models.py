@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -18,7 +19,7 @@ def timm_model(name: str, num_classes: int, resolution: int | None = None) -> nn
     """
     import timm
 
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
     cfg = timm.get_pretrained_cfg(name)
     if resolution and cfg is not None and cfg.fixed_input_size and tuple(cfg.input_size[1:]) != (resolution,) * 2:
         kwargs["img_size"] = resolution
@@ -57,6 +58,8 @@ def _mlp(sizes: Sequence[int], last_relu: bool) -> nn.Sequential:
 
 
 class DLRM(nn.Module):
+    _rows: torch.Tensor  # registered buffers (their type, which nn.Module's __getattr__ does not give)
+    _cols: torch.Tensor
     """A compact DLRM: embedding bags for the categorical features, a bottom MLP for the dense
     ones, pairwise dot-product interaction, and a top MLP that predicts the click logit.
 

@@ -63,7 +63,8 @@ def dlrm_criteo() -> WorkloadSpec:
 def tiny_cnn() -> WorkloadSpec:
     return WorkloadSpec(
         name="tiny_cnn", family="vision", dataset="cifar10", sample_shape=(3, 32, 32), num_classes=10,
-        dataset_size=1024, batch_size=32, size="tiny", model="tiny_cnn", build_model=partial(build_model, "TinyCNN", 10),
+        dataset_size=1024, batch_size=32, size="tiny", model="tiny_cnn",
+        build_model=partial(build_model, "TinyCNN", 10),
         description="3-layer CNN on CIFAR-10-shaped data (CPU demo)",
     )
 

@@ -97,17 +97,23 @@ class _Batches:
     """The user's batches, cycled, on the device."""
 
     def __init__(self, batches: Iterable[Batch] | Callable[[], Batch], device: torch.device) -> None:
-        self._source, self.device = batches, device
-        self._it: Iterator[Batch] | None = None if callable(batches) else iter(batches)
+        self.device = device
+        self._make: Callable[[], Batch] | None = None  # a function: called for every batch
+        self._batches: Iterable[Batch] = ()  # an iterable: cycled
+        self._it: Iterator[Batch] = iter(())
+        if callable(batches):
+            self._make = batches
+        else:
+            self._batches, self._it = batches, iter(batches)
 
     def next(self) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
-        if self._it is None:
-            batch = self._source()  # type: ignore[operator]
+        if self._make is not None:
+            batch = self._make()
         else:
             try:
                 batch = next(self._it)
             except StopIteration:
-                self._it = iter(self._source)  # type: ignore[arg-type]
+                self._it = iter(self._batches)
                 batch = next(self._it)
         inputs, target = batch
         inputs = inputs if isinstance(inputs, tuple | list) else (inputs,)
@@ -142,21 +148,22 @@ def build_user_run(spec: JobSpec, device: torch.device) -> UserRun:
         raise TypeError(f"{workload.entry} returned {type(job).__name__}; it must return a "
                         "raycolloc.job.workloads.user.UserJob")
     if job.step is not None:
-        fast = [k for k, off in (("compile", "off"), ("amp", "off"), ("channels_last", False)) if getattr(cfg, k) != off]
+        fast = [k for k, off in (("compile", "off"), ("amp", "off"), ("channels_last", False))
+                if getattr(cfg, k) != off]
         if fast:
             raise ValueError(f"trainer.{', trainer.'.join(fast)} cannot apply to {workload.entry}: it returns a whole "
                              "step function; return model, loss and batches instead to let raycolloc build the step")
         params = sum(p.numel() for p in job.model.parameters()) if job.model is not None else None
         return UserRun(step=job.step, compiled=False, params=params)
-    missing = [k for k in ("model", "loss", "batches") if getattr(job, k) is None]
-    if missing:
+    if job.model is None or job.loss is None or job.batches is None:
+        missing = [k for k in ("model", "loss", "batches") if getattr(job, k) is None]
         raise TypeError(f"{workload.entry} returned a UserJob without {', '.join(missing)}: give model, loss and "
                         "batches (optionally optimizer), or one step function")
-    model = job.model.to(ctx.device)  # type: ignore[union-attr]
+    model = job.model.to(ctx.device)
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)
     optimizer = job.optimizer or sgd(list(model.parameters()), ctx.lr or 0.1, ctx.device)
-    train = make_step(model, job.loss, optimizer, ctx.device, cfg, images=cfg.channels_last)  # type: ignore[arg-type]
-    batches = _Batches(job.batches, ctx.device)  # type: ignore[arg-type]
+    train = make_step(model, job.loss, optimizer, ctx.device, cfg, images=cfg.channels_last)
+    batches = _Batches(job.batches, ctx.device)
     return UserRun(step=lambda: train(*batches.next()), compiled=train.compiled,
                    params=sum(p.numel() for p in model.parameters()))

@@ -200,8 +200,9 @@ class NvmlBackend:
         row["power_w"] = _try(lambda: pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0)
         if pcie:
             # nvmlDeviceGetPcieThroughput reports KB/s over a 20 ms window.
-            row["pcie_tx_bytes_s"] = _try(lambda: pynvml.nvmlDeviceGetPcieThroughput(h, pynvml.NVML_PCIE_UTIL_TX_BYTES) * 1024.0)
-            row["pcie_rx_bytes_s"] = _try(lambda: pynvml.nvmlDeviceGetPcieThroughput(h, pynvml.NVML_PCIE_UTIL_RX_BYTES) * 1024.0)
+            throughput = pynvml.nvmlDeviceGetPcieThroughput
+            row["pcie_tx_bytes_s"] = _try(lambda: throughput(h, pynvml.NVML_PCIE_UTIL_TX_BYTES) * 1024.0)
+            row["pcie_rx_bytes_s"] = _try(lambda: throughput(h, pynvml.NVML_PCIE_UTIL_RX_BYTES) * 1024.0)
         row["sm_clock_mhz"] = _try(lambda: float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)))
         row["temperature_c"] = _try(lambda: float(pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)))
         return row

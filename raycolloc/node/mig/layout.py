@@ -59,7 +59,8 @@ class GiSpec:
 
 @dataclass(frozen=True)
 class Layout:
-    """An ordered list of requested GPU instances (model-independent; see :func:`~raycolloc.node.mig.placement.place_layout`)."""
+    """An ordered list of requested GPU instances (model-independent; see
+    :func:`~raycolloc.node.mig.placement.place_layout`)."""
 
     gpu_instances: tuple[GiSpec, ...] = ()
 
@@ -136,7 +137,8 @@ def _parse_item(item: Any) -> list[GiSpec]:
     if isinstance(item, Mapping):
         unknown = set(map(str, item)) - _DICT_KEYS
         if unknown or "gi" not in item:
-            raise LayoutError(f"a GPU-instance dict needs 'gi' and may have 'ci', 'count'; got keys {sorted(map(str, item))}")
+            raise LayoutError("a GPU-instance dict needs 'gi' and may have 'ci', 'count'; "
+                              f"got keys {sorted(map(str, item))}")
         gi, n = _parse_gi_name(item["gi"])
         count = item.get("count", 1)
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:

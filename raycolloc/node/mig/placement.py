@@ -133,17 +133,19 @@ class Placement:
             except ValueError as e:
                 raise LayoutError(f"instances on {m.name}: {e}") from e
             if not ci_list:
-                raise LayoutError(f"instances on {m.name}: GPU instance {gi.name} at slot {gi_start} has no compute instance")
+                raise LayoutError(f"instances on {m.name}: GPU instance {gi.name} at slot {gi_start} "
+                                  "has no compute instance")
             placed.append((gi, int(gi_start), sorted(ci_list, key=lambda cs: cs[1])))
         placed.sort(key=lambda t: t[1])
         desc = " + ".join(gi.name for gi, _, _ in placed) or "(empty)"
         _check_totals(m, [gi for gi, _, _ in placed], desc)
         _check_fixed(m.memory_slices, m.compute_slices, [(gi, s) for gi, s, _ in placed], desc, m.name)
         devices: list[PlacedDevice] = []
-        for gi_index, (gi, gi_start, cis) in enumerate(placed):
-            _check_cis(gi, [c for c, _ in cis], desc)
-            _check_fixed(gi.compute_slices, gi.compute_slices, cis, desc, f"{gi.name} at slot {gi_start}")
-            devices += [PlacedDevice(len(devices) + j, gi_index, gi, gi_start, ci, s) for j, (ci, s) in enumerate(cis)]
+        for gi_index, (gi, gi_start, gi_cis) in enumerate(placed):
+            _check_cis(gi, [c for c, _ in gi_cis], desc)
+            _check_fixed(gi.compute_slices, gi.compute_slices, gi_cis, desc, f"{gi.name} at slot {gi_start}")
+            devices += [PlacedDevice(len(devices) + j, gi_index, gi, gi_start, ci, s)
+                        for j, (ci, s) in enumerate(gi_cis)]
         return cls(m, tuple(devices))
 
 
@@ -151,7 +153,8 @@ def _check_fixed(mem_slots: int, compute: int, units: list[tuple[Any, int]], des
     """Validate placements read off a device: allowed starts and no overlap."""
     for prof, start in units:
         if start not in prof.placements:
-            raise LayoutError(f"{desc}: {prof.name} cannot start at slot {start} in {where}; it takes {_slots_text(prof)}")
+            raise LayoutError(f"{desc}: {prof.name} cannot start at slot {start} in {where}; "
+                              f"it takes {_slots_text(prof)}")
     if _search([(p, i) for i, (p, _) in enumerate(units)], mem_slots, compute, [s for _, s in units]) is None:
         raise LayoutError(f"{desc}: instances overlap in {where}")
 
@@ -345,7 +348,8 @@ def requested_placement(model: GpuModel, layout: Any, mix_layout: Any, job_profi
     spec = expand_short_names(model, _plain(spec))
     placement = place_layout(model, resolve_layout(model, spec, len(job_profiles)))
     if len(placement) != len(job_profiles):
-        raise LayoutError(f"MIG layout {placement} makes {len(placement)} MIG devices; the cell has {len(job_profiles)} jobs")
+        raise LayoutError(f"MIG layout {placement} makes {len(placement)} MIG devices; "
+                          f"the cell has {len(job_profiles)} jobs")
     return placement
 
 

@@ -147,7 +147,7 @@ class GiProfile:
             if isinstance(name, int) and not isinstance(name, bool):
                 if ci.nvml_index == name:
                     return ci
-            elif normalize_profile_name(name) in (ci.name, ci.full_name(self)):
+            elif normalize_profile_name(str(name)) in (ci.name, ci.full_name(self)):
                 return ci
         valid = ", ".join(ci.name for ci in self.ci_profiles)
         raise ValueError(f"GPU instance {self.name} has no compute-instance profile {name!r}; valid: {valid}")
@@ -191,7 +191,7 @@ class GpuModel:
             if isinstance(name, int) and not isinstance(name, bool):
                 if p.profile_id == name:
                     return p
-            elif p.name == normalize_profile_name(name):
+            elif p.name == normalize_profile_name(str(name)):
                 return p
         raise ValueError(
             f"{self.name} has no GPU-instance profile {name!r}; its profiles are: {', '.join(self.profile_names())}"

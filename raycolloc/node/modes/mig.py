@@ -2,10 +2,12 @@
 
 :class:`MigMode` reads MIG mode and the GPU's instances through the backend. If the existing
 layout has the requested shape it is used as is. Otherwise, when ``mig.allow_reconfigure`` allows it
-(``true``; ``null``, the default, allows it on simulated GPUs only) and the process may (root), it destroys the instances it found, creates the requested ones (GPU
+(``true``; ``null``, the default, allows it on simulated GPUs only) and the process may (root), it destroys the
+instances it found, creates the requested ones (GPU
 instances with placement, then their compute instances), and on release restores exactly what it
 found; the layout found is also recorded on disk (``<pipe_root>/<uuid>/mig-found.json``) until it
-is restored, so the steward restores it after a run that was killed (``raycolloc.node.leftovers``). It never toggles MIG mode:
+is restored, so the steward restores it after a run that was killed (``raycolloc.node.leftovers``). It never toggles
+MIG mode:
 with MIG disabled it refuses and names the command an administrator would run.
 """
 
@@ -103,7 +105,8 @@ class MigMode:
             raise ModeError(str(exc)) from None
         self.devices = devices
         return [Binding(job.index, self.gpu.uuid, {"CUDA_VISIBLE_DEVICES": dev.uuid}, mig_uuid=dev.uuid,
-                        mig_profile=profile) for job, dev, profile in zip(self.cell.jobs, devices, profiles, strict=True)]
+                        mig_profile=profile)
+                for job, dev, profile in zip(self.cell.jobs, devices, profiles, strict=True)]
 
     def _prepare(self) -> tuple[list[MigDevice], list[str]]:
         gpu, cfg = self.gpu, self.cell.config.mig
@@ -161,7 +164,7 @@ class MigMode:
             key = (want.gi.profile_id, want.ci.nvml_index)
             same = [d for d in available if (d.gi_profile_id, d.ci_profile_id) == key]
             exact = [d for d in same if (d.gi_start, d.ci_start) == (want.gi_start, want.ci_start)]
-            pick = (exact or same or [None])[0]
+            pick = next(iter(exact or same), None)
             if pick is None:
                 raise MigUnavailable(f"no MIG device {want.name} on GPU {self.gpu.index} after preparing [{placement}]")
             available.remove(pick)

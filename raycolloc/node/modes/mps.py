@@ -109,7 +109,8 @@ class MpsDaemon:
                 log.info("mps=started gpu=%s pid=%d pipe=%s", self.gpu_uuid, pid, self.pipe_dir)
                 return pid
             time.sleep(0.1)
-        raise MpsError(f"{self.control} for {self.gpu_uuid} did not come up within {timeout:.0f}s (log: {self.log_dir})")
+        raise MpsError(f"{self.control} for {self.gpu_uuid} did not come up within {timeout:.0f}s "
+                       f"(log: {self.log_dir})")
 
     def _running_pid(self) -> int | None:
         for daemon in find_control_daemons():
