@@ -29,6 +29,7 @@ demo: venv
 # (mypy over raycolloc, analysis and hydra_plugins); both configured in pyproject.toml. `.ci/run` runs it first.
 check: venv
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 
 # The whole CPU suite, the long (`slow`) tests included: what CI runs. Two pytest-xdist workers, each

@@ -46,12 +46,38 @@ __all__ = ["ExportError", "ExportResult", "export", "main"]
 
 log = logging.getLogger(__name__)
 
-_CELL_METRICS = ("agg_samples_per_s", "window_samples_per_s", "makespan_s", "overlap_s", "total_s", "sm_active_mean",
-                 "sm_active_max", "gpu_util_mean", "mem_used_max_mib", "energy_j", "power_mean_w", "measured_samples",
-                 "energy_per_sample_j", "total_energy_j", "pcie_rx_mean_bytes_s", "pcie_tx_mean_bytes_s",
-                 "lease_wait_s", "prepare_s", "setup_s", "teardown_s")
-_JOB_METRICS = ("epoch2_s", "epoch2_samples_per_s", "total_s", "samples", "peak_mem_allocated_mib",
-                "peak_device_mem_mib", "compile_s", "setup_s")
+_CELL_METRICS = (
+    "agg_samples_per_s",
+    "window_samples_per_s",
+    "makespan_s",
+    "overlap_s",
+    "total_s",
+    "sm_active_mean",
+    "sm_active_max",
+    "gpu_util_mean",
+    "mem_used_max_mib",
+    "energy_j",
+    "power_mean_w",
+    "measured_samples",
+    "energy_per_sample_j",
+    "total_energy_j",
+    "pcie_rx_mean_bytes_s",
+    "pcie_tx_mean_bytes_s",
+    "lease_wait_s",
+    "prepare_s",
+    "setup_s",
+    "teardown_s",
+)
+_JOB_METRICS = (
+    "epoch2_s",
+    "epoch2_samples_per_s",
+    "total_s",
+    "samples",
+    "peak_mem_allocated_mib",
+    "peak_device_mem_mib",
+    "compile_s",
+    "setup_s",
+)
 _SERIES = ("sm_active", "gpu_util", "mem_used_mib", "power_w", "pcie_rx_bytes_s", "pcie_tx_bytes_s")
 _PROCESS_SERIES = ("proc_gpu_mem_mib", "proc_cpu_percent")
 _PARAM_MAX = 500  # MLflow's smallest param value limit across versions
@@ -98,14 +124,18 @@ def _client(tracking_uri: str) -> Any:
     # Checked here, not left to MLflow: without SQLAlchemy it knows no database scheme at all and
     # answers with an UnsupportedModelRegistryStoreURIException that names neither module.
     if scheme in DATABASE_ENGINES and (missing := _missing(_DB_MODULES)):
-        raise ExportError(f"--tracking-uri {tracking_uri} is MLflow's database store, which needs "
-                          f"{' and '.join(missing)} (mlflow-skinny comes without them); {_INSTALL} "
-                          f"(or pip install {' '.join(_DB_MODULES)})")
+        raise ExportError(
+            f"--tracking-uri {tracking_uri} is MLflow's database store, which needs "
+            f"{' and '.join(missing)} (mlflow-skinny comes without them); {_INSTALL} "
+            f"(or pip install {' '.join(_DB_MODULES)})"
+        )
     try:
         return MlflowClient(tracking_uri=tracking_uri)
     except ImportError as exc:  # a database's driver (psycopg, pymysql, ...): MLflow imports it here
-        raise ExportError(f"--tracking-uri {tracking_uri} needs the database driver {exc.name}, which is not "
-                          f"installed; pip install {exc.name}") from None
+        raise ExportError(
+            f"--tracking-uri {tracking_uri} needs the database driver {exc.name}, which is not "
+            f"installed; pip install {exc.name}"
+        ) from None
     except MlflowException as exc:  # a scheme MLflow has no store for
         raise ExportError(f"--tracking-uri {tracking_uri}: {exc.message.strip()}") from None
 
@@ -124,8 +154,9 @@ def _metrics(values: dict[str, Any], when_ms: int) -> list[Any]:
     return [Metric(key, number, when_ms, 0) for key, v in values.items() if (number := _number(v)) is not None]
 
 
-def _log(client: Any, run_id: str, metrics: Sequence[Any] = (), params: Sequence[Any] = (),
-         tags: Sequence[Any] = ()) -> None:
+def _log(
+    client: Any, run_id: str, metrics: Sequence[Any] = (), params: Sequence[Any] = (), tags: Sequence[Any] = ()
+) -> None:
     """``log_batch`` within MLflow's limits (1000 metrics, 100 params, 100 tags per call)."""
     metrics, params, tags = list(metrics), list(params), list(tags)
     while metrics or params or tags:
@@ -142,20 +173,29 @@ def _series(data: SweepData, cell: pd.Series) -> list[Any]:
     tel = data.telemetry[key].sort_values("ts")
     out = []
     for scope, rows in tel.groupby("scope"):
-        groups = (rows.groupby("gi_id") if scope == "mig" else rows.groupby("job_index") if scope == "process"
-                  else [("", rows)])
+        groups = (
+            rows.groupby("gi_id")
+            if scope == "mig"
+            else rows.groupby("job_index")
+            if scope == "process"
+            else [("", rows)]
+        )
         names = _PROCESS_SERIES if scope == "process" else _SERIES
         for ident, part in groups:
             prefix = f"mig{int(ident)}" if scope == "mig" else f"job{int(ident)}" if scope == "process" else str(scope)
             for step, (_, row) in enumerate(part.iterrows()):
-                out += [Metric(f"{prefix}.{name}", number, int(row["ts"] * 1000), step) for name in names
-                        if name in row and (number := _number(row[name])) is not None]
+                out += [
+                    Metric(f"{prefix}.{name}", number, int(row["ts"] * 1000), step)
+                    for name in names
+                    if name in row and (number := _number(row[name])) is not None
+                ]
     key = (data.epochs["sweep"] == cell["sweep"]) & (data.epochs["cell_id"] == cell["cell_id"])
     for _, e in data.epochs[key].iterrows():
         when = int(e["end_ts"] * 1000)
-        out += [Metric(f"job{int(e['job_index'])}.epoch_s", float(e["wall_s"]), when, int(e["epoch"])),
-                Metric(f"job{int(e['job_index'])}.epoch_samples_per_s", float(e["samples_per_s"]), when,
-                       int(e["epoch"]))]
+        out += [
+            Metric(f"job{int(e['job_index'])}.epoch_s", float(e["wall_s"]), when, int(e["epoch"])),
+            Metric(f"job{int(e['job_index'])}.epoch_samples_per_s", float(e["samples_per_s"]), when, int(e["epoch"])),
+        ]
     return out
 
 
@@ -166,8 +206,13 @@ def _summary(data: SweepData, cell: pd.Series, ratios: pd.DataFrame, mixed: pd.D
         values[column] = match[column].iloc[0] if not match.empty else None
     rows = mixed[(mixed["sweep"] == cell["sweep"]) & (mixed["cell_id"] == cell["cell_id"])]
     if not rows.empty:
-        for column in ("cell_total_s", "serial_s", "change_vs_sequential_pct", "serial_energy_j",
-                       "energy_vs_sequential"):
+        for column in (
+            "cell_total_s",
+            "serial_s",
+            "change_vs_sequential_pct",
+            "serial_energy_j",
+            "energy_vs_sequential",
+        ):
             values[column] = rows[column].iloc[0]
     jobs = data.jobs[(data.jobs["sweep"] == cell["sweep"]) & (data.jobs["cell_id"] == cell["cell_id"])]
     for _, job in jobs.iterrows():
@@ -180,9 +225,16 @@ def _summary(data: SweepData, cell: pd.Series, ratios: pd.DataFrame, mixed: pd.D
 def _params(cell: pd.Series) -> list[Any]:
     from mlflow.entities import Param
 
-    flat = {"workload": cell["workload"], "mode": cell["mode"], "degree": cell["degree"], "mix": cell.get("mix"),
-            "gpu_name": cell.get("gpu_name"), "backend": cell.get("backend"), "repeat": cell.get("repeat"),
-            "telemetry_source": cell.get("telemetry_source")}
+    flat = {
+        "workload": cell["workload"],
+        "mode": cell["mode"],
+        "degree": cell["degree"],
+        "mix": cell.get("mix"),
+        "gpu_name": cell.get("gpu_name"),
+        "backend": cell.get("backend"),
+        "repeat": cell.get("repeat"),
+        "telemetry_source": cell.get("telemetry_source"),
+    }
     flat.update({f"config.{k}": v for k, v in flatten(parse_json(cell.get("config_json"))).items()})
     return [Param(k[:250], str(v)[:_PARAM_MAX]) for k, v in flat.items() if v is not None and not pd.isna(v)]
 
@@ -191,11 +243,17 @@ def _tags(cell: pd.Series, sweep_dir: str, parent: str | None) -> list[Any]:
     from mlflow.entities import RunTag
 
     env = parse_json(cell.get("env_json"))
-    tags = {"raycolloc.sweep": cell["sweep"], "raycolloc.sweep_dir": sweep_dir, "raycolloc.cell_id": cell["cell_id"],
-            "raycolloc.result": cell.get("cell_dir") or "", "raycolloc.config_hash": cell.get("config_hash") or "",
-            "raycolloc.status": cell["status"], "raycolloc.version": str(env.get("raycolloc")),
-            "raycolloc.commit": str(env.get("raycolloc_commit")),
-            "mlflow.runName": str(cell.get("label") or cell["cell_id"])}
+    tags = {
+        "raycolloc.sweep": cell["sweep"],
+        "raycolloc.sweep_dir": sweep_dir,
+        "raycolloc.cell_id": cell["cell_id"],
+        "raycolloc.result": cell.get("cell_dir") or "",
+        "raycolloc.config_hash": cell.get("config_hash") or "",
+        "raycolloc.status": cell["status"],
+        "raycolloc.version": str(env.get("raycolloc")),
+        "raycolloc.commit": str(env.get("raycolloc_commit")),
+        "mlflow.runName": str(cell.get("label") or cell["cell_id"]),
+    }
     if parent:
         tags["mlflow.parentRunId"] = parent
     if cell["status"] != "ok" and isinstance(cell.get("reason"), str):
@@ -218,8 +276,11 @@ def _parent(client: Any, experiment_id: str, sweep_dir: Path, data: SweepData, r
     if run_id is None:
         run = client.create_run(experiment_id, run_name=f"sweep {data.sweeps[0]}", start_time=int(time.time() * 1000))
         run_id = run.info.run_id
-        _log(client, run_id, tags=[RunTag("raycolloc.sweep_dir", key + "#sweep"),
-                                   RunTag("raycolloc.sweep", data.sweeps[0])])
+        _log(
+            client,
+            run_id,
+            tags=[RunTag("raycolloc.sweep_dir", key + "#sweep"), RunTag("raycolloc.sweep", data.sweeps[0])],
+        )
         client.set_terminated(run_id)
     if report:
         with tempfile.TemporaryDirectory(prefix="raycolloc-report-") as tmp:
@@ -228,8 +289,9 @@ def _parent(client: Any, experiment_id: str, sweep_dir: Path, data: SweepData, r
     return run_id
 
 
-def export(sweep_dirs: Iterable[str | Path], tracking_uri: str, experiment: str = "raycolloc",
-           report: bool = True) -> ExportResult:
+def export(
+    sweep_dirs: Iterable[str | Path], tracking_uri: str, experiment: str = "raycolloc", report: bool = True
+) -> ExportResult:
     """Log every cell of each sweep as an MLflow run (see the module docstring).
 
     Raises:
@@ -254,15 +316,23 @@ def export(sweep_dirs: Iterable[str | Path], tracking_uri: str, experiment: str 
             run_id = run.info.run_id
             from mlflow.entities import RunTag
 
-            _log(client, run_id, params=_params(cell),
-                 tags=[*_tags(cell, str(sweep_dir.resolve()), parent), RunTag("raycolloc.export_key", ident)],
-                 metrics=_metrics(_summary(data, cell, ratios, mixed), start) + _series(data, cell))
+            _log(
+                client,
+                run_id,
+                params=_params(cell),
+                tags=[*_tags(cell, str(sweep_dir.resolve()), parent), RunTag("raycolloc.export_key", ident)],
+                metrics=_metrics(_summary(data, cell, ratios, mixed), start) + _series(data, cell),
+            )
             end = cell.get("finished_at")
-            client.set_terminated(run_id, status="FINISHED" if cell["status"] == "ok" else "FAILED",
-                                  end_time=int(end * 1000) if _number(end) is not None else None)
+            client.set_terminated(
+                run_id,
+                status="FINISHED" if cell["status"] == "ok" else "FAILED",
+                end_time=int(end * 1000) if _number(end) is not None else None,
+            )
             result.runs[cell["cell_id"]] = run_id
-        log.info("sweep=%s experiment=%s runs=%d skipped=%d", sweep_dir, experiment, len(result.runs),
-                 len(result.skipped))
+        log.info(
+            "sweep=%s experiment=%s runs=%d skipped=%d", sweep_dir, experiment, len(result.runs), len(result.skipped)
+        )
     return result
 
 
@@ -270,8 +340,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit status."""
     parser = argparse.ArgumentParser(prog="python -m analysis.export_mlflow", description=__doc__.splitlines()[0])
     parser.add_argument("sweeps", nargs="+", metavar="SWEEP_DIR", help="sweep directories to export")
-    parser.add_argument("--tracking-uri", required=True, metavar="URI",
-                        help="MLflow tracking URI: http(s)://server, sqlite:///mlflow.db, file:///path/mlruns")
+    parser.add_argument(
+        "--tracking-uri",
+        required=True,
+        metavar="URI",
+        help="MLflow tracking URI: http(s)://server, sqlite:///mlflow.db, file:///path/mlruns",
+    )
     parser.add_argument("--experiment", default="raycolloc", help="MLflow experiment name (default: raycolloc)")
     parser.add_argument("--no-report", action="store_true", help="do not attach report.html to the sweep's run")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -285,8 +359,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SweepDirError as exc:  # a bad argument: exit 2, as the report does
         print(exc, file=sys.stderr)
         return 2
-    print(f"experiment {args.experiment} ({result.experiment_id}) at {args.tracking_uri}: {len(result.runs)} runs "
-          f"logged, {len(result.skipped)} already there; sweep runs: {', '.join(result.parents.values())}")
+    print(
+        f"experiment {args.experiment} ({result.experiment_id}) at {args.tracking_uri}: {len(result.runs)} runs "
+        f"logged, {len(result.skipped)} already there; sweep runs: {', '.join(result.parents.values())}"
+    )
     return 0
 
 

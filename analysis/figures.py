@@ -88,8 +88,16 @@ class _Writer:
         self.written.append(path)
 
 
-def _bars(ax: plt.Axes, frame: pd.DataFrame, value: str, ylabel: str, *, low: str | None = None,
-          high: str | None = None, marker: str | None = None) -> None:
+def _bars(
+    ax: plt.Axes,
+    frame: pd.DataFrame,
+    value: str,
+    ylabel: str,
+    *,
+    low: str | None = None,
+    high: str | None = None,
+    marker: str | None = None,
+) -> None:
     """Bars of ``value`` grouped by degree, one per series; failed cells are labelled with their status."""
     frame = frame.assign(series=_series(frame))
     degrees = sorted(frame["degree"].dropna().unique())
@@ -98,15 +106,24 @@ def _bars(ax: plt.Axes, frame: pd.DataFrame, value: str, ylabel: str, *, low: st
     x = np.arange(len(degrees))
     top = np.nanmax(frame[[c for c in (value, high, marker) if c]].to_numpy(dtype=float), initial=0.0)
     for i, name in enumerate(series):
-        rows = frame[frame["series"] == name].groupby("degree").agg(
-            value=(value, "median"), low=(low or value, "min"), high=(high or value, "max"),
-            marker=(marker or value, "median"), status=("status", lambda s: "ok" if (s == "ok").any() else s.iloc[0]))
+        rows = (
+            frame[frame["series"] == name]
+            .groupby("degree")
+            .agg(
+                value=(value, "median"),
+                low=(low or value, "min"),
+                high=(high or value, "max"),
+                marker=(marker or value, "median"),
+                status=("status", lambda s: "ok" if (s == "ok").any() else s.iloc[0]),
+            )
+        )
         rows = rows.reindex(degrees)
         pos = x - 0.4 + width * (i + 0.5)
         yerr = None
         if low or high or frame.groupby(["series", "degree"]).size().max() > 1:  # repeats: their min-max
-            yerr = np.vstack([(rows["value"] - rows["low"]).clip(lower=0),
-                              (rows["high"] - rows["value"]).clip(lower=0)])
+            yerr = np.vstack(
+                [(rows["value"] - rows["low"]).clip(lower=0), (rows["high"] - rows["value"]).clip(lower=0)]
+            )
         ax.bar(pos, rows["value"], width, yerr=yerr, capsize=3, label=name, color=f"C{i}")
         if marker:
             ax.plot(pos, rows["marker"], "v", color="black", markersize=5, label="max" if i == 0 else None)
@@ -127,16 +144,30 @@ def _bar_figures(w: _Writer, data: SweepData) -> None:
     metrics = metrics[metrics["mix"].isna()]
     jobs = epoch2_table(data.cells, data.jobs)
     jobs = jobs[jobs["mix"].isna()]
-    per_cell = (jobs.groupby(["sweep", "cell_id"]).agg(e2_mean=("epoch2_s", "mean"), e2_min=("epoch2_s", "min"),
-                                                      e2_max=("epoch2_s", "max")).reset_index())
+    per_cell = (
+        jobs.groupby(["sweep", "cell_id"])
+        .agg(e2_mean=("epoch2_s", "mean"), e2_min=("epoch2_s", "min"), e2_max=("epoch2_s", "max"))
+        .reset_index()
+    )
     metrics = metrics.merge(per_cell, on=["sweep", "cell_id"], how="left").merge(
-        cell_settings(data.jobs), on=["sweep", "cell_id"], how="left")
+        cell_settings(data.jobs), on=["sweep", "cell_id"], how="left"
+    )
     metrics["mem_used_max_gib"] = metrics["mem_used_max_mib"] / 1024.0
     specs = [
-        ("fig2_epoch2_time", "e2_mean", "epoch-2 time per job (s)", "Epoch-2 time per job (mean, min-max)",
-         {"low": "e2_min", "high": "e2_max"}),
-        ("fig3_sm_activity", "sm_active_mean", "SM activity (%)", "SM activity (mean; ▼ max)",
-         {"marker": "sm_active_max"}),
+        (
+            "fig2_epoch2_time",
+            "e2_mean",
+            "epoch-2 time per job (s)",
+            "Epoch-2 time per job (mean, min-max)",
+            {"low": "e2_min", "high": "e2_max"},
+        ),
+        (
+            "fig3_sm_activity",
+            "sm_active_mean",
+            "SM activity (%)",
+            "SM activity (mean; ▼ max)",
+            {"marker": "sm_active_max"},
+        ),
         ("fig4_memory", "mem_used_max_gib", "GPU memory used (GiB)", "Memory footprint (max)", {}),
         ("fig6_energy", "energy_per_job_epoch_j", "energy per job-epoch (J)", "Energy per measured epoch", {}),
     ]
@@ -147,8 +178,11 @@ def _bar_figures(w: _Writer, data: SweepData) -> None:
     for workload, frame in metrics.groupby("workload", sort=True):
         for name, value, ylabel, title, extra in specs:
             if frame[value].notna().sum() == 0:
-                w.skip(f"{name}_{_slug(workload)}", f"no {value} in any cell of {workload} "
-                       f"(telemetry sources: {', '.join(sorted(frame['telemetry_source'].dropna().unique())) or '-'})")
+                w.skip(
+                    f"{name}_{_slug(workload)}",
+                    f"no {value} in any cell of {workload} "
+                    f"(telemetry sources: {', '.join(sorted(frame['telemetry_source'].dropna().unique())) or '-'})",
+                )
                 continue
             fig, ax = plt.subplots(figsize=(6.4, 4.0))
             _bars(ax, frame, value, ylabel, **extra)
@@ -172,28 +206,33 @@ def _first_runs(cells: pd.DataFrame) -> pd.DataFrame:
 
 def _timeline_figures(w: _Writer, data: SweepData) -> None:
     uniform = _first_runs(data.cells[data.cells["mix"].isna()])
-    specs = [("fig5_pcie_rx", "pcie_rx_bytes_s", 1e-6, "PCIe rx (MB/s)", "PCIe rx over time"),
-             ("fig7_power", "power_w", 1.0, "power (W)", "Power over time")]
+    specs = [
+        ("fig5_pcie_rx", "pcie_rx_bytes_s", 1e-6, "PCIe rx (MB/s)", "PCIe rx over time"),
+        ("fig7_power", "power_w", 1.0, "power (W)", "Power over time"),
+    ]
     for name, column, scale, ylabel, title in specs:
         tel = _relative(data, uniform, "gpu", column) if not uniform.empty else pd.DataFrame()
         if tel.empty:
             w.skip(name, f"no GPU-scope {column} telemetry in the uniform cells")
             continue
-        tel = tel.merge(uniform[["sweep", "cell_id", "workload", "mode", "degree", "gpu_name"]],
-                        on=["sweep", "cell_id"], how="inner").merge(cell_settings(data.jobs), on=["sweep", "cell_id"],
-                                                                    how="left")
+        tel = tel.merge(
+            uniform[["sweep", "cell_id", "workload", "mode", "degree", "gpu_name"]],
+            on=["sweep", "cell_id"],
+            how="inner",
+        ).merge(cell_settings(data.jobs), on=["sweep", "cell_id"], how="left")
         for workload, frame in tel.groupby("workload", sort=True):
             degrees = sorted(frame["degree"].unique())
             # At most three panels a row (two for the paper's four degrees): each panel keeps ~450 px or more.
             ncols = 2 if len(degrees) == 4 else min(len(degrees), 3)
             nrows = math.ceil(len(degrees) / ncols)
-            fig, axes = plt.subplots(nrows, ncols, figsize=(_WIDE_IN, 0.8 + 3.4 * nrows), squeeze=False,
-                                     sharey=True)
-            for ax in axes.flat[len(degrees):]:
+            fig, axes = plt.subplots(nrows, ncols, figsize=(_WIDE_IN, 0.8 + 3.4 * nrows), squeeze=False, sharey=True)
+            for ax in axes.flat[len(degrees) :]:
                 ax.set_visible(False)
             frame = frame.assign(series=_series(frame))
-            colours = {s: f"C{i}" for i, s in enumerate(sorted(frame["series"].unique(),
-                                                               key=lambda s: _mode_key(s.split(" ")[0])))}
+            colours = {
+                s: f"C{i}"
+                for i, s in enumerate(sorted(frame["series"].unique(), key=lambda s: _mode_key(s.split(" ")[0])))
+            }
             for ax, degree in zip(axes.flat, degrees, strict=False):
                 sub = frame[frame["degree"] == degree]
                 for (series, _cell), cell in sub.groupby(["series", "cell_id"]):
@@ -216,13 +255,23 @@ def _timeline_figures(w: _Writer, data: SweepData) -> None:
 def _ratio_figures(w: _Writer, data: SweepData) -> None:
     """Gain against the solo run (Fig. 1) and energy per sample (Fig. 10), one bar per mode and degree."""
     runs = gain_cells(data.cells, data.jobs)
-    specs = [("fig1_gain", "gain_vs_solo", "gain vs solo (x)", "Throughput gain vs the same settings alone", 1.0),
-             ("fig10_energy_per_sample", "energy_per_sample_j", "energy per sample (J)",
-              "Energy per sample (measured window)", None)]
+    specs = [
+        ("fig1_gain", "gain_vs_solo", "gain vs solo (x)", "Throughput gain vs the same settings alone", 1.0),
+        (
+            "fig10_energy_per_sample",
+            "energy_per_sample_j",
+            "energy per sample (J)",
+            "Energy per sample (measured window)",
+            None,
+        ),
+    ]
     for name, value, ylabel, title, line in specs:
         if runs.empty or runs[value].notna().sum() == 0:
-            w.skip(name, f"no {value} in any uniform cell" + (" (no energy counter or power samples)"
-                                                             if value.startswith("energy") else ""))
+            w.skip(
+                name,
+                f"no {value} in any uniform cell"
+                + (" (no energy counter or power samples)" if value.startswith("energy") else ""),
+            )
             continue
         for workload, frame in runs.groupby("workload", sort=True):
             if frame[value].notna().sum() == 0:
@@ -242,13 +291,15 @@ def _mixed_total_figure(w: _Writer, data: SweepData) -> None:
         w.skip("fig8_mixed_total", "no mixed cells (cells.mix is null everywhere)")
         return
     mixes = sorted(table["mix"].unique())
-    fig, axes = plt.subplots(1, len(mixes), figsize=(max(6.4, 1.6 * table["mode"].nunique() + 2) * len(mixes), 4.2),
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(mixes), figsize=(max(6.4, 1.6 * table["mode"].nunique() + 2) * len(mixes), 4.2), squeeze=False
+    )
     for ax, mix in zip(axes[0], mixes, strict=True):
         sub = table[table["mix"] == mix].drop_duplicates("mode")
         x = np.arange(len(sub))
-        err = np.vstack([(sub["total_s"] - sub["total_s_min"]).clip(lower=0),
-                         (sub["total_s_max"] - sub["total_s"]).clip(lower=0)])
+        err = np.vstack(
+            [(sub["total_s"] - sub["total_s_min"]).clip(lower=0), (sub["total_s_max"] - sub["total_s"]).clip(lower=0)]
+        )
         ax.bar(x - 0.2, sub["total_s"], 0.4, yerr=err, capsize=3, label="collocated", color="C0")
         ax.bar(x + 0.2, sub["sequential_s"], 0.4, label="sequential (solo runs)", color="C7", hatch="//")
         for xi, (_, row) in zip(x, sub.iterrows(), strict=True):
@@ -258,16 +309,18 @@ def _mixed_total_figure(w: _Writer, data: SweepData) -> None:
                 ax.text(xi + 0.2, 0, "no solo", rotation=90, ha="center", va="bottom", color="grey", fontsize=8)
             elif pd.notna(row["change_vs_sequential_pct"]):
                 top = max(row["total_s_max"] if pd.notna(row["total_s_max"]) else 0, row["sequential_s"])
-                ax.text(xi, top * 1.02, f"{row['change_vs_sequential_pct']:+.0f}%", ha="center", va="bottom",
-                        fontsize=8)
+                ax.text(
+                    xi, top * 1.02, f"{row['change_vs_sequential_pct']:+.0f}%", ha="center", va="bottom", fontsize=8
+                )
         ax.set_xticks(x, list(sub["mode"]))
         ax.set_xlim(-0.6, len(sub) - 0.4)
         ax.set_title(f"{mix}")
         ax.set_ylabel("total time (s)")
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=8, loc="best")
-    fig.suptitle("Mixed workloads: total time collocated vs sequential\n(median, min-max bars; change in %)",
-                 fontsize=10)
+    fig.suptitle(
+        "Mixed workloads: total time collocated vs sequential\n(median, min-max bars; change in %)", fontsize=10
+    )
     w.save(fig, "fig8_mixed_total")
 
 
@@ -310,7 +363,12 @@ def _mixed_timeline_figures(w: _Writer, data: SweepData) -> None:
 
 
 _FIGURES: tuple[Callable[[_Writer, SweepData], None], ...] = (
-    _ratio_figures, _bar_figures, _timeline_figures, _mixed_total_figure, _mixed_timeline_figures)
+    _ratio_figures,
+    _bar_figures,
+    _timeline_figures,
+    _mixed_total_figure,
+    _mixed_timeline_figures,
+)
 
 
 def make_figures(data: SweepData, out_dir: str | Path, skipped: list[str] | None = None) -> list[Path]:

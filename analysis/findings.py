@@ -49,8 +49,14 @@ def _judge(outcomes: list[bool | None]) -> str:
 def _side(median: float, low: float | None, high: float | None, threshold: float, above: bool) -> bool | None:
     """Whether ``median`` is on the wanted side of ``threshold`` (``above`` or below it); None when
     several runs' min..max spread reaches across it."""
-    if low is not None and high is not None and pd.notna(low) and pd.notna(high) and low <= threshold <= high \
-            and high - low > 1e-12:
+    if (
+        low is not None
+        and high is not None
+        and pd.notna(low)
+        and pd.notna(high)
+        and low <= threshold <= high
+        and high - low > 1e-12
+    ):
         return None
     return bool(median >= threshold) if above else bool(median < threshold)
 
@@ -81,10 +87,28 @@ def best_configs(gain: pd.DataFrame) -> pd.DataFrame:
     if ok.empty:
         return gain.iloc[0:0]
     best = ok.loc[ok.groupby(["workload", "gpu_name"], dropna=False)["agg_samples_per_s"].idxmax()]
-    cols = ["workload", "gpu_name", "mode", "degree", "settings", "n_ok", "agg_samples_per_s", "agg_samples_per_s_min",
-            "agg_samples_per_s_max", "gain_vs_solo", "gain_vs_solo_min", "gain_vs_solo_max", "gain_vs_best_solo",
-            "gain_vs_best_solo_min", "gain_vs_best_solo_max", "best_solo", "gain_uncertain", "energy_vs_solo",
-            "energy_vs_solo_min", "energy_vs_solo_max"]
+    cols = [
+        "workload",
+        "gpu_name",
+        "mode",
+        "degree",
+        "settings",
+        "n_ok",
+        "agg_samples_per_s",
+        "agg_samples_per_s_min",
+        "agg_samples_per_s_max",
+        "gain_vs_solo",
+        "gain_vs_solo_min",
+        "gain_vs_solo_max",
+        "gain_vs_best_solo",
+        "gain_vs_best_solo_min",
+        "gain_vs_best_solo_max",
+        "best_solo",
+        "gain_uncertain",
+        "energy_vs_solo",
+        "energy_vs_solo_min",
+        "energy_vs_solo_max",
+    ]
     return best[cols].reset_index(drop=True)
 
 
@@ -93,8 +117,11 @@ def _best_collocated(gain: pd.DataFrame, sizes: tuple[str, ...]) -> tuple[pd.Dat
     workloads of those sizes without one."""
     of_size = gain[gain["workload"].map(workload_size).isin(sizes)]
     collocated = of_size[(of_size["degree"] > 1) & (of_size["status"] == "ok") & of_size["gain_vs_best_solo"].notna()]
-    best = (collocated.loc[collocated.groupby(["workload", "gpu_name"])["gain_vs_best_solo"].idxmax()]
-            if not collocated.empty else collocated)
+    best = (
+        collocated.loc[collocated.groupby(["workload", "gpu_name"])["gain_vs_best_solo"].idxmax()]
+        if not collocated.empty
+        else collocated
+    )
     lacking = sorted(set(of_size["workload"]) - set(best["workload"]))
     return best, lacking
 
@@ -102,20 +129,31 @@ def _best_collocated(gain: pd.DataFrame, sizes: tuple[str, ...]) -> tuple[pd.Dat
 def _describe(row: pd.Series) -> str:
     low, high = row.get("gain_vs_best_solo_min"), row.get("gain_vs_best_solo_max")
     flag = " (runs reach across 1.0)" if pd.notna(low) and pd.notna(high) and low <= 1.0 <= high and high > low else ""
-    return (f"{row['workload']}: {_x(row['gain_vs_best_solo'], low, high)}"
-            f" of its best solo at {row['mode']} x{int(row['degree'])}{flag}")
+    return (
+        f"{row['workload']}: {_x(row['gain_vs_best_solo'], low, high)}"
+        f" of its best solo at {row['mode']} x{int(row['degree'])}{flag}"
+    )
 
 
 def _small_models(gain: pd.DataFrame) -> Verdict:
     claim = "Small and medium models gain greatly from collocation"
     best, lacking = _best_collocated(gain, ("S", "M", "tiny"))
     if best.empty:
-        missing = (f"no ok collocated (degree > 1) cell of {', '.join(lacking)}" if lacking
-                   else "no small or medium workload (S: resnet26_cifar10; M: resnet50_imagenet64, "
-                        "efficientnetv2s_imagenet64; tiny CPU presets count as small)")
+        missing = (
+            f"no ok collocated (degree > 1) cell of {', '.join(lacking)}"
+            if lacking
+            else "no small or medium workload (S: resnet26_cifar10; M: resnet50_imagenet64, "
+            "efficientnetv2s_imagenet64; tiny CPU presets count as small)"
+        )
         return Verdict(claim, "not enough data", missing)
-    verdict = _judge([_side(r["gain_vs_best_solo"], r["gain_vs_best_solo_min"], r["gain_vs_best_solo_max"], GREAT_GAIN,
-                            above=True) for _, r in best.iterrows()])
+    verdict = _judge(
+        [
+            _side(
+                r["gain_vs_best_solo"], r["gain_vs_best_solo_min"], r["gain_vs_best_solo_max"], GREAT_GAIN, above=True
+            )
+            for _, r in best.iterrows()
+        ]
+    )
     evidence = "; ".join(_describe(r) for _, r in best.iterrows())
     evidence += f". Threshold: best collocation >= {GREAT_GAIN}x the workload's best solo."
     if lacking:
@@ -127,8 +165,12 @@ def _large_models(gain: pd.DataFrame) -> Verdict:
     claim = "Large models gain little from collocation or do not fit"
     large = gain[gain["workload"].map(workload_size).isin(("L", "XL")) & (gain["degree"] > 1)]
     if large.empty:
-        return Verdict(claim, "not enough data", "no collocated (degree > 1) cell of a large workload "
-                       "(L: resnet152_imagenet, cait_xxs24_imagenet; XL: dlrm_criteo)")
+        return Verdict(
+            claim,
+            "not enough data",
+            "no collocated (degree > 1) cell of a large workload "
+            "(L: resnet152_imagenet, cait_xxs24_imagenet; XL: dlrm_criteo)",
+        )
     parts: list[str] = []
     holds: list[bool | None] = []
     for workload, rows in large.groupby("workload"):
@@ -136,17 +178,24 @@ def _large_models(gain: pd.DataFrame) -> Verdict:
         unfit = rows[rows["status"].str.contains("oom|unfit", regex=True)]
         if not ok.empty:
             top = ok.loc[ok["gain_vs_best_solo"].idxmax()]
-            holds.append(_side(top["gain_vs_best_solo"], top["gain_vs_best_solo_min"], top["gain_vs_best_solo_max"],
-                               LITTLE_GAIN, above=False))
+            holds.append(
+                _side(
+                    top["gain_vs_best_solo"],
+                    top["gain_vs_best_solo_min"],
+                    top["gain_vs_best_solo_max"],
+                    LITTLE_GAIN,
+                    above=False,
+                )
+            )
             parts.append(_describe(top))
         if not unfit.empty:
             holds.append(True)
-            cells = ', '.join(f'{m} x{int(d)}' for m, d in zip(unfit['mode'], unfit['degree'], strict=True))
-            parts.append(f"{workload}: {cells} "
-                         f"did not fit ({'/'.join(sorted(set(unfit['status'])))})")
+            cells = ", ".join(f"{m} x{int(d)}" for m, d in zip(unfit["mode"], unfit["degree"], strict=True))
+            parts.append(f"{workload}: {cells} did not fit ({'/'.join(sorted(set(unfit['status'])))})")
     if not holds:
-        return Verdict(claim, "not enough data",
-                       "large workloads' collocated cells neither finished nor ran out of memory")
+        return Verdict(
+            claim, "not enough data", "large workloads' collocated cells neither finished nor ran out of memory"
+        )
     verdict = _judge(holds)
     return Verdict(claim, verdict, "; ".join(parts) + f". Threshold: below {LITTLE_GAIN}x the best solo.")
 
@@ -159,12 +208,17 @@ def _memory(gain: pd.DataFrame, mixed: pd.DataFrame) -> Verdict:
     for _, row in ok[ok["degree"] > 1].iterrows():
         ref = solo.get((row["workload"], row["gpu_name"], row["mode"], row["settings"]))
         if ref is not None and ref > 0:
-            ratios.append((f"{row['workload']} {row['mode']} x{int(row['degree'])}",
-                           row["mem_used_max_mib"] / (ref * row["degree"])))
+            ratios.append(
+                (
+                    f"{row['workload']} {row['mode']} x{int(row['degree'])}",
+                    row["mem_used_max_mib"] / (ref * row["degree"]),
+                )
+            )
     ok_mixed = mixed[(mixed["status"] == "ok") & mixed["mem_used_max_mib"].notna()]
     for (mix, mode, _), rows in ok_mixed.groupby(["mix", "mode", "repeat_group"]):
         per_cell = rows.groupby(["sweep", "cell_id"]).agg(
-            mem=("mem_used_max_mib", "first"), solos=("solo_mem_used_max_mib", lambda s: s.sum(min_count=len(s))))
+            mem=("mem_used_max_mib", "first"), solos=("solo_mem_used_max_mib", lambda s: s.sum(min_count=len(s)))
+        )
         ratio = (per_cell["mem"] / per_cell["solos"]).median()
         if pd.notna(ratio):
             ratios.append((f"mix {mix} {mode}", ratio))
@@ -174,10 +228,12 @@ def _memory(gain: pd.DataFrame, mixed: pd.DataFrame) -> Verdict:
     near = (values - 1.0).abs() <= MEMORY_TOLERANCE
     verdict = _judge([bool(n) for n in near])
     worst = sorted(ratios, key=lambda p: abs(p[1] - 1.0), reverse=True)[:3]
-    evidence = (f"collocated / summed solo memory: median {values.median():.2f}, range {values.min():.2f}-"
-                f"{values.max():.2f} over {len(values)} configurations; furthest: "
-                + ", ".join(f"{name} {r:.2f}" for name, r in worst)
-                + f". Threshold: within {MEMORY_TOLERANCE:.0%} of the sum.")
+    evidence = (
+        f"collocated / summed solo memory: median {values.median():.2f}, range {values.min():.2f}-"
+        f"{values.max():.2f} over {len(values)} configurations; furthest: "
+        + ", ".join(f"{name} {r:.2f}" for name, r in worst)
+        + f". Threshold: within {MEMORY_TOLERANCE:.0%} of the sum."
+    )
     return Verdict(claim, verdict, evidence)
 
 
@@ -189,8 +245,10 @@ def _mps_vs_naive(gain: pd.DataFrame, table2: pd.DataFrame) -> Verdict:
     outcomes, parts = [], []
     for _, r in pairs.iterrows():
         ratio = r["agg_samples_per_s_mps"] / r["agg_samples_per_s_naive"]
-        overlap = not (r["agg_samples_per_s_max_mps"] < r["agg_samples_per_s_min_naive"]
-                       or r["agg_samples_per_s_min_mps"] > r["agg_samples_per_s_max_naive"])
+        overlap = not (
+            r["agg_samples_per_s_max_mps"] < r["agg_samples_per_s_min_naive"]
+            or r["agg_samples_per_s_min_mps"] > r["agg_samples_per_s_max_naive"]
+        )
         several = r["n_ok_mps"] > 1 or r["n_ok_naive"] > 1
         outcomes.append(None if overlap and several and ratio < 1.0 else bool(ratio >= 1.0))
         parts.append(f"{r['workload']} x{int(r['degree'])}: {ratio:.2f}x")
@@ -205,19 +263,23 @@ def _mps_vs_naive(gain: pd.DataFrame, table2: pd.DataFrame) -> Verdict:
             outcomes.append(None if overlap and several and ratio < 1.0 else bool(ratio >= 1.0))
             parts.append(f"mix {mix}: {ratio:.2f}x")
     if not parts:
-        return Verdict(claim, "not enough data",
-                       "no configuration ran ok in both mps and naive at degree > 1 (or as a mix)")
+        return Verdict(
+            claim, "not enough data", "no configuration ran ok in both mps and naive at degree > 1 (or as a mix)"
+        )
     ahead = sum(o is True for o in outcomes)
     behind = sum(o is False for o in outcomes)
-    evidence = (f"MPS / naive throughput (mixes: naive / MPS total time): {'; '.join(parts)}. MPS ahead in {ahead} of "
-                f"{len(parts)}, behind in {behind}, behind within the runs' spread in {len(parts) - ahead - behind}.")
+    evidence = (
+        f"MPS / naive throughput (mixes: naive / MPS total time): {'; '.join(parts)}. MPS ahead in {ahead} of "
+        f"{len(parts)}, behind in {behind}, behind within the runs' spread in {len(parts) - ahead - behind}."
+    )
     return Verdict(claim, _judge(outcomes), evidence)
 
 
 def _mig(gain: pd.DataFrame, epoch2: pd.DataFrame, table2: pd.DataFrame) -> Verdict:
     claim = "MIG isolates jobs but under-uses the GPU on mixed loads"
-    uniform = epoch2[(epoch2["mode"] == "mig") & epoch2["mix"].isna() & (epoch2["degree"] > 1)
-                     & (epoch2["status"] == "ok")]
+    uniform = epoch2[
+        (epoch2["mode"] == "mig") & epoch2["mix"].isna() & (epoch2["degree"] > 1) & (epoch2["status"] == "ok")
+    ]
     spread = uniform.groupby(["sweep", "cell_id"])["epoch2_s"].agg(lambda s: s.max() / s.min())
     mixes = table2[table2["status"] == "ok"]
     under, parts, missing = [], [], []
@@ -227,14 +289,19 @@ def _mig(gain: pd.DataFrame, epoch2: pd.DataFrame, table2: pd.DataFrame) -> Verd
         if "mig" in by_mode.index and others:
             best = min(by_mode.loc[m, "total_s"] for m in others)
             under.append(bool(by_mode.loc["mig", "total_s"] > best))
-            parts.append(f"mix {mix}: MIG {by_mode.loc['mig', 'total_s']:.2f} s vs best other mode {best:.2f} s, "
-                         f"SM activity {by_mode.loc['mig', 'sm_active_mean']:.0f}% vs "
-                         f"{max(by_mode.loc[m, 'sm_active_mean'] for m in others):.0f}%")
+            parts.append(
+                f"mix {mix}: MIG {by_mode.loc['mig', 'total_s']:.2f} s vs best other mode {best:.2f} s, "
+                f"SM activity {by_mode.loc['mig', 'sm_active_mean']:.0f}% vs "
+                f"{max(by_mode.loc[m, 'sm_active_mean'] for m in others):.0f}%"
+            )
     if spread.empty:
         missing.append("no ok uniform MIG cell with degree > 1 (isolation: its jobs' epoch-2 times)")
     else:
-        parts.insert(0, f"uniform MIG cells: slowest/fastest job epoch-2 time {spread.median():.2f} (median of "
-                        f"{len(spread)} cells; 1.00 = no job slowed by another)")
+        parts.insert(
+            0,
+            f"uniform MIG cells: slowest/fastest job epoch-2 time {spread.median():.2f} (median of "
+            f"{len(spread)} cells; 1.00 = no job slowed by another)",
+        )
     if not under:
         missing.append("no mix ran ok in mig and in naive or mps")
     if not parts or (spread.empty and not under):
@@ -252,8 +319,11 @@ def _mixing_pays(table2: pd.DataFrame) -> Verdict:
     claim = "Mixing memory- and compute-bound jobs pays (collocated beats one after the other)"
     judged = table2[(table2["status"] == "ok") & table2["change_vs_sequential_pct"].notna()]
     if judged.empty:
-        lacking = ("no mixed cell" if table2.empty else
-                   "no mixed cell ran ok with the solo cell of each of its jobs (sequential time)")
+        lacking = (
+            "no mixed cell"
+            if table2.empty
+            else "no mixed cell ran ok with the solo cell of each of its jobs (sequential time)"
+        )
         return Verdict(claim, "not enough data", lacking)
     parts: list[str] = []
     holds: list[bool | None] = []
@@ -261,8 +331,10 @@ def _mixing_pays(table2: pd.DataFrame) -> Verdict:
         best = rows.loc[rows["change_vs_sequential_pct"].idxmin()]
         holds.append(None if best["change_uncertain"] else bool(best["change_vs_sequential_pct"] < 0))
         flag = " (runs reach across 0)" if best["change_uncertain"] else ""
-        parts.append(f"{mix}: {best['change_vs_sequential_pct']:+.0f}% in {best['mode']} "
-                     f"({best['total_s']:.2f} s vs {best['sequential_s']:.2f} s sequential){flag}")
+        parts.append(
+            f"{mix}: {best['change_vs_sequential_pct']:+.0f}% in {best['mode']} "
+            f"({best['total_s']:.2f} s vs {best['sequential_s']:.2f} s sequential){flag}"
+        )
     return Verdict(claim, _judge(holds), "; ".join(parts) + ". Negative: collocation is faster.")
 
 
@@ -273,19 +345,29 @@ def _energy(gain: pd.DataFrame, table2: pd.DataFrame) -> Verdict:
     holds: list[bool | None] = []
     for workload, rows in ok.groupby("workload"):
         best = rows.loc[rows["energy_vs_solo"].idxmin()]
-        holds.append(_side(best["energy_vs_solo"], best["energy_vs_solo_min"], best["energy_vs_solo_max"], 1.0,
-                           above=False))
-        energy = _x(best['energy_vs_solo'], best['energy_vs_solo_min'], best['energy_vs_solo_max'])
-        parts.append(f"{workload}: {energy} "
-                     f"the solo's J/sample at {best['mode']} x{int(best['degree'])}")
+        holds.append(
+            _side(best["energy_vs_solo"], best["energy_vs_solo_min"], best["energy_vs_solo_max"], 1.0, above=False)
+        )
+        energy = _x(best["energy_vs_solo"], best["energy_vs_solo_min"], best["energy_vs_solo_max"])
+        parts.append(f"{workload}: {energy} the solo's J/sample at {best['mode']} x{int(best['degree'])}")
     for mix, rows in table2[(table2["status"] == "ok") & table2["energy_vs_sequential"].notna()].groupby("mix"):
         best = rows.loc[rows["energy_vs_sequential"].idxmin()]
-        holds.append(_side(best["energy_vs_sequential"], best["energy_vs_sequential_min"],
-                           best["energy_vs_sequential_max"], 1.0, above=False))
+        holds.append(
+            _side(
+                best["energy_vs_sequential"],
+                best["energy_vs_sequential_min"],
+                best["energy_vs_sequential_max"],
+                1.0,
+                above=False,
+            )
+        )
         parts.append(f"mix {mix}: {best['energy_vs_sequential']:.2f}x the sequential energy in {best['mode']}")
     if not parts:
-        return Verdict(claim, "not enough data", "no ok collocated cell with an energy counter or power samples and "
-                       "its solo (energy per sample needs both)")
+        return Verdict(
+            claim,
+            "not enough data",
+            "no ok collocated cell with an energy counter or power samples and its solo (energy per sample needs both)",
+        )
     return Verdict(claim, _judge(holds), "; ".join(parts) + ". Below 1: collocation spends less energy per sample.")
 
 
@@ -296,5 +378,12 @@ def claims(gain: pd.DataFrame, epoch2: pd.DataFrame, mixed: pd.DataFrame, table2
         gain: :func:`analysis.tables.gain_table`; epoch2: :func:`analysis.tables.epoch2_table`;
         mixed: :func:`analysis.mixed.mixed_table`; table2: :func:`analysis.mixed.table2`.
     """
-    return [_small_models(gain), _large_models(gain), _memory(gain, mixed), _mps_vs_naive(gain, table2),
-            _mig(gain, epoch2, table2), _mixing_pays(table2), _energy(gain, table2)]
+    return [
+        _small_models(gain),
+        _large_models(gain),
+        _memory(gain, mixed),
+        _mps_vs_naive(gain, table2),
+        _mig(gain, epoch2, table2),
+        _mixing_pays(table2),
+        _energy(gain, table2),
+    ]

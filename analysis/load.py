@@ -27,9 +27,11 @@ __all__ = ["SweepData", "SweepDirError", "find_cell_dirs", "load_sweeps", "sweep
 
 log = logging.getLogger(__name__)
 
-_EXPECTED = ("a raycolloc sweep directory (e.g. results/multirun/<date>/<time>) with one cell "
-             "directory per Hydra job, each holding cells.parquet, jobs.parquet, epochs.parquet "
-             "and telemetry.parquet")
+_EXPECTED = (
+    "a raycolloc sweep directory (e.g. results/multirun/<date>/<time>) with one cell "
+    "directory per Hydra job, each holding cells.parquet, jobs.parquet, epochs.parquet "
+    "and telemetry.parquet"
+)
 
 
 @dataclass(frozen=True)
@@ -129,8 +131,10 @@ def load_sweeps(paths: Sequence[str | Path], all_results: bool = False) -> Sweep
         log.info("sweep=%s path=%s cells_total=%d", label, root, sum(t.num_rows for t in parts["cells"]))
     if not parts["cells"]:
         corrupt = f" ({len(invalid)} corrupt: {'; '.join(invalid[:3])}{'; ...' if len(invalid) > 3 else ''})"
-        raise SweepDirError(f"error: no readable cell under {', '.join(map(str, roots))}"
-                            f"{corrupt if invalid else ''}; expected {_EXPECTED}")
+        raise SweepDirError(
+            f"error: no readable cell under {', '.join(map(str, roots))}"
+            f"{corrupt if invalid else ''}; expected {_EXPECTED}"
+        )
     frames = {name: pa.concat_tables(tables, promote_options="default").to_pandas() for name, tables in parts.items()}
     cells = frames["cells"]
     if not all_results:
@@ -143,8 +147,13 @@ def load_sweeps(paths: Sequence[str | Path], all_results: bool = False) -> Sweep
     cells["failed"] = cells["status"].fillna("error") != "ok"
     jobs, epochs = frames["jobs"].reset_index(drop=True), frames["epochs"].reset_index(drop=True)
     _derive_missing(cells, jobs, epochs)
-    return SweepData(cells=cells, jobs=jobs, epochs=epochs,
-                     telemetry=frames["telemetry"].reset_index(drop=True), sweeps=tuple(dict.fromkeys(labels)))
+    return SweepData(
+        cells=cells,
+        jobs=jobs,
+        epochs=epochs,
+        telemetry=frames["telemetry"].reset_index(drop=True),
+        sweeps=tuple(dict.fromkeys(labels)),
+    )
 
 
 def _derive_missing(cells: pd.DataFrame, jobs: pd.DataFrame, epochs: pd.DataFrame) -> None:
@@ -152,19 +161,22 @@ def _derive_missing(cells: pd.DataFrame, jobs: pd.DataFrame, epochs: pd.DataFram
     ``repeat`` 0, ``repeat_group`` = the config hash (or the cell id), a job's ``samples`` and a
     cell's ``measured_samples`` from its epochs, and a uniform cell's ``energy_per_sample_j``."""
     cells["repeat"] = cells["repeat"].fillna(0).astype(int)
-    cells["repeat_group"] = (cells["repeat_group"].fillna(cells["config_hash"])
-                             .fillna(cells["sweep"] + "/" + cells["cell_id"]))
+    cells["repeat_group"] = (
+        cells["repeat_group"].fillna(cells["config_hash"]).fillna(cells["sweep"] + "/" + cells["cell_id"])
+    )
     key = ["sweep", "cell_id"]
     if not epochs.empty:
         per_job = epochs.groupby([*key, "job_index"])["samples"].sum().rename("_samples").reset_index()
         filled = jobs.merge(per_job, on=[*key, "job_index"], how="left")["_samples"]
         jobs["samples"] = jobs["samples"].fillna(pd.Series(filled.to_numpy(), index=jobs.index))
-        measured = (epochs[~epochs["warmup"].astype(bool)].groupby(key)["samples"].sum().rename("_measured")
-                    .reset_index())
+        measured = (
+            epochs[~epochs["warmup"].astype(bool)].groupby(key)["samples"].sum().rename("_measured").reset_index()
+        )
         filled = cells.merge(measured, on=key, how="left")["_measured"]
         cells["measured_samples"] = cells["measured_samples"].fillna(pd.Series(filled.to_numpy(), index=cells.index))
-    derived = ((cells["energy_j"] / cells["measured_samples"].where(cells["measured_samples"] > 0))
-               .where(cells["mix"].isna()))
+    derived = (cells["energy_j"] / cells["measured_samples"].where(cells["measured_samples"] > 0)).where(
+        cells["mix"].isna()
+    )
     cells["energy_per_sample_j"] = cells["energy_per_sample_j"].fillna(derived)
 
 

@@ -80,8 +80,9 @@ def config_tables(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         the same value; ``varying`` has one row per cell (``sweep, cell_id``) and one column per
         key whose value differs between cells (a key missing in some cells counts as varying).
     """
-    flat = pd.DataFrame([flatten(parse_json(t)) for t in cells.get("config_json", pd.Series(dtype=object))],
-                        index=cells.index)
+    flat = pd.DataFrame(
+        [flatten(parse_json(t)) for t in cells.get("config_json", pd.Series(dtype=object))], index=cells.index
+    )
     shared, varying = [], []
     for column in flat.columns:
         values = flat[column]
@@ -99,14 +100,18 @@ def failed_cells_table(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
     Columns: ``sweep, cell_id, workload, mix, mode, degree, status, n_ok, n_jobs, reason,
     job_errors`` (``job_name: status: error`` for each job that did not finish ok).
     """
-    cols = ["sweep", "cell_id", "workload", "mix", "mode", "degree", "status", "n_ok", "n_jobs", "reason",
-            "job_errors"]
+    cols = ["sweep", "cell_id", "workload", "mix", "mode", "degree", "status", "n_ok", "n_jobs", "reason", "job_errors"]
     failed = cells[cells["status"].fillna("error") != "ok"]
     if failed.empty:
         return pd.DataFrame(columns=cols)
     bad = jobs[jobs["status"] != "ok"]
-    text = (bad["job_name"].astype(str) + ": " + bad["status"].astype(str) + ": "
-            + bad["error"].fillna("").astype(str).str.slice(0, 300))
+    text = (
+        bad["job_name"].astype(str)
+        + ": "
+        + bad["status"].astype(str)
+        + ": "
+        + bad["error"].fillna("").astype(str).str.slice(0, 300)
+    )
     errors = text.groupby([bad["sweep"], bad["cell_id"]]).agg("; ".join).rename("job_errors").reset_index()
     out = failed.merge(errors, on=["sweep", "cell_id"], how="left")
     return out[cols].sort_values(["sweep", "cell_id"], ignore_index=True)

@@ -32,17 +32,34 @@ def _job_peak(frame: pd.DataFrame) -> pd.Series:
 def _solo_refs(cells: pd.DataFrame, joined: pd.DataFrame) -> pd.DataFrame:
     """Per solo configuration (:data:`_MATCH`): medians over its ok runs of time and energy per
     sample (every epoch, warm-up included), SM activity and memory."""
-    solo = joined[joined["mix"].isna() & (joined["degree"] == 1) & (joined["cell_status"] == "ok")
-                  & (joined["status"] == "ok") & joined["total_s"].notna() & (joined["samples"] > 0)]
-    solo = solo.merge(cells[[*CELL_KEY, "total_energy_j", "sm_active_mean", "mem_used_max_mib"]], on=CELL_KEY,
-                      how="left")
-    solo = solo.assign(s_per_sample=solo["total_s"] / solo["samples"],
-                       j_per_sample=solo["total_energy_j"] / solo["samples"], solo_peak_mib=_job_peak(solo))
-    return (solo.groupby(_MATCH, dropna=False)
-            .agg(solo_s_per_sample=("s_per_sample", "median"), solo_j_per_sample=("j_per_sample", "median"),
-                 solo_sm_active_mean=("sm_active_mean", "median"), solo_mem_used_max_mib=("mem_used_max_mib", "median"),
-                 solo_peak_mib=("solo_peak_mib", "median"), solo_runs=("s_per_sample", "size"))
-            .reset_index())
+    solo = joined[
+        joined["mix"].isna()
+        & (joined["degree"] == 1)
+        & (joined["cell_status"] == "ok")
+        & (joined["status"] == "ok")
+        & joined["total_s"].notna()
+        & (joined["samples"] > 0)
+    ]
+    solo = solo.merge(
+        cells[[*CELL_KEY, "total_energy_j", "sm_active_mean", "mem_used_max_mib"]], on=CELL_KEY, how="left"
+    )
+    solo = solo.assign(
+        s_per_sample=solo["total_s"] / solo["samples"],
+        j_per_sample=solo["total_energy_j"] / solo["samples"],
+        solo_peak_mib=_job_peak(solo),
+    )
+    return (
+        solo.groupby(_MATCH, dropna=False)
+        .agg(
+            solo_s_per_sample=("s_per_sample", "median"),
+            solo_j_per_sample=("j_per_sample", "median"),
+            solo_sm_active_mean=("sm_active_mean", "median"),
+            solo_mem_used_max_mib=("mem_used_max_mib", "median"),
+            solo_peak_mib=("solo_peak_mib", "median"),
+            solo_runs=("s_per_sample", "size"),
+        )
+        .reset_index()
+    )
 
 
 def mixed_table(cells: pd.DataFrame, jobs: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
@@ -60,25 +77,61 @@ def mixed_table(cells: pd.DataFrame, jobs: pd.DataFrame, epochs: pd.DataFrame) -
     samples at their solos' energy per sample, summed) and ``energy_vs_sequential`` (below 1:
     collocation spends less energy than one job after the other).
     """
-    cols = ["sweep", "cell_id", "repeat", "repeat_group", "mix", "workload", "mode", "gpu_name", "status", "job_index",
-            "job_name", "job_workload", "job_status", "job_samples", "job_total_s", "job_peak_mem_mib", "solo_total_s",
-            "solo_runs", "job_slowdown", "cell_total_s", "serial_s", "change_vs_sequential_pct", "sm_active_mean",
-            "mem_used_max_mib", "total_energy_j", "solo_sm_active_mean", "solo_mem_used_max_mib", "serial_energy_j",
-            "energy_vs_sequential", "solo_missing"]
+    cols = [
+        "sweep",
+        "cell_id",
+        "repeat",
+        "repeat_group",
+        "mix",
+        "workload",
+        "mode",
+        "gpu_name",
+        "status",
+        "job_index",
+        "job_name",
+        "job_workload",
+        "job_status",
+        "job_samples",
+        "job_total_s",
+        "job_peak_mem_mib",
+        "solo_total_s",
+        "solo_runs",
+        "job_slowdown",
+        "cell_total_s",
+        "serial_s",
+        "change_vs_sequential_pct",
+        "sm_active_mean",
+        "mem_used_max_mib",
+        "total_energy_j",
+        "solo_sm_active_mean",
+        "solo_mem_used_max_mib",
+        "serial_energy_j",
+        "energy_vs_sequential",
+        "solo_missing",
+    ]
     mixed = cells[cells["mix"].notna()]
     if mixed.empty:
         return pd.DataFrame(columns=cols)
     joined = jobs_with_cells(cells, jobs)
     out = joined[joined["mix"].notna()].merge(_solo_refs(cells, joined), on=_MATCH, how="left")
-    out = out.rename(columns={"workload": "job_workload", "cell_workload": "workload", "status": "job_status",
-                              "cell_status": "status", "total_s": "job_total_s", "samples": "job_samples"})
+    out = out.rename(
+        columns={
+            "workload": "job_workload",
+            "cell_workload": "workload",
+            "status": "job_status",
+            "cell_status": "status",
+            "total_s": "job_total_s",
+            "samples": "job_samples",
+        }
+    )
     out["job_peak_mem_mib"] = _job_peak(out)
     out["solo_total_s"] = out["job_samples"] * out["solo_s_per_sample"]
     out["job_serial_energy_j"] = out["job_samples"] * out["solo_j_per_sample"]
     out["job_slowdown"] = out["job_total_s"] / out["solo_total_s"]
     spans = epoch_span(epochs)[[*CELL_KEY, "span_s"]]
-    per_cell = mixed[[*CELL_KEY, "repeat_group", "total_s", "sm_active_mean", "mem_used_max_mib",
-                      "total_energy_j"]].merge(spans, on=CELL_KEY, how="left")
+    per_cell = mixed[
+        [*CELL_KEY, "repeat_group", "total_s", "sm_active_mean", "mem_used_max_mib", "total_energy_j"]
+    ].merge(spans, on=CELL_KEY, how="left")
     per_cell["cell_total_s"] = per_cell["span_s"].fillna(per_cell["total_s"])
     out = out.merge(per_cell.drop(columns=["span_s", "total_s"]), on=CELL_KEY, how="left")
     grouped = out.groupby(CELL_KEY)
@@ -86,16 +139,25 @@ def mixed_table(cells: pd.DataFrame, jobs: pd.DataFrame, epochs: pd.DataFrame) -
     def whole(column: str) -> pd.Series:  # a sum over the cell's jobs only if every job has its part
         return grouped[column].agg(lambda s: s.sum() if s.notna().all() else np.nan)
 
-    missing = (out["job_name"].astype(str).where(out["solo_total_s"].isna()).groupby([out[k] for k in CELL_KEY])
-               .agg(lambda s: ", ".join(s.dropna())).rename("solo_missing"))
-    sums = pd.concat([whole("solo_total_s").rename("serial_s"), whole("job_serial_energy_j").rename("serial_energy_j"),
-                      missing], axis=1).reset_index()
+    missing = (
+        out["job_name"]
+        .astype(str)
+        .where(out["solo_total_s"].isna())
+        .groupby([out[k] for k in CELL_KEY])
+        .agg(lambda s: ", ".join(s.dropna()))
+        .rename("solo_missing")
+    )
+    sums = pd.concat(
+        [whole("solo_total_s").rename("serial_s"), whole("job_serial_energy_j").rename("serial_energy_j"), missing],
+        axis=1,
+    ).reset_index()
     out = out.merge(sums, on=CELL_KEY, how="left")
     ok = out["status"] == "ok"
     out["change_vs_sequential_pct"] = (100.0 * (out["cell_total_s"] / out["serial_s"] - 1.0)).where(ok)
     out["energy_vs_sequential"] = (out["total_energy_j"] / out["serial_energy_j"]).where(ok)
-    return out[cols].sort_values(["mix", "gpu_name", "mode", "sweep", "repeat", "cell_id", "job_index"],
-                                 ignore_index=True)
+    return out[cols].sort_values(
+        ["mix", "gpu_name", "mode", "sweep", "repeat", "cell_id", "job_index"], ignore_index=True
+    )
 
 
 def _sequential(rows: pd.DataFrame) -> pd.Series:
@@ -105,15 +167,34 @@ def _sequential(rows: pd.DataFrame) -> pd.Series:
     weight = first["solo_total_s"]
     weighed = weight.notna().all() and weight.sum()
     sm = (first["solo_sm_active_mean"] * weight).sum() / weight.sum() if weighed else np.nan
-    return pd.Series({"sequential_sm_active_mean": sm,
-                      "sequential_mem_used_max_mib": first["solo_mem_used_max_mib"].max()})
+    return pd.Series(
+        {"sequential_sm_active_mean": sm, "sequential_mem_used_max_mib": first["solo_mem_used_max_mib"].max()}
+    )
 
 
-_TABLE2_FIXED = ["mix", "gpu_name", "mode", "repeat_group", "status", "n_runs", "total_s", "total_s_min", "total_s_max",
-                 "sequential_s", "change_vs_sequential_pct", "change_vs_sequential_pct_min",
-                 "change_vs_sequential_pct_max", "change_uncertain", "sm_active_mean", "sequential_sm_active_mean",
-                 "mem_used_max_gib", "sequential_mem_used_max_gib", "energy_vs_sequential", "energy_vs_sequential_min",
-                 "energy_vs_sequential_max"]
+_TABLE2_FIXED = [
+    "mix",
+    "gpu_name",
+    "mode",
+    "repeat_group",
+    "status",
+    "n_runs",
+    "total_s",
+    "total_s_min",
+    "total_s_max",
+    "sequential_s",
+    "change_vs_sequential_pct",
+    "change_vs_sequential_pct_min",
+    "change_vs_sequential_pct_max",
+    "change_uncertain",
+    "sm_active_mean",
+    "sequential_sm_active_mean",
+    "mem_used_max_gib",
+    "sequential_mem_used_max_gib",
+    "energy_vs_sequential",
+    "energy_vs_sequential_min",
+    "energy_vs_sequential_max",
+]
 
 
 def table2(mixed: pd.DataFrame) -> pd.DataFrame:
@@ -132,25 +213,40 @@ def table2(mixed: pd.DataFrame) -> pd.DataFrame:
     key = ["mix", "gpu_name", "mode", "repeat_group"]
     cells = mixed.drop_duplicates(CELL_KEY)
     grouped = cells.groupby(key, dropna=False, sort=False)
-    out = pd.concat([
-        grouped["status"].agg(lambda s: "ok" if (s == "ok").all() else "/".join(sorted(set(s)))),
-        grouped.size().rename("n_runs"),
-        spread_columns(grouped, ["cell_total_s", "change_vs_sequential_pct", "energy_vs_sequential"]),
-        grouped[["serial_s", "sm_active_mean", "mem_used_max_mib"]].median(),
-    ], axis=1)
+    out = pd.concat(
+        [
+            grouped["status"].agg(lambda s: "ok" if (s == "ok").all() else "/".join(sorted(set(s)))),
+            grouped.size().rename("n_runs"),
+            spread_columns(grouped, ["cell_total_s", "change_vs_sequential_pct", "energy_vs_sequential"]),
+            grouped[["serial_s", "sm_active_mean", "mem_used_max_mib"]].median(),
+        ],
+        axis=1,
+    )
     out = out.join(mixed.groupby(key, dropna=False, sort=False).apply(_sequential, include_groups=False))
     for (name, _index), rows in mixed.groupby(["job_name", "job_index"], sort=True):
         per = rows.groupby(key, dropna=False, sort=False)
         times = spread_columns(per, ["job_total_s"]).rename(columns=lambda c, n=str(name): c.replace("job_total", n))
         out = out.join(times).join(per["solo_total_s"].median().rename(f"{name}_alone_s"))
-    out = out.reset_index().rename(columns={"cell_total_s": "total_s", "cell_total_s_min": "total_s_min",
-                                            "cell_total_s_max": "total_s_max", "serial_s": "sequential_s"})
+    out = out.reset_index().rename(
+        columns={
+            "cell_total_s": "total_s",
+            "cell_total_s_min": "total_s_min",
+            "cell_total_s_max": "total_s_max",
+            "serial_s": "sequential_s",
+        }
+    )
     n_ok = cells.assign(ok=cells["status"] == "ok").groupby(key, dropna=False)["ok"].sum().rename("n_ok")
     out = out.merge(n_ok.reset_index(), on=key, how="left")
-    out["change_uncertain"] = crosses(out["change_vs_sequential_pct_min"], out["change_vs_sequential_pct_max"],
-                                      out["n_ok"], at=0.0)
+    out["change_uncertain"] = crosses(
+        out["change_vs_sequential_pct_min"], out["change_vs_sequential_pct_max"], out["n_ok"], at=0.0
+    )
     for column in ("mem_used_max_mib", "sequential_mem_used_max_mib"):
         out[column.replace("_mib", "_gib")] = out.pop(column) / 1024.0
     order = {"naive": 0, "mps": 1, "mig": 2}
-    return (out.drop(columns="n_ok").assign(_o=out["mode"].map(order).fillna(9))
-            .sort_values(["mix", "gpu_name", "_o"]).drop(columns="_o").reset_index(drop=True))
+    return (
+        out.drop(columns="n_ok")
+        .assign(_o=out["mode"].map(order).fillna(9))
+        .sort_values(["mix", "gpu_name", "_o"])
+        .drop(columns="_o")
+        .reset_index(drop=True)
+    )

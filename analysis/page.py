@@ -22,8 +22,7 @@ import pandas as pd
 
 from analysis.stats import fmt_spread
 
-__all__ = ["CONTENT_PX", "CSS", "Column", "details", "display", "figure_html", "number", "pair", "table_html",
-           "wide"]
+__all__ = ["CONTENT_PX", "CSS", "Column", "details", "display", "figure_html", "number", "pair", "table_html", "wide"]
 
 BAD_STATUS = ("oom", "error", "partial", "unfit", "skipped")
 CONTENT_PX = 1368  # the body's width at most (1400 px less its 1em padding each side): a wide figure's pixel width
@@ -91,9 +90,12 @@ def display(frame: pd.DataFrame, columns: Sequence[Column], keep: Sequence[str] 
             continue
         fmt = col.fmt or _plain
         if col.fmt is not None and f"{col.source}_min" in frame and f"{col.source}_max" in frame:
-            out[col.label] = [fmt_spread(m, lo, hi, fmt) for m, lo, hi in
-                              zip(frame[col.source], frame[f"{col.source}_min"], frame[f"{col.source}_max"],
-                                  strict=True)]
+            out[col.label] = [
+                fmt_spread(m, lo, hi, fmt)
+                for m, lo, hi in zip(
+                    frame[col.source], frame[f"{col.source}_min"], frame[f"{col.source}_max"], strict=True
+                )
+            ]
         else:
             out[col.label] = [fmt(v) if col.fmt is not None and _number(v) else _plain(v) for v in frame[col.source]]
     consts = []
@@ -128,8 +130,9 @@ def table_html(text: pd.DataFrame, consts: str = "", wrap: Sequence[str] = ()) -
         rows.append("<tr>" + "".join(cells) + "</tr>")
     line = f'<p class="consts">{html.escape(consts)}</p>' if consts else ""
     # The scroll box: a table wider than the page scrolls inside it instead of running off the page.
-    return (f'{line}<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody>'
-            "</table></div>")
+    return (
+        f'{line}<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
+    )
 
 
 def figure_html(path: Path) -> str:

@@ -37,9 +37,23 @@ __all__ = ["Report", "build_report", "build_tables", "format_gain", "main", "ren
 
 log = logging.getLogger(__name__)
 
-GAIN_COLUMNS = ["workload", "gpu_name", "mode", "degree", "settings", "status", "n_runs", "agg_samples_per_s",
-                "gain_vs_solo", "gain_vs_best_solo", "best_solo", "slowdown_mean", "slowdown_max",
-                "energy_per_sample_j", "energy_vs_solo"]
+GAIN_COLUMNS = [
+    "workload",
+    "gpu_name",
+    "mode",
+    "degree",
+    "settings",
+    "status",
+    "n_runs",
+    "agg_samples_per_s",
+    "gain_vs_solo",
+    "gain_vs_best_solo",
+    "best_solo",
+    "slowdown_mean",
+    "slowdown_max",
+    "energy_per_sample_j",
+    "energy_vs_solo",
+]
 
 
 @dataclass
@@ -87,10 +101,17 @@ def format_gain(gain: pd.DataFrame) -> str:
     text = gain[cols].copy().astype(object)
     for column in cols:
         if f"{column}_min" in gain:
-            fmt = ("{:,.0f}" if column == "agg_samples_per_s" else "{:.3g}" if column.startswith("energy_per")
-                   else "{:.2f}")
-            text[column] = [_spread_text(m, lo, hi, fmt) for m, lo, hi in
-                            zip(gain[column], gain[f"{column}_min"], gain[f"{column}_max"], strict=True)]
+            fmt = (
+                "{:,.0f}"
+                if column == "agg_samples_per_s"
+                else "{:.3g}"
+                if column.startswith("energy_per")
+                else "{:.2f}"
+            )
+            text[column] = [
+                _spread_text(m, lo, hi, fmt)
+                for m, lo, hi in zip(gain[column], gain[f"{column}_min"], gain[f"{column}_max"], strict=True)
+            ]
         elif column.startswith("slowdown"):
             text[column] = [("-" if pd.isna(v) else f"{v:.2f}") for v in gain[column]]
     text["note"] = ["spread crosses 1" if flag else "" for flag in gain["gain_uncertain"]]
@@ -105,8 +126,14 @@ def _spread_text(median: float, low: float, high: float, fmt: str) -> str:
     return f"{fmt.format(median)} [{fmt.format(low)}-{fmt.format(high)}]"
 
 
-def render_html(data: SweepData, tables: dict[str, pd.DataFrame], verdicts: Sequence[Verdict],
-                figures: Sequence[Path], skipped: Sequence[str] = (), baseline_paths: Sequence[str] = ()) -> str:
+def render_html(
+    data: SweepData,
+    tables: dict[str, pd.DataFrame],
+    verdicts: Sequence[Verdict],
+    figures: Sequence[Path],
+    skipped: Sequence[str] = (),
+    baseline_paths: Sequence[str] = (),
+) -> str:
     """The whole report as one HTML document (figures inlined, no external resources)."""
     esc = html.escape
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -115,7 +142,8 @@ def render_html(data: SweepData, tables: dict[str, pd.DataFrame], verdicts: Sequ
     runs = cells.groupby("repeat_group").size()
     repeats = f"{runs.min()}" if runs.min() == runs.max() else f"{runs.min()}-{runs.max()}"
     parts = [
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
         f"<title>raycolloc report: {esc(', '.join(data.sweeps))}</title><style>{CSS}</style></head><body>",
         "<h1>raycolloc collocation report</h1>",
         f'<p class="note">{esc(", ".join(data.sweeps))} · {len(cells)} cells ({n_failed} failed) · {runs.size} '
@@ -133,8 +161,7 @@ def render_html(data: SweepData, tables: dict[str, pd.DataFrame], verdicts: Sequ
     return "\n".join(p for p in parts if p)
 
 
-def build_report(sweeps: Sequence[str | Path], out_dir: str | Path,
-                 baseline: Sequence[str | Path] = ()) -> Report:
+def build_report(sweeps: Sequence[str | Path], out_dir: str | Path, baseline: Sequence[str | Path] = ()) -> Report:
     """Load the sweeps, write CSVs, PNGs and report.html into ``out_dir``.
 
     Raises:
@@ -162,11 +189,20 @@ def build_report(sweeps: Sequence[str | Path], out_dir: str | Path,
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m analysis.report", description=__doc__.splitlines()[0])
-    parser.add_argument("sweeps", nargs="+", metavar="SWEEP_DIR",
-                        help="sweep directories (results/multirun/<date>/<time>), searched recursively for cells")
+    parser.add_argument(
+        "sweeps",
+        nargs="+",
+        metavar="SWEEP_DIR",
+        help="sweep directories (results/multirun/<date>/<time>), searched recursively for cells",
+    )
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory for report.html, PNGs, CSVs")
-    parser.add_argument("--baseline", action="append", default=[], metavar="OTHER_SWEEP_DIR",
-                        help="a sweep to compare against, joined on workload, mode, degree, mix (repeatable)")
+    parser.add_argument(
+        "--baseline",
+        action="append",
+        default=[],
+        metavar="OTHER_SWEEP_DIR",
+        help="a sweep to compare against, joined on workload, mode, degree, mix (repeatable)",
+    )
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return parser
 

@@ -26,8 +26,11 @@ def spread_columns(grouped: pd.core.groupby.DataFrameGroupBy, columns: Iterable[
     parts = []
     for column in columns:
         series = grouped[column]
-        parts += [series.median().rename(column), series.min().rename(f"{column}_min"),
-                  series.max().rename(f"{column}_max")]
+        parts += [
+            series.median().rename(column),
+            series.min().rename(f"{column}_min"),
+            series.max().rename(f"{column}_max"),
+        ]
     return pd.concat(parts, axis=1)
 
 

@@ -41,8 +41,14 @@ def job_settings(jobs: pd.DataFrame) -> pd.Series:
     """The trainer settings that distinguish configurations of one workload, as one string per job."""
     if jobs.empty:
         return pd.Series([], index=jobs.index, dtype=object)
-    return ("compile=" + jobs["compile"].fillna("off").astype(str) + " amp=" + jobs["amp"].fillna("off").astype(str)
-            + " channels_last=" + jobs["channels_last"].fillna(False).astype(bool).astype(str))
+    return (
+        "compile="
+        + jobs["compile"].fillna("off").astype(str)
+        + " amp="
+        + jobs["amp"].fillna("off").astype(str)
+        + " channels_last="
+        + jobs["channels_last"].fillna(False).astype(bool).astype(str)
+    )
 
 
 def cell_settings(jobs: pd.DataFrame) -> pd.DataFrame:
@@ -50,8 +56,7 @@ def cell_settings(jobs: pd.DataFrame) -> pd.DataFrame:
     if jobs.empty:
         return pd.DataFrame(columns=[*CELL_KEY, "settings"])
     frame = jobs[CELL_KEY].assign(settings=job_settings(jobs))
-    return (frame.groupby(CELL_KEY, sort=False)["settings"]
-            .agg(lambda s: " | ".join(dict.fromkeys(s))).reset_index())
+    return frame.groupby(CELL_KEY, sort=False)["settings"].agg(lambda s: " | ".join(dict.fromkeys(s))).reset_index()
 
 
 def jobs_with_cells(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
@@ -68,8 +73,7 @@ def _is_uniform(frame: pd.DataFrame) -> pd.Series:
 
 def _ok_solo_jobs(joined: pd.DataFrame) -> pd.DataFrame:
     """Jobs of ok degree-1 uniform cells that finished ok."""
-    mask = (_is_uniform(joined) & (joined["degree"] == 1) & (joined["cell_status"] == "ok")
-            & (joined["status"] == "ok"))
+    mask = _is_uniform(joined) & (joined["degree"] == 1) & (joined["cell_status"] == "ok") & (joined["status"] == "ok")
     return joined[mask]
 
 
@@ -83,17 +87,41 @@ def epoch2_table(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
     """
     joined = jobs_with_cells(cells, jobs)
     keys = ["workload", "mode", "gpu_name", "settings"]
-    solo = (_ok_solo_jobs(joined).dropna(subset=["epoch2_s"]).groupby(keys, dropna=False)["epoch2_s"]
-            .mean().rename("solo_epoch2_s").reset_index())
+    solo = (
+        _ok_solo_jobs(joined)
+        .dropna(subset=["epoch2_s"])
+        .groupby(keys, dropna=False)["epoch2_s"]
+        .mean()
+        .rename("solo_epoch2_s")
+        .reset_index()
+    )
     out = joined.merge(solo, on=keys, how="left")
     # A job that failed after epoch 2 keeps its (valid) epoch-2 time; one that failed before has none.
     out["slowdown"] = out["epoch2_s"] / out["solo_epoch2_s"]
     out = out.rename(columns={"workload": "job_workload", "cell_workload": "workload"})
-    cols = ["sweep", "cell_id", "repeat", "workload", "mix", "mode", "degree", "gpu_name", "cell_status", "job_index",
-            "job_name", "job_workload", "status", "settings", "epoch2_s", "epoch2_samples_per_s", "solo_epoch2_s",
-            "slowdown"]
-    return out[cols].sort_values(["workload", "gpu_name", "mode", "degree", "sweep", "cell_id", "job_index"],
-                                 ignore_index=True)
+    cols = [
+        "sweep",
+        "cell_id",
+        "repeat",
+        "workload",
+        "mix",
+        "mode",
+        "degree",
+        "gpu_name",
+        "cell_status",
+        "job_index",
+        "job_name",
+        "job_workload",
+        "status",
+        "settings",
+        "epoch2_s",
+        "epoch2_samples_per_s",
+        "solo_epoch2_s",
+        "slowdown",
+    ]
+    return out[cols].sort_values(
+        ["workload", "gpu_name", "mode", "degree", "sweep", "cell_id", "job_index"], ignore_index=True
+    )
 
 
 def _paired(cells: pd.DataFrame, ref: pd.DataFrame, keys: list[str], value: str) -> pd.Series:
@@ -102,8 +130,9 @@ def _paired(cells: pd.DataFrame, ref: pd.DataFrame, keys: list[str], value: str)
     reference's runs."""
     per_repeat = ref.groupby([*keys, "repeat"], dropna=False)[value].median().rename("_by_repeat").reset_index()
     median = ref.groupby(keys, dropna=False)[value].median().rename("_median").reset_index()
-    out = cells[[*keys, "repeat"]].merge(per_repeat, on=[*keys, "repeat"], how="left").merge(median, on=keys,
-                                                                                              how="left")
+    out = (
+        cells[[*keys, "repeat"]].merge(per_repeat, on=[*keys, "repeat"], how="left").merge(median, on=keys, how="left")
+    )
     return pd.Series(out["_by_repeat"].fillna(out["_median"]).to_numpy(), index=cells.index)
 
 
@@ -131,10 +160,30 @@ def gain_cells(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
     collocation spends less energy per sample). A reference with several runs is the run of the same
     repeat index, else their median. Failed cells get no ratios.
     """
-    cols = ["sweep", "cell_id", "repeat", "repeat_group", "workload", "gpu_name", "mode", "degree", "settings",
-            "status", "n_ok", "n_jobs", "agg_samples_per_s", "energy_per_sample_j", "sm_active_mean",
-            "mem_used_max_mib", "solo_samples_per_s", "gain_vs_solo", "best_solo_samples_per_s", "best_solo",
-            "gain_vs_best_solo", "energy_vs_solo"]
+    cols = [
+        "sweep",
+        "cell_id",
+        "repeat",
+        "repeat_group",
+        "workload",
+        "gpu_name",
+        "mode",
+        "degree",
+        "settings",
+        "status",
+        "n_ok",
+        "n_jobs",
+        "agg_samples_per_s",
+        "energy_per_sample_j",
+        "sm_active_mean",
+        "mem_used_max_mib",
+        "solo_samples_per_s",
+        "gain_vs_solo",
+        "best_solo_samples_per_s",
+        "best_solo",
+        "gain_vs_best_solo",
+        "energy_vs_solo",
+    ]
     uniform = cells[_is_uniform(cells)]
     if uniform.empty:
         return pd.DataFrame(columns=cols)
@@ -153,8 +202,7 @@ def gain_cells(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
     best = best.assign(best_solo=best["mode"] + " " + best["settings"])[["workload", "gpu_name", "best_solo"]]
     out = out.merge(best, on=["workload", "gpu_name"], how="left")
     best_runs = solo.assign(best_solo=solo["mode"] + " " + solo["settings"])
-    out["best_solo_samples_per_s"] = _paired(out, best_runs, ["workload", "gpu_name", "best_solo"],
-                                             "agg_samples_per_s")
+    out["best_solo_samples_per_s"] = _paired(out, best_runs, ["workload", "gpu_name", "best_solo"], "agg_samples_per_s")
     out["gain_vs_best_solo"] = (out["agg_samples_per_s"] / out["best_solo_samples_per_s"]).where(out["status"] == "ok")
     return out[cols]
 
@@ -175,35 +223,84 @@ def gain_table(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
     ``mem_used_max_mib``, ``power_mean_w`` and ``energy_j``.
     """
     spreads = [f"{c}{s}" for c in GAIN_SPREADS for s in ("", "_min", "_max")]
-    cols = ["workload", "gpu_name", "mode", "degree", "settings", "sweep", "cell_id", "status", "n_runs", "n_ok",
-            *spreads, "solo_samples_per_s", "best_solo_samples_per_s", "best_solo", "gain_uncertain", "slowdown_mean",
-            "slowdown_max", "epoch2_s", "epoch2_s_min", "epoch2_s_max", "sm_active_mean", "sm_active_max",
-            "mem_used_max_mib", "power_mean_w", "energy_j"]
+    cols = [
+        "workload",
+        "gpu_name",
+        "mode",
+        "degree",
+        "settings",
+        "sweep",
+        "cell_id",
+        "status",
+        "n_runs",
+        "n_ok",
+        *spreads,
+        "solo_samples_per_s",
+        "best_solo_samples_per_s",
+        "best_solo",
+        "gain_uncertain",
+        "slowdown_mean",
+        "slowdown_max",
+        "epoch2_s",
+        "epoch2_s_min",
+        "epoch2_s_max",
+        "sm_active_mean",
+        "sm_active_max",
+        "mem_used_max_mib",
+        "power_mean_w",
+        "energy_j",
+    ]
     runs = gain_cells(cells, jobs)
     if runs.empty:
         return pd.DataFrame(columns=cols)
-    slow = (epoch2_table(cells, jobs).groupby(CELL_KEY)["slowdown"].agg(slowdown_mean="mean", slowdown_max="max")
-            .reset_index())
-    e2 = epoch2_table(cells, jobs).groupby(CELL_KEY)["epoch2_s"].agg(epoch2_s="median", epoch2_s_lo="min",
-                                                                       epoch2_s_hi="max").reset_index()
+    slow = (
+        epoch2_table(cells, jobs)
+        .groupby(CELL_KEY)["slowdown"]
+        .agg(slowdown_mean="mean", slowdown_max="max")
+        .reset_index()
+    )
+    e2 = (
+        epoch2_table(cells, jobs)
+        .groupby(CELL_KEY)["epoch2_s"]
+        .agg(epoch2_s="median", epoch2_s_lo="min", epoch2_s_hi="max")
+        .reset_index()
+    )
     extra = cells[[*CELL_KEY, "sm_active_max", "power_mean_w", "energy_j"]]
-    runs = (runs.merge(slow, on=CELL_KEY, how="left").merge(e2, on=CELL_KEY, how="left")
-            .merge(extra, on=CELL_KEY, how="left").sort_values(["repeat", "sweep"]))
+    runs = (
+        runs.merge(slow, on=CELL_KEY, how="left")
+        .merge(e2, on=CELL_KEY, how="left")
+        .merge(extra, on=CELL_KEY, how="left")
+        .sort_values(["repeat", "sweep"])
+    )
     keys = ["repeat_group", "workload", "gpu_name", "mode", "degree", "settings"]
     grouped = runs.groupby(keys, dropna=False, sort=False)
-    out = pd.concat([
-        grouped[["sweep", "cell_id", "best_solo"]].first(),
-        grouped["status"].agg(_group_status),
-        grouped.size().rename("n_runs"),
-        grouped["status"].agg(lambda s: int((s == "ok").sum())).rename("n_ok"),
-        spread_columns(grouped, GAIN_SPREADS),
-        grouped[["solo_samples_per_s", "best_solo_samples_per_s", "slowdown_mean", "sm_active_mean", "sm_active_max",
-                 "mem_used_max_mib", "power_mean_w", "energy_j", "epoch2_s"]].median(),
-        grouped["slowdown_max"].max(), grouped["epoch2_s_lo"].min().rename("epoch2_s_min"),
-        grouped["epoch2_s_hi"].max().rename("epoch2_s_max"),
-    ], axis=1).reset_index()
-    out["gain_uncertain"] = (out["degree"] > 1) & crosses(out["gain_vs_solo_min"], out["gain_vs_solo_max"],
-                                                          out["n_ok"])
+    out = pd.concat(
+        [
+            grouped[["sweep", "cell_id", "best_solo"]].first(),
+            grouped["status"].agg(_group_status),
+            grouped.size().rename("n_runs"),
+            grouped["status"].agg(lambda s: int((s == "ok").sum())).rename("n_ok"),
+            spread_columns(grouped, GAIN_SPREADS),
+            grouped[
+                [
+                    "solo_samples_per_s",
+                    "best_solo_samples_per_s",
+                    "slowdown_mean",
+                    "sm_active_mean",
+                    "sm_active_max",
+                    "mem_used_max_mib",
+                    "power_mean_w",
+                    "energy_j",
+                    "epoch2_s",
+                ]
+            ].median(),
+            grouped["slowdown_max"].max(),
+            grouped["epoch2_s_lo"].min().rename("epoch2_s_min"),
+            grouped["epoch2_s_hi"].max().rename("epoch2_s_max"),
+        ],
+        axis=1,
+    ).reset_index()
+    out["gain_uncertain"] = (out["degree"] > 1) & crosses(out["gain_vs_solo_min"], out["gain_vs_solo_max"], out["n_ok"])
     return out[cols].sort_values(["workload", "gpu_name", "mode", "degree", "settings", "sweep"], ignore_index=True)
 
 
@@ -229,11 +326,25 @@ def cell_metrics_table(cells: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFram
     ``measured_job_epochs`` (non-warm-up epochs finished by all jobs in the window) and
     ``energy_per_job_epoch_j`` = energy_j / measured_job_epochs.
     """
-    metrics = ["telemetry_source", "sm_active_mean", "sm_active_max", "gpu_util_mean", "mem_used_max_mib",
-               "energy_j", "power_mean_w", "makespan_s", "measured_samples", "energy_per_sample_j", "total_energy_j",
-               "total_s", "pcie_rx_mean_bytes_s", "pcie_tx_mean_bytes_s"]
-    out = cells[_CELL_COLS + metrics].merge(epoch_span(epochs)[[*CELL_KEY, "measured_job_epochs"]],
-                                             on=CELL_KEY, how="left")
+    metrics = [
+        "telemetry_source",
+        "sm_active_mean",
+        "sm_active_max",
+        "gpu_util_mean",
+        "mem_used_max_mib",
+        "energy_j",
+        "power_mean_w",
+        "makespan_s",
+        "measured_samples",
+        "energy_per_sample_j",
+        "total_energy_j",
+        "total_s",
+        "pcie_rx_mean_bytes_s",
+        "pcie_tx_mean_bytes_s",
+    ]
+    out = cells[_CELL_COLS + metrics].merge(
+        epoch_span(epochs)[[*CELL_KEY, "measured_job_epochs"]], on=CELL_KEY, how="left"
+    )
     out["measured_job_epochs"] = out["measured_job_epochs"].fillna(0).astype(int)
     denom = out["measured_job_epochs"].where(out["measured_job_epochs"] > 0)
     out["energy_per_job_epoch_j"] = out["energy_j"] / denom
@@ -253,8 +364,9 @@ def _side_summary(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([status, counts, means], axis=1).reset_index()
 
 
-def baseline_table(cells: pd.DataFrame, jobs: pd.DataFrame, base_cells: pd.DataFrame,
-                   base_jobs: pd.DataFrame) -> pd.DataFrame:
+def baseline_table(
+    cells: pd.DataFrame, jobs: pd.DataFrame, base_cells: pd.DataFrame, base_jobs: pd.DataFrame
+) -> pd.DataFrame:
     """Compare a sweep with a baseline sweep cell by cell, joined on (workload, mode, degree, mix).
 
     Columns: the key; ``present`` (both, current only, baseline only); per side (no suffix:
@@ -265,13 +377,28 @@ def baseline_table(cells: pd.DataFrame, jobs: pd.DataFrame, base_cells: pd.DataF
     cur, base = _side_summary(cells, jobs), _side_summary(base_cells, base_jobs)
     key = ["workload", "mode", "degree", "mix"]
     out = cur.merge(base, on=key, how="outer", suffixes=("", "_base"), indicator="present")
-    out["present"] = out["present"].astype(str).map(
-        {"both": "both", "left_only": "current only", "right_only": "baseline only"})
+    out["present"] = (
+        out["present"].astype(str).map({"both": "both", "left_only": "current only", "right_only": "baseline only"})
+    )
     out["agg_ratio"] = out["agg_samples_per_s"] / out["agg_samples_per_s_base"]
     out["epoch2_ratio"] = out["epoch2_s"] / out["epoch2_s_base"]
     out["energy_ratio"] = out["energy_j"] / out["energy_j_base"]
     out["mix"] = out["mix"].replace("", None)
-    cols = [*key, "present", "status", "status_base", "n_cells", "n_cells_base", "agg_samples_per_s",
-            "agg_samples_per_s_base", "agg_ratio", "epoch2_s", "epoch2_s_base", "epoch2_ratio", "energy_j",
-            "energy_j_base", "energy_ratio"]
+    cols = [
+        *key,
+        "present",
+        "status",
+        "status_base",
+        "n_cells",
+        "n_cells_base",
+        "agg_samples_per_s",
+        "agg_samples_per_s_base",
+        "agg_ratio",
+        "epoch2_s",
+        "epoch2_s_base",
+        "epoch2_ratio",
+        "energy_j",
+        "energy_j_base",
+        "energy_ratio",
+    ]
     return out[cols].sort_values(key, ignore_index=True)

@@ -58,25 +58,42 @@ def run_sweep(overrides: list[str], out_dir: Path, env: dict[str, str]) -> dict[
     cells["trainer_setup_s"] = cells["cell_id"].map(trainer_setup)
     cells["actor_start_s"] = cells["setup_s"] - cells["trainer_setup_s"]
     cells["epochs_s"] = cells["total_s"]
-    cells["other_s"] = cells["wall_s"] - cells[["lease_wait_s", "lane_setup_s", "prepare_s", "setup_s", "total_s",
-                                                 "teardown_s"]].fillna(0).sum(axis=1)
+    cells["other_s"] = cells["wall_s"] - cells[
+        ["lease_wait_s", "lane_setup_s", "prepare_s", "setup_s", "total_s", "teardown_s"]
+    ].fillna(0).sum(axis=1)
     # Cells whose measured windows overlap in time: the most in flight at one moment.
-    events = sorted([(t, 1) for t in cells["measured_start_ts"].dropna()]
-                    + [(t, -1) for t in cells["measured_end_ts"].dropna()])
+    events = sorted(
+        [(t, 1) for t in cells["measured_start_ts"].dropna()] + [(t, -1) for t in cells["measured_end_ts"].dropna()]
+    )
     level = peak = 0
     for _, step in events:
         level += step
         peak = max(peak, level)
-    return {"wall_s": wall, "makespan_s": float(end - start), "cells": len(cells),
-            "ok": int((cells["status"] == "ok").sum()), "gpus_used": int(cells["gpu_uuid"].nunique()),
-            "nodes_used": int(cells["node_id"].nunique()), "max_measured_overlap": peak,
-            "cell_table": cells[["label", "status", "gpu_index", "started_at", "finished_at", "agg_samples_per_s",
-                                 *PHASES]].assign(started_at=lambda d: d.started_at - start,
-                                                  finished_at=lambda d: d.finished_at - start).to_dict("records")}
+    return {
+        "wall_s": wall,
+        "makespan_s": float(end - start),
+        "cells": len(cells),
+        "ok": int((cells["status"] == "ok").sum()),
+        "gpus_used": int(cells["gpu_uuid"].nunique()),
+        "nodes_used": int(cells["node_id"].nunique()),
+        "max_measured_overlap": peak,
+        "cell_table": cells[["label", "status", "gpu_index", "started_at", "finished_at", "agg_samples_per_s", *PHASES]]
+        .assign(started_at=lambda d: d.started_at - start, finished_at=lambda d: d.finished_at - start)
+        .to_dict("records"),
+    }
 
 
-PHASES = ["wall_s", "lease_wait_s", "lane_setup_s", "prepare_s", "actor_start_s", "trainer_setup_s", "epochs_s",
-          "teardown_s", "other_s"]
+PHASES = [
+    "wall_s",
+    "lease_wait_s",
+    "lane_setup_s",
+    "prepare_s",
+    "actor_start_s",
+    "trainer_setup_s",
+    "epochs_s",
+    "teardown_s",
+    "other_s",
+]
 
 
 def print_cells(result: dict[str, Any]) -> None:
@@ -87,14 +104,18 @@ def print_cells(result: dict[str, Any]) -> None:
         for run, row in (("all", c), ("one", one.get(c["label"]))):
             if row is None:
                 continue
-            print(f"{c['label'][:33]:<34}{run:<9}{_fmt(row['gpu_index'], '.0f'):>4}{row['started_at']:>7.1f}"
-                  f"{row['finished_at']:>7.1f}" + "".join(f"{_fmt(row[k], '.1f'):>14}" for k in PHASES))
+            print(
+                f"{c['label'][:33]:<34}{run:<9}{_fmt(row['gpu_index'], '.0f'):>4}{row['started_at']:>7.1f}"
+                f"{row['finished_at']:>7.1f}" + "".join(f"{_fmt(row[k], '.1f'):>14}" for k in PHASES)
+            )
 
 
-WARM = ("import time; t = time.perf_counter(); import torch, timm, ray, raycolloc.job.trainer\n"
-        "for i in range(torch.cuda.device_count() if torch.cuda.is_available() else 0):\n"
-        "    torch.zeros(1, device=f'cuda:{i}')\n"
-        "print(f'caches warm in {time.perf_counter() - t:.1f}s', flush=True)")
+WARM = (
+    "import time; t = time.perf_counter(); import torch, timm, ray, raycolloc.job.trainer\n"
+    "for i in range(torch.cuda.device_count() if torch.cuda.is_available() else 0):\n"
+    "    torch.zeros(1, device=f'cuda:{i}')\n"
+    "print(f'caches warm in {time.perf_counter() - t:.1f}s', flush=True)"
+)
 
 
 def warm_caches() -> None:
@@ -129,8 +150,10 @@ def main() -> None:
     print(f"\n{'run':<10}{'cells':>6}{'ok':>4}{'GPUs':>6}{'in flight':>10}{'makespan s':>12}{'wall s':>9}")
     for key in ("all_gpus", "one_gpu"):
         r = result[key]
-        print(f"{key:<10}{r['cells']:>6}{r['ok']:>4}{r['gpus_used']:>6}{r['max_measured_overlap']:>10}"
-              f"{r['makespan_s']:>12.1f}{r['wall_s']:>9.1f}")
+        print(
+            f"{key:<10}{r['cells']:>6}{r['ok']:>4}{r['gpus_used']:>6}{r['max_measured_overlap']:>10}"
+            f"{r['makespan_s']:>12.1f}{r['wall_s']:>9.1f}"
+        )
     print(f"makespan ratio all/one = {result['ratio']:.3f}")
     print_cells(result)
     Path(args.out).write_text(json.dumps(result, indent=2, default=float))

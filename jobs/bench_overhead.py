@@ -67,10 +67,19 @@ def run_variant(name: str, overrides: list[str], out_dir: Path, before_tree: Pat
     assert tree is not None
     env = dict(os.environ)
     if name == "before":  # the old checkout's own package, not this one
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(tree), env.get("PYTHONPATH", "").replace(str(ROOT), ""))
-                                            if p)
-    cmd = [sys.executable, "-m", "raycolloc.sweep", "-m", *overrides, *VARIANTS[name], f"out_dir={out_dir}",
-           "+rerun=true"]
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(tree), env.get("PYTHONPATH", "").replace(str(ROOT), "")) if p
+        )
+    cmd = [
+        sys.executable,
+        "-m",
+        "raycolloc.sweep",
+        "-m",
+        *overrides,
+        *VARIANTS[name],
+        f"out_dir={out_dir}",
+        "+rerun=true",
+    ]
     print(f"$ {' '.join(cmd[1:])}" + (f"   (in {tree})" if name == "before" else ""), flush=True)
     t0 = time.time()
     proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, check=False)
@@ -84,10 +93,16 @@ def run_variant(name: str, overrides: list[str], out_dir: Path, before_tree: Pat
     cells["fixed"] = cells["finished_at"] - cells["started_at"] - cells["total_s"].fillna(0.0)
     gpus = max(1, int(cells["gpu_uuid"].nunique()))
     result: dict[str, Any] = {
-        "variant": name, "wall_s": wall, "cells": len(cells), "ok": int((cells["status"] == "ok").sum()),
-        "gpus": gpus, "spawn": sorted(jobs["spawn"].dropna().unique()) if "spawn" in jobs else [],
-        "fixed_median_s": _median(list(cells["fixed"])), "fixed_p90_s": _p90(list(cells["fixed"])),
-        "fixed_sum_s": float(cells["fixed"].sum()), "epochs_sum_s": float(cells["total_s"].fillna(0).sum()),
+        "variant": name,
+        "wall_s": wall,
+        "cells": len(cells),
+        "ok": int((cells["status"] == "ok").sum()),
+        "gpus": gpus,
+        "spawn": sorted(jobs["spawn"].dropna().unique()) if "spawn" in jobs else [],
+        "fixed_median_s": _median(list(cells["fixed"])),
+        "fixed_p90_s": _p90(list(cells["fixed"])),
+        "fixed_sum_s": float(cells["fixed"].sum()),
+        "epochs_sum_s": float(cells["total_s"].fillna(0).sum()),
         "measured_share": float(cells["makespan_s"].fillna(0).sum()) / (wall * gpus),
         "cells_table": cells.drop(columns=["config_json", "env_json"], errors="ignore").to_dict("records"),
     }
@@ -103,23 +118,34 @@ def _fmt(value: Any, spec: str = ".2f") -> str:
 
 
 def print_table(results: list[dict[str, Any]]) -> None:
-    head = ["wall_s", "fixed_median_s", "fixed_p90_s", "measured_share", *CELL_PHASES,
-            *(f"job_{j}" for j in JOB_PHASES)]
+    head = [
+        "wall_s",
+        "fixed_median_s",
+        "fixed_p90_s",
+        "measured_share",
+        *CELL_PHASES,
+        *(f"job_{j}" for j in JOB_PHASES),
+    ]
     names = [h.removesuffix("_s").replace("job_", "j.") for h in head]
     print(f"\n{'variant':<16}{'cells':>6}" + "".join(f"{n[:13]:>14}" for n in names))
     for r in results:
-        print(f"{r['variant']:<16}{r['ok']:>3}/{r['cells']:<2}" + "".join(
-            f"{_fmt(r[h], '.1%') if h == 'measured_share' else _fmt(r[h]):>14}" for h in head))
-    print("(medians over cells and jobs, seconds; fixed = finished_at - started_at - total_s; measured_share ="
-          " measured epochs / (wall x GPUs))")
+        print(
+            f"{r['variant']:<16}{r['ok']:>3}/{r['cells']:<2}"
+            + "".join(f"{_fmt(r[h], '.1%') if h == 'measured_share' else _fmt(r[h]):>14}" for h in head)
+        )
+    print(
+        "(medians over cells and jobs, seconds; fixed = finished_at - started_at - total_s; measured_share ="
+        " measured epochs / (wall x GPUs))"
+    )
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sweep", default="degree=1,2,3,7 mode=naive,mps workload=resnet26_cifar10 epoch_samples=25600")
     p.add_argument("--extra", default="", help="more overrides for every variant, e.g. cluster=local")
-    p.add_argument("--variants", default="all,exec,lease-per-cell,stop-mps",
-                   help=f"comma list of {', '.join(VARIANTS)}")
+    p.add_argument(
+        "--variants", default="all,exec,lease-per-cell,stop-mps", help=f"comma list of {', '.join(VARIANTS)}"
+    )
     p.add_argument("--before-tree", default=None, help="a checkout of the code to compare with (variant 'before')")
     p.add_argument("--work-dir", default=None)
     p.add_argument("--out", required=True)
@@ -136,8 +162,11 @@ def main() -> None:
     for name in names:
         results.append(run_variant(name, overrides, work / name, before))
         r = results[-1]
-        print(f"{name}: wall {r['wall_s']:.1f}s, fixed cost per cell median {_fmt(r['fixed_median_s'])}s, "
-              f"measured share {r['measured_share']:.1%}", flush=True)
+        print(
+            f"{name}: wall {r['wall_s']:.1f}s, fixed cost per cell median {_fmt(r['fixed_median_s'])}s, "
+            f"measured share {r['measured_share']:.1%}",
+            flush=True,
+        )
         Path(args.out).write_text(json.dumps({"sweep": overrides, "results": results}, indent=1, default=float))
     print_table(results)
     Path(args.out).write_text(json.dumps({"sweep": overrides, "results": results}, indent=1, default=float))

@@ -38,13 +38,21 @@ def _cell(args: argparse.Namespace) -> Any:
     from hydra import compose, initialize_config_dir
 
     from raycolloc.config import register_configs
-    from raycolloc.driver.cells import validate_cell
+    from raycolloc.driver.cell_specs import validate_cell
 
     register_configs()
-    overrides = [f"workload={args.workload}", f"batch_size={args.batch_size}", f"epoch_samples={args.epoch_samples}",
-                 "degree=1", f"epochs={args.epochs + 1}", f"trainer.compile={args.compile}", f"trainer.amp={args.amp}",
-                 f"trainer.channels_last={args.channels_last}", f"data.placement={args.placement}",
-                 f"cluster.backend={args.backend}"]
+    overrides = [
+        f"workload={args.workload}",
+        f"batch_size={args.batch_size}",
+        f"epoch_samples={args.epoch_samples}",
+        "degree=1",
+        f"epochs={args.epochs + 1}",
+        f"trainer.compile={args.compile}",
+        f"trainer.amp={args.amp}",
+        f"trainer.channels_last={args.channels_last}",
+        f"data.placement={args.placement}",
+        f"cluster.backend={args.backend}",
+    ]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         return validate_cell(compose(config_name="config", overrides=overrides))
 
@@ -52,8 +60,9 @@ def _cell(args: argparse.Namespace) -> Any:
 VARIANTS = ("trainer", "steward")
 
 
-def trainer_round(variant: str, cell: Any, gpu: Any, core: int | None, steward: Any, cell_id: str,
-                  timeout_s: float) -> dict[str, Any]:
+def trainer_round(
+    variant: str, cell: Any, gpu: Any, core: int | None, steward: Any, cell_id: str, timeout_s: float
+) -> dict[str, Any]:
     """One Trainer actor: setup, warm-up epoch, measured epochs; its measured epochs' rates."""
     import dataclasses
 
@@ -62,8 +71,9 @@ def trainer_round(variant: str, cell: Any, gpu: Any, core: int | None, steward: 
     from raycolloc.driver.trainers import RemoteTrainer
     from raycolloc.spec import Binding
 
-    cell = dataclasses.replace(cell, cell_id=cell_id, jobs=tuple(dataclasses.replace(j, cell_id=cell_id)
-                                                                 for j in cell.jobs))
+    cell = dataclasses.replace(
+        cell, cell_id=cell_id, jobs=tuple(dataclasses.replace(j, cell_id=cell_id) for j in cell.jobs)
+    )
     (job,) = cell.jobs
     telemetry_rows = None
     if variant == "steward":
@@ -71,8 +81,9 @@ def trainer_round(variant: str, cell: Any, gpu: Any, core: int | None, steward: 
     else:
         env = {"CUDA_VISIBLE_DEVICES": gpu.uuid, **ray.get(steward.job_env.remote(gpu.uuid), timeout=60)}
         device = ray.get(steward.job_device.remote(gpu.uuid), timeout=60)
-        binding = Binding(job_index=0, gpu_uuid=gpu.uuid, env=env, cpus=(core,) if core is not None else None,
-                          device=device)
+        binding = Binding(
+            job_index=0, gpu_uuid=gpu.uuid, env=env, cpus=(core,) if core is not None else None, device=device
+        )
     trainer = RemoteTrainer.options(num_cpus=1, num_gpus=0).remote()
     try:
         ray.get(trainer.start.remote(job, binding), timeout=timeout_s)
@@ -91,9 +102,12 @@ def trainer_round(variant: str, cell: Any, gpu: Any, core: int | None, steward: 
         if variant == "steward":
             ray.get(steward.release_gpu.remote(gpu.uuid), timeout=120)
     measured = [e for e in state.epochs if not e.warmup]
-    return {"samples_per_s": [e.samples_per_s for e in measured],
-            "cpu_us_per_step": [1e6 * e.thread_cpu_s / e.steps for e in measured],
-            "cpus": state.info.cpus, "telemetry_rows": telemetry_rows}
+    return {
+        "samples_per_s": [e.samples_per_s for e in measured],
+        "cpu_us_per_step": [1e6 * e.thread_cpu_s / e.steps for e in measured],
+        "cpus": state.info.cpus,
+        "telemetry_rows": telemetry_rows,
+    }
 
 
 def main() -> None:
@@ -112,9 +126,12 @@ def main() -> None:
     p.add_argument("--cpu-affinity", default="auto", choices=["auto", "none"])
     p.add_argument("--backend", default="nvml", choices=["nvml", "sim"], help="sim: CPU plumbing test only")
     p.add_argument("--timeout-s", type=float, default=900.0, help="limit of each trainer call")
-    p.add_argument("--ray-address", default=None,
-                   help="run the trainers on this Ray cluster (ADDRESS of `ray start`); default: a local "
-                        "instance of the benchmark's own")
+    p.add_argument(
+        "--ray-address",
+        default=None,
+        help="run the trainers on this Ray cluster (ADDRESS of `ray start`); default: a local "
+        "instance of the benchmark's own",
+    )
     p.add_argument("--out", required=True, help="JSON file for the results")
     args = p.parse_args()
     if args.rounds < 1 or args.epochs < 1:
@@ -136,26 +153,40 @@ def main() -> None:
     try:
         steward = get_steward(ray.get_runtime_context().get_node_id(), cfg.cluster, cfg.mode.pipe_root)
         gpu = ray.get(steward.resolve_gpu.remote("0"), timeout=60)
-        raw_args = argparse.Namespace(workload=args.workload, backend=args.backend, batch_size=args.batch_size,
-                                      epoch_samples=args.epoch_samples, window_s=args.window_s,
-                                      cpu_affinity=args.cpu_affinity)
+        raw_args = argparse.Namespace(
+            workload=args.workload,
+            backend=args.backend,
+            batch_size=args.batch_size,
+            epoch_samples=args.epoch_samples,
+            window_s=args.window_s,
+            cpu_affinity=args.cpu_affinity,
+        )
         # The core the steward's policy gives a one-job cell (raw_cell picks the same): every side trains there.
         cores = _raw_cores(raw_args, gpu.uuid, 1)[0]
         core = int(cores[1]) if cores else None
-        opts = {"compile": args.compile, "amp": args.amp, "channels_last": args.channels_last,
-                "placement": args.placement}
+        opts = {
+            "compile": args.compile,
+            "amp": args.amp,
+            "channels_last": args.channels_last,
+            "placement": args.placement,
+        }
         rounds = []
         for r in range(args.rounds):
             raw = raw_cell(raw_args, "naive", 1, opts)
-            row: dict[str, Any] = {"raw_samples_per_s": raw["raw_samples_per_s"],
-                                   "raw_cpu_us_per_step": raw["cpu_us_per_step"]}
-            line = (f"round {r + 1}: raw {raw['raw_samples_per_s']:,.0f} img/s "
-                    f"({raw['cpu_us_per_step']:,.0f} us CPU/step)")
+            row: dict[str, Any] = {
+                "raw_samples_per_s": raw["raw_samples_per_s"],
+                "raw_cpu_us_per_step": raw["cpu_us_per_step"],
+            }
+            line = (
+                f"round {r + 1}: raw {raw['raw_samples_per_s']:,.0f} img/s ({raw['cpu_us_per_step']:,.0f} us CPU/step)"
+            )
             for variant in variants:
                 rc = trainer_round(variant, cell, gpu, core, steward, f"bench-trainer-{r}-{variant}", args.timeout_s)
                 row[variant] = rc
-                line += (f"  {variant} {', '.join(f'{v:,.0f}' for v in rc['samples_per_s'])}"
-                         f" ({', '.join(f'{v:,.0f}' for v in rc['cpu_us_per_step'])} us) on {rc['cpus']}")
+                line += (
+                    f"  {variant} {', '.join(f'{v:,.0f}' for v in rc['samples_per_s'])}"
+                    f" ({', '.join(f'{v:,.0f}' for v in rc['cpu_us_per_step'])} us) on {rc['cpus']}"
+                )
             rounds.append(row)
             print(line, flush=True)
     finally:
@@ -167,14 +198,19 @@ def main() -> None:
         summary[variant] = {"best": max(rates), "median": statistics.median(rates)}
         for key in ("best", "median"):
             summary[variant][f"ratio_{key}"] = summary[variant][key] / summary["raw"][key]
-    print(f"\n{args.workload}, batch {args.batch_size}, compile={args.compile}, amp={args.amp}, core {core},"
-          f" card: {gpu.name}")
+    print(
+        f"\n{args.workload}, batch {args.batch_size}, compile={args.compile}, amp={args.amp}, core {core},"
+        f" card: {gpu.name}"
+    )
     print(f"{'side':10}{'best':>10}{'median':>10}{'best/raw':>10}{'median/raw':>12}")
     for side, v in summary.items():
-        print(f"{side:10}{v['best']:>10,.0f}{v['median']:>10,.0f}{v.get('ratio_best', 1.0):>10.3f}"
-              f"{v.get('ratio_median', 1.0):>12.3f}")
-    Path(args.out).write_text(json.dumps({"card": gpu.name, "core": core, "args": vars(args), "rounds": rounds,
-                                          "summary": summary}, indent=1))
+        print(
+            f"{side:10}{v['best']:>10,.0f}{v['median']:>10,.0f}{v.get('ratio_best', 1.0):>10.3f}"
+            f"{v.get('ratio_median', 1.0):>12.3f}"
+        )
+    Path(args.out).write_text(
+        json.dumps({"card": gpu.name, "core": core, "args": vars(args), "rounds": rounds, "summary": summary}, indent=1)
+    )
     print(f"wrote {args.out}")
 
 

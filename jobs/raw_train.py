@@ -61,13 +61,16 @@ def main() -> None:
     def fwd(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return loss_fn(model(x), y)
 
-    forward = fwd if args.compile == "off" else torch.compile(
-        fwd, mode=None if args.compile == "default" else args.compile)
+    forward = (
+        fwd if args.compile == "off" else torch.compile(fwd, mode=None if args.compile == "default" else args.compile)
+    )
     graphs = args.compile in ("reduce-overhead", "max-autotune")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.amp)
     scaler = torch.amp.GradScaler(device.type) if args.amp == "fp16" else None
-    pool = [(torch.randn(args.batch_size, 3, args.res, args.res), torch.randint(0, args.classes, (args.batch_size,)))
-            for _ in range(4)]
+    pool = [
+        (torch.randn(args.batch_size, 3, args.res, args.res), torch.randint(0, args.classes, (args.batch_size,)))
+        for _ in range(4)
+    ]
     if args.placement == "host" and cuda:
         pool = [(x.pin_memory(), y.pin_memory()) for x, y in pool]
     else:
@@ -114,13 +117,25 @@ def main() -> None:
     wall = time.time() - t0
     r1 = resource.getrusage(resource.RUSAGE_THREAD)
     cpu, sys_s = r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime, r1.ru_stime - r0.ru_stime
-    print(json.dumps({"rank": args.rank, "steps": steps, "samples": steps * args.batch_size, "wall_s": wall,
-                      "samples_per_s": steps * args.batch_size / wall, "setup_s": setup_s,
-                      "thread_cpu_s": cpu, "cpu_us_per_step": 1e6 * cpu / max(steps, 1),
-                      "sys_us_per_step": 1e6 * sys_s / max(steps, 1),
-                      "minor_faults_per_step": (r1.ru_minflt - r0.ru_minflt) / max(steps, 1),
-                      "involuntary_switches": r1.ru_nivcsw - r0.ru_nivcsw,
-                      "voluntary_switches": r1.ru_nvcsw - r0.ru_nvcsw}), flush=True)
+    print(
+        json.dumps(
+            {
+                "rank": args.rank,
+                "steps": steps,
+                "samples": steps * args.batch_size,
+                "wall_s": wall,
+                "samples_per_s": steps * args.batch_size / wall,
+                "setup_s": setup_s,
+                "thread_cpu_s": cpu,
+                "cpu_us_per_step": 1e6 * cpu / max(steps, 1),
+                "sys_us_per_step": 1e6 * sys_s / max(steps, 1),
+                "minor_faults_per_step": (r1.ru_minflt - r0.ru_minflt) / max(steps, 1),
+                "involuntary_switches": r1.ru_nivcsw - r0.ru_nivcsw,
+                "voluntary_switches": r1.ru_nvcsw - r0.ru_nvcsw,
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

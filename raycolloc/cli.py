@@ -15,8 +15,12 @@ __all__ = ["COMMANDS", "main"]
 
 # Subcommand -> the module whose `main` runs it. Imported only when chosen: `raycolloc ls` loads no
 # Hydra, and importing `raycolloc.sweep` registers the config schemas.
-COMMANDS = {"sweep": "raycolloc.sweep", "ls": "raycolloc.ls", "doctor": "raycolloc.doctor",
-            "advise": "raycolloc.advise.__main__"}
+COMMANDS = {
+    "sweep": "raycolloc.sweep",
+    "ls": "raycolloc.ls",
+    "doctor": "raycolloc.doctor",
+    "advise": "raycolloc.advise.__main__",
+}
 USAGE = f"usage: raycolloc {{{','.join(COMMANDS)}}} [ARGS...]  (raycolloc NAME --help: that command's help)"
 
 

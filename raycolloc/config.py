@@ -102,14 +102,10 @@ class ModeConfig:
                     raise ConfigError(f"mode.{key} applies to mode=mps only (mode={self.name})")
         for pct in as_list(self.active_thread_percentage):
             if pct is not None and (isinstance(pct, bool) or not isinstance(pct, int) or not 1 <= pct <= 100):
-                raise ConfigError(
-                    f"mode.active_thread_percentage={pct!r} is not allowed; it must be an integer 1..100"
-                )
+                raise ConfigError(f"mode.active_thread_percentage={pct!r} is not allowed; it must be an integer 1..100")
         for limit in as_list(self.pinned_mem_limit):
             if limit is not None and not is_mem_limit(limit):
-                raise ConfigError(
-                    f"mode.pinned_mem_limit={limit!r} is not allowed; write a size such as 8G or 512M"
-                )
+                raise ConfigError(f"mode.pinned_mem_limit={limit!r} is not allowed; write a size such as 8G or 512M")
 
 
 @dataclass
@@ -150,7 +146,7 @@ class ClusterConfig:
     def __post_init__(self) -> None:
         _check_choice("cluster.backend", self.backend, BACKENDS)
         _check_choice("cluster.sim_mig_mode", self.sim_mig_mode, SIM_MIG_MODES)
-        # gpu_model against the node's MIG tables: where the driver validates a cell (driver/cells.py).
+        # gpu_model against the node's MIG tables: where the driver validates a cell (driver/cell_specs.py).
         _check_int("cluster.num_gpus", self.num_gpus, 1)
         _check_int("cluster.num_cpus", self.num_cpus, 1, optional=True)
         _check_int("cluster.max_concurrent_cells", self.max_concurrent_cells, 1, optional=True)
@@ -293,23 +289,45 @@ class Config:
     def cell_label(self) -> str:
         """A short human name: ``resnet26_cifar10-mps-x3``, ``mix-s_m_m-naive``; repeats after the
         first end in ``-r<k>`` (``resnet26_cifar10-mps-x3-r1``)."""
-        base = (f"mix-{self.mix.name or 'custom'}-{self.mode.name}" if self.mix.jobs
-                else f"{workload_label(self.workload)}-{self.mode.name}-x{self.degree}")
+        base = (
+            f"mix-{self.mix.name or 'custom'}-{self.mode.name}"
+            if self.mix.jobs
+            else f"{workload_label(self.workload)}-{self.mode.name}-x{self.degree}"
+        )
         return f"{base}-r{self.repeat}" if self.repeat else base
 
 
 # Keys that do not change what a cell measures: excluded from the config hash used for resume.
 # ``repeats`` is how many repeats a sweep runs; each repeat's index (``repeat``) is part of the hash.
-_NON_SEMANTIC = {("out_dir",), ("tags",), ("repeats",), ("cluster", "address"), ("cluster", "sim_root"),
-                 ("cluster", "reuse_lease"), ("mode", "keep_daemon"), ("cluster", "max_concurrent_cells"),
-                 ("cluster", "lease_timeout_s"), ("cluster", "dashboard"), ("cluster", "dashboard_host"),
-                 ("cluster", "dashboard_port"), ("cluster", "metrics_export_port"),
-                 ("trainer", "setup_timeout_s"), ("trainer", "stall_timeout_s"), ("trainer", "epoch_timeout_s"),
-                 ("trainer", "spawn"), ("trainer", "reuse_actors"), ("trainer", "compile_cache")}
+_NON_SEMANTIC = {
+    ("out_dir",),
+    ("tags",),
+    ("repeats",),
+    ("cluster", "address"),
+    ("cluster", "sim_root"),
+    ("cluster", "reuse_lease"),
+    ("mode", "keep_daemon"),
+    ("cluster", "max_concurrent_cells"),
+    ("cluster", "lease_timeout_s"),
+    ("cluster", "dashboard"),
+    ("cluster", "dashboard_host"),
+    ("cluster", "dashboard_port"),
+    ("cluster", "metrics_export_port"),
+    ("trainer", "setup_timeout_s"),
+    ("trainer", "stall_timeout_s"),
+    ("trainer", "epoch_timeout_s"),
+    ("trainer", "spawn"),
+    ("trainer", "reuse_actors"),
+    ("trainer", "compile_cache"),
+}
 # Keys that do not change a cell's work but were hashed before: hashed as their (old) default
 # whatever their value, so results written with the default keep their hash.
-_HASHED_AS_DEFAULT = {("cluster", "num_gpus"): 1, ("cluster", "num_cpus"): None, ("cluster", "sim_mig_mode"): "auto",
-                      ("mig", "allow_reconfigure"): False}
+_HASHED_AS_DEFAULT = {
+    ("cluster", "num_gpus"): 1,
+    ("cluster", "num_cpus"): None,
+    ("cluster", "sim_mig_mode"): "auto",
+    ("mig", "allow_reconfigure"): False,
+}
 
 
 # Keys added after results existed: left out of the hash while at their default, so every config

@@ -7,8 +7,22 @@ import difflib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["AMP_MODES", "COMPILE_MODES", "MAX_DEGREE", "MOST_LISTED", "ConfigError", "as_list", "check_choice",
-           "check_int", "check_min", "check_mode_only", "check_port", "closest", "is_mem_limit", "listed"]
+__all__ = [
+    "AMP_MODES",
+    "COMPILE_MODES",
+    "MAX_DEGREE",
+    "MOST_LISTED",
+    "ConfigError",
+    "as_list",
+    "check_choice",
+    "check_int",
+    "check_min",
+    "check_mode_only",
+    "check_port",
+    "closest",
+    "is_mem_limit",
+    "listed",
+]
 
 
 # Choices of ``trainer.*`` that a mix job may set for itself too (raycolloc.config, raycolloc.workload_config).
@@ -28,8 +42,11 @@ def listed(errors: Sequence[str], most: int = MOST_LISTED) -> list[str]:
     """Errors to print: every one up to ``most``, else the first ``most`` and a line counting the rest."""
     if len(errors) <= most:
         return list(errors)
-    return [*errors[:most], f"... and {len(errors) - most:,} more ({len(errors):,} in all; the first {most} "
-                            "are shown: fix them and run again to see the rest)"]
+    return [
+        *errors[:most],
+        f"... and {len(errors) - most:,} more ({len(errors):,} in all; the first {most} "
+        "are shown: fix them and run again to see the rest)",
+    ]
 
 
 def check_choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
@@ -64,8 +81,10 @@ def check_port(key: str, value: Any, *, optional: bool = False) -> None:
 def check_mode_only(key: str, value: Any, unset: Any, only: str, mode: str) -> None:
     """A key that only one mode reads: set on another mode it would be ignored without a word."""
     if value != unset and mode != only:
-        raise ConfigError(f"{key}={value!r} applies to mode={only} only (mode={mode}); leave {key} unset "
-                          f"({unset!r}) or set mode={only}")
+        raise ConfigError(
+            f"{key}={value!r} applies to mode={only} only (mode={mode}); leave {key} unset "
+            f"({unset!r}) or set mode={only}"
+        )
 
 
 def closest(name: str, names: Iterable[str], n: int = 5) -> list[str]:

@@ -38,18 +38,68 @@ class DatasetInfo:
     description: str
 
 
-DATASETS: dict[str, DatasetInfo] = {d.name: d for d in (
-    DatasetInfo("cifar10", "vision", "cifar10", 32, 10, 50_000, 128,
-                "CIFAR-10 python batches (data_batch_1..5), 32 px, 10 classes"),
-    DatasetInfo("imagenet64", "vision", "imagenet64", 64, 1000, IMAGENET_TRAIN, 128,
-                "Downsampled ImageNet 64x64 npz batches (train_data_batch_*.npz), 1000 classes"),
-    DatasetInfo("imagenet", "vision", "imagefolder", 224, 1000, IMAGENET_TRAIN, 64,
-                "ImageNet as an ImageFolder tree (root/<class>/<image>), 224 px, 1000 classes"),
-    DatasetInfo("imagefolder", "vision", "imagefolder", 224, None, None, 64,
-                "any ImageFolder tree at data.path; classes and size counted from it, 224 px unless "
-                "workload.resolution"),
-    DatasetInfo("criteo", "dlrm", "criteo", None, 1, 45_840_617, 2048,
-                "Criteo click logs (TSV: label, 13 integer, 26 hex categorical features)"),
-    DatasetInfo("synthetic", "vision", None, None, None, None, 128,
-                "random images of an explicit shape: workload.resolution, num_classes, dataset_size"),
-)}
+DATASETS: dict[str, DatasetInfo] = {
+    d.name: d
+    for d in (
+        DatasetInfo(
+            "cifar10",
+            "vision",
+            "cifar10",
+            32,
+            10,
+            50_000,
+            128,
+            "CIFAR-10 python batches (data_batch_1..5), 32 px, 10 classes",
+        ),
+        DatasetInfo(
+            "imagenet64",
+            "vision",
+            "imagenet64",
+            64,
+            1000,
+            IMAGENET_TRAIN,
+            128,
+            "Downsampled ImageNet 64x64 npz batches (train_data_batch_*.npz), 1000 classes",
+        ),
+        DatasetInfo(
+            "imagenet",
+            "vision",
+            "imagefolder",
+            224,
+            1000,
+            IMAGENET_TRAIN,
+            64,
+            "ImageNet as an ImageFolder tree (root/<class>/<image>), 224 px, 1000 classes",
+        ),
+        DatasetInfo(
+            "imagefolder",
+            "vision",
+            "imagefolder",
+            224,
+            None,
+            None,
+            64,
+            "any ImageFolder tree at data.path; classes and size counted from it, 224 px unless workload.resolution",
+        ),
+        DatasetInfo(
+            "criteo",
+            "dlrm",
+            "criteo",
+            None,
+            1,
+            45_840_617,
+            2048,
+            "Criteo click logs (TSV: label, 13 integer, 26 hex categorical features)",
+        ),
+        DatasetInfo(
+            "synthetic",
+            "vision",
+            None,
+            None,
+            None,
+            None,
+            128,
+            "random images of an explicit shape: workload.resolution, num_classes, dataset_size",
+        ),
+    )
+}

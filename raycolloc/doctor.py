@@ -51,7 +51,8 @@ def orphan_trainers(pipe_root: Path) -> list[psutil.Process]:
             continue
         try:
             ours = any(_under(arg, pipe_root) for arg in cmd) or _under(
-                proc.environ().get("CUDA_MPS_PIPE_DIRECTORY", ""), pipe_root)
+                proc.environ().get("CUDA_MPS_PIPE_DIRECTORY", ""), pipe_root
+            )
         except psutil.Error:
             continue
         if ours:
@@ -96,9 +97,11 @@ def main(argv: list[str] | None = None) -> int:
         label = "stale file" if leftover.kind == "file" else f"left: {leftover.kind}"
         print(f"  {label}: {leftover.detail}")
     for daemon in foreign:
-        print(f"  not raycolloc's: MPS control daemon pid {daemon['pid']} on pipe {daemon['pipe_dir']} "
-              f"(visible devices {daemon['visible']}); stop it with "
-              f"`echo quit | CUDA_MPS_PIPE_DIRECTORY={daemon['pipe_dir']} nvidia-cuda-mps-control`")
+        print(
+            f"  not raycolloc's: MPS control daemon pid {daemon['pid']} on pipe {daemon['pipe_dir']} "
+            f"(visible devices {daemon['visible']}); stop it with "
+            f"`echo quit | CUDA_MPS_PIPE_DIRECTORY={daemon['pipe_dir']} nvidia-cuda-mps-control`"
+        )
     for proc in orphans:
         print(f"  left: training process or fork server pid {proc.pid} without its trainer or steward")
     if args.out_dir is not None:

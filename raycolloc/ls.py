@@ -32,8 +32,21 @@ from raycolloc.results.store import InvalidResult, UnknownSchemaVersion, read_ce
 __all__ = ["CellEntry", "SweepEntry", "find_sweeps", "list_cells", "main"]
 
 CORRUPT = "corrupt"
-_COLUMNS = ["label", "status", "mode", "degree", "workload", "mix", "repeat", "started_at", "agg_samples_per_s",
-            "energy_per_sample_j", "total_s", "total_energy_j", "reason"]
+_COLUMNS = [
+    "label",
+    "status",
+    "mode",
+    "degree",
+    "workload",
+    "mix",
+    "repeat",
+    "started_at",
+    "agg_samples_per_s",
+    "energy_per_sample_j",
+    "total_s",
+    "total_energy_j",
+    "reason",
+]
 
 
 @dataclass(frozen=True)
@@ -107,8 +120,18 @@ def _entry(cell_dir: Path) -> CellEntry:
     try:
         target = read_reference(cell_dir) or cell_dir
     except (OSError, ValueError, KeyError) as exc:
-        return CellEntry(cell_dir.name, CORRUPT, None, None, "-", 0, None, "-", None,
-                         f"{cell_dir / REFERENCE}: {type(exc).__name__}: {exc}")
+        return CellEntry(
+            cell_dir.name,
+            CORRUPT,
+            None,
+            None,
+            "-",
+            0,
+            None,
+            "-",
+            None,
+            f"{cell_dir / REFERENCE}: {type(exc).__name__}: {exc}",
+        )
     try:
         table = read_cell(target).cells  # the one check of a result: four tables that read and agree
     except UnknownSchemaVersion as exc:  # not corrupt: written by another raycolloc
@@ -121,10 +144,21 @@ def _entry(cell_dir: Path) -> CellEntry:
         headline = f"total {_fmt(row['total_s'], '.2f')} s, {_fmt(row['total_energy_j'], ',.1f')} J"
     else:
         what = str(row["workload"])
-        headline = (f"{_fmt(row['agg_samples_per_s'], ',.0f')} samples/s, "
-                    f"{_fmt(row['energy_per_sample_j'], '.3g')} J/sample")
-    return CellEntry(cell_dir.name, str(row["status"]), row["mode"], row["degree"], what, row["repeat"] or 0,
-                     row["started_at"], headline, target if target != cell_dir else None, row["reason"])
+        headline = (
+            f"{_fmt(row['agg_samples_per_s'], ',.0f')} samples/s, {_fmt(row['energy_per_sample_j'], '.3g')} J/sample"
+        )
+    return CellEntry(
+        cell_dir.name,
+        str(row["status"]),
+        row["mode"],
+        row["degree"],
+        what,
+        row["repeat"] or 0,
+        row["started_at"],
+        headline,
+        target if target != cell_dir else None,
+        row["reason"],
+    )
 
 
 def find_sweeps(root: str | Path) -> list[SweepEntry]:
@@ -144,8 +178,12 @@ def find_sweeps(root: str | Path) -> list[SweepEntry]:
 def list_cells(sweep: SweepEntry) -> str:
     """The cells of one sweep, one line each: status, what ran, the headline numbers."""
     corrupt = f" ({len(sweep.corrupt)} with corrupt tables)" if sweep.corrupt else ""
-    lines = [f"sweep {sweep.path}", f"  command: {sweep.command}",
-             f"  {len(sweep.cells)} cells: {sweep.n_ok} ok, {len(sweep.cells) - sweep.n_ok} not ok{corrupt}", ""]
+    lines = [
+        f"sweep {sweep.path}",
+        f"  command: {sweep.command}",
+        f"  {len(sweep.cells)} cells: {sweep.n_ok} ok, {len(sweep.cells) - sweep.n_ok} not ok{corrupt}",
+        "",
+    ]
     width = max((len(c.name) for c in sweep.cells), default=4)
     lines.append(f"  {'cell':<{width}}  {'status':<8}{'mode':<7}{'jobs':>4}  {'workload':<22}headline")
     for c in sorted(sweep.cells, key=lambda c: (c.repeat, c.name)):
@@ -154,8 +192,9 @@ def list_cells(sweep: SweepEntry) -> str:
             note += f"  corrupt: {c.reason}"  # whole: it names the table
         elif c.status != "ok" and c.reason:
             note += f"  reason: {c.reason[:120]}"
-        lines.append(f"  {c.name:<{width}}  {c.status:<8}{c.mode or '-':<7}{c.degree or 0:>4}  {c.what:<22}"
-                     f"{c.headline}{note}")
+        lines.append(
+            f"  {c.name:<{width}}  {c.status:<8}{c.mode or '-':<7}{c.degree or 0:>4}  {c.what:<22}{c.headline}{note}"
+        )
     return "\n".join(lines)
 
 
@@ -171,8 +210,10 @@ def list_sweeps(sweeps: Sequence[SweepEntry], root: Path) -> str:
     for i, s in enumerate(sweeps, start=1):
         reused = sum(c.reused_from is not None for c in s.cells)
         where = s.path.relative_to(root) if s.path.is_relative_to(root) else s.path
-        lines.append(f"{i:>3}  {_when(s.started_at):<16}  {len(s.cells):>5} {s.n_ok:>4} {len(s.cells) - s.n_ok:>6} "
-                     f"{reused:>6}  {where}")
+        lines.append(
+            f"{i:>3}  {_when(s.started_at):<16}  {len(s.cells):>5} {s.n_ok:>4} {len(s.cells) - s.n_ok:>6} "
+            f"{reused:>6}  {where}"
+        )
         lines.append(f"{'':>3}  {'':<16}  {'':>5} {'':>4} {'':>6} {'':>6}  {s.command}")
     lines.append(f"\n{len(sweeps)} sweeps; the cells of one: python -m raycolloc.ls {root} --sweep N|last")
     return "\n".join(lines)
@@ -217,8 +258,11 @@ def _corrupt_status(sweeps: Sequence[SweepEntry]) -> int:
     for c in corrupt:
         print(f"error: cell {c.name}: corrupt tables: {c.reason}", file=sys.stderr)
     if corrupt:
-        print(f"{len(corrupt)} cell(s) with corrupt tables: a re-run of their sweep sets them aside and measures "
-              f"them again", file=sys.stderr)
+        print(
+            f"{len(corrupt)} cell(s) with corrupt tables: a re-run of their sweep sets them aside and measures "
+            f"them again",
+            file=sys.stderr,
+        )
     return 2 if corrupt else 0
 
 

@@ -24,8 +24,9 @@ def control_command(control: str, pipe_dir: str | None, command: str, timeout: f
     env = dict(os.environ)
     if pipe_dir:
         env["CUDA_MPS_PIPE_DIRECTORY"] = pipe_dir
-    proc = subprocess.run([control], input=command + "\n", capture_output=True, text=True, env=env, timeout=timeout,
-                          check=False)
+    proc = subprocess.run(
+        [control], input=command + "\n", capture_output=True, text=True, env=env, timeout=timeout, check=False
+    )
     if proc.returncode != 0:
         said = proc.stderr.strip() or proc.stdout.strip()
         raise MpsError(f"{control}: {command!r} failed (exit {proc.returncode}): {said}")

@@ -22,8 +22,16 @@ from pathlib import Path
 
 import psutil
 
-__all__ = ["alive", "die_with_parent", "format_cpus", "move_threads_off", "normal_priority", "python_env", "wait_gone",
-           "watch_parent"]
+__all__ = [
+    "alive",
+    "die_with_parent",
+    "format_cpus",
+    "move_threads_off",
+    "normal_priority",
+    "python_env",
+    "wait_gone",
+    "watch_parent",
+]
 
 log = logging.getLogger(__name__)
 _PR_SET_PDEATHSIG = 1

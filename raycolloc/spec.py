@@ -1,6 +1,6 @@
 """What crosses process boundaries: a validated cell, its jobs, their bindings and their state.
 
-The driver validates a config once into a :class:`CellSpec` (``raycolloc.driver.cells``); the
+The driver validates a config once into a :class:`CellSpec` (``raycolloc.driver.cell_specs``); the
 node's steward turns it into one :class:`Binding` per job; each trainer reports a :class:`JobState`.
 The steward answers with a :class:`NodeInfo`, a :class:`Release` and :class:`Samples`; jobs and
 lanes tell the progress board a :class:`JobProgress` and a :class:`CellProgress`.
@@ -17,8 +17,23 @@ from raycolloc.devices import BackendTraits, CudaDevice, GpuInfo, JobDevice
 from raycolloc.results.rows import EpochRow, TelemetryRow
 from raycolloc.workload_kinds import Workload
 
-__all__ = ["CELL_STATUSES", "JOB_STATUSES", "Binding", "CellProgress", "CellSpec", "CellStatus", "JobInfo",
-           "JobProgress", "JobSpec", "JobState", "JobStatus", "NodeInfo", "Release", "Samples", "as_cell_status"]
+__all__ = [
+    "CELL_STATUSES",
+    "JOB_STATUSES",
+    "Binding",
+    "CellProgress",
+    "CellSpec",
+    "CellStatus",
+    "JobInfo",
+    "JobProgress",
+    "JobSpec",
+    "JobState",
+    "JobStatus",
+    "NodeInfo",
+    "Release",
+    "Samples",
+    "as_cell_status",
+]
 
 # ok; oom (out of device memory); error (crashed, or died); hang (no progress for
 # trainer.stall_timeout_s); skipped (its cell was skipped: never started).

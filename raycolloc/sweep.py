@@ -102,8 +102,11 @@ def main() -> None:
         sys.exit(exc.outcome.code if exc.outcome is not None else 1)
     except KeyboardInterrupt as exc:
         how = "terminated (SIGTERM)" if isinstance(exc, signals.Terminated) else "interrupted"
-        print(f"{how}: the running cells released their GPUs and wrote nothing; a re-run resumes",
-              file=sys.stderr, flush=True)
+        print(
+            f"{how}: the running cells released their GPUs and wrote nothing; a re-run resumes",
+            file=sys.stderr,
+            flush=True,
+        )
         sys.exit(signals.exit_status(exc))
     except ResultWriteError as exc:
         log.error("%s", exc)
@@ -115,8 +118,7 @@ def main() -> None:
             sys.exit(EXIT_WRITE)
         error = as_config_error(exc)
         if error is None and isinstance(exc, OSError) and exc.errno in _DIR_ERRORS and exc.filename:
-            error = ConfigError(f"cannot create {exc.filename}: {exc.strerror} (out_dir must be a writable "
-                                f"directory)")
+            error = ConfigError(f"cannot create {exc.filename}: {exc.strerror} (out_dir must be a writable directory)")
         if error is None:
             raise
         discard_run()  # refused: the directories made for the run go (those holding only Hydra's files too)

@@ -24,8 +24,20 @@ from typing import Any, ClassVar
 from raycolloc.config_checks import AMP_MODES, COMPILE_MODES, ConfigError, check_choice, check_int, check_min
 from raycolloc.datasets import DATASETS
 
-__all__ = ["KINDS", "SETTINGS", "ConfigKind", "MixJob", "PresetKind", "PythonKind", "ScriptKind", "TimmKind",
-           "WorkloadConfig", "mix_job_hash_view", "workload_hash_view", "workload_label"]
+__all__ = [
+    "KINDS",
+    "SETTINGS",
+    "ConfigKind",
+    "MixJob",
+    "PresetKind",
+    "PythonKind",
+    "ScriptKind",
+    "TimmKind",
+    "WorkloadConfig",
+    "mix_job_hash_view",
+    "workload_hash_view",
+    "workload_label",
+]
 
 SETTINGS = ("batch_size", "resolution", "num_classes", "dataset_size", "lr")
 _ENTRY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -71,8 +83,10 @@ class WorkloadConfig:
             if key == "name" or key in kind.settings or key in kind.keys:
                 continue
             if getattr(self, key) not in (None, {}, []):
-                raise ConfigError(f"workload.{key} does not apply to workload={self.name}; it takes: "
-                                  f"{', '.join((*kind.settings, *kind.keys)) or 'nothing'}")
+                raise ConfigError(
+                    f"workload.{key} does not apply to workload={self.name}; it takes: "
+                    f"{', '.join((*kind.settings, *kind.keys)) or 'nothing'}"
+                )
         for key in ("batch_size", "resolution", "num_classes", "dataset_size"):
             check_int(f"workload.{key}", getattr(self, key), 1, optional=True)
         check_min("workload.lr", self.lr, 0, optional=True)
@@ -121,8 +135,10 @@ class TimmKind(ConfigKind):
         """A model is named (the name against timm's, then the dataset: where the driver resolves it,
         :func:`raycolloc.job.workloads.compose.resolve`)."""
         if not wc.model:
-            raise ConfigError("workload=timm needs workload.model=NAME (any model of timm.list_models(), "
-                              "e.g. resnet50, convnext_atto, vit_tiny_patch16_224)")
+            raise ConfigError(
+                "workload=timm needs workload.model=NAME (any model of timm.list_models(), "
+                "e.g. resnet50, convnext_atto, vit_tiny_patch16_224)"
+            )
 
     def label(self, wc: WorkloadConfig) -> str:
         """``<model>_<dataset>``, with ``_<R>px`` where the resolution is not the dataset's."""
@@ -138,8 +154,10 @@ class PythonKind(ConfigKind):
 
     def check(self, wc: WorkloadConfig) -> None:
         if not wc.entry or not _ENTRY.match(wc.entry):
-            raise ConfigError(f"workload.entry={wc.entry!r} is not allowed; workload=python needs "
-                              "workload.entry=package.module:function (see jobs/examples/)")
+            raise ConfigError(
+                f"workload.entry={wc.entry!r} is not allowed; workload=python needs "
+                "workload.entry=package.module:function (see jobs/examples/)"
+            )
 
     def label(self, wc: WorkloadConfig) -> str:
         """Its labels, else ``<module>.<function>``."""
@@ -156,14 +174,17 @@ class ScriptKind(ConfigKind):
 
     def check(self, wc: WorkloadConfig) -> None:
         if not wc.command or not all(isinstance(a, str) and a for a in wc.command):
-            raise ConfigError(f"workload.command={wc.command!r} is not allowed; workload=script needs a "
-                              "non-empty list of words, e.g. 'workload.command=[python,train.py,--epochs,2]'")
+            raise ConfigError(
+                f"workload.command={wc.command!r} is not allowed; workload=script needs a "
+                "non-empty list of words, e.g. 'workload.command=[python,train.py,--epochs,2]'"
+            )
         if wc.epoch_regex is not None:
             try:
                 re.compile(wc.epoch_regex)
             except re.error as exc:
-                raise ConfigError(f"workload.epoch_regex={wc.epoch_regex!r} is not a regular expression: "
-                                  f"{exc}") from None
+                raise ConfigError(
+                    f"workload.epoch_regex={wc.epoch_regex!r} is not a regular expression: {exc}"
+                ) from None
         for key, value in wc.env.items():
             if isinstance(value, dict | list):
                 raise ConfigError(f"workload.env.{key}={value!r} is not allowed; environment values are strings")
@@ -220,13 +241,16 @@ class MixJob:
         if isinstance(self.workload, dict):
             known = {f.name for f in dataclasses.fields(WorkloadConfig)}
             if unknown := sorted(set(self.workload) - known):
-                raise ConfigError(f"unknown key mix.jobs[].workload.{unknown[0]}; a workload has: "
-                                  f"{', '.join(sorted(known))}")
+                raise ConfigError(
+                    f"unknown key mix.jobs[].workload.{unknown[0]}; a workload has: {', '.join(sorted(known))}"
+                )
             self.workload = WorkloadConfig(**self.workload)
         elif not isinstance(self.workload, WorkloadConfig) and not isinstance(self.workload, str):
             # A preset's name is checked against the registry where the driver resolves it.
-            raise ConfigError(f"mix.jobs[].workload={self.workload!r} is not allowed; give a preset's name or "
-                              "a composition ({name: timm, model: ..., dataset: ...})")
+            raise ConfigError(
+                f"mix.jobs[].workload={self.workload!r} is not allowed; give a preset's name or "
+                "a composition ({name: timm, model: ..., dataset: ...})"
+            )
         check_int("mix.jobs[].batch_size", self.batch_size, 1, optional=True)
         check_int("mix.jobs[].epochs", self.epochs, 2, optional=True)
         check_int("mix.jobs[].epoch_samples", self.epoch_samples, 1, optional=True)

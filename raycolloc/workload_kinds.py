@@ -1,5 +1,5 @@
 """The three kinds of job a workload resolves into, each with its own behaviour: a model raycolloc
-builds and trains (:class:`WorkloadSpec`), the user's function (:class:`PythonWorkload`) and the user's
+builds and trains (:class:`ModelWorkload`), the user's function (:class:`PythonWorkload`) and the user's
 unmodified script (:class:`ScriptWorkload`).
 
 The driver resolves a ``workload`` config into one of them, once per cell
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
     from raycolloc.spec import JobSpec
 
-__all__ = ["PythonWorkload", "ScriptWorkload", "Workload", "WorkloadSpec"]
+__all__ = ["PythonWorkload", "ScriptWorkload", "Workload", "ModelWorkload"]
 
 
 def _amount(job: JobSpec) -> str:
@@ -31,7 +31,7 @@ def _amount(job: JobSpec) -> str:
 
 
 @dataclass(frozen=True)
-class WorkloadSpec:
+class ModelWorkload:
     """A model raycolloc builds and trains: everything a trainer needs to build and feed the job.
 
     Attributes:
@@ -82,8 +82,10 @@ class WorkloadSpec:
         shape = "x".join(map(str, self.sample_shape))
         memory = f", ~{job.mem_estimate_mib:,.0f} MiB estimated" if job.mem_estimate_mib is not None else ""
         data = f"data {job.data.source}" + (f" {job.data.path}" if job.data.source == "real" else "")
-        return (f"{job.name}: {self.model} on {self.dataset} ({shape}, {self.num_classes} classes), "
-                f"{_amount(job)}, {data}{memory}")
+        return (
+            f"{job.name}: {self.model} on {self.dataset} ({shape}, {self.num_classes} classes), "
+            f"{_amount(job)}, {data}{memory}"
+        )
 
 
 @dataclass(frozen=True)
@@ -144,4 +146,4 @@ class ScriptWorkload:
         return f"{job.name}: script `{' '.join(self.command)}` in {self.cwd}{marks}"
 
 
-Workload = WorkloadSpec | PythonWorkload | ScriptWorkload
+Workload = ModelWorkload | PythonWorkload | ScriptWorkload

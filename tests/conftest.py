@@ -51,8 +51,11 @@ _seconds: dict[str, float] = {}
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--store-durations", action="store_true",
-                     help=f"write each test module's seconds (setup, call, teardown) to {DURATIONS.name}")
+    parser.addoption(
+        "--store-durations",
+        action="store_true",
+        help=f"write each test module's seconds (setup, call, teardown) to {DURATIONS.name}",
+    )
 
 
 # --- the two tiers ----------------------------------------------------------------------------------
@@ -62,8 +65,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # start no Ray. Marked here: the modules that are end to end throughout, and every test that uses the
 # session's instance (`ray_local`); the others carry the marker themselves, and `session_ray` fails an
 # unmarked test that reaches for Ray.
-END_TO_END = {"test_faults.py", "test_benchmarks.py", "test_dashboard.py", "test_report_e2e.py",
-              "test_advise_cells.py", "test_mig_cells.py", "test_job_process.py"}
+END_TO_END = {
+    "test_faults.py",
+    "test_benchmarks.py",
+    "test_dashboard.py",
+    "test_report_e2e.py",
+    "test_advise_cells.py",
+    "test_mig_cells.py",
+    "test_job_process.py",
+}
 _running: pytest.Item | None = None
 
 
@@ -109,7 +119,7 @@ def compose(overrides: list[str] | None = None):  # noqa: ANN201 - returns a Dic
 
 def load(overrides: list[str] | None = None, out_dir: Path | None = None):  # noqa: ANN201
     """Compose and validate into a raycolloc CellSpec (CPU overrides first)."""
-    from raycolloc.driver.cells import validate_cell
+    from raycolloc.driver.cell_specs import validate_cell
 
     extra = [f"out_dir={out_dir}"] if out_dir else []
     return validate_cell(compose(CPU_OVERRIDES + extra + (overrides or [])))
@@ -201,8 +211,14 @@ def session_ray() -> str:
         saved = {k: os.environ.get(k) for k in knobs}
         os.environ.update({k: os.environ.get(k, v) for k, v in knobs.items()})
         try:
-            start_local_ray(num_cpus=16, num_gpus=2, namespace="raycolloc", include_dashboard=False,
-                            log_to_driver=False, _system_config={"worker_niceness": 0})
+            start_local_ray(
+                num_cpus=16,
+                num_gpus=2,
+                namespace="raycolloc",
+                include_dashboard=False,
+                log_to_driver=False,
+                _system_config={"worker_niceness": 0},
+            )
         finally:
             for k, v in saved.items():
                 if v is None:
@@ -233,16 +249,24 @@ def used_ray(proc: subprocess.CompletedProcess[str]) -> bool:
     return "Started a local Ray instance" in out or "Connected to Ray cluster" in out
 
 
-def run_cli(args: list[str], cwd: Path, timeout: float = 600, env: dict[str, str] | None = None,
-            own_ray: bool = False) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    args: list[str], cwd: Path, timeout: float = 600, env: dict[str, str] | None = None, own_ray: bool = False
+) -> subprocess.CompletedProcess[str]:
     """Run ``python -m raycolloc.sweep ARGS`` as a user would. It joins the session's Ray instance
     (``cluster.address``, as on a cluster someone started), unless ``own_ray`` or ARGS name a cluster:
     then it starts and stops a local instance of its own, as a user's first command does. A test of an
     input refused before Ray loads passes ``own_ray`` too: it has no instance to join, and starts none."""
     full_env = dict(os.environ)
     full_env.update(env or {})
-    return subprocess.run(sweep_command(args, own_ray), cwd=cwd, env=full_env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    return subprocess.run(
+        sweep_command(args, own_ray),
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def sweep_command(args: list[str], own_ray: bool = False) -> list[str]:

@@ -33,14 +33,44 @@ from raycolloc.config import ConfigError
 H200 = Gpu("NVIDIA H200", 143771.0, base_mib=600.0, cores=16)
 
 
-def profile(name: str = "light", *, rate: float = 10_000.0, sm: float = 0.2, busy: float = 0.4, dram: float = 0.05,
-            mem: float = 1200.0, power: float = 200.0, cpu: float = 0.5) -> Profile:
-    return Profile(workload=name, settings="batch_size=128", gpu_name=H200.name, gpu_memory_mib=H200.memory_mib,
-                   backend="nvml", mode="naive", cell_dirs=(f"/x/{name}",), config_hash=name, batch_size=128,
-                   samples_per_s=rate, cpu_s_per_step=None, cpu_busy=cpu, sm_active=sm, busy=busy, busy_source="test",
-                   sm_occupancy=None, dram_active=dram, pcie_rx_bytes_s=None, power_w=power, energy_per_sample_j=None,
-                   peak_reserved_mib=None, peak_device_mib=mem, gpu_mem_used_mib=None, job_mem_mib=mem,
-                   mem_source="test")
+def profile(
+    name: str = "light",
+    *,
+    rate: float = 10_000.0,
+    sm: float = 0.2,
+    busy: float = 0.4,
+    dram: float = 0.05,
+    mem: float = 1200.0,
+    power: float = 200.0,
+    cpu: float = 0.5,
+) -> Profile:
+    return Profile(
+        workload=name,
+        settings="batch_size=128",
+        gpu_name=H200.name,
+        gpu_memory_mib=H200.memory_mib,
+        backend="nvml",
+        mode="naive",
+        cell_dirs=(f"/x/{name}",),
+        config_hash=name,
+        batch_size=128,
+        samples_per_s=rate,
+        cpu_s_per_step=None,
+        cpu_busy=cpu,
+        sm_active=sm,
+        busy=busy,
+        busy_source="test",
+        sm_occupancy=None,
+        dram_active=dram,
+        pcie_rx_bytes_s=None,
+        power_w=power,
+        energy_per_sample_j=None,
+        peak_reserved_mib=None,
+        peak_device_mib=mem,
+        gpu_mem_used_mib=None,
+        job_mem_mib=mem,
+        mem_source="test",
+    )
 
 
 def cell(mode: str, p: Profile, degree: int) -> Candidate:
@@ -134,8 +164,11 @@ def test_memory_on_the_safe_side() -> None:
 def test_solo_runs_combine_per_sample() -> None:
     """Several solo runs: the median rate, activities per sample averaged (a run slowed from outside
     is as active per sample), the largest memory."""
-    runs = [profile(rate=10_000.0, sm=0.2, busy=0.4), profile(rate=5_000.0, sm=0.1, busy=0.2, mem=1300.0),
-            profile(rate=12_000.0, sm=0.24, busy=0.48)]
+    runs = [
+        profile(rate=10_000.0, sm=0.2, busy=0.4),
+        profile(rate=5_000.0, sm=0.1, busy=0.2, mem=1300.0),
+        profile(rate=12_000.0, sm=0.24, busy=0.48),
+    ]
     p = combine(runs)
     assert (p.samples_per_s, p.sm_active, p.busy) == pytest.approx((10_000.0, 0.2, 0.4))
     assert p.job_mem_mib == 1300.0 and len(p.cell_dirs) == 3
@@ -158,8 +191,9 @@ def test_a_new_profile_joins_the_solo_runs_measured_before() -> None:
     assert _with_history(new, {key: joined}) is joined
 
 
-def _observations(params: Params, workloads: dict[str, Profile],
-                  degrees: tuple[int, ...] = (2, 3, 7)) -> list[Observation]:
+def _observations(
+    params: Params, workloads: dict[str, Profile], degrees: tuple[int, ...] = (2, 3, 7)
+) -> list[Observation]:
     """Cells 'measured' exactly as the model predicts them with ``params``."""
     out = []
     for p in workloads.values():
@@ -167,12 +201,23 @@ def _observations(params: Params, workloads: dict[str, Profile],
             for d in degrees:
                 c = cell(mode, p, d)
                 pred = predict(c, H200, params)
-                out.append(Observation(sweep="s", cell_id=f"{p.workload}-{mode}-{d}", label=f"{p.workload}-{mode}-x{d}",
-                                       status="ok", candidate=c, gpu=H200,
-                                       job_samples_per_s=tuple(j.samples_per_s for j in pred.jobs),
-                                       agg_samples_per_s=pred.agg_samples_per_s, mem_used_mib=None,
-                                       power_w=300.0 + 400.0 * (pred.sm_active / 100 - p.sm_active),
-                                       sm_active=pred.sm_active / 100, energy_per_sample_j=None, profile_cell=False))
+                out.append(
+                    Observation(
+                        sweep="s",
+                        cell_id=f"{p.workload}-{mode}-{d}",
+                        label=f"{p.workload}-{mode}-x{d}",
+                        status="ok",
+                        candidate=c,
+                        gpu=H200,
+                        job_samples_per_s=tuple(j.samples_per_s for j in pred.jobs),
+                        agg_samples_per_s=pred.agg_samples_per_s,
+                        mem_used_mib=None,
+                        power_w=300.0 + 400.0 * (pred.sm_active / 100 - p.sm_active),
+                        sm_active=pred.sm_active / 100,
+                        energy_per_sample_j=None,
+                        profile_cell=False,
+                    )
+                )
     return out
 
 
@@ -197,8 +242,9 @@ def test_ranking_picks_throughput_energy_and_the_slowdown_cap() -> None:
     params = dataclasses.replace(DEFAULT_PARAMS, power_slope_w=400.0)
     r = rank("light", uniform_candidates(p, H200, (1, 2, 3, 7)), H200, params, max_slowdown=1.5)
     rows = {x.label: x for x in r.rows}
-    assert [x.gain for x in r.rows if x.fits] == sorted((x.gain for x in r.rows if x.fits), reverse=True) or \
-        all(abs(a.gain - b.gain) < 0.01 for a, b in zip(r.rows, r.rows[1:], strict=False))
+    assert [x.gain for x in r.rows if x.fits] == sorted((x.gain for x in r.rows if x.fits), reverse=True) or all(
+        abs(a.gain - b.gain) < 0.01 for a, b in zip(r.rows, r.rows[1:], strict=False)
+    )
     best = rows[str(r.best_throughput)]
     assert best.fits and best.gain >= max(x.gain for x in r.rows if x.fits) * 0.99
     # Within 1% of the best gain, fewer jobs win (past saturation more jobs only slow each other).
@@ -210,8 +256,14 @@ def test_ranking_picks_throughput_energy_and_the_slowdown_cap() -> None:
     least = min(x.energy_vs_alone for x in r.rows if x.fits and x.energy_vs_alone)
     assert energy.energy_vs_alone == pytest.approx(least, rel=0.01)
     labels = {x.label for x in r.rows}
-    assert {"light naive x1", "light mps x7", "light mps x7 atp=15/15/15/15/15/15/15", "light mig x7 [1g.18gb,"
-            "1g.18gb,1g.18gb,1g.18gb,1g.18gb,1g.18gb,1g.18gb]", "light naive x16", "light mps x16"} <= labels
+    assert {
+        "light naive x1",
+        "light mps x7",
+        "light mps x7 atp=15/15/15/15/15/15/15",
+        "light mig x7 [1g.18gb,1g.18gb,1g.18gb,1g.18gb,1g.18gb,1g.18gb,1g.18gb]",
+        "light naive x16",
+        "light mps x16",
+    } <= labels
 
 
 def test_a_mix_that_does_not_fit_is_never_picked() -> None:
@@ -223,17 +275,34 @@ def test_a_mix_that_does_not_fit_is_never_picked() -> None:
 
 
 def test_command_line_words() -> None:
-    req = parse_request(["workload=timm", "workload.model=resnet18", "workload.dataset=cifar10", "workload=tiny_cnn",
-                         "cluster=local", "max_slowdown=1.5", "degrees=[1,3]", "mig.allow_reconfigure=true"], (1, 2))
-    assert req.workloads == (("workload=timm", "workload.model=resnet18", "workload.dataset=cifar10"),
-                             ("workload=tiny_cnn",))
+    req = parse_request(
+        [
+            "workload=timm",
+            "workload.model=resnet18",
+            "workload.dataset=cifar10",
+            "workload=tiny_cnn",
+            "cluster=local",
+            "max_slowdown=1.5",
+            "degrees=[1,3]",
+            "mig.allow_reconfigure=true",
+        ],
+        (1, 2),
+    )
+    assert req.workloads == (
+        ("workload=timm", "workload.model=resnet18", "workload.dataset=cifar10"),
+        ("workload=tiny_cnn",),
+    )
     assert req.common == ("cluster=local", "mig.allow_reconfigure=true", "epoch_time_s=10")
     assert (req.max_slowdown, req.degrees) == (1.5, (1, 3))
     assert parse_request(["workload=tiny_cnn", "epoch_samples=512"], (1,)).common == ("epoch_samples=512",)
-    for words, fragment in ((["cluster=local"], "no workload"), (["workload=tiny_cnn", "mode=mps"], "mode=mps"),
-                            (["workload=tiny_cnn", "degree=3"], "degree=3"), (["workload.model=x"], "before any"),
-                            (["workload=tiny_cnn", "max_slowdown=fast"], "max_slowdown='fast'"),
-                            (["workload=tiny_cnn", "verbose"], "not key=value")):
+    for words, fragment in (
+        (["cluster=local"], "no workload"),
+        (["workload=tiny_cnn", "mode=mps"], "mode=mps"),
+        (["workload=tiny_cnn", "degree=3"], "degree=3"),
+        (["workload.model=x"], "before any"),
+        (["workload=tiny_cnn", "max_slowdown=fast"], "max_slowdown='fast'"),
+        (["workload=tiny_cnn", "verbose"], "not key=value"),
+    ):
         with pytest.raises(ConfigError, match=fragment):
             parse_request(words, (1,))
     assert math.isfinite(DEFAULT_PARAMS.mps.capacity)

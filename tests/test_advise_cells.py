@@ -20,7 +20,7 @@ import pytest
 from raycolloc.advise.__main__ import main
 from raycolloc.advise.run import compose_profile, parse_request
 from raycolloc.advise.validate import validate
-from raycolloc.driver.cells import validate_cell
+from raycolloc.driver.cell_specs import validate_cell
 from raycolloc.driver.radt import read_plan
 
 from .conftest import load, run_cli, run_one, session_ray, write_fixture_cell
@@ -29,10 +29,19 @@ A100 = "A100-SXM4-40GB"
 # A composition whose estimate (25 GiB at batch 9600, on the meta device) fits an A100-40GB alone but not
 # one of its two study MIG instances (3g.20gb): its job fails when the simulated driver allocates its
 # memory, before a step is trained, so this costs no CPU time.
-BIG = ("workload=timm", "workload.model=resnet18", "workload.dataset=synthetic", "workload.resolution=64",
-       "workload.num_classes=10", "workload.dataset_size=9600", "workload.batch_size=9600")
-BIG_JOB = ("{workload:{name:timm,model:resnet18,dataset:synthetic,resolution:64,num_classes:10,dataset_size:9600,"
-           "batch_size:9600}}")
+BIG = (
+    "workload=timm",
+    "workload.model=resnet18",
+    "workload.dataset=synthetic",
+    "workload.resolution=64",
+    "workload.num_classes=10",
+    "workload.dataset_size=9600",
+    "workload.batch_size=9600",
+)
+BIG_JOB = (
+    "{workload:{name:timm,model:resnet18,dataset:synthetic,resolution:64,num_classes:10,dataset_size:9600,"
+    "batch_size:9600}}"
+)
 
 
 def _advice(out: Path) -> dict[str, Any]:
@@ -43,9 +52,19 @@ def _advice(out: Path) -> dict[str, Any]:
 def test_advise_emits_a_sweep_that_runs_unchanged(tmp_path: Path) -> None:
     out = tmp_path / "out"
     # The advisor's sweep joins the session's Ray instance, and so does every line it emits.
-    proc = subprocess_advise(["workload=tiny_cnn", "cluster=local", f"cluster.address={session_ray()}",
-                              f"out_dir={out}", "max_slowdown=2", "degrees=1,2", "epoch_samples=256", "--emit-sweep"],
-                             tmp_path)
+    proc = subprocess_advise(
+        [
+            "workload=tiny_cnn",
+            "cluster=local",
+            f"cluster.address={session_ray()}",
+            f"out_dir={out}",
+            "max_slowdown=2",
+            "degrees=1,2",
+            "epoch_samples=256",
+            "--emit-sweep",
+        ],
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "configurations ranked by throughput gain" in proc.stdout and "the model assumes:" in proc.stdout
     advice = _advice(out)
@@ -70,8 +89,11 @@ def test_advise_emits_a_sweep_that_runs_unchanged(tmp_path: Path) -> None:
     assert set(cells["status"]) == {"ok"}
     # The plan holds the same cells: every row valid for raycolloc.sweep (a dry run runs nothing).
     assert read_plan(advice_dir / "plan.csv")
-    dry = run_cli([f"+plan={advice_dir / 'plan.csv'}", "+dry_run=true", "cluster=local", f"out_dir={out}",
-                   "epoch_samples=256"], cwd=tmp_path, timeout=300)
+    dry = run_cli(
+        [f"+plan={advice_dir / 'plan.csv'}", "+dry_run=true", "cluster=local", f"out_dir={out}", "epoch_samples=256"],
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert dry.returncode == 0, dry.stdout[-3000:] + dry.stderr[-3000:]
     # And the advice checks itself against what the sweep measured.
     result = validate([out / "multirun", out / "advise"])
@@ -84,8 +106,15 @@ def subprocess_advise(args: list[str], cwd: Path) -> Any:
     import os
     import subprocess
 
-    return subprocess.run([sys.executable, "-m", "raycolloc.advise", *args], cwd=cwd, env=dict(os.environ),
-                          capture_output=True, text=True, timeout=600, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "raycolloc.advise", *args],
+        cwd=cwd,
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
 
 
 def _write_big_profile(out: Path, common: tuple[str, ...]) -> None:
@@ -96,29 +125,92 @@ def _write_big_profile(out: Path, common: tuple[str, ...]) -> None:
     need = float(job.mem_estimate_mib or 0.0) + 500.0  # the simulated context
     cid = spec.cell_id
     start, end = 1000.0, 1010.0
-    row = {"cell_id": cid, "label": spec.label, "config_hash": spec.config_hash, "repeat": 0, "status": "ok",
-           "mode": "naive", "degree": 1, "workload": job.workload.name, "gpu_name": f"Simulated {A100}",
-           "gpu_memory_mib": 40960, "backend": "sim", "telemetry_source": "sim-gpm", "started_at": 990.0,
-           "finished_at": 1011.0, "measured_start_ts": start, "measured_end_ts": end, "n_jobs": 1, "n_ok": 1,
-           "agg_samples_per_s": 960.0, "sm_active_mean": 60.0, "mem_used_max_mib": need, "power_mean_w": 300.0,
-           "config_json": "{}", "env_json": "{}", "tags_json": "{}"}
-    jobs = [{"cell_id": cid, "job_index": 0, "job_name": f"0-{job.workload.name}", "workload": job.workload.name,
-             "status": "ok", "batch_size": job.batch_size, "compile": "off", "amp": "off", "channels_last": False,
-             "data_source": "synthetic", "data_placement": "host", "epoch2_samples_per_s": 960.0,
-             "peak_device_mem_mib": need}]
-    epochs = [{"cell_id": cid, "job_index": 0, "epoch": e, "warmup": e == 1, "start_ts": a, "end_ts": b,
-               "wall_s": b - a, "samples": 9600, "steps": 1, "thread_cpu_s": 5.0} for e, a, b in ((1, 990.0, start),
-                                                                                                  (2, start, end))]
-    tel = [{"cell_id": cid, "gpu_uuid": "GPU-0", "scope": "gpu", "ts": start + t, "source": "sim-gpm",
-            "sm_active": 60.0, "gr_engine_active": 96.0, "dram_active": 18.0} for t in range(11)]
+    row = {
+        "cell_id": cid,
+        "label": spec.label,
+        "config_hash": spec.config_hash,
+        "repeat": 0,
+        "status": "ok",
+        "mode": "naive",
+        "degree": 1,
+        "workload": job.workload.name,
+        "gpu_name": f"Simulated {A100}",
+        "gpu_memory_mib": 40960,
+        "backend": "sim",
+        "telemetry_source": "sim-gpm",
+        "started_at": 990.0,
+        "finished_at": 1011.0,
+        "measured_start_ts": start,
+        "measured_end_ts": end,
+        "n_jobs": 1,
+        "n_ok": 1,
+        "agg_samples_per_s": 960.0,
+        "sm_active_mean": 60.0,
+        "mem_used_max_mib": need,
+        "power_mean_w": 300.0,
+        "config_json": "{}",
+        "env_json": "{}",
+        "tags_json": "{}",
+    }
+    jobs = [
+        {
+            "cell_id": cid,
+            "job_index": 0,
+            "job_name": f"0-{job.workload.name}",
+            "workload": job.workload.name,
+            "status": "ok",
+            "batch_size": job.batch_size,
+            "compile": "off",
+            "amp": "off",
+            "channels_last": False,
+            "data_source": "synthetic",
+            "data_placement": "host",
+            "epoch2_samples_per_s": 960.0,
+            "peak_device_mem_mib": need,
+        }
+    ]
+    epochs = [
+        {
+            "cell_id": cid,
+            "job_index": 0,
+            "epoch": e,
+            "warmup": e == 1,
+            "start_ts": a,
+            "end_ts": b,
+            "wall_s": b - a,
+            "samples": 9600,
+            "steps": 1,
+            "thread_cpu_s": 5.0,
+        }
+        for e, a, b in ((1, 990.0, start), (2, start, end))
+    ]
+    tel = [
+        {
+            "cell_id": cid,
+            "gpu_uuid": "GPU-0",
+            "scope": "gpu",
+            "ts": start + t,
+            "source": "sim-gpm",
+            "sm_active": 60.0,
+            "gr_engine_active": 96.0,
+            "dram_active": 18.0,
+        }
+        for t in range(11)
+    ]
     write_fixture_cell(out / "earlier" / spec.label, {"cells": [row], "jobs": jobs, "epochs": epochs, "telemetry": tel})
 
 
 @pytest.mark.usefixtures("ray_local")
 def test_mix_predicted_not_to_fit_is_not_run_as_fitting(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    words = ["workload=tiny_cnn", *BIG, "cluster=local", f"cluster.gpu_model={A100}", "mig.allow_reconfigure=true",
-             f"out_dir={out}"]
+    words = [
+        "workload=tiny_cnn",
+        *BIG,
+        "cluster=local",
+        f"cluster.gpu_model={A100}",
+        "mig.allow_reconfigure=true",
+        f"out_dir={out}",
+    ]
     _write_big_profile(out, parse_request(words, (1,)).common)
     assert main([*words, "degrees=1,2", "--out", str(tmp_path / "advice.json")]) == 0
     advice = json.loads((tmp_path / "advice.json").read_text())
@@ -129,8 +221,16 @@ def test_mix_predicted_not_to_fit_is_not_run_as_fitting(tmp_path: Path) -> None:
     assert not rows["mig"]["fits"] and "MIG instance 3g.20gb" in rows["mig"]["why_not"]
     assert mix["best_throughput"] != rows["mig"]["label"]
     # The sweep runs that mix under MIG: it is refused as unfit, or its big job runs out of memory.
-    spec = load(["mode=mig", f"mix.jobs=[{{workload:tiny_cnn}},{BIG_JOB}]", f"cluster.gpu_model={A100}",
-                 "mig.allow_reconfigure=true", "epoch_time_s=10"], out_dir=out)
+    spec = load(
+        [
+            "mode=mig",
+            f"mix.jobs=[{{workload:tiny_cnn}},{BIG_JOB}]",
+            f"cluster.gpu_model={A100}",
+            "mig.allow_reconfigure=true",
+            "epoch_time_s=10",
+        ],
+        out_dir=out,
+    )
     result, tables = run_one(spec, tmp_path / "mix")
     assert result.status in ("unfit", "oom", "partial"), result.summary
     big = tables["jobs"][tables["jobs"]["job_index"] == 1]

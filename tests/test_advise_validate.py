@@ -29,17 +29,40 @@ CONTEXT_MIB = 760.0  # NVML's per-process memory beyond PyTorch's reserved pool,
 
 
 def solo(name: str, rate: float, sm: float, busy: float, dram: float, reserved: float) -> Profile:
-    return Profile(workload=name, settings="", gpu_name=GPU.name, gpu_memory_mib=GPU.memory_mib, backend="nvml",
-                   mode="naive", cell_dirs=(), config_hash="", batch_size=128, samples_per_s=rate, cpu_s_per_step=None,
-                   cpu_busy=0.5, sm_active=sm, busy=busy, busy_source="gr_engine_active", sm_occupancy=None,
-                   dram_active=dram, pcie_rx_bytes_s=None, power_w=150.0 + 400.0 * sm, energy_per_sample_j=None,
-                   peak_reserved_mib=reserved, peak_device_mib=reserved + CONTEXT_MIB, gpu_mem_used_mib=None,
-                   job_mem_mib=reserved + CONTEXT_MIB, mem_source="")
+    return Profile(
+        workload=name,
+        settings="",
+        gpu_name=GPU.name,
+        gpu_memory_mib=GPU.memory_mib,
+        backend="nvml",
+        mode="naive",
+        cell_dirs=(),
+        config_hash="",
+        batch_size=128,
+        samples_per_s=rate,
+        cpu_s_per_step=None,
+        cpu_busy=0.5,
+        sm_active=sm,
+        busy=busy,
+        busy_source="gr_engine_active",
+        sm_occupancy=None,
+        dram_active=dram,
+        pcie_rx_bytes_s=None,
+        power_w=150.0 + 400.0 * sm,
+        energy_per_sample_j=None,
+        peak_reserved_mib=reserved,
+        peak_device_mib=reserved + CONTEXT_MIB,
+        gpu_mem_used_mib=None,
+        job_mem_mib=reserved + CONTEXT_MIB,
+        mem_source="",
+    )
 
 
-WORKLOADS = {"small": solo("small", 16_000.0, 0.2, 0.4, 0.05, 440.0),
-             "medium": solo("medium", 5_000.0, 0.45, 0.8, 0.2, 2000.0),
-             "large": solo("large", 1_500.0, 0.7, 0.95, 0.3, 8000.0)}
+WORKLOADS = {
+    "small": solo("small", 16_000.0, 0.2, 0.4, 0.05, 440.0),
+    "medium": solo("medium", 5_000.0, 0.45, 0.8, 0.2, 2000.0),
+    "large": solo("large", 1_500.0, 0.7, 0.95, 0.3, 8000.0),
+}
 
 
 def write_cell(root: Path, p: Profile, mode: str, degree: int, *, status: str = "ok") -> None:
@@ -52,33 +75,84 @@ def write_cell(root: Path, p: Profile, mode: str, degree: int, *, status: str = 
     jobs, epochs = [], []
     for i, j in enumerate(pred.jobs):
         steps = int(j.samples_per_s * 10 / 128)
-        jobs.append({"cell_id": cell_id, "job_index": i, "job_name": f"{i}-{p.workload}", "workload": p.workload,
-                     "status": "ok" if ok else "oom", "batch_size": 128, "compile": "off", "amp": "off",
-                     "channels_last": False, "data_source": "synthetic", "data_placement": "host",
-                     "epoch2_samples_per_s": j.samples_per_s if ok else None,
-                     # NVML attributes no memory to an MPS client's process.
-                     "peak_mem_reserved_mib": p.peak_reserved_mib,
-                     "peak_device_mem_mib": p.job_mem_mib if mode == "naive" else None})
+        jobs.append(
+            {
+                "cell_id": cell_id,
+                "job_index": i,
+                "job_name": f"{i}-{p.workload}",
+                "workload": p.workload,
+                "status": "ok" if ok else "oom",
+                "batch_size": 128,
+                "compile": "off",
+                "amp": "off",
+                "channels_last": False,
+                "data_source": "synthetic",
+                "data_placement": "host",
+                "epoch2_samples_per_s": j.samples_per_s if ok else None,
+                # NVML attributes no memory to an MPS client's process.
+                "peak_mem_reserved_mib": p.peak_reserved_mib,
+                "peak_device_mem_mib": p.job_mem_mib if mode == "naive" else None,
+            }
+        )
         for epoch, (a, b) in ((1, (T0, start)), (2, (start, end))):
-            epochs.append({"cell_id": cell_id, "job_index": i, "epoch": epoch, "warmup": epoch == 1, "start_ts": a,
-                           "end_ts": b, "wall_s": b - a, "samples": steps * 128, "steps": steps,
-                           "samples_per_s": steps * 128 / (b - a), "thread_cpu_s": 0.5 * (b - a)})
+            epochs.append(
+                {
+                    "cell_id": cell_id,
+                    "job_index": i,
+                    "epoch": epoch,
+                    "warmup": epoch == 1,
+                    "start_ts": a,
+                    "end_ts": b,
+                    "wall_s": b - a,
+                    "samples": steps * 128,
+                    "steps": steps,
+                    "samples_per_s": steps * 128 / (b - a),
+                    "thread_cpu_s": 0.5 * (b - a),
+                }
+            )
     sm = pred.sm_active if degree > 1 else 100 * p.sm_active
-    tel = [{"cell_id": cell_id, "gpu_uuid": "GPU-0", "scope": "gpu", "ts": start + 0.5 * k, "source": "gpm",
-            "sm_active": sm, "gr_engine_active": 100 * min(1.0, p.busy * pred.gain), "dram_active": 100 * p.dram_active,
-            "gpu_util": 100.0} for k in range(21)]
+    tel = [
+        {
+            "cell_id": cell_id,
+            "gpu_uuid": "GPU-0",
+            "scope": "gpu",
+            "ts": start + 0.5 * k,
+            "source": "gpm",
+            "sm_active": sm,
+            "gr_engine_active": 100 * min(1.0, p.busy * pred.gain),
+            "dram_active": 100 * p.dram_active,
+            "gpu_util": 100.0,
+        }
+        for k in range(21)
+    ]
     row: dict[str, Any] = {
-        "cell_id": cell_id, "label": label, "config_hash": cell_id[-8:] + "00000000", "repeat": 0, "status": status,
-        "mode": mode, "degree": degree, "workload": p.workload, "mix": None,
+        "cell_id": cell_id,
+        "label": label,
+        "config_hash": cell_id[-8:] + "00000000",
+        "repeat": 0,
+        "status": status,
+        "mode": mode,
+        "degree": degree,
+        "workload": p.workload,
+        "mix": None,
         # A cell refused before it started (unfit) never leased a GPU.
         "gpu_name": None if status == "unfit" else GPU.name,
         "gpu_memory_mib": None if status == "unfit" else GPU.memory_mib,
-        "backend": "nvml", "telemetry_source": "gpm", "started_at": T0,
-        "finished_at": T0 + 20.0, "measured_start_ts": start, "measured_end_ts": end, "n_jobs": degree,
-        "n_ok": degree if ok else 0, "agg_samples_per_s": pred.agg_samples_per_s if ok else None,
-        "sm_active_mean": sm if ok else None, "power_mean_w": pred.power_w if ok else None,
+        "backend": "nvml",
+        "telemetry_source": "gpm",
+        "started_at": T0,
+        "finished_at": T0 + 20.0,
+        "measured_start_ts": start,
+        "measured_end_ts": end,
+        "n_jobs": degree,
+        "n_ok": degree if ok else 0,
+        "agg_samples_per_s": pred.agg_samples_per_s if ok else None,
+        "sm_active_mean": sm if ok else None,
+        "power_mean_w": pred.power_w if ok else None,
         "mem_used_max_mib": pred.mem_expected_mib if ok else None,
-        "config_json": json.dumps({"mode": {"name": mode}}), "env_json": "{}", "tags_json": "{}",
+        "config_json": json.dumps({"mode": {"name": mode}}),
+        "env_json": "{}",
+        "tags_json": "{}",
     }
     write_fixture_cell(root / label, {"cells": [row], "jobs": jobs, "epochs": epochs, "telemetry": tel})
 
@@ -137,7 +211,9 @@ def test_validate_leave_one_out(sweep: Path, tmp_path: Path, capsys: pytest.Capt
     (refused,) = [c for c in result.checks if c.label == "large-naive-x20"]
     assert not refused.predicted.fits and not refused.unsafe_fit
     assert {m.name: m.passed for m in result.metrics if m.passed is not None} == {
-        "aggregate throughput": True, "per-job slowdown": True}
+        "aggregate throughput": True,
+        "per-job slowdown": True,
+    }
     # The command line: the table, the JSON, and exit 1 for the cell predicted to fit that ran out of memory.
     out = tmp_path / "v.json"
     assert main(["--validate", str(sweep), "--out", str(out)]) == 1

@@ -31,26 +31,63 @@ GPU = "Test GPU-80GB"
 T0 = 1_000.0
 
 
-def job(index: int, workload: str, epoch2_s: float | None, *, total_s: float | None = None, status: str = "ok",
-        error: str | None = None, compile_mode: str = "off", samples: int = 300) -> dict[str, Any]:
+def job(
+    index: int,
+    workload: str,
+    epoch2_s: float | None,
+    *,
+    total_s: float | None = None,
+    status: str = "ok",
+    error: str | None = None,
+    compile_mode: str = "off",
+    samples: int = 300,
+) -> dict[str, Any]:
     """A job row plus the ``_epochs`` it ran: warm-up of 2 s from T0, then epoch 2."""
     total = total_s if total_s is not None else (2.0 + epoch2_s if epoch2_s else None)
     return {
-        "job_index": index, "job_name": f"{index}-{workload}", "workload": workload, "status": status, "error": error,
-        "batch_size": 32, "epochs": 2, "epoch_samples": samples, "total_s": total, "epoch2_s": epoch2_s,
-        "measured_s": epoch2_s, "epoch2_samples_per_s": samples / epoch2_s if epoch2_s else None,
-        "compile": compile_mode, "amp": "off", "channels_last": False, "gpu_uuid": "GPU-test",
+        "job_index": index,
+        "job_name": f"{index}-{workload}",
+        "workload": workload,
+        "status": status,
+        "error": error,
+        "batch_size": 32,
+        "epochs": 2,
+        "epoch_samples": samples,
+        "total_s": total,
+        "epoch2_s": epoch2_s,
+        "measured_s": epoch2_s,
+        "epoch2_samples_per_s": samples / epoch2_s if epoch2_s else None,
+        "compile": compile_mode,
+        "amp": "off",
+        "channels_last": False,
+        "gpu_uuid": "GPU-test",
     }
 
 
 def epochs_of(j: dict[str, Any], warmup_s: float = 2.0, start: float = T0, gap: float = 0.0) -> list[dict[str, Any]]:
     if not j["epoch2_s"]:
         return []
-    e1 = {"job_index": j["job_index"], "epoch": 1, "warmup": True, "start_ts": start, "end_ts": start + warmup_s,
-          "wall_s": warmup_s, "samples": j["epoch_samples"], "samples_per_s": j["epoch_samples"] / warmup_s}
+    e1 = {
+        "job_index": j["job_index"],
+        "epoch": 1,
+        "warmup": True,
+        "start_ts": start,
+        "end_ts": start + warmup_s,
+        "wall_s": warmup_s,
+        "samples": j["epoch_samples"],
+        "samples_per_s": j["epoch_samples"] / warmup_s,
+    }
     s2 = start + warmup_s + gap
-    e2 = {"job_index": j["job_index"], "epoch": 2, "warmup": False, "start_ts": s2, "end_ts": s2 + j["epoch2_s"],
-          "wall_s": j["epoch2_s"], "samples": j["epoch_samples"], "samples_per_s": j["epoch2_samples_per_s"]}
+    e2 = {
+        "job_index": j["job_index"],
+        "epoch": 2,
+        "warmup": False,
+        "start_ts": s2,
+        "end_ts": s2 + j["epoch2_s"],
+        "wall_s": j["epoch2_s"],
+        "samples": j["epoch_samples"],
+        "samples_per_s": j["epoch2_samples_per_s"],
+    }
     return [e1, e2]
 
 
@@ -58,20 +95,53 @@ def telemetry(end: float, *, sm: bool = True, jobs: int = 1) -> list[dict[str, A
     """GPU-scope samples every 0.5 s from T0 to ``end`` and one process sample per job."""
     rows, ts = [], T0
     while ts <= end + 1e-9:
-        rows.append({"scope": "gpu", "ts": ts, "source": "sim-gpm" if sm else "sim-nvml", "gpu_uuid": "GPU-test",
-                     "sm_active": 50.0 if sm else None, "mem_used_mib": 1024.0 * jobs, "power_w": 200.0,
-                     "energy_mj": 200_000.0 * (ts - T0), "pcie_rx_bytes_s": 1e7})
+        rows.append(
+            {
+                "scope": "gpu",
+                "ts": ts,
+                "source": "sim-gpm" if sm else "sim-nvml",
+                "gpu_uuid": "GPU-test",
+                "sm_active": 50.0 if sm else None,
+                "mem_used_mib": 1024.0 * jobs,
+                "power_w": 200.0,
+                "energy_mj": 200_000.0 * (ts - T0),
+                "pcie_rx_bytes_s": 1e7,
+            }
+        )
         for i in range(jobs):
-            rows.append({"scope": "process", "ts": ts, "source": "sim-gpm", "gpu_uuid": "GPU-test", "pid": 100 + i,
-                         "job_index": i, "proc_gpu_mem_mib": 1000.0})
+            rows.append(
+                {
+                    "scope": "process",
+                    "ts": ts,
+                    "source": "sim-gpm",
+                    "gpu_uuid": "GPU-test",
+                    "pid": 100 + i,
+                    "job_index": i,
+                    "proc_gpu_mem_mib": 1000.0,
+                }
+            )
         ts += 0.5
     return rows
 
 
-def cell(root: Path, name: str, workload: str, mode: str, jobs: list[dict[str, Any]], *, agg: float | None,
-         status: str = "ok", reason: str | None = None, mix: str | None = None, energy_j: float | None = 100.0,
-         epochs: list[dict[str, Any]] | None = None, sm: bool = True, total_s: float | None = None,
-         extra_config: dict[str, Any] | None = None, **columns: Any) -> str:
+def cell(
+    root: Path,
+    name: str,
+    workload: str,
+    mode: str,
+    jobs: list[dict[str, Any]],
+    *,
+    agg: float | None,
+    status: str = "ok",
+    reason: str | None = None,
+    mix: str | None = None,
+    energy_j: float | None = 100.0,
+    epochs: list[dict[str, Any]] | None = None,
+    sm: bool = True,
+    total_s: float | None = None,
+    extra_config: dict[str, Any] | None = None,
+    **columns: Any,
+) -> str:
     """Write one cell dir ``root/name`` through the real writer (``columns``: more cell columns);
     returns its cell_id."""
     cell_id = f"{name}-{mode}"
@@ -79,25 +149,51 @@ def cell(root: Path, name: str, workload: str, mode: str, jobs: list[dict[str, A
     measured = [e for e in eps if not e["warmup"]]
     start = min((e["start_ts"] for e in measured), default=None)
     end = max((e["end_ts"] for e in measured), default=None)
-    config = {"workload": {"name": workload}, "mode": {"name": mode}, "degree": len(jobs), "seed": 0,
-              "mix": {"name": mix}, **(extra_config or {})}
+    config = {
+        "workload": {"name": workload},
+        "mode": {"name": mode},
+        "degree": len(jobs),
+        "seed": 0,
+        "mix": {"name": mix},
+        **(extra_config or {}),
+    }
     env = {"python": "3.11.7", "torch": "2.5.0", "gpu_name": GPU, "driver": "550.54"}
     row = {
-        "cell_id": cell_id, "label": name, "status": status, "reason": reason, "mode": mode, "degree": len(jobs),
-        "workload": workload, "mix": mix, "gpu_name": GPU, "driver": "550.54", "backend": "sim",
-        "telemetry_source": "sim-gpm" if sm else "sim-nvml", "measured_start_ts": start, "measured_end_ts": end,
-        "makespan_s": (end - start) if start is not None else None, "agg_samples_per_s": agg, "n_jobs": len(jobs),
-        "n_ok": sum(j["status"] == "ok" for j in jobs), "total_s": total_s,
-        "sm_active_mean": 50.0 if sm else None, "sm_active_max": 60.0 if sm else None,
-        "mem_used_max_mib": 1024.0 * len(jobs), "energy_j": energy_j, "power_mean_w": 200.0,
-        "config_json": json.dumps(config), "env_json": json.dumps(env), **columns,
+        "cell_id": cell_id,
+        "label": name,
+        "status": status,
+        "reason": reason,
+        "mode": mode,
+        "degree": len(jobs),
+        "workload": workload,
+        "mix": mix,
+        "gpu_name": GPU,
+        "driver": "550.54",
+        "backend": "sim",
+        "telemetry_source": "sim-gpm" if sm else "sim-nvml",
+        "measured_start_ts": start,
+        "measured_end_ts": end,
+        "makespan_s": (end - start) if start is not None else None,
+        "agg_samples_per_s": agg,
+        "n_jobs": len(jobs),
+        "n_ok": sum(j["status"] == "ok" for j in jobs),
+        "total_s": total_s,
+        "sm_active_mean": 50.0 if sm else None,
+        "sm_active_max": 60.0 if sm else None,
+        "mem_used_max_mib": 1024.0 * len(jobs),
+        "energy_j": energy_j,
+        "power_mean_w": 200.0,
+        "config_json": json.dumps(config),
+        "env_json": json.dumps(env),
+        **columns,
     }
     for j in jobs:
         j["cell_id"] = cell_id
     for e in eps:
         e["cell_id"] = cell_id
-    tel = [dict(r, cell_id=cell_id) for r in telemetry(max((e["end_ts"] for e in eps), default=T0), sm=sm,
-                                                        jobs=len(jobs))]
+    tel = [
+        dict(r, cell_id=cell_id) for r in telemetry(max((e["end_ts"] for e in eps), default=T0), sm=sm, jobs=len(jobs))
+    ]
     write_fixture_cell(root / name, {"cells": [row], "jobs": jobs, "epochs": eps, "telemetry": tel})
     return cell_id
 
@@ -107,8 +203,17 @@ def make_sweep(root: Path) -> Path:
     cell(root, "0", "cnn", "naive", [job(0, "cnn", 1.5, total_s=12.0)], agg=200.0, extra_config={"rerun": False})
     cell(root, "1", "cnn", "naive", [job(0, "cnn", 1.5), job(1, "cnn", 1.5)], agg=400.0)
     cell(root, "2", "cnn", "naive", [job(0, "cnn", 3.0), job(1, "cnn", 3.0), job(2, "cnn", 6.0)], agg=250.0)
-    cell(root, "3", "cnn", "naive", [job(i, "cnn", None, status="oom", error="CUDA out of memory") for i in range(4)],
-         agg=None, status="oom", reason="job 0: CUDA out of memory", energy_j=None)
+    cell(
+        root,
+        "3",
+        "cnn",
+        "naive",
+        [job(i, "cnn", None, status="oom", error="CUDA out of memory") for i in range(4)],
+        agg=None,
+        status="oom",
+        reason="job 0: CUDA out of memory",
+        energy_j=None,
+    )
     cell(root, "4", "cnn", "mps", [job(0, "cnn", 1.0)], agg=300.0)
     cell(root, "5", "cnn", "mps", [job(0, "cnn", 1.5), job(1, "cnn", 1.0)], agg=450.0)
     cell(root, "6", "cnn", "naive", [job(0, "cnn", 0.5, compile_mode="default")], agg=600.0)  # compiled: best solo
@@ -273,8 +378,7 @@ def test_figures_from_fixture(sweep: Path, tmp_path: Path) -> None:
     paths = make_figures(data, tmp_path / "figs", skipped)
     names = {p.name for p in paths}
     for workload in ("cnn", "mlp"):
-        for fig in ("fig2_epoch2_time", "fig3_sm_activity", "fig4_memory", "fig5_pcie_rx", "fig6_energy",
-                    "fig7_power"):
+        for fig in ("fig2_epoch2_time", "fig3_sm_activity", "fig4_memory", "fig5_pcie_rx", "fig6_energy", "fig7_power"):
             assert f"{fig}_{workload}.png" in names
     assert {"fig8_mixed_total.png", "fig9_mixed_timeline_8-naive.png", "fig9_mixed_timeline_9-mps.png"} <= names
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths)
@@ -314,8 +418,13 @@ def test_cli_writes_self_contained_report(sweep: Path, tmp_path: Path, capsys: p
 
 
 def test_cli_module_errors_on_missing_dir(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "analysis.report", str(tmp_path / "missing"), "--out",
-                           str(tmp_path / "out")], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "analysis.report", str(tmp_path / "missing"), "--out", str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert proc.returncode != 0
     assert "does not exist" in proc.stderr and str(tmp_path / "missing") in proc.stderr
     assert not (tmp_path / "out" / "report.html").exists()
@@ -340,10 +449,26 @@ def test_report_on_real_sweep(tmp_path: Path) -> None:
 @pytest.mark.slow  # figures: ~4.5 s
 def test_partial_and_error_cells_are_failed(tmp_path: Path) -> None:
     cell(tmp_path, "0", "cnn", "mps", [job(0, "cnn", 1.0)], agg=300.0)
-    cell(tmp_path, "1", "cnn", "mps", [job(0, "cnn", 1.5), job(1, "cnn", None, status="error", error="trainer died")],
-         agg=200.0, status="partial", reason="job 1: trainer died")
-    cell(tmp_path, "2", "cnn", "mps", [job(i, "cnn", None, status="error", error="not started") for i in range(3)],
-         agg=None, status="error", reason="TimeoutError: no GPU lease")
+    cell(
+        tmp_path,
+        "1",
+        "cnn",
+        "mps",
+        [job(0, "cnn", 1.5), job(1, "cnn", None, status="error", error="trainer died")],
+        agg=200.0,
+        status="partial",
+        reason="job 1: trainer died",
+    )
+    cell(
+        tmp_path,
+        "2",
+        "cnn",
+        "mps",
+        [job(i, "cnn", None, status="error", error="not started") for i in range(3)],
+        agg=None,
+        status="error",
+        reason="TimeoutError: no GPU lease",
+    )
     data = load_sweeps([tmp_path])
     assert data.cells.set_index("cell_id")["failed"].to_dict() == {"0-mps": False, "1-mps": True, "2-mps": True}
     failed = failed_cells_table(data.cells, data.jobs)

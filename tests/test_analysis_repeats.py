@@ -23,17 +23,48 @@ def _repeats(root: Path) -> None:
     agg 500 (one run, so no spread); resnet152 x2 out of memory. Energy 100 J per cell."""
     for k, (solo, pair) in enumerate([(200.0, 400.0), (220.0, 330.0), (180.0, 150.0)]):
         sfx = f"-r{k}" if k else ""
-        cell(root, f"s{k}", "tiny_cnn", "naive", [job(0, "tiny_cnn", 1.5)], agg=solo, repeat=k, repeat_group="solo",
-             label=f"tiny_cnn-naive-x1{sfx}")
-        cell(root, f"p{k}", "tiny_cnn", "naive", [job(0, "tiny_cnn", 1.5), job(1, "tiny_cnn", 1.5)], agg=pair,
-             repeat=k, repeat_group="pair")
+        cell(
+            root,
+            f"s{k}",
+            "tiny_cnn",
+            "naive",
+            [job(0, "tiny_cnn", 1.5)],
+            agg=solo,
+            repeat=k,
+            repeat_group="solo",
+            label=f"tiny_cnn-naive-x1{sfx}",
+        )
+        cell(
+            root,
+            f"p{k}",
+            "tiny_cnn",
+            "naive",
+            [job(0, "tiny_cnn", 1.5), job(1, "tiny_cnn", 1.5)],
+            agg=pair,
+            repeat=k,
+            repeat_group="pair",
+        )
     cell(root, "m0", "tiny_cnn", "mps", [job(0, "tiny_cnn", 1.0)], agg=300.0, repeat_group="mps1")
-    cell(root, "m1", "tiny_cnn", "mps", [job(0, "tiny_cnn", 1.0), job(1, "tiny_cnn", 1.0)], agg=500.0,
-         repeat_group="mps2")
+    cell(
+        root,
+        "m1",
+        "tiny_cnn",
+        "mps",
+        [job(0, "tiny_cnn", 1.0), job(1, "tiny_cnn", 1.0)],
+        agg=500.0,
+        repeat_group="mps2",
+    )
     cell(root, "big1", "resnet152_imagenet", "naive", [job(0, "resnet152_imagenet", 4.0)], agg=64.0)
-    cell(root, "big2", "resnet152_imagenet", "naive",
-         [job(i, "resnet152_imagenet", None, status="oom", error="CUDA out of memory") for i in range(2)],
-         agg=None, status="oom", energy_j=None)
+    cell(
+        root,
+        "big2",
+        "resnet152_imagenet",
+        "naive",
+        [job(i, "resnet152_imagenet", None, status="oom", error="CUDA out of memory") for i in range(2)],
+        agg=None,
+        status="oom",
+        energy_j=None,
+    )
 
 
 def test_repeats_show_median_and_spread_and_flag_a_gain_that_may_be_none(tmp_path: Path) -> None:
@@ -62,8 +93,10 @@ def test_claims_are_judged_or_say_what_is_missing(tmp_path: Path) -> None:
     best = best_configs(gain)
     assert row(best, workload="tiny_cnn")["mode"] == "mps" and row(best, workload="tiny_cnn")["degree"] == 2
     mixed = mixed_table(data.cells, data.jobs, data.epochs)
-    verdicts = {v.claim.split(" ")[0] + " " + v.claim.split(" ")[1]: v
-                for v in claims(gain, epoch2_table(data.cells, data.jobs), mixed, table2(mixed))}
+    verdicts = {
+        v.claim.split(" ")[0] + " " + v.claim.split(" ")[1]: v
+        for v in claims(gain, epoch2_table(data.cells, data.jobs), mixed, table2(mixed))
+    }
     small = verdicts["Small and"]
     assert small.verdict == "supported" and "tiny_cnn: 1.67x" in small.evidence and "mps x2" in small.evidence
     large = verdicts["Large models"]
@@ -89,8 +122,21 @@ def _mix_with_budget(root: Path) -> None:
         jobs = [job(0, "cnn", 5.0, total_s=8.0, samples=150), job(1, "mlp", 12.0, total_s=span)]
         eps = epochs_of(jobs[0], warmup_s=3.0) + epochs_of(jobs[1], warmup_s=span - 12.0)
         jobs[0].update(epoch_samples=300, epoch_time_s=5.0)  # the budget, not epoch_samples, ended its epochs
-        cell(root, f"mix{k}", "cnn+mlp", "naive", jobs, agg=None, mix="cnn_mlp", epochs=eps, total_s=span,
-             repeat=k, repeat_group="mix", total_energy_j=3000.0 + 100 * k, mem_used_max_mib=3000.0)
+        cell(
+            root,
+            f"mix{k}",
+            "cnn+mlp",
+            "naive",
+            jobs,
+            agg=None,
+            mix="cnn_mlp",
+            epochs=eps,
+            total_s=span,
+            repeat=k,
+            repeat_group="mix",
+            total_energy_j=3000.0 + 100 * k,
+            mem_used_max_mib=3000.0,
+        )
 
 
 def test_table2_scales_each_jobs_time_alone_to_the_samples_it_trained(tmp_path: Path) -> None:
@@ -122,12 +168,20 @@ def test_report_leads_with_findings_and_puts_figures_beside_tables(tmp_path: Pat
     _mix_with_budget(tmp_path / "b")
     report = build_report([tmp_path / "a", tmp_path / "b"], tmp_path / "out")
     page = report.html_path.read_text()
-    order = ["Simulated GPUs.", "<h2>Findings</h2>", "The study's claims", "<h2>tiny_cnn</h2>",
-             "<h2>Mixed workloads", "<h2>Failed cells</h2>", "<h2>Environment</h2>", "<h2>Configuration</h2>"]
+    order = [
+        "Simulated GPUs.",
+        "<h2>Findings</h2>",
+        "The study's claims",
+        "<h2>tiny_cnn</h2>",
+        "<h2>Mixed workloads",
+        "<h2>Failed cells</h2>",
+        "<h2>Environment</h2>",
+        "<h2>Configuration</h2>",
+    ]
     positions = [page.index(marker) for marker in order]
     assert positions == sorted(positions)
     # Fig. 1 of tiny_cnn sits beside its gain table; the spread of several runs is shown.
-    block = page[page.index("<h2>tiny_cnn</h2>"):page.index("Epoch-2 time per job", page.index("<h2>tiny_cnn</h2>"))]
+    block = page[page.index("<h2>tiny_cnn</h2>") : page.index("Epoch-2 time per job", page.index("<h2>tiny_cnn</h2>"))]
     assert 'class="pair"' in block and 'alt="fig1_gain_tiny_cnn"' in block
     assert "<td>1.50 (0.83–2.00)</td>" in block and "<td>spread crosses 1</td>" in block
     # Constant columns leave the table for a line above it.
@@ -143,8 +197,16 @@ def test_report_leads_with_findings_and_puts_figures_beside_tables(tmp_path: Pat
 def test_a_claim_whose_runs_straddle_its_threshold_is_inconclusive(tmp_path: Path) -> None:
     for k, (solo, pair) in enumerate([(200.0, 400.0), (220.0, 330.0), (180.0, 150.0)]):
         cell(tmp_path, f"s{k}", "tiny_cnn", "naive", [job(0, "tiny_cnn", 1.5)], agg=solo, repeat=k, repeat_group="s")
-        cell(tmp_path, f"p{k}", "tiny_cnn", "naive", [job(0, "tiny_cnn", 1.5), job(1, "tiny_cnn", 1.5)], agg=pair,
-             repeat=k, repeat_group="p")
+        cell(
+            tmp_path,
+            f"p{k}",
+            "tiny_cnn",
+            "naive",
+            [job(0, "tiny_cnn", 1.5), job(1, "tiny_cnn", 1.5)],
+            agg=pair,
+            repeat=k,
+            repeat_group="p",
+        )
     data = load_sweeps([tmp_path])
     gain = gain_table(data.cells, data.jobs)
     mixed = mixed_table(data.cells, data.jobs, data.epochs)

@@ -16,16 +16,27 @@ SMALL = ["--backend", "sim", "--batch-size", "4", "--epoch-samples", "16", "--wi
 
 def _run(script: str, args: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, RAY_AUTH_MODE="disabled", HOME=str(tmp_path))
-    return subprocess.run([sys.executable, str(ROOT / "jobs" / script), *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600, check=False)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / script), *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
 
 
 def test_bench_trainer_compares_the_trainer_and_the_steward_variant_with_a_raw_process_on_one_core(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     out = tmp_path / "trainer.json"
     # The trainers run on the session's Ray instance (a cluster the user names), its steward's GPU 0.
-    proc = _run("bench_trainer.py", [*SMALL, "--rounds", "1", "--epochs", "1", "--ray-address", session_ray(),
-                                     "--out", str(out)], tmp_path)
+    proc = _run(
+        "bench_trainer.py",
+        [*SMALL, "--rounds", "1", "--epochs", "1", "--ray-address", session_ray(), "--out", str(out)],
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     (rnd,) = result["rounds"]
@@ -53,8 +64,11 @@ def test_bench_trainer_refuses_bad_arguments_before_starting_anything(tmp_path: 
 def test_bench_collocation_runs_raw_and_raycolloc_side_by_side_and_writes_its_table(tmp_path: Path) -> None:
     out = tmp_path / "colloc.json"
     # The raycolloc side joins the session's Ray instance (a cluster the user names, as on a DGX).
-    proc = _run("bench_collocation.py", [*SMALL, "--modes", "naive", "--degrees", "1", "--ray-address", session_ray(),
-                                         "--out", str(out)], tmp_path)
+    proc = _run(
+        "bench_collocation.py",
+        [*SMALL, "--modes", "naive", "--degrees", "1", "--ray-address", session_ray(), "--out", str(out)],
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (row,) = json.loads(out.read_text())["rows"]
     assert (row["mode"], row["degree"], row["status"]) == ("naive", 1, "ok")
@@ -72,8 +86,20 @@ def test_bench_fanout_runs_the_sweep_on_every_gpu_then_on_one_and_accounts_each_
     out = tmp_path / "fanout.json"
     sweep = "degree=1,2 mode=naive workload=tiny_cnn epoch_samples=64 batch_size=16"
     # Both runs join the session's Ray instance (2 GPUs); the one-GPU run is one lane, which keeps its GPU.
-    proc = _run("bench_fanout.py", ["--sweep", sweep, "--extra", f"cluster=local cluster.address={session_ray()}",
-                                    "--one-gpu-extra", "cluster.max_concurrent_cells=1", "--out", str(out)], tmp_path)
+    proc = _run(
+        "bench_fanout.py",
+        [
+            "--sweep",
+            sweep,
+            "--extra",
+            f"cluster=local cluster.address={session_ray()}",
+            "--one-gpu-extra",
+            "cluster.max_concurrent_cells=1",
+            "--out",
+            str(out),
+        ],
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(out.read_text())
     both, one = result["all_gpus"], result["one_gpu"]
@@ -83,8 +109,16 @@ def test_bench_fanout_runs_the_sweep_on_every_gpu_then_on_one_and_accounts_each_
     for cell in both["cell_table"] + one["cell_table"]:
         # The phases add up to the cell's wall time (other_s is what no phase covers, never negative).
         # A lane's set-up is charged to the lane's first cell only (0 for the others).
-        parts = ["lease_wait_s", "lane_setup_s", "prepare_s", "actor_start_s", "trainer_setup_s", "epochs_s",
-                 "teardown_s", "other_s"]
+        parts = [
+            "lease_wait_s",
+            "lane_setup_s",
+            "prepare_s",
+            "actor_start_s",
+            "trainer_setup_s",
+            "epochs_s",
+            "teardown_s",
+            "other_s",
+        ]
         assert abs(sum(cell[k] for k in parts) - cell["wall_s"]) < 1e-6, cell
         assert cell["trainer_setup_s"] > 0 and cell["epochs_s"] > 0 and cell["other_s"] > -1e-6, cell
     # On one GPU (one lane) the cells ran one after the other, and only the lane's first set it up.
@@ -98,8 +132,20 @@ def test_bench_overhead_times_every_phase_per_variant_and_switches_one_saving_of
     out = tmp_path / "overhead.json"
     # The sweeps join the session's Ray instance, one cell at a time (one lane, as on one GPU).
     extra = f"cluster=local cluster.address={session_ray()} cluster.max_concurrent_cells=1"
-    proc = _run("bench_overhead.py", ["--sweep", "degree=1,2 mode=mps workload=tiny_cnn epoch_samples=64",
-                                      "--extra", extra, "--variants", "all,exec", "--out", str(out)], tmp_path)
+    proc = _run(
+        "bench_overhead.py",
+        [
+            "--sweep",
+            "degree=1,2 mode=mps workload=tiny_cnn epoch_samples=64",
+            "--extra",
+            extra,
+            "--variants",
+            "all,exec",
+            "--out",
+            str(out),
+        ],
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = {r["variant"]: r for r in json.loads(out.read_text())["results"]}
     assert set(results) == {"all", "exec"}

@@ -65,8 +65,10 @@ def test_naive_cell_writes_four_tables_with_one_gpu_per_cell(tmp_path: Path) -> 
 
 
 def test_injected_oom_is_a_row_and_the_cell_finishes(tmp_path: Path) -> None:
-    _, outcome, t = _cell(tmp_path, ["degree=2", "trainer.fault=oom", "trainer.fault_job=1",
-                                     "trainer.cpu_affinity=none", "trainer.spawn=exec"])
+    _, outcome, t = _cell(
+        tmp_path,
+        ["degree=2", "trainer.fault=oom", "trainer.fault_job=1", "trainer.cpu_affinity=none", "trainer.spawn=exec"],
+    )
     jobs = t["jobs"].set_index("job_index")
     assert jobs["cpus"].isna().all()  # not pinned: left to the scheduler
     assert set(jobs["spawn"]) == {"exec"}  # a fresh interpreter: it imported torch and timm itself
@@ -88,8 +90,16 @@ def test_a_cell_whose_memory_estimate_exceeds_the_gpu_is_unfit(tmp_path: Path) -
     # 2 x resnet152 at batch 512 needs ~2 x 129 GiB (the model's estimate): more than the A100-40GB
     # has. The pre-flight records the cell as unfit, with the numbers, and starts no job (the
     # simulated GPU itself would refuse the memory: tests/test_trust.py).
-    _, outcome, t = _cell(tmp_path, ["workload=resnet152_imagenet", "degree=2", "batch_size=512", "epoch_samples=512",
-                                     "cluster.gpu_model=A100-SXM4-40GB"])
+    _, outcome, t = _cell(
+        tmp_path,
+        [
+            "workload=resnet152_imagenet",
+            "degree=2",
+            "batch_size=512",
+            "epoch_samples=512",
+            "cluster.gpu_model=A100-SXM4-40GB",
+        ],
+    )
     assert outcome.status == "unfit"
     reason = t["cells"].loc[0, "reason"]
     assert re.search(r"2 jobs x about 12\d\.\d GiB .* need 2\d\d\.\d GiB; .* has 40\.0 GiB", reason), reason

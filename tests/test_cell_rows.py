@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from raycolloc.driver.rows import CellRecord, cell_row, job_rows, window_energy
+from raycolloc.driver.tabulate import CellRecord, cell_row, job_rows, window_energy
 from raycolloc.node.gpu.backend import GpuInfo, MigDevice
 from raycolloc.node.telemetry import Sampler, gi_sm_shares
 from raycolloc.results.rows import EpochRow, TelemetryRow
@@ -19,17 +19,42 @@ GPU = GpuInfo(0, "GPU-x", "Simulated H100-80GB", 81559, 132, True, False, "0", "
 
 def gpu_sample(ts: float, watts: float = 300.0, energy: bool = True, sm: float | None = 40.0) -> TelemetryRow:
     # A counter at constant power: energy_mj = watts * (ts - T0) * 1000.
-    return TelemetryRow(cell_id="c", gpu_uuid="GPU-x", mig_uuid=None, gi_id=None, scope="gpu", ts=ts, source="sim-gpm",
-                        power_w=watts, energy_mj=watts * (ts - T0) * 1000.0 if energy else None, sm_active=sm,
-                        mem_used_mib=1000.0)
+    return TelemetryRow(
+        cell_id="c",
+        gpu_uuid="GPU-x",
+        mig_uuid=None,
+        gi_id=None,
+        scope="gpu",
+        ts=ts,
+        source="sim-gpm",
+        power_w=watts,
+        energy_mj=watts * (ts - T0) * 1000.0 if energy else None,
+        sm_active=sm,
+        mem_used_mib=1000.0,
+    )
 
 
 def epoch(job: int, n: int, start: float, wall: float, samples: int) -> EpochRow:
-    return EpochRow(cell_id="c", job_index=job, epoch=n, warmup=n == 1, start_ts=start, end_ts=start + wall,
-                    wall_s=wall, samples=samples, samples_per_s=samples / wall, steps=samples // 32, loss=None,
-                    thread_cpu_s=None, thread_sys_s=None, minor_faults=None, involuntary_switches=None,
-                    voluntary_switches=None,
-                    peak_mem_allocated_mib=None, peak_mem_reserved_mib=None)
+    return EpochRow(
+        cell_id="c",
+        job_index=job,
+        epoch=n,
+        warmup=n == 1,
+        start_ts=start,
+        end_ts=start + wall,
+        wall_s=wall,
+        samples=samples,
+        samples_per_s=samples / wall,
+        steps=samples // 32,
+        loss=None,
+        thread_cpu_s=None,
+        thread_sys_s=None,
+        minor_faults=None,
+        involuntary_switches=None,
+        voluntary_switches=None,
+        peak_mem_allocated_mib=None,
+        peak_mem_reserved_mib=None,
+    )
 
 
 def test_energy_and_power_cover_the_same_window() -> None:
@@ -51,17 +76,32 @@ def test_without_an_energy_counter_power_gives_the_energy() -> None:
 
 
 def _record(overrides: list[str], states: dict[int, JobState], telemetry: list[TelemetryRow]) -> CellRecord:
-    return CellRecord(load(overrides), gpu=GPU, backend="sim", telemetry_source="sim-gpm", states=states,
-                      telemetry=telemetry)
+    return CellRecord(
+        load(overrides), gpu=GPU, backend="sim", telemetry_source="sim-gpm", states=states, telemetry=telemetry
+    )
 
 
 def test_uniform_cell_energy_per_sample_and_repeat_columns() -> None:
-    states = {i: JobState(info=JobInfo(pid=100 + i),
-                          epochs=[epoch(i, 1, T0, 1.0, 320), epoch(i, 2, T0 + 1.0, 2.0, 640)])
-              for i in range(2)}
-    procs = [TelemetryRow(cell_id="c", gpu_uuid="GPU-x", mig_uuid=None, gi_id=None, scope="process", ts=T0 + t,
-                          source="sim-gpm", pid=100 + i, job_index=i, proc_gpu_mem_mib=500.0 + 50 * i + t)
-             for i in range(2) for t in (0.5, 1.5)]
+    states = {
+        i: JobState(info=JobInfo(pid=100 + i), epochs=[epoch(i, 1, T0, 1.0, 320), epoch(i, 2, T0 + 1.0, 2.0, 640)])
+        for i in range(2)
+    }
+    procs = [
+        TelemetryRow(
+            cell_id="c",
+            gpu_uuid="GPU-x",
+            mig_uuid=None,
+            gi_id=None,
+            scope="process",
+            ts=T0 + t,
+            source="sim-gpm",
+            pid=100 + i,
+            job_index=i,
+            proc_gpu_mem_mib=500.0 + 50 * i + t,
+        )
+        for i in range(2)
+        for t in (0.5, 1.5)
+    ]
     rec = _record(["degree=2", "repeat=2"], states, [gpu_sample(T0 + 0.1 * i) for i in range(40)] + procs)
     jobs, epochs = job_rows(rec)
     row = cell_row(rec, jobs, epochs)
@@ -77,8 +117,10 @@ def test_uniform_cell_energy_per_sample_and_repeat_columns() -> None:
 
 
 def test_a_mixed_cell_adds_no_unlike_samples() -> None:
-    states = {0: JobState(epochs=[epoch(0, 1, T0, 0.1, 64), epoch(0, 2, T0 + 0.1, 0.4, 4096)]),
-              1: JobState(epochs=[epoch(1, 1, T0, 1.0, 32), epoch(1, 2, T0 + 1.0, 2.0, 64)])}
+    states = {
+        0: JobState(epochs=[epoch(0, 1, T0, 0.1, 64), epoch(0, 2, T0 + 0.1, 0.4, 4096)]),
+        1: JobState(epochs=[epoch(1, 1, T0, 1.0, 32), epoch(1, 2, T0 + 1.0, 2.0, 64)]),
+    }
     rec = _record(["mix=tiny_mixed"], states, [gpu_sample(T0 + 0.1 * i) for i in range(40)])
     jobs, epochs = job_rows(rec)
     row = cell_row(rec, jobs, epochs)
@@ -90,10 +132,19 @@ def test_mig_gpu_sm_activity_is_the_instances_weighted_by_their_sms() -> None:
     devices = [MigDevice("MIG-a", 1, 0, 9, 2, 4, 0, 40000, 60), MigDevice("MIG-b", 2, 0, 5, 3, 0, 0, 40000, 64)]
     shares = gi_sm_shares("Simulated H100-80GB", devices)  # 3g (60 SMs) and 4g (64 SMs) of 132
     assert shares == pytest.approx({1: 60 / 132, 2: 64 / 132})
-    sampler = Sampler(backend=None, cell_id="c", gpu_uuid="GPU-x", source="gpm", interval_ms=100, pids={},
-                      mig_devices=devices, gi_sm_share=shares)
+    sampler = Sampler(
+        backend=None,
+        cell_id="c",
+        gpu_uuid="GPU-x",
+        source="gpm",
+        interval_ms=100,
+        pids={},
+        mig_devices=devices,
+        gi_sm_share=shares,
+    )
     assert sampler._gpu_sm_active({1: {"sm_active": 50.0}, 2: {"sm_active": 100.0}}) == pytest.approx(
-        (50.0 * 60 + 100.0 * 64) / 132)
+        (50.0 * 60 + 100.0 * 64) / 132
+    )
     assert sampler._gpu_sm_active({1: {"sm_active": 50.0}, 2: {}}) is None  # an instance without its first GPM pair
     assert gi_sm_shares("Unknown GPU", devices) == {}
 

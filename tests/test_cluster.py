@@ -46,11 +46,14 @@ def fake(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
         monkeypatch.setattr(cluster.time, "sleep", lambda s: None)
         monkeypatch.delenv("RAY_ADDRESS", raising=False)
         return ray
+
     return install
 
 
-def test_a_late_raylet_is_logged_and_the_start_tried_again(fake,  # noqa: ANN001
-                                                           caplog: pytest.LogCaptureFixture) -> None:
+def test_a_late_raylet_is_logged_and_the_start_tried_again(
+    fake,  # noqa: ANN001
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     ray = fake(fails=2)
     with caplog.at_level(logging.WARNING, logger=cluster.__name__):
         assert cluster.connect(ClusterConfig(backend="sim", num_gpus=1)) == {"CPU": 8.0, "GPU": 1.0}

@@ -70,8 +70,10 @@ def test_full_dataset_is_the_default_epoch() -> None:
         ("epoch_samples=-5", "epoch_samples=-5"),
         ("batch_size=0", "batch_size=0"),
         ("seed=-1", "seed=-1"),
-        ("trainer.allocator=jemalloc",
-         "trainer.allocator='jemalloc' is not allowed; choose one of: native, cuda_async"),
+        (
+            "trainer.allocator=jemalloc",
+            "trainer.allocator='jemalloc' is not allowed; choose one of: native, cuda_async",
+        ),
         ("trainer.compile=fast", "choose one of: off, default, reduce-overhead, max-autotune"),
         ("trainer.cpu_affinity=numa", "trainer.cpu_affinity='numa' is not allowed; choose one of: auto, none"),
         ("trainer.amp=int8", "trainer.amp='int8'"),
@@ -129,8 +131,9 @@ def test_config_hash_ignores_where_results_go_but_not_what_runs(tmp_path: Path) 
 
 def test_cli_config_error_exits_nonzero_and_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "results"
-    proc = run_cli(["workload=tiny_cnn", "cluster=local", f"out_dir={out}", "degree=0"], cwd=ROOT, timeout=120,
-                   own_ray=True)  # refused before Ray
+    proc = run_cli(
+        ["workload=tiny_cnn", "cluster=local", f"out_dir={out}", "degree=0"], cwd=ROOT, timeout=120, own_ray=True
+    )  # refused before Ray
     assert proc.returncode != 0
     assert "degree=0 is not allowed" in proc.stderr + proc.stdout
     assert not any(p.is_file() for p in out.rglob("*")) if out.exists() else True
@@ -138,8 +141,12 @@ def test_cli_config_error_exits_nonzero_and_writes_nothing(tmp_path: Path) -> No
 
 def test_cli_multirun_refuses_every_cell_before_running_any(tmp_path: Path) -> None:
     out = tmp_path / "results"
-    proc = run_cli(["-m", "workload=tiny_cnn", "cluster=local", f"out_dir={out}", "degree=1,0"], cwd=ROOT, timeout=120,
-                   own_ray=True)  # refused before Ray
+    proc = run_cli(
+        ["-m", "workload=tiny_cnn", "cluster=local", f"out_dir={out}", "degree=1,0"],
+        cwd=ROOT,
+        timeout=120,
+        own_ray=True,
+    )  # refused before Ray
     assert proc.returncode != 0
     assert "degree=0 is not allowed" in proc.stderr + proc.stdout
     assert not list(out.rglob("*.parquet")) if out.exists() else True

@@ -57,8 +57,9 @@ def _get(url: str) -> str | None:
 
 def _actors(dashboard: str) -> list[dict[str, Any]] | None:
     """Actors of our namespace from Ray's state API (``{"data": {"result": {"result": [...]}}}``)."""
-    query = urllib.parse.urlencode({"filter_keys": "ray_namespace", "filter_predicates": "=",
-                                    "filter_values": NAMESPACE, "limit": 1000})
+    query = urllib.parse.urlencode(
+        {"filter_keys": "ray_namespace", "filter_predicates": "=", "filter_values": NAMESPACE, "limit": 1000}
+    )
     body = _get(f"{dashboard}/api/v0/actors?{query}")
     if body is None:
         return None
@@ -97,8 +98,13 @@ class _Seen:
     def complete(self, jobs: set[str]) -> bool:
         alive = {n for n, a in self.actors.items() if a["state"] == "ALIVE"}
         steward = any(n.startswith("raycolloc:steward:") for n in alive)
-        return len(self.trainers()) >= len(jobs) and steward and set(self.rates) >= jobs \
-            and all(v > 0 for v in self.rates.values()) and any(v > 0 for v in self.sm_active.values())
+        return (
+            len(self.trainers()) >= len(jobs)
+            and steward
+            and set(self.rates) >= jobs
+            and all(v > 0 for v in self.rates.values())
+            and any(v > 0 for v in self.sm_active.values())
+        )
 
 
 def _ray_processes(ray_tmp: str) -> list[int]:
@@ -153,26 +159,45 @@ def test_dashboard_shows_the_cells_actors_and_gauges(tmp_path: Path, ray_tmp: st
     # (tests/sleepy_workload.py; the simulated SM activity follows the jobs' CPU time), for two epochs
     # of 8 s (a time budget), a window that does not shrink on a busy machine, as epochs of a number
     # of samples do; gauges appear 1-3 s after the jobs start.
-    overrides = ["degree=2", "workload=python", "workload.entry=tests.sleepy_workload:build",
-                 "workload.args={step_ms:10,busy_ms:3}", "batch_size=16",
-                 "epoch_samples=1000000", "epoch_time_s=8", "cluster.dashboard=true",
-                 "cluster.dashboard_host=127.0.0.1",
-                 f"cluster.dashboard_port={dash_port}", f"cluster.metrics_export_port={metrics_port}"]
+    overrides = [
+        "degree=2",
+        "workload=python",
+        "workload.entry=tests.sleepy_workload:build",
+        "workload.args={step_ms:10,busy_ms:3}",
+        "batch_size=16",
+        "epoch_samples=1000000",
+        "epoch_time_s=8",
+        "cluster.dashboard=true",
+        "cluster.dashboard_host=127.0.0.1",
+        f"cluster.dashboard_port={dash_port}",
+        f"cluster.metrics_export_port={metrics_port}",
+    ]
     job = load(overrides, out_dir=out)
     trainers = {j.name for j in job.jobs}
     dashboard, metrics = f"http://127.0.0.1:{dash_port}", f"http://127.0.0.1:{metrics_port}"
 
-    env = dict(os.environ, RAY_TMPDIR=ray_tmp, RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0",
-               # Workers export their metrics every second instead of every 10 s: the gauges show
-               # up early in the cell (the default is fine for people, slow for a test).
-               RAY_metrics_report_interval_ms="1000")
+    env = dict(
+        os.environ,
+        RAY_TMPDIR=ray_tmp,
+        RAY_AUTH_MODE="disabled",
+        RAY_USAGE_STATS_ENABLED="0",
+        # Workers export their metrics every second instead of every 10 s: the gauges show
+        # up early in the cell (the default is fine for people, slow for a test).
+        RAY_metrics_report_interval_ms="1000",
+    )
     env.pop("RAY_ADDRESS", None)  # cluster=local: a fresh instance, never one named by the caller's shell
     log_path = tmp_path / "sweep.log"
     seen = _Seen()
     with open(log_path, "w") as log_file:
-        proc = subprocess.Popen([sys.executable, "-m", "raycolloc.sweep", *CPU_OVERRIDES, f"out_dir={out}", *overrides],
-                                cwd=ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "raycolloc.sweep", *CPU_OVERRIDES, f"out_dir={out}", *overrides],
+            cwd=ROOT,
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
         try:
             deadline = time.monotonic() + RUN_DEADLINE_S
             while proc.poll() is None and time.monotonic() < deadline and not seen.complete(trainers):

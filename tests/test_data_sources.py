@@ -59,13 +59,16 @@ def test_imagenet64_and_imagefolder_and_criteo_through_build_source(tmp_path: Pa
     rng = np.random.default_rng(1)
     imgs = rng.integers(0, 256, (20, 3, 64, 64), dtype=np.uint8)
     writers.write_imagenet64(tmp_path / "i64", imgs, rng.integers(0, 1000, 20), per_file=8)
-    (x,), y = build_source(create_workload("resnet50_imagenet64"), 4, CPU, "real", "host", str(tmp_path / "i64"), 0,
-                           seed=0).next()
+    (x,), y = build_source(
+        create_workload("resnet50_imagenet64"), 4, CPU, "real", "host", str(tmp_path / "i64"), 0, seed=0
+    ).next()
     assert x.shape == (4, 3, 64, 64) and int(y.max()) < 1000
-    writers.write_imagefolder(tmp_path / "folder", rng.integers(0, 256, (6, 3, 40, 40), dtype=np.uint8),
-                           np.array([0, 1, 2, 0, 1, 2]))
-    (x,), y = build_source(create_workload("resnet152_imagenet"), 2, CPU, "real", "host", str(tmp_path / "folder"), 0,
-                           seed=0).next()
+    writers.write_imagefolder(
+        tmp_path / "folder", rng.integers(0, 256, (6, 3, 40, 40), dtype=np.uint8), np.array([0, 1, 2, 0, 1, 2])
+    )
+    (x,), y = build_source(
+        create_workload("resnet152_imagenet"), 2, CPU, "real", "host", str(tmp_path / "folder"), 0, seed=0
+    ).next()
     assert x.shape == (2, 3, 224, 224)
     dense = rng.integers(0, 100, (16, 13))
     cats = [[f"{rng.integers(0, 2**32):08x}" for _ in range(26)] for _ in range(16)]

@@ -38,26 +38,28 @@ SUBSTITUTIONS = {
 SKIPPED = {
     # Synopses and diagram labels: `...` and [brackets] stand for what a user adds.
     "python -m raycolloc.sweep -m ...": "a diagram's label (docs/architecture.md), "
-                                        "the advisor's emitted lines (README): `...` is any overrides",
+    "the advisor's emitted lines (README): `...` is any overrides",
     "python -m raycolloc.sweep ...": "a diagram's label (docs/architecture.md): `...` is any overrides",
     "python -m raycolloc.sweep +plan=P.csv": "a diagram's label (docs/architecture.md): P.csv is any plan",
     "python -m raycolloc.sweep ... mode=mps   (same settings)": "a transcript (docs/measurements.md): `...` is "
-                                                               "the line above's settings",
+    "the line above's settings",
     "python -m raycolloc.advise workload=resnet26_cifar10 [workload=resnet50_imagenet64 ...] [cluster=...] "
-    "[epoch_samples=25600] [max_slowdown=1.5] [degrees=1,2,3,7] [--fit DIR ...] [--emit-sweep]":
-        "a synopsis whose least form profiles resnet26 by training it (Ray; tests/test_advise*.py run the advisor)",
+    "[epoch_samples=25600] [max_slowdown=1.5] [degrees=1,2,3,7] [--fit DIR ...] [--emit-sweep]": (
+        "a synopsis whose least form profiles resnet26 by training it (Ray; tests/test_advise*.py run the advisor)"
+    ),
     "python -m raycolloc.sweep +plan=plan.csv ...": "README's words for the advisor's emitted plan: `...` is "
-                                                   "any overrides",
+    "any overrides",
     "python -m analysis.report DIR [DIR ...] --out OUT [--baseline OTHER]": "a synopsis; its least form is the "
-                                                                           "README's first report command, run",
+    "README's first report command, run",
     "python -m raycolloc.<name> ARGS": "a synopsis (README): the installed `raycolloc NAME` is this module's command",
     "raycolloc advise workload=resnet26_cifar10 workload=tiny_cnn --emit-sweep": "profiles both workloads by "
-        "training them (Ray; tests/test_advise*.py run the advisor, tests/test_packaging.py the command)",
+    "training them (Ray; tests/test_advise*.py run the advisor, tests/test_packaging.py the command)",
     "raycolloc doctor --fix": "stops what other runs left on this machine (the suite's own MPS daemons among them); "
-                              "`python -m raycolloc.doctor` runs above",
+    "`python -m raycolloc.doctor` runs above",
     # Needs what a test machine has not.
-    "python -m analysis.export_mlflow results/multirun/<date>/<time> --tracking-uri http://mlflow:5000":
-        "needs a live MLflow server at http://mlflow:5000 (tests/test_export_mlflow.py exports to local stores)",
+    "python -m analysis.export_mlflow results/multirun/<date>/<time> --tracking-uri http://mlflow:5000": (
+        "needs a live MLflow server at http://mlflow:5000 (tests/test_export_mlflow.py exports to local stores)"
+    ),
 }
 
 
@@ -100,7 +102,7 @@ def doc_commands(path: Path) -> list[DocCommand]:
         # A command begins the line or follows `--` (ray job submit ... -- python -m ...); a layout's
         # "ls.py   python -m raycolloc.ls: ..." describes a file. Further ones on its line are a diagram's.
         starts = [m.start() for m in _COMMAND.finditer(text)]
-        if not starts or not (starts[0] == 0 or text[:starts[0]].rstrip().endswith(" --")):
+        if not starts or not (starts[0] == 0 or text[: starts[0]].rstrip().endswith(" --")):
             continue
         for begin, end in zip(starts, [*starts[1:], len(text)], strict=False):  # none: no command
             found.append(DocCommand(path, start, text[begin:end].strip()))
@@ -113,8 +115,10 @@ def inline_commands(path: Path) -> list[DocCommand]:
     for number, _ in _code_lines(path):
         lines[number - 1] = ""  # code blocks are doc_commands'
     text = "\n".join(lines)
-    return [DocCommand(path, text.count("\n", 0, m.start()) + 1, " ".join(m.group(1).split()))
-            for m in re.finditer(r"`(python -m (?:raycolloc|analysis)\b[^`]*)`", text)]
+    return [
+        DocCommand(path, text.count("\n", 0, m.start()) + 1, " ".join(m.group(1).split()))
+        for m in re.finditer(r"`(python -m (?:raycolloc|analysis)\b[^`]*)`", text)
+    ]
 
 
 ALL = [c for page in DOCS for c in doc_commands(page)] + inline_commands(ROOT / "README.md")
@@ -186,8 +190,9 @@ def _marks(command: DocCommand) -> list[pytest.MarkDecorator]:
 
 
 @pytest.mark.parametrize("command", [pytest.param(c, marks=_marks(c), id=f"{c.path.name}:{c.line}") for c in RUN])
-def test_a_shown_command_runs_as_written(command: DocCommand, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                         capfd: pytest.CaptureFixture[str]) -> None:
+def test_a_shown_command_runs_as_written(
+    command: DocCommand, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
     # The reader's checkout: relative paths (jobs/examples/..., results/...) resolve as in the README.
     monkeypatch.chdir(tmp_path)
     (tmp_path / "jobs").symlink_to(ROOT / "jobs")

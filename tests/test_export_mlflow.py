@@ -66,14 +66,16 @@ def test_cli_prints_what_it_logged(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main([str(sweep), "--tracking-uri", uri, "--no-report", "--log-level", "WARNING"]) == 0
     assert "10 runs logged, 0 already there" in capsys.readouterr().out
     runs = MlflowClient(tracking_uri=uri).search_runs(
-        [MlflowClient(tracking_uri=uri).get_experiment_by_name("raycolloc").experiment_id], max_results=100)
+        [MlflowClient(tracking_uri=uri).get_experiment_by_name("raycolloc").experiment_id], max_results=100
+    )
     names = pd.Series([r.data.tags.get("mlflow.runName") for r in runs])
     assert names.str.startswith("sweep ").sum() == 1
 
 
 @pytest.mark.slow  # the report (figures) and a new sqlite store's migrations: ~20 s
-def test_sqlite_store_as_the_issue_ran_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_sqlite_store_as_the_issue_ran_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Issue 29, item 9: ``--tracking-uri sqlite:///mlflow.db`` ended in an
     UnsupportedModelRegistryStoreURIException traceback under the ``[mlflow]`` extra."""
     sweep = make_sweep(tmp_path / "sweep")
@@ -94,17 +96,19 @@ def test_sqlite_store_as_the_issue_ran_it(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 @pytest.mark.parametrize("absent", ["sqlalchemy", "alembic"])
-def test_sqlite_store_without_its_modules_is_refused_by_name(absent: str, tmp_path: Path,
-                                                             monkeypatch: pytest.MonkeyPatch,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_sqlite_store_without_its_modules_is_refused_by_name(
+    absent: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """mlflow-skinny alone (no SQLAlchemy or Alembic): exit 2 saying what to install, nothing written."""
     sweep = make_sweep(tmp_path / "sweep")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setitem(sys.modules, absent, None)  # as if not installed: importing it raises ImportError
     assert main([str(sweep), "--tracking-uri", "sqlite:///mlflow.db"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: --tracking-uri sqlite:///mlflow.db is MLflow's database store, which needs "
-                          f"{absent} ") and "pip install 'raycolloc[mlflow]'" in err
+    assert (
+        err.startswith(f"error: --tracking-uri sqlite:///mlflow.db is MLflow's database store, which needs {absent} ")
+        and "pip install 'raycolloc[mlflow]'" in err
+    )
     assert "Traceback" not in err and not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
 
 

@@ -250,8 +250,19 @@ def test_jobs_of_a_node_share_one_compile_cache(tmp_path: Path) -> None:
     """With an empty cache (``trainer.compile_cache``), the first job compiles and the second loads its
     kernels. The real command line, joining the session's Ray instance."""
     cache, out = tmp_path / "compile-cache", tmp_path / "out"
-    proc = run_cli(["workload=tiny_cnn", "cluster=local", "degree=2", "epoch_samples=128", "trainer.compile=default",
-                    f"trainer.compile_cache={cache}", "telemetry.interval_ms=50", f"out_dir={out}"], cwd=ROOT)
+    proc = run_cli(
+        [
+            "workload=tiny_cnn",
+            "cluster=local",
+            "degree=2",
+            "epoch_samples=128",
+            "trainer.compile=default",
+            f"trainer.compile_cache={cache}",
+            "telemetry.interval_ms=50",
+            f"out_dir={out}",
+        ],
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     (job_dir,) = {p.parent for p in out.rglob("jobs.parquet")}
     t = _tables(job_dir)
@@ -269,8 +280,10 @@ def test_jobs_of_a_node_share_one_compile_cache(tmp_path: Path) -> None:
 def test_mixed_cell_takes_fast_paths_per_job(tmp_path: Path) -> None:
     fp16 = "fp16" if _cpu_fp16_autocast_error() is None else "bf16"  # fp16 where this CPU build can
     # Hydra's override grammar: a list of dicts, each a MixJob with its own fast paths.
-    mix = ("[{workload:tiny_cnn,compile:default},{workload:tiny_cnn,amp:bf16,channels_last:true},"
-           f"{{workload:tiny_dlrm,amp:{fp16}}}]")
+    mix = (
+        "[{workload:tiny_cnn,compile:default},{workload:tiny_cnn,amp:bf16,channels_last:true},"
+        f"{{workload:tiny_dlrm,amp:{fp16}}}]"
+    )
     outcome, t = _cell(tmp_path, ["mix.name=custom", f"mix.jobs={mix}"])
     jobs = t["jobs"].set_index("job_index")
     assert outcome.status == "ok", t["cells"].loc[0, "reason"]

@@ -94,6 +94,7 @@ def one_result_per_cell(out: Path) -> pd.DataFrame:
 
 # --- faults inside a cell (in-process, the session's Ray instance) ----------------------------------
 
+
 def _cell(tmp_path: Path, overrides: list[str], during: Callable[[Any], None] | None = None):  # noqa: ANN202
     """Run one cell; ``during(spec)`` runs beside it in a thread (it injects the fault). Its trainers
     are its own (``trainer.reuse_actors=false``), named ``raycolloc:<cell>/<job>``, so a fault can
@@ -120,15 +121,30 @@ def _cell(tmp_path: Path, overrides: list[str], during: Callable[[Any], None] | 
 
 
 @pytest.mark.usefixtures("ray_local")
-@pytest.mark.parametrize(("fault", "status", "needle"), [("oom", "oom", "injected out of memory"),
-                                                          ("error", "error", "injected error"),
-                                                          ("exit", "error", "died"),
-                                                          ("hang", "hang", "hang: no progress for")])
+@pytest.mark.parametrize(
+    ("fault", "status", "needle"),
+    [
+        ("oom", "oom", "injected out of memory"),
+        ("error", "error", "injected error"),
+        ("exit", "error", "died"),
+        ("hang", "hang", "hang: no progress for"),
+    ],
+)
 def test_a_failing_job_is_a_row_and_its_cell_goes_on(tmp_path: Path, fault: str, status: str, needle: str) -> None:
     root = short_root("job")
     t0 = time.monotonic()
-    _, outcome, t = _cell(tmp_path, ["degree=2", "epoch_samples=256", f"trainer.fault={fault}", "trainer.fault_job=1",
-                                     "trainer.stall_timeout_s=5", "mode=mps", f"mode.pipe_root={root}"])
+    _, outcome, t = _cell(
+        tmp_path,
+        [
+            "degree=2",
+            "epoch_samples=256",
+            f"trainer.fault={fault}",
+            "trainer.fault_job=1",
+            "trainer.stall_timeout_s=5",
+            "mode=mps",
+            f"mode.pipe_root={root}",
+        ],
+    )
     jobs = t["jobs"].set_index("job_index")
     assert jobs.loc[1, "status"] == status and needle in jobs.loc[1, "error"], jobs.loc[1, "error"]
     assert jobs.loc[0, "status"] == "ok" and jobs.loc[0, "epoch2_s"] > 0
@@ -146,6 +162,7 @@ def _kill_actor_when_up(name: str, delay: float) -> Callable[[Any], None]:
         actor = wait_for(lambda: _actor(name.format(cell=spec.cell_id)), 120, f"actor {name}")
         time.sleep(delay)
         ray.kill(actor, no_restart=True)
+
     return kill
 
 
@@ -161,8 +178,11 @@ def test_a_killed_trainer_actor_is_an_error_row(tmp_path: Path) -> None:
     root = short_root("tk")
     # Epochs of 5 s (a time budget, however fast this machine trains): the kill, 4 s after the actor
     # is up, lands in job 1's set-up or warm-up, and job 0 trains on to the end.
-    _, outcome, t = _cell(tmp_path, ["degree=2", "epoch_samples=1000000", "epoch_time_s=5", f"mode.pipe_root={root}"],
-                          during=_kill_actor_when_up("raycolloc:{cell}/1-tiny_cnn", 4.0))
+    _, outcome, t = _cell(
+        tmp_path,
+        ["degree=2", "epoch_samples=1000000", "epoch_time_s=5", f"mode.pipe_root={root}"],
+        during=_kill_actor_when_up("raycolloc:{cell}/1-tiny_cnn", 4.0),
+    )
     jobs = t["jobs"].set_index("job_index")
     assert jobs.loc[1, "status"] == "error" and "died" in jobs.loc[1, "error"], jobs.loc[1, "error"]
     assert jobs.loc[0, "status"] == "ok"
@@ -183,8 +203,9 @@ def test_an_mps_daemon_killed_mid_cell_is_cleaned_and_the_next_cell_gets_a_new_o
         os.kill(pid, signal.SIGKILL)
 
     modes: list[int] = []
-    _, outcome, t = _cell(tmp_path, ["degree=2", "epoch_samples=4096", "mode=mps", f"mode.pipe_root={root}"],
-                          during=kill_daemon)
+    _, outcome, t = _cell(
+        tmp_path, ["degree=2", "epoch_samples=4096", "mode=mps", f"mode.pipe_root={root}"], during=kill_daemon
+    )
     assert modes == [0o700]
     assert len(t["cells"]) == 1 and outcome.status in ("ok", "partial", "error")
     assert_clean(root)
@@ -208,8 +229,9 @@ def test_a_killed_steward_leaves_a_daemon_the_next_steward_stops(tmp_path: Path)
         node = ray.get_runtime_context().get_node_id()
         ray.kill(ray.get_actor(steward_name(node, spec.config.cluster), namespace=NAMESPACE), no_restart=True)
 
-    _, outcome, t = _cell(tmp_path, ["degree=1", "epoch_samples=1000000", "epoch_time_s=4", "mode=mps", *own],
-                          during=kill_steward)
+    _, outcome, t = _cell(
+        tmp_path, ["degree=1", "epoch_samples=1000000", "epoch_time_s=4", "mode=mps", *own], during=kill_steward
+    )
     assert len(t["cells"]) == 1  # the cell is a row, whatever its steward's death cost it
     assert "steward" in str(t["cells"].loc[0, "reason"]).lower() or outcome.status == "ok"
     left = daemons_under(root)
@@ -217,12 +239,14 @@ def test_a_killed_steward_leaves_a_daemon_the_next_steward_stops(tmp_path: Path)
     # The next cell's steward starts, finds the dead steward's daemon through its records, stops it.
     _, again, _ = _cell(tmp_path / "again", ["degree=1", "epoch_samples=128", "mode=naive", *own])
     assert again.status == "ok"
-    assert not any(psutil.pid_exists(d["pid"]) and psutil.Process(d["pid"]).status() != psutil.STATUS_ZOMBIE
-                   for d in left)
+    assert not any(
+        psutil.pid_exists(d["pid"]) and psutil.Process(d["pid"]).status() != psutil.STATUS_ZOMBIE for d in left
+    )
     assert_clean(root)
 
 
 # --- faults of the driver (the real command line) ---------------------------------------------------
+
 
 def _env(tmp_path: Path) -> dict[str, str]:
     return {"RAYCOLLOC_SIM_ROOT": str(tmp_path / "sim")}  # simulated GPUs of this test alone
@@ -232,8 +256,15 @@ def _popen(args: list[str], env: dict[str, str], log: Path, own_ray: bool = True
     """The sweep in the background, with a local Ray instance of its own (``own_ray``: its death is
     part of the fault) or joining the session's."""
     with open(log, "w") as fh:
-        return subprocess.Popen(sweep_command(args, own_ray), cwd=ROOT, env={**os.environ, **env}, text=True,
-                                stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            sweep_command(args, own_ray),
+            cwd=ROOT,
+            env={**os.environ, **env},
+            text=True,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def sim_state(sim_root: Path) -> dict[str, Any]:
@@ -257,8 +288,17 @@ def _ray_gone(proc: subprocess.Popen[str]) -> None:
 def test_driver_sigkill_then_rerun_stops_the_daemon_and_completes_each_cell_once(tmp_path: Path) -> None:
     """Issue 15, item 5: the re-run stops the daemon a SIGKILLed driver left; one result per cell."""
     root, out, env = short_root("kill"), tmp_path / "out", _env(tmp_path)
-    args = ["-m", "workload=tiny_cnn", "cluster=local", "degree=1,2", "mode=naive,mps", f"mode.pipe_root={root}",
-            f"out_dir={out}", "epoch_samples=1024", "cluster.max_concurrent_cells=1"]
+    args = [
+        "-m",
+        "workload=tiny_cnn",
+        "cluster=local",
+        "degree=1,2",
+        "mode=naive,mps",
+        f"mode.pipe_root={root}",
+        f"out_dir={out}",
+        "epoch_samples=1024",
+        "cluster.max_concurrent_cells=1",
+    ]
     proc = _popen(args, env, tmp_path / "first.log")
     try:
         # At once: the MPS cells are short, and a lane that finishes them stops their daemon.
@@ -271,8 +311,14 @@ def test_driver_sigkill_then_rerun_stops_the_daemon_and_completes_each_cell_once
     done_before = len(list(out.rglob("cells.parquet")))  # cells that ended before the kill
 
     def doctor() -> str | None:
-        report = subprocess.run([sys.executable, "-m", "raycolloc.doctor", f"--pipe-root={root}"], cwd=ROOT,
-                                capture_output=True, text=True, timeout=60, check=False)
+        report = subprocess.run(
+            [sys.executable, "-m", "raycolloc.doctor", f"--pipe-root={root}"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         return report.stdout if report.returncode == 1 and "left: mps-daemon" in report.stdout else None
 
     # Once Ray's processes have followed the driver (the steward among them), the daemon is a leftover.
@@ -281,8 +327,11 @@ def test_driver_sigkill_then_rerun_stops_the_daemon_and_completes_each_cell_once
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     assert "4 of 4 cells have a result" in rerun.stdout
     assert rerun.stdout.count("reused; +rerun=true runs it again") == done_before  # the rest trained again
-    assert not any(psutil.pid_exists(d["pid"]) for d in left if psutil.pid_exists(d["pid"])
-                   and psutil.Process(d["pid"]).status() != psutil.STATUS_ZOMBIE)
+    assert not any(
+        psutil.pid_exists(d["pid"])
+        for d in left
+        if psutil.pid_exists(d["pid"]) and psutil.Process(d["pid"]).status() != psutil.STATUS_ZOMBIE
+    )
     cells = one_result_per_cell(out)
     assert len(cells) == 4 and set(cells["status"]) == {"ok"}
     assert_clean(root, tmp_path / "sim")
@@ -292,8 +341,18 @@ def test_driver_sigint_releases_everything_and_a_rerun_completes(tmp_path: Path)
     root, out, env = short_root("int"), tmp_path / "out", _env(tmp_path)
     # Epochs of 4 s (a time budget): the interrupt, a second after the MPS cell's daemon appears,
     # lands inside that cell however fast this machine trains.
-    args = ["-m", "workload=tiny_cnn", "cluster=local", "degree=2", "mode=mps,mig", f"mode.pipe_root={root}",
-            f"out_dir={out}", "epoch_samples=1000000", "epoch_time_s=4", "cluster.max_concurrent_cells=1"]
+    args = [
+        "-m",
+        "workload=tiny_cnn",
+        "cluster=local",
+        "degree=2",
+        "mode=mps,mig",
+        f"mode.pipe_root={root}",
+        f"out_dir={out}",
+        "epoch_samples=1000000",
+        "epoch_time_s=4",
+        "cluster.max_concurrent_cells=1",
+    ]
     proc = _popen(args, env, tmp_path / "first.log")
     try:
         wait_for(lambda: daemons_under(root), 300, "the MPS cell's daemon")
@@ -319,8 +378,17 @@ def test_two_sweeps_on_one_output_run_each_cell_once(tmp_path: Path) -> None:
     """Issue 15, item 4: the second sweep is refused naming the first; the first completes."""
     root, out = short_root("two"), tmp_path / "out"
     sweep_dir = out / "multirun" / "same-second"
-    args = ["-m", "workload=tiny_cnn", "cluster=local", "degree=1,2", "mode=naive", f"out_dir={out}",
-            f"mode.pipe_root={root}", "epoch_samples=1024", f"hydra.sweep.dir={sweep_dir}"]
+    args = [
+        "-m",
+        "workload=tiny_cnn",
+        "cluster=local",
+        "degree=1,2",
+        "mode=naive",
+        f"out_dir={out}",
+        f"mode.pipe_root={root}",
+        "epoch_samples=1024",
+        f"hydra.sweep.dir={sweep_dir}",
+    ]
     first = _popen(args, {}, tmp_path / "first.log", own_ray=False)
     try:
         lock = out / ".raycolloc.lock"
@@ -342,8 +410,12 @@ def small_fs(tmp_path: Path):  # noqa: ANN201
     """A 4 MiB tmpfs (root only): a disk that really fills up."""
     mount = tmp_path / "small"
     mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True,
-                      check=False).returncode != 0:
+    if (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True, check=False
+        ).returncode
+        != 0
+    ):
         pytest.skip("mounting a tmpfs needs root")
     yield mount
     subprocess.run(["umount", "-l", str(mount)], check=False)
@@ -353,8 +425,17 @@ def test_a_full_disk_stops_the_sweep_with_the_path_and_keeps_finished_cells(tmp_
     """Issue 15, item 9."""
     root = short_root("full")
     out = small_fs / "out"
-    args = ["-m", "workload=tiny_cnn", "cluster=local", "degree=1,2", "mode=naive", f"out_dir={out}",
-            f"mode.pipe_root={root}", "epoch_samples=4096", "cluster.max_concurrent_cells=1"]
+    args = [
+        "-m",
+        "workload=tiny_cnn",
+        "cluster=local",
+        "degree=1,2",
+        "mode=naive",
+        f"out_dir={out}",
+        f"mode.pipe_root={root}",
+        "epoch_samples=4096",
+        "cluster.max_concurrent_cells=1",
+    ]
     proc = _popen(args, {}, tmp_path / "sweep.log", own_ray=False)
     try:
         first = wait_for(lambda: next(out.rglob("cells.parquet"), None), 300, "the first cell's result")
@@ -382,8 +463,16 @@ def test_a_full_disk_stops_the_sweep_with_the_path_and_keeps_finished_cells(tmp_
 def test_a_corrupt_table_is_set_aside_and_its_cell_runs_again(tmp_path: Path) -> None:
     """Issue 15, item 2: a truncated jobs.parquet is not carried forward, and the summary works."""
     root, out = short_root("bad"), tmp_path / "out"
-    args = ["-m", "workload=tiny_cnn", "cluster=local", "degree=1,2", "mode=naive", f"out_dir={out}",
-            f"mode.pipe_root={root}", "epoch_samples=128"]
+    args = [
+        "-m",
+        "workload=tiny_cnn",
+        "cluster=local",
+        "degree=1,2",
+        "mode=naive",
+        f"out_dir={out}",
+        f"mode.pipe_root={root}",
+        "epoch_samples=128",
+    ]
     assert run_cli(args, cwd=ROOT).returncode == 0
     jobs = next(p for p in sorted(out.rglob("jobs.parquet")))
     jobs.write_bytes(jobs.read_bytes()[:40])

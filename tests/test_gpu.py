@@ -27,8 +27,9 @@ def backend():  # noqa: ANN201
 
 
 def _smi(query: str) -> list[str]:
-    out = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"], capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"], capture_output=True, text=True, check=True
+    ).stdout
     return [line.strip() for line in out.strip().splitlines()]
 
 
@@ -64,11 +65,13 @@ def test_real_mps_daemon_serves_a_cuda_client_then_stops(backend) -> None:  # no
     daemon.start()
     try:
         env = dict(os.environ, **daemon.binding_env(50, None))
-        code = ("import torch, os, subprocess; torch.ones(1, device='cuda'); torch.cuda.synchronize();"
-                "s=subprocess.run(['nvidia-cuda-mps-control'], input='get_server_list\\n', capture_output=True,"
-                " text=True).stdout.split();"
-                "c=subprocess.run(['nvidia-cuda-mps-control'], input=f'get_client_list {s[0]}\\n', capture_output=True,"
-                " text=True).stdout.split(); print('CLIENT', str(os.getpid()) in c)")
+        code = (
+            "import torch, os, subprocess; torch.ones(1, device='cuda'); torch.cuda.synchronize();"
+            "s=subprocess.run(['nvidia-cuda-mps-control'], input='get_server_list\\n', capture_output=True,"
+            " text=True).stdout.split();"
+            "c=subprocess.run(['nvidia-cuda-mps-control'], input=f'get_client_list {s[0]}\\n', capture_output=True,"
+            " text=True).stdout.split(); print('CLIENT', str(os.getpid()) in c)"
+        )
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
         assert "CLIENT True" in out.stdout, out.stderr
     finally:
@@ -79,7 +82,7 @@ def test_real_mps_daemon_serves_a_cuda_client_then_stops(backend) -> None:  # no
 
 def test_mig_refuses_when_mig_mode_is_disabled_and_changes_nothing(backend) -> None:  # noqa: ANN001
     from raycolloc.config import ClusterConfig, Config, MigConfig, ModeConfig, WorkloadConfig
-    from raycolloc.driver.cells import build_cell
+    from raycolloc.driver.cell_specs import build_cell
     from raycolloc.mpsctl import CONTROL
     from raycolloc.node.modes import GpuSlot, ModeError
     from raycolloc.node.modes.mig import MigMode
@@ -88,8 +91,15 @@ def test_mig_refuses_when_mig_mode_is_disabled_and_changes_nothing(backend) -> N
     if backend.mig_mode(gpu.uuid)[0]:
         pytest.skip("MIG is enabled here; this test is for GPUs with MIG disabled")
     before = _smi("mig.mode.current")
-    cell = build_cell(Config(workload=WorkloadConfig("tiny_cnn"), mode=ModeConfig("mig"), degree=2,
-                             cluster=ClusterConfig(backend="nvml"), mig=MigConfig(allow_reconfigure=True)))
+    cell = build_cell(
+        Config(
+            workload=WorkloadConfig("tiny_cnn"),
+            mode=ModeConfig("mig"),
+            degree=2,
+            cluster=ClusterConfig(backend="nvml"),
+            mig=MigConfig(allow_reconfigure=True),
+        )
+    )
     with pytest.raises(ModeError, match=r"nvidia-smi -i 0 -mig 1"):
         MigMode(GpuSlot(backend, gpu, CONTROL), cell).prepare()
     assert _smi("mig.mode.current") == before

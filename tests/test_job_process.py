@@ -34,8 +34,9 @@ SPAWN = ["exec", "fork"]
 def forkserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The node's warm parent, as the steward starts it (OMP_NUM_THREADS=1)."""
     sock = str(Path(tempfile.mkdtemp(prefix="rcfs", dir="/tmp")) / "fs.sock")  # short: a Unix socket path
-    proc = subprocess.Popen([sys.executable, "-m", "raycolloc.job.forkserver", sock],
-                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "raycolloc.job.forkserver", sock], env=dict(os.environ, OMP_NUM_THREADS="1")
+    )
     deadline = time.monotonic() + 120
     while not Path(sock).exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -62,10 +63,13 @@ def _core() -> int:
 
 
 @pytest.mark.parametrize("spawn", SPAWN)
-def test_the_job_trains_in_a_child_process_pinned_to_its_core_without_ray(spawn: str,
-                                                                          request: pytest.FixtureRequest) -> None:
+def test_the_job_trains_in_a_child_process_pinned_to_its_core_without_ray(
+    spawn: str, request: pytest.FixtureRequest
+) -> None:
     core = _core()
-    proc = _python(_TRAINER + """
+    proc = _python(
+        _TRAINER
+        + """
     state = t.setup()   # no GPU here: an error result, but from the training process
     pid = state.info.pid
     maps = open(f"/proc/{pid}/maps").read()
@@ -77,14 +81,17 @@ def test_the_job_trains_in_a_child_process_pinned_to_its_core_without_ray(spawn:
     print(os.sched_getaffinity(0))
     final = t.finish()
     print("gone", not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z")
-    """, core, _server(spawn, request))
+    """,
+        core,
+        _server(spawn, request),
+    )
     out, err = proc.communicate(timeout=120)
     lines = out.splitlines()
     assert proc.returncode == 0 and len(lines) == 5, err
     pid, parent, _, raylet, torch_loaded, threads = lines[0].split()
     assert pid != parent and raylet == "False" and torch_loaded == "True" and int(threads) >= 1, lines[0]
     assert lines[1].startswith("error | ") and "CUDA sees no GPU" in lines[1], lines[1]
-    assert lines[2] == f"[frozenset({{{core}}})]", lines[2]          # every thread of it on the job's core
+    assert lines[2] == f"[frozenset({{{core}}})]", lines[2]  # every thread of it on the job's core
     assert str(core) not in lines[3].strip("{}").split(", "), lines[3]  # the actor's threads off it
     assert lines[4] == "gone True"
 
@@ -94,11 +101,16 @@ def test_the_training_process_dies_with_its_actor(spawn: str, request: pytest.Fi
     """Ray kills a hung trainer's actor process (SIGKILL); its training process must not live on
     holding the GPU."""
     core = _core()
-    proc = _python(_TRAINER + """
+    proc = _python(
+        _TRAINER
+        + """
     t.setup()
     print(t._proc.pid, flush=True)
     time.sleep(600)
-    """, core, _server(spawn, request))
+    """,
+        core,
+        _server(spawn, request),
+    )
     assert proc.stdout is not None
     child = int(proc.stdout.readline())
     assert Path(f"/proc/{child}").exists()
@@ -116,7 +128,8 @@ def test_forked_jobs_bind_their_own_gpu_pipe_and_cores_and_inherit_nothing_else(
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < 2:
         pytest.skip("needs two cores")
-    proc = _python("""
+    proc = _python(
+        """
     import os
     from raycolloc.spec import Binding, JobSpec
     from raycolloc.config import DataConfig, TrainerConfig
@@ -142,7 +155,10 @@ def test_forked_jobs_bind_their_own_gpu_pipe_and_cores_and_inherit_nothing_else(
         conn.send(("finish",))
         assert conn.recv()[0] == "state"
         print("exit", p.wait(timeout=30), flush=True)
-    """.replace("FIRST_CORE", str(cores[0])).replace("LAST_CORE", str(cores[-1])), cores[0], forkserver)
+    """.replace("FIRST_CORE", str(cores[0])).replace("LAST_CORE", str(cores[-1])),
+        cores[0],
+        forkserver,
+    )
     out, err = proc.communicate(timeout=120)
     lines = out.splitlines()
     assert proc.returncode == 0 and len(lines) == 4, err[-3000:]
@@ -160,13 +176,19 @@ def test_the_fork_server_removes_its_socket_and_log_when_its_steward_ends() -> N
     SIGKILLed as Ray kills one), and takes both with it."""
     root = Path(tempfile.mkdtemp(prefix="rcfl", dir="/tmp"))  # short: a Unix socket path
     sock, log = root / "forkserver-1.sock", root / "forkserver-1.log"
-    steward = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    steward = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import os, subprocess, sys, time
         with open({str(log)!r}, "ab") as out:  # as raycolloc.node.steward starts it
             subprocess.Popen([sys.executable, "-m", "raycolloc.job.forkserver", {str(sock)!r}, {str(log)!r}],
                              env=dict(os.environ, OMP_NUM_THREADS="1"), stdout=out, stderr=out)
         time.sleep(600)
-    """)])
+    """),
+        ]
+    )
     try:
         deadline = time.monotonic() + 120
         while not sock.exists() and time.monotonic() < deadline:

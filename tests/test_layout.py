@@ -15,8 +15,14 @@ PACKAGE = ROOT / "raycolloc"
 MAX_LINES = 400
 PROJECT = ("raycolloc", "analysis", "hydra_plugins")
 # The config contract: what every process reads (issue 31). It sits at the bottom of the house.
-CONTRACT = ("raycolloc.config", "raycolloc.config_checks", "raycolloc.spec", "raycolloc.workload_config",
-            "raycolloc.workload_kinds", "raycolloc.datasets")
+CONTRACT = (
+    "raycolloc.config",
+    "raycolloc.config_checks",
+    "raycolloc.spec",
+    "raycolloc.workload_config",
+    "raycolloc.workload_kinds",
+    "raycolloc.datasets",
+)
 ABOVE_CONTRACT = ("raycolloc.node", "raycolloc.job", "raycolloc.driver")
 NEEDS_TORCH = ("torch", "timm", "torchvision")
 
@@ -35,9 +41,12 @@ def _imported_names(module: str, path: Path) -> set[str]:
     """The dotted names a module imports anywhere (inside functions too), except under
     ``if TYPE_CHECKING:`` (never run); ``from x import y`` counts as ``x.y``."""
     tree = ast.parse(path.read_text())
-    checking_only = {id(n) for node in ast.walk(tree)
-                     if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-                     for n in ast.walk(node)}
+    checking_only = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for n in ast.walk(node)
+    }
     package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
     names = set()
     for node in ast.walk(tree):
@@ -48,7 +57,7 @@ def _imported_names(module: str, path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:  # relative: from the package, up level-1
-                base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
             names |= {f"{base}.{a.name}" for a in node.names}
     return names
 
@@ -100,8 +109,9 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_no_module_is_over_400_lines() -> None:
-    long = {str(p.relative_to(ROOT)): n for p in PACKAGE.rglob("*.py")
-            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    long = {
+        str(p.relative_to(ROOT)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
     assert not long, f"modules over {MAX_LINES} lines: {long}"
 
 
@@ -113,8 +123,13 @@ def test_the_job_package_imports_no_mode() -> None:
     found = []
     for path in (PACKAGE / "job").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)  # `from x import y` counts as x.y
-                     else [f"{node.module}.{a.name}" for a in node.names] if isinstance(node, ast.ImportFrom) else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)  # `from x import y` counts as x.y
+                else [f"{node.module}.{a.name}" for a in node.names]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             found += [f"{path.relative_to(ROOT)}: {n}" for n in names if n.startswith("raycolloc.node.modes")]
     assert not found, found
 
@@ -156,8 +171,12 @@ def _imports(path: Path) -> list[str]:
 def test_the_job_package_imports_nothing_of_the_node() -> None:
     """A job reaches its (simulated or real) GPU through the device in its binding, never by importing
     the node's code: the device's class comes with the binding."""
-    found = [f"{p.relative_to(ROOT)}: {n}" for p in (PACKAGE / "job").rglob("*.py")
-             for n in _imports(p) if n.startswith("raycolloc.node")]
+    found = [
+        f"{p.relative_to(ROOT)}: {n}"
+        for p in (PACKAGE / "job").rglob("*.py")
+        for n in _imports(p)
+        if n.startswith("raycolloc.node")
+    ]
     assert not found, found
 
 

@@ -20,16 +20,46 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _sweeps(out: Path) -> tuple[Path, Path]:
     first = out / "multirun" / "2024-01-01" / "10-00-00"
-    cell(first, "tiny_cnn-naive-x1", "tiny_cnn", "naive", [job(0, "tiny_cnn", 1.5)], agg=213.0, started_at=1000.0,
-         label="tiny_cnn-naive-x1", energy_per_sample_j=0.25)
-    cell(first, "tiny_cnn-naive-x2", "tiny_cnn", "naive", [job(i, "tiny_cnn", None, status="oom", error="CUDA OOM")
-                                                          for i in range(2)],
-         agg=None, status="oom", reason="job 0: CUDA OOM", started_at=1001.0, label="tiny_cnn-naive-x2")
-    (first / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"overrides": {"task": [
-        "degree=1,2", "mode=naive", "workload=tiny_cnn"]}}}))
+    cell(
+        first,
+        "tiny_cnn-naive-x1",
+        "tiny_cnn",
+        "naive",
+        [job(0, "tiny_cnn", 1.5)],
+        agg=213.0,
+        started_at=1000.0,
+        label="tiny_cnn-naive-x1",
+        energy_per_sample_j=0.25,
+    )
+    cell(
+        first,
+        "tiny_cnn-naive-x2",
+        "tiny_cnn",
+        "naive",
+        [job(i, "tiny_cnn", None, status="oom", error="CUDA OOM") for i in range(2)],
+        agg=None,
+        status="oom",
+        reason="job 0: CUDA OOM",
+        started_at=1001.0,
+        label="tiny_cnn-naive-x2",
+    )
+    (first / "multirun.yaml").write_text(
+        yaml.safe_dump({"hydra": {"overrides": {"task": ["degree=1,2", "mode=naive", "workload=tiny_cnn"]}}})
+    )
     second = out / "multirun" / "2024-01-02" / "09-00-00"
-    cell(second, "mix-tiny_mixed-mps", "tiny_cnn+tiny_dlrm", "mps", [job(0, "tiny_cnn", 1.0), job(1, "tiny_dlrm", 2.0)],
-         agg=None, mix="tiny_mixed", total_s=4.25, total_energy_j=1234.5, started_at=2000.0, label="mix-tiny_mixed-mps")
+    cell(
+        second,
+        "mix-tiny_mixed-mps",
+        "tiny_cnn+tiny_dlrm",
+        "mps",
+        [job(0, "tiny_cnn", 1.0), job(1, "tiny_dlrm", 2.0)],
+        agg=None,
+        mix="tiny_mixed",
+        total_s=4.25,
+        total_energy_j=1234.5,
+        started_at=2000.0,
+        label="mix-tiny_mixed-mps",
+    )
     write_reference(second / "tiny_cnn-naive-x1", Reused(first / "tiny_cnn-naive-x1", "ok"), "hash")
     (second / "multirun.yaml").write_text(yaml.safe_dump({"hydra": {"overrides": {"task": ["mix=tiny_mixed"]}}}))
     return first, second
@@ -61,7 +91,13 @@ def test_lists_one_sweeps_cells_with_headline_numbers(tmp_path: Path, capsys: py
 
 def test_bad_arguments_exit_2(tmp_path: Path) -> None:
     _sweeps(tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "raycolloc.ls", str(tmp_path), "--sweep", "7"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "raycolloc.ls", str(tmp_path), "--sweep", "7"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 2 and "--sweep='7' is not allowed; choose last or 1..2" in proc.stderr
     assert main([str(tmp_path / "nowhere")]) == 2

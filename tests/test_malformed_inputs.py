@@ -53,8 +53,11 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     ("epoch-samples-negative", ["epoch_samples=-5"], ["epoch_samples=-5 is not allowed"]),
     ("batch-zero", ["batch_size=0"], ["batch_size=0 is not allowed"]),
     ("seed-negative", ["seed=-1"], ["seed=-1 is not allowed"]),
-    ("allocator", ["trainer.allocator=jemalloc"],
-     ["trainer.allocator='jemalloc' is not allowed", "native, cuda_async"]),
+    (
+        "allocator",
+        ["trainer.allocator=jemalloc"],
+        ["trainer.allocator='jemalloc' is not allowed", "native, cuda_async"],
+    ),
     ("compile", ["trainer.compile=fast"], ["trainer.compile='fast'", "reduce-overhead"]),
     ("amp", ["trainer.amp=int8"], ["trainer.amp='int8'", "bf16"]),
     ("cpu-affinity", ["trainer.cpu_affinity=numa"], ["trainer.cpu_affinity='numa'", "auto, none"]),
@@ -74,72 +77,148 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     ("mps-option-on-naive", ["mode.active_thread_percentage=50"], ["applies to mode=mps only"]),
     ("mps-percentage", ["mode=mps", "mode.active_thread_percentage=150"], ["active_thread_percentage=150", "1..100"]),
     ("mps-memory-limit", ["mode=mps", "mode.pinned_mem_limit=lots"], ["pinned_mem_limit='lots'", "8G"]),
-    ("epoch-shorter-than-batch", ["epoch_samples=16", "batch_size=32"],
-     ["epoch_samples=16 is smaller than batch_size=32"]),
+    (
+        "epoch-shorter-than-batch",
+        ["epoch_samples=16", "batch_size=32"],
+        ["epoch_samples=16 is smaller than batch_size=32"],
+    ),
     ("rerun-word", ["+rerun=maybe"], ["+rerun='maybe' is not allowed", "+rerun=true"]),
     ("plan-in-multirun", ["-m", "+plan=x.csv"], ["+plan runs a radT plan as one sweep"]),
     # Output directories and radT plans.
     ("out-dir-file", ["out_dir={tmp}/a-file"], ["a-file", "out_dir"]),
     ("out-dir-uncreatable", ["out_dir=/proc/raycolloc-out"], ["/proc/raycolloc-out"]),
     ("plan-missing", ["+plan={tmp}/nothing.csv"], ["nothing.csv"]),
-    ("plan-devices-word", ["+plan={tmp}/devices-abc.csv"],
-     ["devices-abc.csv:2", "column Devices: 'abc' is not a GPU index"]),
-    ("plan-devices-fraction", ["+plan={tmp}/devices-frac.csv"],
-     ["devices-frac.csv:2", "column Devices: '1.5' is not a GPU index"]),
+    (
+        "plan-devices-word",
+        ["+plan={tmp}/devices-abc.csv"],
+        ["devices-abc.csv:2", "column Devices: 'abc' is not a GPU index"],
+    ),
+    (
+        "plan-devices-fraction",
+        ["+plan={tmp}/devices-frac.csv"],
+        ["devices-frac.csv:2", "column Devices: '1.5' is not a GPU index"],
+    ),
     # issue 29, item 4: values Hydra's grammar reads only quoted: the key, the character and the form to type.
-    ("regex-unquoted", ["workload=script", "workload.command=[python,jobs/examples/plain_train.py]",
-                        r"workload.epoch_regex=^epoch (?P<epoch>\d+) done samples=(?P<samples>\d+)"],
-     ["cannot read the value of workload.epoch_regex", "'^' only inside quotes",
-      r"""typed as 'workload.epoch_regex="^epoch (?P<epoch>\d+) done samples=(?P<samples>\d+)"'"""]),
-    ("out-dir-non-ascii", ["out_dir={tmp}/résultats"],
-     ["cannot read the value of out_dir", "'é' only inside quotes", """typed as 'out_dir="{tmp}/résultats"'"""]),
-    ("sweep-dir-semicolon", ["-m", "hydra.sweep.dir={tmp}/a;b"],
-     ["cannot read the value of hydra.sweep.dir", "';' only inside quotes",
-      """typed as 'hydra.sweep.dir="{tmp}/a;b"'"""]),
-    ("sweep-dir-dollar-paren", ["-m", "hydra.sweep.dir={tmp}/$(x)"],
-     ["cannot read the value of hydra.sweep.dir", "'(' only inside quotes",
-      """typed as 'hydra.sweep.dir="{tmp}/$(x)"'"""]),
+    (
+        "regex-unquoted",
+        [
+            "workload=script",
+            "workload.command=[python,jobs/examples/plain_train.py]",
+            r"workload.epoch_regex=^epoch (?P<epoch>\d+) done samples=(?P<samples>\d+)",
+        ],
+        [
+            "cannot read the value of workload.epoch_regex",
+            "'^' only inside quotes",
+            r"""typed as 'workload.epoch_regex="^epoch (?P<epoch>\d+) done samples=(?P<samples>\d+)"'""",
+        ],
+    ),
+    (
+        "out-dir-non-ascii",
+        ["out_dir={tmp}/résultats"],
+        ["cannot read the value of out_dir", "'é' only inside quotes", """typed as 'out_dir="{tmp}/résultats"'"""],
+    ),
+    (
+        "sweep-dir-semicolon",
+        ["-m", "hydra.sweep.dir={tmp}/a;b"],
+        [
+            "cannot read the value of hydra.sweep.dir",
+            "';' only inside quotes",
+            """typed as 'hydra.sweep.dir="{tmp}/a;b"'""",
+        ],
+    ),
+    (
+        "sweep-dir-dollar-paren",
+        ["-m", "hydra.sweep.dir={tmp}/$(x)"],
+        [
+            "cannot read the value of hydra.sweep.dir",
+            "'(' only inside quotes",
+            """typed as 'hydra.sweep.dir="{tmp}/$(x)"'""",
+        ],
+    ),
     ("list-unclosed", ["mig.layout=[3g.20gb,"], ["cannot read the value of mig.layout", "closes its brackets"]),
     ("key-non-ascii", ["dégree=1"], ["cannot read the key 'dégree'", "write key=value"]),
     # issue 29, item 5: a binary file as the plan (was a UnicodeDecodeError traceback)
     ("plan-binary", ["+plan={tmp}/binary.bin"], ["binary.bin:2: not a text CSV file", "save the plan as CSV (UTF-8)"]),
     # issue 29, item 7: a plan of many bad rows prints the first twenty and a count (was every one: 22 MB)
-    ("plan-many-bad-rows", ["+plan={tmp}/many-bad.csv"], ["1,000 rows cannot run:", "many-bad.csv:21: ",
-                                                           "... and 980 more (1,000 in all; the first 20 are shown"]),
+    (
+        "plan-many-bad-rows",
+        ["+plan={tmp}/many-bad.csv"],
+        ["1,000 rows cannot run:", "many-bad.csv:21: ", "... and 980 more (1,000 in all; the first 20 are shown"],
+    ),
     # issue 29, item 8: +plan_fanout takes true or false, as +rerun does
     ("plan-fanout-word", ["+plan_fanout=maybe"], ["+plan_fanout='maybe' is not allowed", "+plan_fanout=true"]),
     # issue 29, item 5: tracebacks instead of refusals (an OverflowError; the steward's NotADirectoryError inside
     # Ray, the output lock left; Ray's start tried three times before an OverflowError).
-    ("degree-past-an-index", ["degree=99999999999999999999"],
-     ["degree=99999999999999999999 is not allowed", "1..10000"]),
-    ("mps-pipe-root-a-file", ["mode=mps", "mode.pipe_root={tmp}/a-file"],
-     ["mode.pipe_root=", "a-file' is not allowed: it is a file, not a directory"]),
-    ("pipe-root-under-a-file", ["mode.pipe_root={tmp}/a-file/mps"],
-     ["mode.pipe_root=", "a-file is a file, so it cannot be created"]),
-    ("dashboard-port", ["cluster.dashboard=true", "cluster.dashboard_port=99999"],
-     ["cluster.dashboard_port=99999 is not allowed", "1..65535"]),
+    (
+        "degree-past-an-index",
+        ["degree=99999999999999999999"],
+        ["degree=99999999999999999999 is not allowed", "1..10000"],
+    ),
+    (
+        "mps-pipe-root-a-file",
+        ["mode=mps", "mode.pipe_root={tmp}/a-file"],
+        ["mode.pipe_root=", "a-file' is not allowed: it is a file, not a directory"],
+    ),
+    (
+        "pipe-root-under-a-file",
+        ["mode.pipe_root={tmp}/a-file/mps"],
+        ["mode.pipe_root=", "a-file is a file, so it cannot be created"],
+    ),
+    (
+        "dashboard-port",
+        ["cluster.dashboard=true", "cluster.dashboard_port=99999"],
+        ["cluster.dashboard_port=99999 is not allowed", "1..65535"],
+    ),
     ("metrics-port", ["cluster.metrics_export_port=0"], ["cluster.metrics_export_port=0 is not allowed", "1..65535"]),
     # issue 29, item 6: named, but only after Ray started (error rows), or not at all.
-    ("script-file-missing", ["workload=script", "epoch_samples=null", "workload.command=[python,{tmp}/nothing.py]"],
-     ["workload.command=", "the script", "nothing.py' does not exist"]),
-    ("script-program-missing", ["workload=script", "epoch_samples=null", "workload.command=[{tmp}/nothing.sh,--fast]"],
-     ["workload.command=", "nothing.sh is not an executable file"]),
-    ("script-program-not-on-path", ["workload=script", "epoch_samples=null", "workload.command=[no-such-trainer]"],
-     ["workload.command=", "'no-such-trainer' is not a program on PATH"]),
-    ("data-path-junk", ["data.source=real", "data.path={tmp}/junk-cifar"],
-     ["data.path", "junk-cifar/data_batch_1 is not a complete pickled CIFAR-10 batch"]),
-    ("data-path-cut-short", ["data.source=real", "data.path={tmp}/cut-cifar"],
-     ["data.path", "cut-cifar/data_batch_1 is not a complete pickled CIFAR-10 batch", "cut short"]),
+    (
+        "script-file-missing",
+        ["workload=script", "epoch_samples=null", "workload.command=[python,{tmp}/nothing.py]"],
+        ["workload.command=", "the script", "nothing.py' does not exist"],
+    ),
+    (
+        "script-program-missing",
+        ["workload=script", "epoch_samples=null", "workload.command=[{tmp}/nothing.sh,--fast]"],
+        ["workload.command=", "nothing.sh is not an executable file"],
+    ),
+    (
+        "script-program-not-on-path",
+        ["workload=script", "epoch_samples=null", "workload.command=[no-such-trainer]"],
+        ["workload.command=", "'no-such-trainer' is not a program on PATH"],
+    ),
+    (
+        "data-path-junk",
+        ["data.source=real", "data.path={tmp}/junk-cifar"],
+        ["data.path", "junk-cifar/data_batch_1 is not a complete pickled CIFAR-10 batch"],
+    ),
+    (
+        "data-path-cut-short",
+        ["data.source=real", "data.path={tmp}/cut-cifar"],
+        ["data.path", "cut-cifar/data_batch_1 is not a complete pickled CIFAR-10 batch", "cut short"],
+    ),
     ("data-path-nonexistent", ["data.source=real", "data.path={tmp}/no-such-data"], ["data.path", "no-such-data"]),
-    ("python-data-path-nonexistent", ["workload=python", "workload.entry=jobs.examples.tiny_regression:build",
-                                      "data.source=real", "data.path={tmp}/no-such-data"],
-     ["data.path=", "no-such-data' does not exist"]),
+    (
+        "python-data-path-nonexistent",
+        [
+            "workload=python",
+            "workload.entry=jobs.examples.tiny_regression:build",
+            "data.source=real",
+            "data.path={tmp}/no-such-data",
+        ],
+        ["data.path=", "no-such-data' does not exist"],
+    ),
     ("mig-layout-on-naive", ["mig.layout=[3g.20gb]"], ["mig.layout=['3g.20gb'] applies to mode=mig only (mode=naive)"]),
-    ("mig-layout-on-mps", ["mode=mps", "mig.layout=[3g.20gb]"],
-     ["mig.layout=['3g.20gb'] applies to mode=mig only (mode=mps)"]),
+    (
+        "mig-layout-on-mps",
+        ["mode=mps", "mig.layout=[3g.20gb]"],
+        ["mig.layout=['3g.20gb'] applies to mode=mig only (mode=mps)"],
+    ),
     # issue 29, item 7: a malformed mig.layout was refused without naming mig.layout.
-    ("mig-layout-unparsable", ["mode=mig", "mig.layout=[3g.20gb,"],
-     ["cannot read the value of mig.layout", "closes its brackets"]),
+    (
+        "mig-layout-unparsable",
+        ["mode=mig", "mig.layout=[3g.20gb,"],
+        ["cannot read the value of mig.layout", "closes its brackets"],
+    ),
 ]
 
 
@@ -156,8 +235,9 @@ def _fixtures(tmp_path: Path) -> None:
     for name, devices in (("devices-abc", "abc"), ("devices-frac", "1.5")):
         (tmp_path / f"{name}.csv").write_text(PLAN_HEADER + f"1,1,,a,{devices},-,train.py,smi,--workload tiny_cnn\n")
     (tmp_path / "binary.bin").write_bytes(bytes(range(256)) * 4)
-    (tmp_path / "many-bad.csv").write_text(PLAN_HEADER + "".join(f"1,{i},,a,gpu{i},-,train.py,smi,--workload tiny_cnn\n"
-                                                                 for i in range(1000)))
+    (tmp_path / "many-bad.csv").write_text(
+        PLAN_HEADER + "".join(f"1,{i},,a,gpu{i},-,train.py,smi,--workload tiny_cnn\n" for i in range(1000))
+    )
 
 
 def run_main(args: list[str], capfd: pytest.CaptureFixture[str]) -> tuple[int, str]:
@@ -193,8 +273,9 @@ def test_the_table_has_at_least_forty_inputs() -> None:
 
 
 @pytest.mark.parametrize(("overrides", "needles"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_malformed_input_is_refused_by_name(overrides: list[str], needles: list[str], tmp_path: Path,
-                                            capfd: pytest.CaptureFixture[str]) -> None:
+def test_malformed_input_is_refused_by_name(
+    overrides: list[str], needles: list[str], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     _fixtures(tmp_path)
     out = tmp_path / "out"
     code, text = run_main(_args(overrides, tmp_path, out), capfd)
@@ -212,8 +293,9 @@ def _tree(root: Path) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("overrides", [c[1] for c in CASES], ids=[c[0] for c in CASES])
-def test_a_refused_input_leaves_the_output_as_it_found_it(overrides: list[str], tmp_path: Path,
-                                                          capfd: pytest.CaptureFixture[str]) -> None:
+def test_a_refused_input_leaves_the_output_as_it_found_it(
+    overrides: list[str], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     """Issue 29, item 7: 76 of 129 refusals left two empty ``runs/<date>`` (or ``multirun/<date>``)
     directories in ``out_dir``; item 5: ``degree=99999999999999999999`` left a run directory, ``mode.pipe_root=<a
     file>`` the output lock too. A refusal takes back every directory it made, ``out_dir`` too, and no lock stays."""
@@ -226,10 +308,12 @@ def test_a_refused_input_leaves_the_output_as_it_found_it(overrides: list[str], 
     assert _tree(tmp_path) == before
 
 
-@pytest.mark.parametrize("overrides", [["+dry_run=true"], ["-m", "degree=1,2", "mode=naive,mps", "+dry_run=true"]],
-                         ids=["run", "multirun"])
-def test_a_dry_run_leaves_the_output_as_it_found_it(overrides: list[str], tmp_path: Path,
-                                                    capfd: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "overrides", [["+dry_run=true"], ["-m", "degree=1,2", "mode=naive,mps", "+dry_run=true"]], ids=["run", "multirun"]
+)
+def test_a_dry_run_leaves_the_output_as_it_found_it(
+    overrides: list[str], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "out"
     code, text = run_main(_args(overrides, tmp_path, out), capfd)
     assert code == 0 and "to run" in text, text[-3000:]
@@ -241,8 +325,9 @@ def test_a_dry_run_leaves_the_output_as_it_found_it(overrides: list[str], tmp_pa
     assert _tree(out) == {"runs": 0, "multirun": 0}
 
 
-def test_a_multirun_composes_each_cell_once_and_lists_every_bad_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                    capfd: pytest.CaptureFixture[str]) -> None:
+def test_a_multirun_composes_each_cell_once_and_lists_every_bad_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
     """Hydra's basic sweeper composed every job before the launcher composed it again (~0.6 s each)
     and stopped at the first bad one; the raycolloc sweeper leaves both to the launcher."""
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
@@ -259,7 +344,10 @@ def test_a_multirun_composes_each_cell_once_and_lists_every_bad_one(tmp_path: Pa
     assert code == 0, text[-3000:]
     assert "3 cell(s) to run" in text
     assert sorted(o for overrides in loaded for o in overrides if o.startswith("degree=")) == [
-        "degree=1", "degree=2", "degree=3"]
+        "degree=1",
+        "degree=2",
+        "degree=3",
+    ]
     loaded.clear()
     code, text = run_main(["-m", *BASE, f"out_dir={tmp_path / 'out'}", "degree=0,1,-1"], capfd)
     assert code == 2, text[-3000:]
@@ -267,8 +355,9 @@ def test_a_multirun_composes_each_cell_once_and_lists_every_bad_one(tmp_path: Pa
     assert len(loaded) == 3
 
 
-def test_an_output_directory_another_sweep_holds_is_refused_naming_it(tmp_path: Path,
-                                                                      capfd: pytest.CaptureFixture[str]) -> None:
+def test_an_output_directory_another_sweep_holds_is_refused_naming_it(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "out"
     out.mkdir()
     # Another process's lock (a flock on another open file description conflicts as one would).
@@ -288,16 +377,19 @@ def test_an_output_directory_another_sweep_holds_is_refused_naming_it(tmp_path: 
 NODE_CASES: list[tuple[str, list[str], list[str]]] = [
     ("degree-beyond-the-node", ["degree=64"], ["degree=64", "the largest GPU node allows"]),
     ("cpus-beyond-the-node", ["trainer.num_cpus=1000"], ["trainer.num_cpus=1000 needs 1000 cores"]),
-    ("mig-layout-beyond-the-gpu", ["mode=mig", "degree=4", "cluster.gpu_model=A100-SXM4-40GB",
-                                   "mig.layout=[2g.10gb,2g.10gb,2g.10gb,2g.10gb]"], ["needs 8 compute slices"]),
+    (
+        "mig-layout-beyond-the-gpu",
+        ["mode=mig", "degree=4", "cluster.gpu_model=A100-SXM4-40GB", "mig.layout=[2g.10gb,2g.10gb,2g.10gb,2g.10gb]"],
+        ["needs 8 compute slices"],
+    ),
 ]
 
 
 @pytest.mark.usefixtures("ray_local")
 @pytest.mark.parametrize(("overrides", "needles"), [c[1:] for c in NODE_CASES], ids=[c[0] for c in NODE_CASES])
-def test_a_cell_no_node_can_hold_is_refused_before_anything_starts(overrides: list[str], needles: list[str],
-                                                                   tmp_path: Path,
-                                                                   capfd: pytest.CaptureFixture[str]) -> None:
+def test_a_cell_no_node_can_hold_is_refused_before_anything_starts(
+    overrides: list[str], needles: list[str], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     out = tmp_path / "out"
     code, text = run_main(_args(overrides, tmp_path, out), capfd)
     assert code == 2, text[-3000:]
@@ -307,11 +399,14 @@ def test_a_cell_no_node_can_hold_is_refused_before_anything_starts(overrides: li
 
 
 @pytest.mark.usefixtures("ray_local")
-@pytest.mark.parametrize(("overrides", "multirun"), [*((c[1], False) for c in NODE_CASES), (NODE_CASES[0][1], True)],
-                         ids=[*(c[0] for c in NODE_CASES), f"{NODE_CASES[0][0]}-multirun"])
-def test_a_refusal_after_ray_started_leaves_no_lock_and_no_directory(overrides: list[str], multirun: bool,
-                                                                     tmp_path: Path,
-                                                                     capfd: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("overrides", "multirun"),
+    [*((c[1], False) for c in NODE_CASES), (NODE_CASES[0][1], True)],
+    ids=[*(c[0] for c in NODE_CASES), f"{NODE_CASES[0][0]}-multirun"],
+)
+def test_a_refusal_after_ray_started_leaves_no_lock_and_no_directory(
+    overrides: list[str], multirun: bool, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     """Issue 29, item 7: a refusal after the sweep took the output lock left the lock file."""
     out = tmp_path / "out"
     (out / "keep").mkdir(parents=True)  # a directory the user had: it stays
@@ -321,9 +416,17 @@ def test_a_refusal_after_ray_started_leaves_no_lock_and_no_directory(overrides: 
     assert _tree(out) == {"keep": 0}
 
 
-@pytest.mark.parametrize("overrides", [["workload=resnet9000"], ["degree=two"], ["workload=base_workload"],
-                                       ["-m", "degree=1,0"], ["out_dir=/proc/raycolloc-out"]],
-                         ids=["hydra-option", "hydra-type", "schema-name", "multirun", "out-dir"])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["workload=resnet9000"],
+        ["degree=two"],
+        ["workload=base_workload"],
+        ["-m", "degree=1,0"],
+        ["out_dir=/proc/raycolloc-out"],
+    ],
+    ids=["hydra-option", "hydra-type", "schema-name", "multirun", "out-dir"],
+)
 def test_the_shell_sees_exit_status_2(overrides: list[str], tmp_path: Path) -> None:
     proc = run_cli(_args(overrides, tmp_path, tmp_path / "out"), cwd=ROOT, timeout=120, own_ray=True)  # refused: no Ray
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -331,14 +434,19 @@ def test_the_shell_sees_exit_status_2(overrides: list[str], tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize("multirun", [False, True], ids=["run", "multirun"])
-def test_a_read_only_output_directory_is_refused_naming_it(tmp_path: Path, multirun: bool,
-                                                           capfd: pytest.CaptureFixture[str]) -> None:
+def test_a_read_only_output_directory_is_refused_naming_it(
+    tmp_path: Path, multirun: bool, capfd: pytest.CaptureFixture[str]
+) -> None:
     import subprocess
 
     mount = tmp_path / "ro"
     mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mount)], capture_output=True,
-                      check=False).returncode != 0:
+    if (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mount)], capture_output=True, check=False
+        ).returncode
+        != 0
+    ):
         pytest.skip("mounting a read-only tmpfs needs root")
     try:
         code, text = run_main([*(["-m"] if multirun else []), *BASE, f"out_dir={mount / 'out'}"], capfd)
@@ -349,15 +457,23 @@ def test_a_read_only_output_directory_is_refused_naming_it(tmp_path: Path, multi
     assert "Traceback" not in text
 
 
-@pytest.mark.parametrize("overrides", [["degree=two"], ["epochs=1"], ["-m", "degree=1,0"], ["+plan=/nonexistent.csv"]],
-                         ids=["hydra-type", "schema-check", "multirun", "plan"])
+@pytest.mark.parametrize(
+    "overrides",
+    [["degree=two"], ["epochs=1"], ["-m", "degree=1,0"], ["+plan=/nonexistent.csv"]],
+    ids=["hydra-type", "schema-check", "multirun", "plan"],
+)
 def test_a_refused_input_is_answered_before_ray_pyarrow_or_torch_load(overrides: list[str], tmp_path: Path) -> None:
     """The engine (Ray, pyarrow, pandas) is imported once the cells are valid: a refusal takes ~1 s, not ~2."""
     import subprocess
 
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "raycolloc.sweep",
-                           *_args(overrides, tmp_path, tmp_path / "out")], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "raycolloc.sweep", *_args(overrides, tmp_path, tmp_path / "out")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     imported = {line.rsplit("|", 1)[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
     assert "raycolloc.config" in imported  # -X importtime did report
@@ -365,8 +481,9 @@ def test_a_refused_input_is_answered_before_ray_pyarrow_or_torch_load(overrides:
     assert not heavy, sorted(heavy)
 
 
-def test_a_multirun_of_many_bad_cells_lists_the_first_twenty_and_a_count(tmp_path: Path,
-                                                                         capfd: pytest.CaptureFixture[str]) -> None:
+def test_a_multirun_of_many_bad_cells_lists_the_first_twenty_and_a_count(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     """Issue 29, item 7: long error lists print the first twenty and a count (the launcher's, as a plan's)."""
     degrees = "degree=" + ",".join(str(-i) for i in range(22))
     code, text = run_main(["-m", *BASE, f"out_dir={tmp_path / 'out'}", degrees], capfd)

@@ -62,8 +62,9 @@ def _records(steward: Any) -> dict[str, list[Any]]:
 
 def _shape(records: list[Any]) -> list[tuple[Any, ...]]:
     """A layout as placements: GI profile and start, CI profiles and starts (ids are the driver's)."""
-    return sorted((r.profile_id, r.start, tuple(sorted((c.profile_id, c.start) for c in r.compute_instances)))
-                  for r in records)
+    return sorted(
+        (r.profile_id, r.start, tuple(sorted((c.profile_id, c.start) for c in r.compute_instances))) for r in records
+    )
 
 
 def _planned(instances: list[Any]) -> list[tuple[Any, ...]]:
@@ -102,9 +103,21 @@ def _assert_pinned(jobs: pd.DataFrame, degree: int, profile: str) -> None:
 
 def test_cli_sweep_runs_the_study_layouts_one_mig_device_per_job(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    proc = run_cli(["-m", "degree=1,2,3,7", "mode=mig", "workload=tiny_cnn", "cluster=local",
-                    f"cluster.gpu_model={A100}", "mig.allow_reconfigure=true", "epoch_samples=128", f"out_dir={out}"],
-                   cwd=ROOT, timeout=600)
+    proc = run_cli(
+        [
+            "-m",
+            "degree=1,2,3,7",
+            "mode=mig",
+            "workload=tiny_cnn",
+            "cluster=local",
+            f"cluster.gpu_model={A100}",
+            "mig.allow_reconfigure=true",
+            "epoch_samples=128",
+            f"out_dir={out}",
+        ],
+        cwd=ROOT,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     cells = pd.concat([pd.read_parquet(p) for p in sorted(out.rglob("cells.parquet"))], ignore_index=True)
     jobs = pd.concat([pd.read_parquet(p) for p in sorted(out.rglob("jobs.parquet"))], ignore_index=True)
@@ -133,8 +146,16 @@ def test_cell_restores_the_layout_it_found(tmp_path: Path, sim_mig_mode: str, ex
 
 @pytest.mark.usefixtures("ray_local")
 def test_layout_is_restored_after_a_job_crashes(tmp_path: Path) -> None:
-    job = _job(tmp_path, ["degree=3", "mig.allow_reconfigure=true", "cluster.sim_mig_mode=enabled",
-                          "trainer.fault=exit", "trainer.fault_job=1"])
+    job = _job(
+        tmp_path,
+        [
+            "degree=3",
+            "mig.allow_reconfigure=true",
+            "cluster.sim_mig_mode=enabled",
+            "trainer.fault=exit",
+            "trainer.fault_job=1",
+        ],
+    )
     steward = _steward(job)
     _set_layout(job, EXISTING)
     before = _layouts(steward)
@@ -192,8 +213,9 @@ def test_existing_layout_is_used_as_is_or_refused_without_allow_reconfigure(tmp_
 @pytest.mark.usefixtures("ray_local")
 @pytest.mark.parametrize("degree, slices", [(4, 8), (7, 14)])
 def test_impossible_layout_is_refused_before_anything_starts(tmp_path: Path, degree: int, slices: int) -> None:
-    job = _job(tmp_path, [f"degree={degree}", f"mig.layout=[{','.join(['2g.10gb'] * degree)}]",
-                          "mig.allow_reconfigure=true"])
+    job = _job(
+        tmp_path, [f"degree={degree}", f"mig.layout=[{','.join(['2g.10gb'] * degree)}]", "mig.allow_reconfigure=true"]
+    )
     steward = _steward(job)
     before = _records(steward)
     with pytest.raises(ConfigError, match=rf"needs {slices} compute slices; {A100} has 7"):
@@ -203,9 +225,21 @@ def test_impossible_layout_is_refused_before_anything_starts(tmp_path: Path, deg
 
 def test_cli_refuses_an_impossible_layout_and_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    proc = run_cli(["-m", "degree=4", "mode=mig", "workload=tiny_cnn", "cluster=local", f"cluster.gpu_model={A100}",
-                    "mig.layout=[2g.10gb,2g.10gb,2g.10gb,2g.10gb]", "mig.allow_reconfigure=true", f"out_dir={out}"],
-                   cwd=ROOT, timeout=300)
+    proc = run_cli(
+        [
+            "-m",
+            "degree=4",
+            "mode=mig",
+            "workload=tiny_cnn",
+            "cluster=local",
+            f"cluster.gpu_model={A100}",
+            "mig.layout=[2g.10gb,2g.10gb,2g.10gb,2g.10gb]",
+            "mig.allow_reconfigure=true",
+            f"out_dir={out}",
+        ],
+        cwd=ROOT,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stderr[-4000:]
     assert f"needs 8 compute slices; {A100} has 7" in proc.stdout + proc.stderr
     assert not list(out.rglob("*.parquet"))
@@ -213,8 +247,10 @@ def test_cli_refuses_an_impossible_layout_and_writes_nothing(tmp_path: Path) -> 
 
 @pytest.mark.usefixtures("ray_local")
 def test_mig_cell_on_h100_samples_every_instance_with_gpm(tmp_path: Path) -> None:
-    job = load(["mode=mig", "degree=2", "epoch_samples=256", "cluster.gpu_model=H100-80GB",
-                "mig.allow_reconfigure=true"], out_dir=tmp_path)
+    job = load(
+        ["mode=mig", "degree=2", "epoch_samples=256", "cluster.gpu_model=H100-80GB", "mig.allow_reconfigure=true"],
+        out_dir=tmp_path,
+    )
     outcome, t = _run(job, tmp_path)
     assert outcome.status == "ok", t["cells"].loc[0, "reason"]
     jobs, tel = t["jobs"], t["telemetry"]

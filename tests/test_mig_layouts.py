@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from raycolloc.node.mig import profiles
-from raycolloc.node.mig.layout import GiSpec, Layout, LayoutError, parse_layout
+from raycolloc.node.mig.layout import GiRequest, Layout, LayoutError, parse_layout
 from raycolloc.node.mig.migparted import from_migparted, layout_to_mig_devices, to_migparted
 from raycolloc.node.mig.placement import Placement, default_layout, place_layout, resolve_layout
 from raycolloc.node.mig.profiles import GpuModel, get_gpu_model, known_gpu_models, register_gpu_model
@@ -20,7 +20,7 @@ MODELS = known_gpu_models()
 
 # --- parsing ------------------------------------------------------------------------------------
 def test_all_layout_forms_read_the_same() -> None:
-    expected = Layout((GiSpec("3g.20gb"), GiSpec("2g.10gb"), GiSpec("2g.10gb")))
+    expected = Layout((GiRequest("3g.20gb"), GiRequest("2g.10gb"), GiRequest("2g.10gb")))
     forms = [
         ["3g.20gb", "2g.10gb", "2g.10gb"],
         ["3g.20gb", "2g.10gb x2"],
@@ -37,15 +37,27 @@ def test_all_layout_forms_read_the_same() -> None:
 
 def test_ci_dict_form() -> None:
     lay = parse_layout({"gi": "7g.40gb", "ci": ["3c", "3c.7g.40gb"]})
-    assert lay == Layout((GiSpec("7g.40gb", ("3c", "3c")),))
+    assert lay == Layout((GiRequest("7g.40gb", ("3c", "3c")),))
     assert parse_layout({"gi": "7g.40gb", "ci": "1c x7"}).num_devices == 7
     assert parse_layout({"gi": "3g.20gb", "ci": ["3g.20gb"]}) == parse_layout("3g.20gb")
     assert str(lay) == "7g.40gb(3c+3c)"
 
 
-@pytest.mark.parametrize("bad", ["3*2g.10gb", "2g.10gbx3", "2g.10gb x0", "ten", [{"ci": ["1c"]}],
-                                 [{"gi": "3g.20gb", "cis": ["1c"]}], [{"gi": "3g.20gb", "ci": ["4c"]}],
-                                 [{"gi": "3g.20gb", "count": 0}], [3], "auto"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "3*2g.10gb",
+        "2g.10gbx3",
+        "2g.10gb x0",
+        "ten",
+        [{"ci": ["1c"]}],
+        [{"gi": "3g.20gb", "cis": ["1c"]}],
+        [{"gi": "3g.20gb", "ci": ["4c"]}],
+        [{"gi": "3g.20gb", "count": 0}],
+        [3],
+        "auto",
+    ],
+)
 def test_unreadable_layouts_are_refused(bad: object) -> None:
     with pytest.raises(LayoutError):
         parse_layout(bad)
@@ -128,8 +140,10 @@ def test_ci_layout_plans_two_mig_devices() -> None:
     assert plan.devices[0].to_dict()["ci_profile_id"] == 2
 
 
-@pytest.mark.parametrize(("ci", "pattern"), [(["4c", "4c"], "8 compute slices"), (["3c x3"], "9 compute slices"),
-                                            (["7c", "1c"], "8 compute slices")])
+@pytest.mark.parametrize(
+    ("ci", "pattern"),
+    [(["4c", "4c"], "8 compute slices"), (["3c x3"], "9 compute slices"), (["7c", "1c"], "8 compute slices")],
+)
 def test_ci_layouts_that_do_not_fit(ci: list[str], pattern: str) -> None:
     with pytest.raises(LayoutError, match=pattern):
         place_layout(A100, [{"gi": "7g.40gb", "ci": ci}])
@@ -160,10 +174,16 @@ def trap_model() -> Iterator[str]:
 
     @register_gpu_model
     def _trap() -> GpuModel:  # 2g only at slots 0-1 and 4-5: two fit by count, three cannot be placed
-        return GpuModel(name="TRAP-40GB", aliases=(), total_sms=98, total_memory_mib=40960, profiles=(
-            profiles._gi("2g.10gb", 14, 1, 9856, 28, 3, (0, 4), 2, 14),
-            profiles._gi("7g.40gb", 0, 4, 40192, 98, 1, (0,), 8, 14),
-        ))
+        return GpuModel(
+            name="TRAP-40GB",
+            aliases=(),
+            total_sms=98,
+            total_memory_mib=40960,
+            profiles=(
+                profiles._gi("2g.10gb", 14, 1, 9856, 28, 3, (0, 4), 2, 14),
+                profiles._gi("7g.40gb", 0, 4, 40192, 98, 1, (0,), 8, 14),
+            ),
+        )
 
     try:
         yield "TRAP-40GB"
@@ -194,8 +214,7 @@ def test_default_layouts_on_every_model(model: str, degree: int, g: int) -> None
 
 
 def test_default_layouts_of_the_study_a100() -> None:
-    assert [str(default_layout(A100, d)) for d in (1, 2, 3, 7)] == [
-        "7g.40gb", "3g.20gb x2", "2g.10gb x3", "1g.5gb x7"]
+    assert [str(default_layout(A100, d)) for d in (1, 2, 3, 7)] == ["7g.40gb", "3g.20gb x2", "2g.10gb x3", "1g.5gb x7"]
     assert str(default_layout("H200-141GB", 2)) == "3g.71gb x2"
 
 
@@ -233,15 +252,18 @@ def test_plan_from_instances_with_cis_and_round_trip() -> None:
     assert read != place_layout(A100, [{"gi": "7g.40gb", "ci": ["4c", "3c"]}])
 
 
-@pytest.mark.parametrize(("instances", "pattern"), [
-    ([("3g.20gb", 0, [("3c", 0)]), ("2g.10gb", 2, [("2c", 0)])], "overlap"),
-    ([("3g.20gb", 2, [("3c", 0)])], "cannot start at slot 2"),
-    ([("3g.20gb", 0, [])], "no compute instance"),
-    ([("7g.40gb", 0, [("3c", 0), ("3c", 2)])], "3c cannot start at slot 2"),
-    ([("7g.40gb", 0, [("4c", 0), ("3c", 0)])], "overlap"),
-    ([("1g.20gb", 0, [("1c", 0)])], "no GPU-instance profile '1g.20gb'"),
-    ([("4g.20gb", 0, [("4c", 0)]), ("4g.20gb", 4, [("4c", 0)])], "8 compute slices"),
-])
+@pytest.mark.parametrize(
+    ("instances", "pattern"),
+    [
+        ([("3g.20gb", 0, [("3c", 0)]), ("2g.10gb", 2, [("2c", 0)])], "overlap"),
+        ([("3g.20gb", 2, [("3c", 0)])], "cannot start at slot 2"),
+        ([("3g.20gb", 0, [])], "no compute instance"),
+        ([("7g.40gb", 0, [("3c", 0), ("3c", 2)])], "3c cannot start at slot 2"),
+        ([("7g.40gb", 0, [("4c", 0), ("3c", 0)])], "overlap"),
+        ([("1g.20gb", 0, [("1c", 0)])], "no GPU-instance profile '1g.20gb'"),
+        ([("4g.20gb", 0, [("4c", 0)]), ("4g.20gb", 4, [("4c", 0)])], "8 compute slices"),
+    ],
+)
 def test_plan_from_bad_instances_is_refused(instances: list, pattern: str) -> None:
     with pytest.raises(LayoutError, match=pattern):
         Placement.from_instances(A100, instances)
@@ -249,17 +271,22 @@ def test_plan_from_bad_instances_is_refused(instances: list, pattern: str) -> No
 
 def test_hydra_containers_are_accepted() -> None:
     omegaconf = pytest.importorskip("omegaconf")
-    cfg = omegaconf.OmegaConf.create({"a": ["3g.20gb", {"gi": "7g.40gb", "ci": ["3c", "3c"]}],
-                                      "b": {"gi": "1g.5gb", "count": 7}})
-    assert parse_layout(cfg.a) == Layout((GiSpec("3g.20gb"), GiSpec("7g.40gb", ("3c", "3c"))))
+    cfg = omegaconf.OmegaConf.create(
+        {"a": ["3g.20gb", {"gi": "7g.40gb", "ci": ["3c", "3c"]}], "b": {"gi": "1g.5gb", "count": 7}}
+    )
+    assert parse_layout(cfg.a) == Layout((GiRequest("3g.20gb"), GiRequest("7g.40gb", ("3c", "3c"))))
     assert parse_layout(cfg.b) == parse_layout("1g.5gb x7")
 
 
 # --- mig-parted ---------------------------------------------------------------------------------
 def test_to_migparted_document() -> None:
     doc = yaml.safe_load(to_migparted(["3g.20gb", "2g.10gb x2"], "study-3", devices=[0, 1]))
-    assert doc == {"version": "v1", "mig-configs": {"study-3": [
-        {"devices": [0, 1], "mig-enabled": True, "mig-devices": {"3g.20gb": 1, "2g.10gb": 2}}]}}
+    assert doc == {
+        "version": "v1",
+        "mig-configs": {
+            "study-3": [{"devices": [0, 1], "mig-enabled": True, "mig-devices": {"3g.20gb": 1, "2g.10gb": 2}}]
+        },
+    }
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -317,24 +344,40 @@ def test_from_migparted_reads_nvidia_style_configs() -> None:
     assert custom[1] == ((1, 2), parse_layout(["3g.20gb", "2g.10gb x2"]))
 
 
-@pytest.mark.parametrize(("text", "name", "pattern"), [
-    ("version: v2\nmig-configs: {a: [{devices: all, mig-enabled: false}]}\n", None, "version"),
-    ("version: v1\n", None, "mig-configs"),
-    ("- just a list\n", None, "mapping"),
-    ("version: [\n", None, "YAML"),
-    (NVIDIA_STYLE, None, "pick one of: all-disabled, all-1g.5gb, custom"),
-    (NVIDIA_STYLE, "nope", "no mig-parted config 'nope'"),
-    ("version: v1\nmig-configs: {a: [{devices: all, mig-enabled: true, mig-devices: {'1g.5gb': -1}}]}\n", None,
-     "count"),
-    ("version: v1\nmig-configs: {a: [{devices: all, mig-enabled: true, mig-devices: {'big': 1}}]}\n", None, "profile"),
-    ("version: v1\nmig-configs: {a: [{devices: all, mig-enabled: true}]}\n", None, "required"),
-    ("version: v1\nmig-configs: {a: [{devices: all, mig-enabled: false, mig-devices: {'1g.5gb': 1}}]}\n", None,
-     "mig-enabled"),
-    ("version: v1\nmig-configs: {a: [{devices: some, mig-enabled: false}]}\n", None, "devices"),
-    ("version: v1\nmig-configs: {a: [{devices: all, mig-enabled: false, device-filter: '0x20B010DE'}]}\n", None,
-     "device-filter"),
-    ("version: v1\nmig-configs: {a: [{devices: all, mig-enabled: false, extra: 1}]}\n", None, "extra"),
-])
+@pytest.mark.parametrize(
+    ("text", "name", "pattern"),
+    [
+        ("version: v2\nmig-configs: {a: [{devices: all, mig-enabled: false}]}\n", None, "version"),
+        ("version: v1\n", None, "mig-configs"),
+        ("- just a list\n", None, "mapping"),
+        ("version: [\n", None, "YAML"),
+        (NVIDIA_STYLE, None, "pick one of: all-disabled, all-1g.5gb, custom"),
+        (NVIDIA_STYLE, "nope", "no mig-parted config 'nope'"),
+        (
+            "version: v1\nmig-configs: {a: [{devices: all, mig-enabled: true, mig-devices: {'1g.5gb': -1}}]}\n",
+            None,
+            "count",
+        ),
+        (
+            "version: v1\nmig-configs: {a: [{devices: all, mig-enabled: true, mig-devices: {'big': 1}}]}\n",
+            None,
+            "profile",
+        ),
+        ("version: v1\nmig-configs: {a: [{devices: all, mig-enabled: true}]}\n", None, "required"),
+        (
+            "version: v1\nmig-configs: {a: [{devices: all, mig-enabled: false, mig-devices: {'1g.5gb': 1}}]}\n",
+            None,
+            "mig-enabled",
+        ),
+        ("version: v1\nmig-configs: {a: [{devices: some, mig-enabled: false}]}\n", None, "devices"),
+        (
+            "version: v1\nmig-configs: {a: [{devices: all, mig-enabled: false, device-filter: '0x20B010DE'}]}\n",
+            None,
+            "device-filter",
+        ),
+        ("version: v1\nmig-configs: {a: [{devices: all, mig-enabled: false, extra: 1}]}\n", None, "extra"),
+    ],
+)
 def test_from_migparted_refuses_invalid_documents(text: str, name: str | None, pattern: str) -> None:
     with pytest.raises(ValueError, match=pattern):
         from_migparted(text, name)
@@ -369,5 +412,6 @@ def test_a_cell_layout_is_placed_once_per_gpu_model(monkeypatch: pytest.MonkeyPa
     mig.cell_placement(cell, "NVIDIA H100 80GB HBM3")
     assert len(calls) == 2
     with pytest.raises(LayoutError):  # a layout that does not fit is refused every time, never kept
-        mig.cell_placement(load(["mode=mig", "mig.layout=[7g.40gb,1g.5gb]", "degree=2", "epoch_samples=64"]),
-                           "NVIDIA A100-SXM4-40GB")
+        mig.cell_placement(
+            load(["mode=mig", "mig.layout=[7g.40gb,1g.5gb]", "degree=2", "epoch_samples=64"]), "NVIDIA A100-SXM4-40GB"
+        )

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from raycolloc.node.mig import profiles
-from raycolloc.node.mig.placement import GiSpec, Layout, LayoutError, place_layout
+from raycolloc.node.mig.placement import GiRequest, Layout, LayoutError, place_layout
 from raycolloc.node.mig.profiles import (
     NVML_COMPUTE_INSTANCE_PROFILE,
     NVML_GPU_INSTANCE_PROFILE,
@@ -135,8 +135,9 @@ def test_every_alias_finds_its_model(model: str) -> None:
 def test_a100_40gb_profiles() -> None:
     m = get_gpu_model("NVIDIA A100-SXM4-40GB")
     assert m.name == "A100-SXM4-40GB" and m.total_sms == 108
-    table = {p.name: (p.profile_id, p.nvml_index, p.sm_count, p.max_count, p.placements, p.slot_size)
-             for p in m.profiles}
+    table = {
+        p.name: (p.profile_id, p.nvml_index, p.sm_count, p.max_count, p.placements, p.slot_size) for p in m.profiles
+    }
     assert table == {
         "1g.5gb": (19, 0, 14, 7, (0, 1, 2, 3, 4, 5, 6), 1),
         "1g.5gb+me": (20, 7, 14, 1, (0, 1, 2, 3, 4, 5, 6), 1),
@@ -189,8 +190,11 @@ def test_ci_tables_follow_nvidia_smi_lcip() -> None:
     assert [c.name for c in a100.profile("4g.20gb").ci_profiles] == ["1c", "2c", "4c"]
     assert [c.name for c in a100.profile("7g.40gb").ci_profiles] == ["1c", "2c", "3c", "4c", "7c"]
     three = a100.profile("3g.20gb")
-    assert [(c.name, c.sm_count, c.max_count) for c in three.ci_profiles] == [("1c", 14, 3), ("2c", 28, 1),
-                                                                               ("3c", 42, 1)]
+    assert [(c.name, c.sm_count, c.max_count) for c in three.ci_profiles] == [
+        ("1c", 14, 3),
+        ("2c", 28, 1),
+        ("3c", 42, 1),
+    ]
     assert three.ci_profile("1c.3g.20gb") is three.ci_profile(0) is three.ci_profile("1c")
     assert a100.profile("7g.40gb").ci_profile("4c").sm_count == 56
     with pytest.raises(ValueError, match="valid: 1c, 2c, 4c"):
@@ -236,21 +240,28 @@ def scratch_registry() -> Iterator[None]:
 def test_register_gpu_model_adds_a_model(scratch_registry: None) -> None:
     @register_gpu_model
     def _toy() -> GpuModel:
-        return GpuModel(name="TOY-8GB", aliases=("NVIDIA Toy",), total_sms=14, total_memory_mib=8192,
-                        profiles=(profiles._gi("7g.8gb", 0, 4, 8000, 14, 1, (0,), 8, 2),))
+        return GpuModel(
+            name="TOY-8GB",
+            aliases=("NVIDIA Toy",),
+            total_sms=14,
+            total_memory_mib=8192,
+            profiles=(profiles._gi("7g.8gb", 0, 4, 8000, 14, 1, (0,), 8, 2),),
+        )
 
     assert "TOY-8GB" in known_gpu_models()
     assert get_gpu_model("NVIDIA Toy").name == "TOY-8GB"
-    assert place_layout("TOY-8GB", Layout((GiSpec("7g.8gb"),))).devices[0].sm_count == 14
+    assert place_layout("TOY-8GB", Layout((GiRequest("7g.8gb"),))).devices[0].sm_count == 14
     with pytest.raises(ValueError, match="registered twice"):
         register_gpu_model(_toy)
 
 
 def test_register_refuses_a_clashing_nvml_name(scratch_registry: None) -> None:
     with pytest.raises(ValueError, match="already belong"):
+
         @register_gpu_model
         def _clash() -> GpuModel:
             return GpuModel(name="OTHER", aliases=("NVIDIA H200",), total_sms=1, total_memory_mib=1, profiles=())
+
     assert "OTHER" not in known_gpu_models()
 
 

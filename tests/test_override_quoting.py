@@ -23,9 +23,27 @@ from .test_malformed_inputs import BASE, run_main
 REGEX = r"^epoch (?P<epoch>\d+) done samples=(?P<samples>\d+)"
 
 
-@pytest.mark.parametrize("value", [REGEX, "/tmp/x/résultats", "/tmp/x/a;b", "/tmp/x/$(x)", 'say "hi"', "it's",
-                                   """it's "both" \\" \\' """, "trailing\\", "trailing\\\\", 'ends"', "a\\'b", "",
-                                   "a,b", "[not a list]", "tab\there", "ü=ö"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        REGEX,
+        "/tmp/x/résultats",
+        "/tmp/x/a;b",
+        "/tmp/x/$(x)",
+        'say "hi"',
+        "it's",
+        """it's "both" \\" \\' """,
+        "trailing\\",
+        "trailing\\\\",
+        'ends"',
+        "a\\'b",
+        "",
+        "a,b",
+        "[not a list]",
+        "tab\there",
+        "ü=ö",
+    ],
+)
 def test_a_quoted_value_reads_back_unchanged(value: str) -> None:
     parsed = OverridesParser.create().parse_override(f"key={hydra_quote(value)}")
     assert parsed.value() == value
@@ -37,20 +55,28 @@ def _suggestion(text: str) -> str:
     return found.group(1)
 
 
-@pytest.mark.parametrize(("multirun", "override", "key"), [
-    (False, "out_dir={tmp}/résultats", "out_dir"),
-    (True, "hydra.sweep.dir={tmp}/a;b", "hydra.sweep.dir"),
-    (True, "hydra.sweep.dir={tmp}/$(x)", "hydra.sweep.dir"),
-    (False, f"workload.epoch_regex={REGEX}", "workload.epoch_regex"),
-], ids=["out-dir-non-ascii", "sweep-dir-semicolon", "sweep-dir-dollar-paren", "epoch-regex"])
-def test_the_suggested_form_runs_and_means_the_value(multirun: bool, override: str, key: str, tmp_path: Path,
-                                                     capfd: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("multirun", "override", "key"),
+    [
+        (False, "out_dir={tmp}/résultats", "out_dir"),
+        (True, "hydra.sweep.dir={tmp}/a;b", "hydra.sweep.dir"),
+        (True, "hydra.sweep.dir={tmp}/$(x)", "hydra.sweep.dir"),
+        (False, f"workload.epoch_regex={REGEX}", "workload.epoch_regex"),
+    ],
+    ids=["out-dir-non-ascii", "sweep-dir-semicolon", "sweep-dir-dollar-paren", "epoch-regex"],
+)
+def test_the_suggested_form_runs_and_means_the_value(
+    multirun: bool, override: str, key: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     override = override.replace("{tmp}", str(tmp_path))
     value = override.split("=", 1)[1]
     flags = ["-m"] if multirun else []
     # A script job takes no epoch_samples (BASE's): it runs as written.
-    script = ["workload=script", "workload.command=[python,jobs/examples/plain_train.py]", "epoch_samples=null"] \
-        if "regex" in key else []
+    script = (
+        ["workload=script", "workload.command=[python,jobs/examples/plain_train.py]", "epoch_samples=null"]
+        if "regex" in key
+        else []
+    )
     out = [] if key == "out_dir" else [f"out_dir={tmp_path / 'out'}"]
     code, text = run_main([*flags, *BASE, *out, *script, override, "+dry_run=true"], capfd)
     assert code == 2 and "Traceback" not in text, text[-3000:]

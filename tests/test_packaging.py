@@ -34,16 +34,20 @@ def test_pyproject_lists_every_package_of_the_tree() -> None:
     """The packages are listed (``packages.find`` takes no ``conf/`` mapping): a new package missing
     from the list would be missing from the wheel."""
     tool = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    tree = {".".join(d.relative_to(ROOT).parts) for top in ("raycolloc", "analysis", "hydra_plugins")
-            for d in [ROOT / top, *(ROOT / top).rglob("*")]
-            if d.is_dir() and d.name != "__pycache__" and any(d.rglob("*.py"))}  # namespaces too
+    tree = {
+        ".".join(d.relative_to(ROOT).parts)
+        for top in ("raycolloc", "analysis", "hydra_plugins")
+        for d in [ROOT / top, *(ROOT / top).rglob("*")]
+        if d.is_dir() and d.name != "__pycache__" and any(d.rglob("*.py"))
+    }  # namespaces too
     assert set(tool["packages"]) == tree | {"raycolloc.conf"}
     assert tool["package-dir"] == {"raycolloc.conf": "conf"}
 
 
 @pytest.mark.parametrize("argv", [[], ["bogus"], ["-m", "x=1"]])
-def test_raycolloc_without_a_known_command_exits_2_naming_them(argv: list[str],
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_raycolloc_without_a_known_command_exits_2_naming_them(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert "choose one of: sweep, ls, doctor, advise" in err
@@ -55,8 +59,9 @@ def test_raycolloc_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -
     assert "raycolloc {sweep,ls,doctor,advise}" in capsys.readouterr().out
 
 
-def test_raycolloc_ls_is_python_m_raycolloc_ls(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_raycolloc_ls_is_python_m_raycolloc_ls(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(sys, "argv", list(sys.argv))  # the command hands its words on through sys.argv
     assert cli.main(["ls", str(tmp_path / "missing")]) == 2
     assert "is not a directory" in capsys.readouterr().err
@@ -66,16 +71,23 @@ def test_raycolloc_ls_is_python_m_raycolloc_ls(tmp_path: Path, capsys: pytest.Ca
 
 def test_raycolloc_sweep_exits_as_the_sweep_main_does(tmp_path: Path) -> None:
     """A config error: the sweep's own exit 2 and message, before Ray (a subprocess: Hydra's state)."""
-    proc = subprocess.run([sys.executable, "-m", "raycolloc.cli", "sweep", "cluster=local", "workload=resnet9000",
-                           f"out_dir={tmp_path}"], capture_output=True, text=True, timeout=300, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "raycolloc.cli", "sweep", "cluster=local", "workload=resnet9000", f"out_dir={tmp_path}"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "config error:" in proc.stderr and "resnet9000" in proc.stderr
 
 
-def _run(args: list[str | Path], cwd: Path | None = None, env: dict[str, str] | None = None,
-         timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+def _run(
+    args: list[str | Path], cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [str(a) for a in args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
     assert proc.returncode == 0, f"{args}: exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     return proc
 
@@ -90,8 +102,21 @@ def _wheel(tmp_path: Path) -> Path:
             shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
         else:
             shutil.copy2(ROOT / name, src / name)
-    _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "--no-index",
-          "-w", tmp_path / "dist", src])
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-w",
+            tmp_path / "dist",
+            src,
+        ]
+    )
     (wheel,) = (tmp_path / "dist").glob("raycolloc-*.whl")
     return wheel
 
@@ -102,8 +127,11 @@ def _venv(path: Path) -> tuple[Path, Path]:
     an editable raycolloc's finder is not installed). Returns (its bin directory, its site-packages)."""
     _run([sys.executable, "-m", "venv", "--without-pip", path])
     bin_dir = path / "bin"
-    own = Path(_run([bin_dir / "python", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                    env=_clean_env()).stdout.strip())
+    own = Path(
+        _run(
+            [bin_dir / "python", "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], env=_clean_env()
+        ).stdout.strip()
+    )
     (own / "third_party.pth").write_text("".join(f"{d}\n" for d in site.getsitepackages()))
     return bin_dir, own
 
@@ -122,23 +150,56 @@ def test_the_wheel_installed_elsewhere_runs_a_one_cell_sweep(tmp_path: Path) -> 
 
     bin_dir, own = _venv(tmp_path / "venv")
     # --ignore-installed: pip leaves the raycolloc it sees through the .pth alone (it is not this venv's).
-    _run([sys.executable, "-m", "pip", "--python", bin_dir / "python", "install", "-q", "--no-deps", "--no-index",
-          "--ignore-installed", wheel])
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            bin_dir / "python",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-index",
+            "--ignore-installed",
+            wheel,
+        ]
+    )
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    found = _run([bin_dir / "python", "-c", "import raycolloc; print(raycolloc.__file__); print(raycolloc.conf_dir())"],
-                 cwd=elsewhere, env=_clean_env()).stdout.split()
+    found = _run(
+        [bin_dir / "python", "-c", "import raycolloc; print(raycolloc.__file__); print(raycolloc.conf_dir())"],
+        cwd=elsewhere,
+        env=_clean_env(),
+    ).stdout.split()
     assert found == [str(own / "raycolloc" / "__init__.py"), str(own / "raycolloc" / "conf")]
 
     # A multirun reaches the launcher through the wheel's hydra_plugins (Hydra's own launcher would
     # dry-run each cell alone); a dry run starts no Ray.
-    dry = _run([bin_dir / "python", "-m", "raycolloc.sweep", "-m", "cluster=local", "workload=tiny_cnn", "degree=1,2",
-                "+dry_run=true", f"out_dir={tmp_path / 'dry'}"], cwd=elsewhere, env=_clean_env())
+    dry = _run(
+        [
+            bin_dir / "python",
+            "-m",
+            "raycolloc.sweep",
+            "-m",
+            "cluster=local",
+            "workload=tiny_cnn",
+            "degree=1,2",
+            "+dry_run=true",
+            f"out_dir={tmp_path / 'dry'}",
+        ],
+        cwd=elsewhere,
+        env=_clean_env(),
+    )
     assert "dry run: 2 cell(s) to run" in dry.stdout + dry.stderr
 
     out = tmp_path / "out"
-    proc = _run([bin_dir / "raycolloc", "sweep", "cluster=local", "workload=tiny_cnn", "epoch_samples=64",
-                 f"out_dir={out}"], cwd=elsewhere, env=_clean_env(), timeout=600)
+    proc = _run(
+        [bin_dir / "raycolloc", "sweep", "cluster=local", "workload=tiny_cnn", "epoch_samples=64", f"out_dir={out}"],
+        cwd=elsewhere,
+        env=_clean_env(),
+        timeout=600,
+    )
     assert "1 of 1 cells have a result (exit 0)" in proc.stdout + proc.stderr
     (cells,) = out.rglob("cells.parquet")
     assert [row["status"] for row in pq.read_table(cells).to_pylist()] == ["ok"]

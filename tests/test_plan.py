@@ -43,8 +43,11 @@ STUDY = """\
 
 def test_study_plan_groups_cells_and_jobs(tmp_path: Path) -> None:
     groups = read_plan(write(tmp_path, STUDY))
-    assert [(g.experiment, g.workload, g.status) for g in groups] == [("1", "1", "run"), ("2", "1", "run"),
-                                                                       ("3", "4", "run")]
+    assert [(g.experiment, g.workload, g.status) for g in groups] == [
+        ("1", "1", "run"),
+        ("2", "1", "run"),
+        ("3", "4", "run"),
+    ]
     mps, naive = groups[0].cells
     assert (mps.devices, mps.mode, [j.run for j in mps.jobs]) == ("0", "mps", ["a", "b", "c"])
     assert {j.workload for j in mps.jobs} == {"resnet26_cifar10"}
@@ -65,8 +68,9 @@ def test_study_plan_groups_cells_and_jobs(tmp_path: Path) -> None:
 
 def test_whitespace_around_fields_and_header(tmp_path: Path) -> None:
     header = "Experiment, Workload, Status, Run, Devices, Collocation,    File,    Listeners, Params\n"
-    body = ("  7 ,  2 ,       ,  r1 ,   0 ,    3g.20gb ,  train.py ,  smi+top , "
-            "--model resnet50 --data /x/imagenet64  \n")
+    body = (
+        "  7 ,  2 ,       ,  r1 ,   0 ,    3g.20gb ,  train.py ,  smi+top , --model resnet50 --data /x/imagenet64  \n"
+    )
     (group,) = read_plan(write(tmp_path, body, header))
     (cell,) = group.cells
     assert (group.experiment, group.workload, cell.devices, cell.mode) == ("7", "2", "0", "mig")
@@ -118,8 +122,10 @@ def test_blank_and_comment_lines_keep_file_line_numbers(tmp_path: Path) -> None:
 
 
 def test_unknown_model_names_line_column_and_closest(tmp_path: Path) -> None:
-    body = ("1,1,,ok,0,-,t.py,smi,--model resnet26 --data /d/cifar10\n"
-            "4,9,,r7,0,-,t.py,smi,--model vggg16 --data /d/cifar10\n")
+    body = (
+        "1,1,,ok,0,-,t.py,smi,--model resnet26 --data /d/cifar10\n"
+        "4,9,,r7,0,-,t.py,smi,--model vggg16 --data /d/cifar10\n"
+    )
     with pytest.raises(PlanError) as err:
         read_plan(write(tmp_path, body))
     msg = str(err.value)
@@ -136,16 +142,25 @@ def test_unknown_dataset_names_line_and_allowed(tmp_path: Path) -> None:
 
 
 def test_any_timm_model_on_any_dataset_is_a_composition(tmp_path: Path) -> None:
-    body = ("1,2,,,0,-,t.py,smi,--model resnet26 --data /d/imagenet\n"
-            "1,2,,,0,-,t.py,smi,--model efficientnetv2_s --data /d/cifar10\n"
-            "1,2,,,0,-,t.py,smi,--model cait_xxs24_224 --data /d/imagenet64\n")
+    body = (
+        "1,2,,,0,-,t.py,smi,--model resnet26 --data /d/imagenet\n"
+        "1,2,,,0,-,t.py,smi,--model efficientnetv2_s --data /d/cifar10\n"
+        "1,2,,,0,-,t.py,smi,--model cait_xxs24_224 --data /d/imagenet64\n"
+    )
     jobs = read_plan(write(tmp_path, body))[0].cells[0].jobs
     assert [(j.workload.name, j.workload.model, j.workload.dataset) for j in jobs] == [
-        ("timm", "resnet26", "imagenet"), ("timm", "efficientnetv2_s", "cifar10"),
-        ("timm", "cait_xxs24_224", "imagenet64")]
+        ("timm", "resnet26", "imagenet"),
+        ("timm", "efficientnetv2_s", "cifar10"),
+        ("timm", "cait_xxs24_224", "imagenet64"),
+    ]
     # Pairs of the study keep their preset's name (and config hash).
-    assert read_plan(write(tmp_path, "1,2,,,0,-,t.py,smi,--model resnet26 --data /d/cifar10\n"))[0].cells[0].jobs[
-        0].workload == "resnet26_cifar10"
+    assert (
+        read_plan(write(tmp_path, "1,2,,,0,-,t.py,smi,--model resnet26 --data /d/cifar10\n"))[0]
+        .cells[0]
+        .jobs[0]
+        .workload
+        == "resnet26_cifar10"
+    )
 
 
 @pytest.mark.parametrize(
@@ -163,9 +178,11 @@ def test_missing_or_bad_pieces(tmp_path: Path, params: str, fragment: str) -> No
 
 
 def test_mixed_modes_in_one_cell_names_rows(tmp_path: Path) -> None:
-    body = ("1,1,,a,0,MPS,t.py,smi,--model resnet26 --data /d/cifar10\n"
-            "1,1,,b,1,-,t.py,smi,--model resnet26 --data /d/cifar10\n"
-            "1,1,,c,0,-,t.py,smi,--model resnet26 --data /d/cifar10\n")
+    body = (
+        "1,1,,a,0,MPS,t.py,smi,--model resnet26 --data /d/cifar10\n"
+        "1,1,,b,1,-,t.py,smi,--model resnet26 --data /d/cifar10\n"
+        "1,1,,c,0,-,t.py,smi,--model resnet26 --data /d/cifar10\n"
+    )
     with pytest.raises(PlanError) as err:
         read_plan(write(tmp_path, body))
     msg = str(err.value)
@@ -179,8 +196,10 @@ def test_unknown_collocation(tmp_path: Path) -> None:
 
 
 def test_bad_status(tmp_path: Path) -> None:
-    body = ("1,1,,,0,-,t.py,smi,--model resnet26 --data /d/cifar10\n"
-            "1,1,DONE,,0,-,t.py,smi,--model resnet26 --data /d/cifar10\n")
+    body = (
+        "1,1,,,0,-,t.py,smi,--model resnet26 --data /d/cifar10\n"
+        "1,1,DONE,,0,-,t.py,smi,--model resnet26 --data /d/cifar10\n"
+    )
     with pytest.raises(PlanError) as err:
         read_plan(write(tmp_path, body))
     msg = str(err.value)
@@ -219,7 +238,7 @@ def test_a_plan_cell_has_no_overrides_of_its_own_and_its_config_composes(tmp_pat
     """Issue 31, item 5: ``PlanCell.to_overrides`` had no caller and emitted ``+cell.jobs``, a key the schema
     lacks; a plan's cells become configs through :func:`cell_config` alone, and each one validates."""
     from raycolloc.config import load_config
-    from raycolloc.driver.cells import validate_cell
+    from raycolloc.driver.cell_specs import validate_cell
     from raycolloc.driver.radt_runner import cell_config
 
     assert not hasattr(PlanCell, "to_overrides")
@@ -248,8 +267,9 @@ def test_a_plan_of_many_bad_rows_lists_the_first_twenty_and_a_count(tmp_path: Pa
     lines = str(err.value).splitlines()
     assert lines[0] == "5,000 rows cannot run:" and len(lines) == 22
     assert all("column Devices: 'gpu" in line for line in lines[1:21])
-    assert lines[21] == ("... and 4,980 more (5,000 in all; the first 20 are shown: "
-                         "fix them and run again to see the rest)")
+    assert lines[21] == (
+        "... and 4,980 more (5,000 in all; the first 20 are shown: fix them and run again to see the rest)"
+    )
 
 
 def test_a_binary_plan_is_refused_naming_the_file(tmp_path: Path) -> None:

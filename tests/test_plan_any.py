@@ -46,15 +46,20 @@ def _plan(tmp_path: Path, body: str) -> Path:
 
 def test_free_named_directories_are_recognised_by_their_contents(tmp_path: Path) -> None:
     _datasets(tmp_path)
-    body = ("1,1,,a,0,MPS,train.py,smi,--model convnext_atto --data c10_local\n"
-            "1,1,,b,0,MPS,train.py,smi,--model cait_xxs24_224 --data imagenet64_images\n"
-            f"1,1,,c,0,MPS,train.py,smi,--model resnet10t --data {tmp_path / 'pics'}\n"
-            "1,1,,d,0,MPS,dlrm_s_pytorch.py,smi,--data clicks\n"
-            "1,1,,e,0,MPS,train.py,smi,--model efficientnetv2_s --data mystery\n")
+    body = (
+        "1,1,,a,0,MPS,train.py,smi,--model convnext_atto --data c10_local\n"
+        "1,1,,b,0,MPS,train.py,smi,--model cait_xxs24_224 --data imagenet64_images\n"
+        f"1,1,,c,0,MPS,train.py,smi,--model resnet10t --data {tmp_path / 'pics'}\n"
+        "1,1,,d,0,MPS,dlrm_s_pytorch.py,smi,--data clicks\n"
+        "1,1,,e,0,MPS,train.py,smi,--model efficientnetv2_s --data mystery\n"
+    )
     (cell,) = read_plan(_plan(tmp_path, body), datasets={"mystery": "imagenet64"})[0].cells
     a, b, c, d, e = cell.jobs
-    assert (a.workload.model, a.workload.dataset, a.data_dir) == ("convnext_atto", "cifar10",
-                                                                  str(tmp_path / "c10_local"))
+    assert (a.workload.model, a.workload.dataset, a.data_dir) == (
+        "convnext_atto",
+        "cifar10",
+        str(tmp_path / "c10_local"),
+    )
     assert (b.workload.model, b.workload.dataset) == ("cait_xxs24_224", "imagenet64")
     assert (c.workload.dataset, c.workload.num_classes, c.workload.dataset_size) == ("imagefolder", 3, 9)
     assert d.workload == "dlrm_criteo"
@@ -69,12 +74,22 @@ def test_free_named_directories_are_recognised_by_their_contents(tmp_path: Path)
 def test_a_researchers_own_file_runs_as_a_script_and_timms_train_py_does_not(tmp_path: Path) -> None:
     (tmp_path / "my_train.py").write_text("print('epoch 1')\n")
     (tmp_path / "train.py").write_text(TIMM_TRAIN_HEAD)
-    body = ("1,1,,a,0,-,my_train.py,smi,--model resnet50 --epochs 1 --data /d/imagenet64\n"
-            "1,1,,b,0,-,train.py,smi,--model resnet50 --data /d/imagenet64\n")
+    body = (
+        "1,1,,a,0,-,my_train.py,smi,--model resnet50 --epochs 1 --data /d/imagenet64\n"
+        "1,1,,b,0,-,train.py,smi,--model resnet50 --data /d/imagenet64\n"
+    )
     a, b = read_plan(_plan(tmp_path, body), epoch_regex=r"^epoch \d+")[0].cells[0].jobs
     assert a.kind == "script" and a.workload.name == "script"
-    assert a.workload.command == ["python", "my_train.py", "--model", "resnet50", "--epochs", "1", "--data",
-                                  "/d/imagenet64"]
+    assert a.workload.command == [
+        "python",
+        "my_train.py",
+        "--model",
+        "resnet50",
+        "--epochs",
+        "1",
+        "--data",
+        "/d/imagenet64",
+    ]
     assert a.workload.cwd == str(tmp_path.resolve()) and a.workload.epoch_regex == r"^epoch \d+"
     assert (a.workload.model, a.workload.dataset) == ("resnet50", "imagenet64")
     assert b.kind == "model" and b.workload == "resnet50_imagenet64"
@@ -103,14 +118,18 @@ def test_every_malformed_value_is_refused_by_row_and_column(tmp_path: Path) -> N
     lines = str(err.value).splitlines()
     assert lines[0] == "12 rows cannot run:"
     expected = [
-        (2, "column Experiment: is empty"), (3, "column Workload: is empty"),
-        (4, "column Status: unknown Status 'DONE'"), (5, "column Devices: 'gpu0' is not a GPU index"),
-        (6, "column Collocation: unknown Collocation '7g'"), (7, "column File: is empty"),
+        (2, "column Experiment: is empty"),
+        (3, "column Workload: is empty"),
+        (4, "column Status: unknown Status 'DONE'"),
+        (5, "column Devices: 'gpu0' is not a GPU index"),
+        (6, "column Collocation: unknown Collocation '7g'"),
+        (7, "column File: is empty"),
         (8, "column Listeners: '!top' is not a listener name"),
         (9, "column Params: batch value 'many' is not an integer"),
         (10, "column Params: epochs value '0' must be >= 1"),
         (11, "column Params: unknown model 'resnt26' (--model takes any timm model); allowed: resnet26"),
-        (12, "column Params: unknown dataset 'mnist'"), (13, "column Params: cannot split"),
+        (12, "column Params: unknown dataset 'mnist'"),
+        (13, "column Params: cannot split"),
     ]
     for (line, needle), text in zip(expected, lines[1:], strict=True):
         assert text.startswith(f"{tmp_path / 'plan.csv'}:{line}: ") and needle in text, text
@@ -122,12 +141,22 @@ def test_plan_with_a_script_row_and_a_timm_row_runs_on_real_data(tmp_path: Path)
     directory, collocated under MPS in one cell; a dry run first prints it and runs nothing."""
     write_cifar10(tmp_path / "c10_local", *_images(80, 32))
     shutil.copy(ROOT / "jobs" / "examples" / "plain_train.py", tmp_path / "my_train.py")
-    plan = _plan(tmp_path, "1,1,,mine,0,MPS,my_train.py,smi,--epochs 3 --steps 2 --batch-size 8\n"
-                           "1,1,,timm,0,MPS,train.py,smi,--model resnet10t --batch-size 16 --epochs 2 "
-                           "--data c10_local\n")
+    plan = _plan(
+        tmp_path,
+        "1,1,,mine,0,MPS,my_train.py,smi,--epochs 3 --steps 2 --batch-size 8\n"
+        "1,1,,timm,0,MPS,train.py,smi,--model resnet10t --batch-size 16 --epochs 2 "
+        "--data c10_local\n",
+    )
     out, pipe_root = tmp_path / "res", Path("/tmp") / f"rcplanany{os.getpid()}"
-    args = [f"+plan={plan}", "cluster=local", "data.source=real", "epoch_samples=64", f"mode.pipe_root={pipe_root}",
-            r"+plan_epoch_regex='^epoch (?P<epoch>\d+) done samples=(?P<samples>\d+)'", f"out_dir={out}"]
+    args = [
+        f"+plan={plan}",
+        "cluster=local",
+        "data.source=real",
+        "epoch_samples=64",
+        f"mode.pipe_root={pipe_root}",
+        r"+plan_epoch_regex='^epoch (?P<epoch>\d+) done samples=(?P<samples>\d+)'",
+        f"out_dir={out}",
+    ]
     dry = run_cli([*args, "+dry_run=true"], cwd=tmp_path, timeout=300)
     assert dry.returncode == 0, dry.stderr[-3000:]
     assert "run    mix-1-1-dev0-mps" in dry.stdout and "script `python my_train.py --epochs 3" in dry.stdout
@@ -173,8 +202,12 @@ def test_the_study_plans_imagenet64_rows_train_at_64_px(tmp_path: Path, capfd: p
     plan = _plan(tmp_path, STUDY_ROWS)
     for synthetic in (True, False):  # data.source=synthetic or real: the same workloads
         jobs = [j for g in read_plan(plan, synthetic=synthetic) for c in g.cells for j in c.jobs]
-        assert [j.workload for j in jobs] == ["resnet26_cifar10", *["resnet50_imagenet64"] * 3,
-                                              "efficientnetv2s_imagenet64", "resnet152_imagenet"]
+        assert [j.workload for j in jobs] == [
+            "resnet26_cifar10",
+            *["resnet50_imagenet64"] * 3,
+            "efficientnetv2s_imagenet64",
+            "resnet152_imagenet",
+        ]
     code, text = run_main([f"+plan={plan}", "+dry_run=true", "cluster=local", f"out_dir={tmp_path / 'out'}"], capfd)
     assert code == 0, text[-3000:]
     assert text.count("resnet50 on imagenet64 (3x64x64, 1000 classes), batch 128, 1281167 samples") == 3, text
@@ -186,15 +219,28 @@ def test_the_study_plans_imagenet64_rows_train_at_64_px(tmp_path: Path, capfd: p
     assert "4 rows: lines 3-6" in said[0]
 
 
-@pytest.mark.parametrize(("directory", "dataset"), [
-    ("/raid/datasets/imagenet64_images/", "imagenet64"), ("/d/Imagenet64_train", "imagenet64"),
-    ("/x/imagenet64", "imagenet64"), ("/data/downsampled_imagenet/64x64", "imagenet64"),
-    ("/data/imagenet/train_64x64", "imagenet64"), ("/d/Imagenet64x64/train", "imagenet64"),
-    ("/raid/datasets/cifar10/", "cifar10"), ("/d/cifar-10-batches-py", "cifar10"), ("/scratch/c10", "cifar10"),
-    ("/d/CIFAR-10", "cifar10"), ("/raid/datasets/imagenet/", "imagenet"), ("/d/ILSVRC2012/train", "imagenet"),
-    ("/d/criteo_kaggle", "criteo"),
-    ("/d/cifar100", None), ("/d/imagenet32", None), ("/d/downsampled-imagenet", None), ("/d/mnist", None),
-])
+@pytest.mark.parametrize(
+    ("directory", "dataset"),
+    [
+        ("/raid/datasets/imagenet64_images/", "imagenet64"),
+        ("/d/Imagenet64_train", "imagenet64"),
+        ("/x/imagenet64", "imagenet64"),
+        ("/data/downsampled_imagenet/64x64", "imagenet64"),
+        ("/data/imagenet/train_64x64", "imagenet64"),
+        ("/d/Imagenet64x64/train", "imagenet64"),
+        ("/raid/datasets/cifar10/", "cifar10"),
+        ("/d/cifar-10-batches-py", "cifar10"),
+        ("/scratch/c10", "cifar10"),
+        ("/d/CIFAR-10", "cifar10"),
+        ("/raid/datasets/imagenet/", "imagenet"),
+        ("/d/ILSVRC2012/train", "imagenet"),
+        ("/d/criteo_kaggle", "criteo"),
+        ("/d/cifar100", None),
+        ("/d/imagenet32", None),
+        ("/d/downsampled-imagenet", None),
+        ("/d/mnist", None),
+    ],
+)
 def test_data_directories_not_here_are_known_by_their_names(directory: str, dataset: str | None) -> None:
     from raycolloc.job.data.detect import dataset_by_name
 
@@ -215,15 +261,28 @@ FANOUT_PLAN = """\
 """
 
 
-@pytest.mark.parametrize(("option", "where"), [
-    ([], "gpu: GPU 0, its Devices, with the 1 cell(s) of its group"),
-    (["+plan_fanout=true"], "gpu: any free GPU of the cluster (+plan_fanout")])
-def test_a_dry_run_says_where_plan_cells_run(tmp_path: Path, option: list[str], where: str,
-                                            capfd: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("option", "where"),
+    [
+        ([], "gpu: GPU 0, its Devices, with the 1 cell(s) of its group"),
+        (["+plan_fanout=true"], "gpu: any free GPU of the cluster (+plan_fanout"),
+    ],
+)
+def test_a_dry_run_says_where_plan_cells_run(
+    tmp_path: Path, option: list[str], where: str, capfd: pytest.CaptureFixture[str]
+) -> None:
     from .test_malformed_inputs import run_main
 
-    code, text = run_main([f"+plan={_plan(tmp_path, FANOUT_PLAN)}", "+dry_run=true", "cluster=local",
-                           f"out_dir={tmp_path / 'out'}", *option], capfd)
+    code, text = run_main(
+        [
+            f"+plan={_plan(tmp_path, FANOUT_PLAN)}",
+            "+dry_run=true",
+            "cluster=local",
+            f"out_dir={tmp_path / 'out'}",
+            *option,
+        ],
+        capfd,
+    )
     assert code == 0 and text.count(where) == 2, text[-3000:]
 
 
@@ -238,8 +297,14 @@ def test_plan_fanout_runs_groups_at_once_on_any_gpu_and_devices_pin_them_by_defa
         (tmp_path / f"fanout-{fanout}").mkdir()
         plan = _plan(tmp_path / f"fanout-{fanout}", FANOUT_PLAN)
         out = tmp_path / f"res-{fanout}"
-        args = [f"+plan={plan}", "cluster=local", "epoch_samples=64", f"mode.pipe_root={pipe_root}", f"out_dir={out}",
-                *(["+plan_fanout=true"] if fanout else [])]
+        args = [
+            f"+plan={plan}",
+            "cluster=local",
+            "epoch_samples=64",
+            f"mode.pipe_root={pipe_root}",
+            f"out_dir={out}",
+            *(["+plan_fanout=true"] if fanout else []),
+        ]
         proc = run_cli(args, cwd=tmp_path, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
         cells = pd.concat([pd.read_parquet(p) for p in out.rglob("cells.parquet")]).sort_values("started_at")
@@ -250,8 +315,10 @@ def test_plan_fanout_runs_groups_at_once_on_any_gpu_and_devices_pin_them_by_defa
     assert list(pinned["gpu_index"]) == [0, 0]  # both groups on GPU 0, as Devices says
     first, second = pinned.to_dict("records")
     assert first["finished_at"] <= second["started_at"]  # one group after the other
-    assert ("plan: its 2 groups ran one after another as their Devices say (cells: 2 to GPU 0) while 1 of the "
-            "cluster's 2 GPUs idled; +plan_fanout=true runs them at once on any free GPU") in text, text[-3000:]
+    assert (
+        "plan: its 2 groups ran one after another as their Devices say (cells: 2 to GPU 0) while 1 of the "
+        "cluster's 2 GPUs idled; +plan_fanout=true runs them at once on any free GPU"
+    ) in text, text[-3000:]
     fanned, text = runs[True]
     assert sorted(fanned["gpu_index"]) == [0, 1] and fanned["gpu_uuid"].nunique() == 2
     first, second = fanned.to_dict("records")

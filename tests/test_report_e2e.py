@@ -19,14 +19,28 @@ CELLS = {"tiny_cnn-mps-x2", "mix-tiny_mixed-mps", "tiny_cnn-mps-x1", "tiny_dlrm-
 
 
 def _python(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=600, check=False
+    )
 
 
 def test_sweep_with_repeats_and_a_mix_then_report_and_ls(tmp_path: Path) -> None:
     out = tmp_path / "res"
-    proc = run_cli(["-m", "mix=none,tiny_mixed", "degree=2", "mode=mps", "repeats=2", "workload=tiny_cnn",
-                    "cluster=local", "epoch_samples=4096", "epoch_time_s=0.4", f"out_dir={out}"], cwd=ROOT)
+    proc = run_cli(
+        [
+            "-m",
+            "mix=none,tiny_mixed",
+            "degree=2",
+            "mode=mps",
+            "repeats=2",
+            "workload=tiny_cnn",
+            "cluster=local",
+            "epoch_samples=4096",
+            "epoch_time_s=0.4",
+            f"out_dir={out}",
+        ],
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "mixed cells against their jobs run one after the other" in proc.stdout
     (sweep,) = (out / "multirun").glob("*/*")
@@ -48,7 +62,8 @@ def test_sweep_with_repeats_and_a_mix_then_report_and_ls(tmp_path: Path) -> None
     per_sample = uniform["energy_j"] / uniform["cell_id"].map(measured)
     assert (per_sample - uniform["energy_per_sample_j"]).abs().max() < 1e-12
     assert cells.loc["mix-tiny_mixed-mps", "agg_samples_per_s"] is None or pd.isna(
-        cells.loc["mix-tiny_mixed-mps", "agg_samples_per_s"])
+        cells.loc["mix-tiny_mixed-mps", "agg_samples_per_s"]
+    )
 
     report = tmp_path / "report"
     proc = _python("analysis.report", str(sweep), "--out", str(report))
@@ -56,8 +71,10 @@ def test_sweep_with_repeats_and_a_mix_then_report_and_ls(tmp_path: Path) -> None
     # Gain: each run against the solo of its own repeat, median of the two.
     gain = pd.read_csv(report / "gain.csv")
     x2 = gain[(gain["degree"] == 2)].iloc[0]
-    paired = [cells.loc[f"tiny_cnn-mps-x2{s}", "agg_samples_per_s"]
-              / cells.loc[f"tiny_cnn-mps-x1{s}", "agg_samples_per_s"] for s in ("", "-r1")]
+    paired = [
+        cells.loc[f"tiny_cnn-mps-x2{s}", "agg_samples_per_s"] / cells.loc[f"tiny_cnn-mps-x1{s}", "agg_samples_per_s"]
+        for s in ("", "-r1")
+    ]
     assert x2["n_runs"] == 2 and x2["gain_vs_solo"] == pytest.approx(sum(paired) / 2)
     assert (x2["gain_vs_solo_min"], x2["gain_vs_solo_max"]) == pytest.approx((min(paired), max(paired)))
 

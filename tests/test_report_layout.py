@@ -38,10 +38,20 @@ def wide_sweep(root: Path) -> Path:
                         e2 = 2.0 * (1 - scale + scale * degree) * (1.05 if repeat else 0.95)
                         e2 *= (compiled if compile_mode != "off" else 1.0) * (0.93 if mode == "mps" else 1.0)
                         jobs = [job(i, workload, e2, compile_mode=compile_mode, samples=50_000) for i in range(degree)]
-                        cell(root, str(n), workload, mode, jobs, agg=degree * 50_000 / e2, energy_j=300.0 * e2,
-                             epochs=[e for j in jobs for e in epochs_of(j, warmup_s=3.0)], repeat=repeat,
-                             repeat_group=f"{workload}-{mode}-{degree}-{compile_mode}", gpu_name="NVIDIA H200",
-                             extra_config={"trainer": {"compile": compile_mode}})
+                        cell(
+                            root,
+                            str(n),
+                            workload,
+                            mode,
+                            jobs,
+                            agg=degree * 50_000 / e2,
+                            energy_j=300.0 * e2,
+                            epochs=[e for j in jobs for e in epochs_of(j, warmup_s=3.0)],
+                            repeat=repeat,
+                            repeat_group=f"{workload}-{mode}-{degree}-{compile_mode}",
+                            gpu_name="NVIDIA H200",
+                            extra_config={"trainer": {"compile": compile_mode}},
+                        )
                         n += 1
     return root
 
@@ -55,13 +65,28 @@ def test_a_table_scrolls_inside_its_box() -> None:
 def _probe(page: Path) -> dict[str, int]:
     """Lay ``page`` out in headless Chromium at 1400 px; the widths a script measured there."""
     probe = page.with_name("probe.html")
-    script = ("<script>const d=document.documentElement,b=document.body,"
-              "imgs=[...document.querySelectorAll('.wide img')];"
-              "b.dataset.scroll=d.scrollWidth;b.dataset.client=d.clientWidth;b.dataset.figs=imgs.length;"
-              "b.dataset.narrowest=Math.min(...imgs.map(i=>i.getBoundingClientRect().width));</script>")
+    script = (
+        "<script>const d=document.documentElement,b=document.body,"
+        "imgs=[...document.querySelectorAll('.wide img')];"
+        "b.dataset.scroll=d.scrollWidth;b.dataset.client=d.clientWidth;b.dataset.figs=imgs.length;"
+        "b.dataset.narrowest=Math.min(...imgs.map(i=>i.getBoundingClientRect().width));</script>"
+    )
     probe.write_text(page.read_text().replace("</body>", script + "</body>"))
-    dom = subprocess.run([BROWSER, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1400,3000",
-                          "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=120, check=True).stdout
+    dom = subprocess.run(
+        [
+            BROWSER,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--window-size=1400,3000",
+            "--dump-dom",
+            probe.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
     return {k: int(float(v)) for k, v in re.findall(r'data-(scroll|client|figs|narrowest)="([\d.]+)"', dom)}
 
 
@@ -79,7 +104,7 @@ def test_every_table_scrolls_and_timelines_are_full_width(report: Path) -> None:
     page = (report / "report.html").read_text()
     # Every table sits in a scroll box, the best configuration's among them, with all its columns.
     assert page.count("<table>") == page.count('<div class="scroll"><table>') > 10
-    best = page[page.index("Best configuration per workload"):page.index("The study's claims")]
+    best = page[page.index("Best configuration per workload") : page.index("The study's claims")]
     assert '<div class="scroll"><table>' in best and "<th>J/sample vs solo</th>" in best
     assert "channels_last=False" not in best  # best solo: only the settings that differ from the defaults
     # Timelines: one under the other, each drawn at the page's width (its fonts shown at their drawn size).

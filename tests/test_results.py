@@ -18,11 +18,21 @@ from .conftest import write_fixture_cell
 
 
 def _cell(where: Path, digest: str, status: str, finished: float, jobs: int = 1) -> Path:
-    write_fixture_cell(where, {
-        "cells": [{"cell_id": where.name, "config_hash": digest, "status": status, "finished_at": finished,
-                   "n_jobs": jobs}],
-        "jobs": [{"cell_id": where.name, "job_index": i, "status": status} for i in range(jobs)],
-    })
+    write_fixture_cell(
+        where,
+        {
+            "cells": [
+                {
+                    "cell_id": where.name,
+                    "config_hash": digest,
+                    "status": status,
+                    "finished_at": finished,
+                    "n_jobs": jobs,
+                }
+            ],
+            "jobs": [{"cell_id": where.name, "job_index": i, "status": status} for i in range(jobs)],
+        },
+    )
     return where
 
 

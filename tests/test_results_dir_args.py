@@ -26,19 +26,33 @@ def _corrupt_sweep(tmp_path: Path) -> tuple[Path, Path]:
     did not finish); returns the sweep and the cut file."""
     sweep = tmp_path / "multirun" / "2026-01-01" / "10-00-00"
     cell = sweep / "tiny_cnn-naive-x1"
-    write_fixture_cell(cell, {
-        "cells": [{"cell_id": "c1", "config_hash": "h1", "label": "tiny_cnn-naive-x1", "status": "ok", "mode": "naive",
-                   "degree": 1, "n_jobs": 1, "workload": "tiny_cnn"}],
-        "jobs": [{"cell_id": "c1", "job_index": 0, "status": "ok", "workload": "tiny_cnn"}],
-    })
+    write_fixture_cell(
+        cell,
+        {
+            "cells": [
+                {
+                    "cell_id": "c1",
+                    "config_hash": "h1",
+                    "label": "tiny_cnn-naive-x1",
+                    "status": "ok",
+                    "mode": "naive",
+                    "degree": 1,
+                    "n_jobs": 1,
+                    "workload": "tiny_cnn",
+                }
+            ],
+            "jobs": [{"cell_id": "c1", "job_index": 0, "status": "ok", "workload": "tiny_cnn"}],
+        },
+    )
     jobs = cell / "jobs.parquet"
     jobs.write_bytes(jobs.read_bytes()[: jobs.stat().st_size // 2])
     return sweep, jobs
 
 
 def _run(args: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False
+    )
 
 
 @pytest.mark.parametrize("state", ["missing", "empty", "corrupt"])

@@ -67,8 +67,10 @@ def test_issue29_item1_a_rerun_into_a_sweep_dir_outside_out_dir_trains_nothing(t
 
 
 def _result(cell_dir: Path, digest: str) -> Path:
-    write_fixture_cell(cell_dir, {"cells": [{"cell_id": cell_dir.name, "config_hash": digest, "status": "ok",
-                                             "finished_at": 1.0, "n_jobs": 0}]})
+    write_fixture_cell(
+        cell_dir,
+        {"cells": [{"cell_id": cell_dir.name, "config_hash": digest, "status": "ok", "finished_at": 1.0, "n_jobs": 0}]},
+    )
     return cell_dir
 
 

@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import pytest
 
-from raycolloc.driver.rows import window_stats
+from raycolloc.driver.tabulate import window_stats
 from raycolloc.results.rows import TelemetryRow
 
 
 def _gpu(ts: float, energy_mj: float, power_w: float = 999.0) -> TelemetryRow:
-    return TelemetryRow(cell_id="c", gpu_uuid="GPU-x", mig_uuid=None, gi_id=None, scope="gpu", ts=ts, source="sim-gpm",
-                        energy_mj=energy_mj, power_w=power_w, sm_active=50.0)
+    return TelemetryRow(
+        cell_id="c",
+        gpu_uuid="GPU-x",
+        mig_uuid=None,
+        gi_id=None,
+        scope="gpu",
+        ts=ts,
+        source="sim-gpm",
+        energy_mj=energy_mj,
+        power_w=power_w,
+        sm_active=50.0,
+    )
 
 
 def test_energy_is_the_counter_interpolated_at_the_window_ends_and_power_agrees_with_it() -> None:

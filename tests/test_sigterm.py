@@ -26,22 +26,38 @@ from .test_malformed_inputs import run_main
 
 # Epochs of 4 s (a time budget, however fast this machine trains): a signal sent once the second cell
 # warms up lands inside it, after the first (the larger, run first) was written.
-ISSUE_ARGS = ["-m", "workload=tiny_cnn", "cluster=local", "degree=1,2", "mode=mps", "epoch_samples=1000000",
-              "epoch_time_s=4", "cluster.max_concurrent_cells=1"]
+ISSUE_ARGS = [
+    "-m",
+    "workload=tiny_cnn",
+    "cluster=local",
+    "degree=1,2",
+    "mode=mps",
+    "epoch_samples=1000000",
+    "epoch_time_s=4",
+    "cluster.max_concurrent_cells=1",
+]
 
 
 def _start(args: list[str], tmp_path: Path, log: Path) -> subprocess.Popen[str]:
     """The sweep in the background, in a session of its own (a process group, as `timeout` makes)."""
     env = {**os.environ, "RAYCOLLOC_SIM_ROOT": str(tmp_path / "sim")}
     with open(log, "w") as fh:
-        return subprocess.Popen(sweep_command(args, own_ray=True), cwd=ROOT, env=env, text=True, stdout=fh,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            sweep_command(args, own_ray=True),
+            cwd=ROOT,
+            env=env,
+            text=True,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def _started_by(proc: subprocess.Popen[str]) -> list[psutil.Process]:
     """The sweep's processes: its Ray instance's (GCS, raylet, agents, workers) and theirs."""
-    return [proc_ for proc_ in psutil.process_iter() if _session(proc_) == proc.pid and proc_.pid != proc.pid] + \
-        psutil.Process(proc.pid).children(recursive=True)
+    return [
+        proc_ for proc_ in psutil.process_iter() if _session(proc_) == proc.pid and proc_.pid != proc.pid
+    ] + psutil.Process(proc.pid).children(recursive=True)
 
 
 def _session(proc: psutil.Process) -> int | None:
@@ -126,10 +142,22 @@ def test_a_second_signal_ends_the_sweep_at_once(tmp_path: Path) -> None:
         # What the exit at once left (its steward's daemon) is the doctor's to clean, as a re-run's would,
         # once the steward has followed the driver.
         stewards = [json.loads(p.read_text())["pid"] for p in root.glob("GPU-*/steward.json")]
-        wait_for(lambda: not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-                                 for pid in stewards), 60, "the steward to follow the driver")
-        subprocess.run([sys.executable, "-m", "raycolloc.doctor", f"--pipe-root={root}", "--fix"], cwd=ROOT,
-                       capture_output=True, timeout=120, check=False)
+        wait_for(
+            lambda: (
+                not any(
+                    psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in stewards
+                )
+            ),
+            60,
+            "the steward to follow the driver",
+        )
+        subprocess.run(
+            [sys.executable, "-m", "raycolloc.doctor", f"--pipe-root={root}", "--fix"],
+            cwd=ROOT,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
     output = log.read_text()
     assert code == 130, output[-3000:]  # 128 + SIGINT, the signal that ended it
     assert "SIGINT again: exiting now" in output and took < 5, (took, output[-3000:])
@@ -139,8 +167,16 @@ def test_a_second_signal_ends_the_sweep_at_once(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_a_steward_killed_during_an_mps_cell_leaves_no_daemon_and_no_traceback(tmp_path: Path) -> None:
     root, log = short_root("stew"), tmp_path / "run.log"
-    args = ["workload=tiny_cnn", "cluster=local", "mode=mps", "degree=1", "epoch_samples=1000000", "epoch_time_s=4",
-            f"mode.pipe_root={root}", f"out_dir={tmp_path / 'out'}"]
+    args = [
+        "workload=tiny_cnn",
+        "cluster=local",
+        "mode=mps",
+        "degree=1",
+        "epoch_samples=1000000",
+        "epoch_time_s=4",
+        f"mode.pipe_root={root}",
+        f"out_dir={tmp_path / 'out'}",
+    ]
     proc = _start(args, tmp_path, log)
     try:
         wait_for(lambda: "warm-up" in log.read_text(), 400, "the MPS cell's warm-up")
@@ -160,12 +196,17 @@ def test_a_steward_killed_during_an_mps_cell_leaves_no_daemon_and_no_traceback(t
 
 @pytest.mark.parametrize("multirun", [False, True], ids=["run", "multirun"])
 def test_a_full_disk_at_the_start_is_exit_3_naming_the_path_and_the_free_space(
-        tmp_path: Path, multirun: bool, capfd: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, multirun: bool, capfd: pytest.CaptureFixture[str]
+) -> None:
     """Issue 29, item 7: a full disk before the first file (Hydra's multirun.yaml or .hydra/) is exit 3."""
     mount = tmp_path / "full"
     mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True,
-                      check=False).returncode != 0:
+    if (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True, check=False
+        ).returncode
+        != 0
+    ):
         pytest.skip("mounting a tmpfs needs root")
     try:
         (mount / "out").mkdir()
@@ -176,8 +217,16 @@ def test_a_full_disk_at_the_start_is_exit_3_naming_the_path_and_the_free_space(
                     fh.flush()
         except OSError:
             pass
-        code, text = run_main([*(["-m"] if multirun else []), "workload=tiny_cnn", "cluster=local", "degree=1",
-                               f"out_dir={mount / 'out'}"], capfd)
+        code, text = run_main(
+            [
+                *(["-m"] if multirun else []),
+                "workload=tiny_cnn",
+                "cluster=local",
+                "degree=1",
+                f"out_dir={mount / 'out'}",
+            ],
+            capfd,
+        )
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
     assert code == 3, text[-3000:]
@@ -190,13 +239,25 @@ def test_a_script_job_under_the_sweeps_own_ray_has_sigterm_unblocked(tmp_path: P
     """The local Ray instance starts with SIGTERM blocked (so `timeout`'s signal to the group reaches the
     driver alone); its processes inherit the mask, but a job gets SIGTERM back, as when run by hand."""
     script = tmp_path / "mask.py"
-    script.write_text("import re\n"
-                      "status = open('/proc/self/status').read()\n"
-                      "blocked = int(re.search(r'SigBlk:\\s*([0-9a-f]+)', status).group(1), 16)\n"
-                      "print(f'sigterm-blocked={bool(blocked & (1 << (15 - 1)))}', flush=True)\n")
-    proc = run_cli(["workload=script", f"workload.command=[python,{script}]", "cluster=local", "epochs=2",
-                    f"out_dir={tmp_path / 'out'}", f"mode.pipe_root={short_root('mask')}"],
-                   cwd=tmp_path, timeout=300, own_ray=True)
+    script.write_text(
+        "import re\n"
+        "status = open('/proc/self/status').read()\n"
+        "blocked = int(re.search(r'SigBlk:\\s*([0-9a-f]+)', status).group(1), 16)\n"
+        "print(f'sigterm-blocked={bool(blocked & (1 << (15 - 1)))}', flush=True)\n"
+    )
+    proc = run_cli(
+        [
+            "workload=script",
+            f"workload.command=[python,{script}]",
+            "cluster=local",
+            "epochs=2",
+            f"out_dir={tmp_path / 'out'}",
+            f"mode.pipe_root={short_root('mask')}",
+        ],
+        cwd=tmp_path,
+        timeout=300,
+        own_ray=True,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "sigterm-blocked=False" in out and "sigterm-blocked=True" not in out, out[-3000:]

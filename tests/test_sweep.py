@@ -37,8 +37,17 @@ def test_radt_plan_runs_groups_and_writes_status_back(tmp_path: Path) -> None:
     )
     out = tmp_path / "res"
     pipe_root = Path("/tmp") / f"rcplan{os.getpid()}"
-    proc = run_cli([f"+plan={plan}", "cluster=local", "cluster.num_gpus=2", "epoch_samples=128",
-                    f"mode.pipe_root={pipe_root}", f"out_dir={out}"], cwd=ROOT)
+    proc = run_cli(
+        [
+            f"+plan={plan}",
+            "cluster=local",
+            "cluster.num_gpus=2",
+            "epoch_samples=128",
+            f"mode.pipe_root={pipe_root}",
+            f"out_dir={out}",
+        ],
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs = _tables(out, "jobs")
     cells = _tables(out, "cells")
@@ -55,10 +64,13 @@ def test_radt_plan_runs_groups_and_writes_status_back(tmp_path: Path) -> None:
 
 def test_radt_plan_errors_name_the_row(tmp_path: Path) -> None:
     plan = tmp_path / "plan.csv"
-    plan.write_text("Experiment,Workload,Status,Run,Devices,Collocation,File,Listeners,Params\n"
-                    "1,1,,a,0,-,train.py,smi,--model vggg16 --data /d/cifar10\n")
-    proc = run_cli([f"+plan={plan}", "cluster=local", f"out_dir={tmp_path / 'res'}"], cwd=ROOT, timeout=120,
-                   own_ray=True)  # refused before Ray
+    plan.write_text(
+        "Experiment,Workload,Status,Run,Devices,Collocation,File,Listeners,Params\n"
+        "1,1,,a,0,-,train.py,smi,--model vggg16 --data /d/cifar10\n"
+    )
+    proc = run_cli(
+        [f"+plan={plan}", "cluster=local", f"out_dir={tmp_path / 'res'}"], cwd=ROOT, timeout=120, own_ray=True
+    )  # refused before Ray
     assert proc.returncode != 0
     assert "plan.csv:2" in proc.stderr + proc.stdout and "vggg16" in proc.stderr + proc.stdout
     assert "column Params" in proc.stderr + proc.stdout and "allowed: vgg16" in proc.stderr + proc.stdout
@@ -75,18 +87,33 @@ def test_two_nodes_four_gpus_run_four_cells_at_once(tmp_path: Path) -> None:
     cluster.wait_for_nodes()
     out = tmp_path / "res"
     try:
-        proc = run_cli(["-m", "cluster=local", f"cluster.address={cluster.address}",
-                        # Four one-job cells, one per GPU. Their steps sleep (tests/sleepy_workload.py),
-                        # as GPU-bound steps leave a node's CPUs free: with CPU-bound tiny_cnn steps
-                        # four trainers on CI's 2 cores slowed each other's set-up by up to ~35 s, and
-                        # only measured windows of ~45 s overlapped.
-                        "workload=python", "workload.entry=tests.sleepy_workload:build", "batch_size=16",
-                        "degree=1", "mode=naive,mps", "seed=0,1",
-                        # Epochs of 12 s (a time budget): the measured one (epoch 2) is longer than the
-                        # cells' set-up skew even beside another test on 2 cores (alone, 1.8 s with
-                        # sleeping steps), and its length does not depend on the machine's load.
-                        "epoch_samples=1000000", "epoch_time_s=12", "epochs=2",
-                        f"mode.pipe_root=/tmp/rcmn{os.getpid()}", f"out_dir={out}"], cwd=ROOT, timeout=850)
+        proc = run_cli(
+            [
+                "-m",
+                "cluster=local",
+                f"cluster.address={cluster.address}",
+                # Four one-job cells, one per GPU. Their steps sleep (tests/sleepy_workload.py),
+                # as GPU-bound steps leave a node's CPUs free: with CPU-bound tiny_cnn steps
+                # four trainers on CI's 2 cores slowed each other's set-up by up to ~35 s, and
+                # only measured windows of ~45 s overlapped.
+                "workload=python",
+                "workload.entry=tests.sleepy_workload:build",
+                "batch_size=16",
+                "degree=1",
+                "mode=naive,mps",
+                "seed=0,1",
+                # Epochs of 12 s (a time budget): the measured one (epoch 2) is longer than the
+                # cells' set-up skew even beside another test on 2 cores (alone, 1.8 s with
+                # sleeping steps), and its length does not depend on the machine's load.
+                "epoch_samples=1000000",
+                "epoch_time_s=12",
+                "epochs=2",
+                f"mode.pipe_root=/tmp/rcmn{os.getpid()}",
+                f"out_dir={out}",
+            ],
+            cwd=ROOT,
+            timeout=850,
+        )
     finally:
         cluster.shutdown()
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -121,7 +148,7 @@ def test_largest_cells_start_first_when_cells_outnumber_gpus(tmp_path: Path) -> 
 
 
 def test_cell_size_puts_more_samples_first_and_naive_before_mps() -> None:
-    from raycolloc.driver.cells import validate_cell
+    from raycolloc.driver.cell_specs import validate_cell
     from raycolloc.driver.engine import cell_size
 
     specs = {}
@@ -138,8 +165,11 @@ def test_a_normal_run_leaves_no_fork_server_files_and_no_lock(tmp_path: Path) ->
     root. The steward's fork server ends with it, when the sweep stops its Ray instance."""
     out = tmp_path / "out"
     pipe_root = Path("/tmp") / f"rcfs{os.getpid()}"  # short: Unix socket paths
-    proc = run_cli(["-m", *TINY, "degree=1", "mode=naive,mps", f"mode.pipe_root={pipe_root}", f"out_dir={out}"],
-                   cwd=ROOT, own_ray=True)
+    proc = run_cli(
+        ["-m", *TINY, "degree=1", "mode=naive,mps", f"mode.pipe_root={pipe_root}", f"out_dir={out}"],
+        cwd=ROOT,
+        own_ray=True,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "2 of 2 cells have a result" in proc.stdout
     deadline = time.monotonic() + 30  # Ray's processes follow the driver within seconds

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from raycolloc.config import ConfigError, config_hash, load_config
-from raycolloc.driver.cells import cell_dir_names, mix_solos, sweep_cells, validate_cell
+from raycolloc.driver.cell_specs import cell_dir_names, mix_solos, sweep_cells, validate_cell
 
 from .conftest import compose, load
 
@@ -38,18 +38,33 @@ def test_repeats_are_interleaved_and_labelled() -> None:
     specs = [load(["degree=1", "repeats=3"]), load(["degree=2", "repeats=3"])]
     cells = sweep_cells(specs)
     assert [(c.label, c.config.repeat) for c in cells] == [
-        ("tiny_cnn-naive-x1", 0), ("tiny_cnn-naive-x2", 0), ("tiny_cnn-naive-x1-r1", 1), ("tiny_cnn-naive-x2-r1", 1),
-        ("tiny_cnn-naive-x1-r2", 2), ("tiny_cnn-naive-x2-r2", 2)]
+        ("tiny_cnn-naive-x1", 0),
+        ("tiny_cnn-naive-x2", 0),
+        ("tiny_cnn-naive-x1-r1", 1),
+        ("tiny_cnn-naive-x2-r1", 1),
+        ("tiny_cnn-naive-x1-r2", 2),
+        ("tiny_cnn-naive-x2-r2", 2),
+    ]
     assert len({c.config_hash for c in cells}) == 6
     assert cell_dir_names(cells) == [c.label for c in cells]
 
 
 def test_a_mix_brings_the_solo_cell_of_each_job_with_its_amounts() -> None:
-    mix = load(["mix=tiny_mixed", "mode=mps", "epoch_samples=512", "mix.jobs.1.epoch_samples=4096",
-                "mix.jobs.1.epoch_time_s=1.5", "mix.jobs.0.compile=default", "mode.active_thread_percentage=50"])
+    mix = load(
+        [
+            "mix=tiny_mixed",
+            "mode=mps",
+            "epoch_samples=512",
+            "mix.jobs.1.epoch_samples=4096",
+            "mix.jobs.1.epoch_time_s=1.5",
+            "mix.jobs.0.compile=default",
+            "mode.active_thread_percentage=50",
+        ]
+    )
     solos = mix_solos(mix.config)
-    assert [(s.workload.name, s.degree, s.mode.name, s.epoch_samples, s.epoch_time_s, s.trainer.compile)
-            for s in solos] == [("tiny_cnn", 1, "mps", 512, None, "default"), ("tiny_dlrm", 1, "mps", 4096, 1.5, "off")]
+    assert [
+        (s.workload.name, s.degree, s.mode.name, s.epoch_samples, s.epoch_time_s, s.trainer.compile) for s in solos
+    ] == [("tiny_cnn", 1, "mps", 512, None, "default"), ("tiny_dlrm", 1, "mps", 4096, 1.5, "off")]
     assert all(s.mode.active_thread_percentage is None and not s.mix.jobs for s in solos)  # alone: the whole GPU
     # The solo of job 1 is the cell a user composes by hand: the same hash (so an earlier run is reused).
     by_hand = load(["workload=tiny_dlrm", "mode=mps", "epoch_samples=4096", "epoch_time_s=1.5"])
@@ -79,16 +94,28 @@ def test_repeats_and_epoch_time_are_validated() -> None:
         load(["epoch_time_s=-1.0"])
 
 
-@pytest.mark.parametrize("jobs", [[], ["mix.jobs=[{workload:{name:tiny_cnn,batch_size:16}},"
-                                         "{workload:tiny_dlrm,epochs:3}]"]], ids=["presets", "compositions"])
+@pytest.mark.parametrize(
+    "jobs",
+    [[], ["mix.jobs=[{workload:{name:tiny_cnn,batch_size:16}},{workload:tiny_dlrm,epochs:3}]"]],
+    ids=["presets", "compositions"],
+)
 def test_a_mix_solo_cells_hydra_overrides_compose_it_again(jobs: list[str]) -> None:
     """Issue 31, item 5: the launcher wrote a ``Workload`` dataclass repr as ``workload=...`` into a mix's
     solo cell's ``.hydra/overrides.yaml``; now composing that file again gives the cell's config hash."""
-    from raycolloc.driver.cells import SweepOptions
+    from raycolloc.driver.cell_specs import SweepOptions
     from raycolloc.driver.launcher import _origin
 
-    overrides = ["cluster=local", "mix=tiny_mixed", "mode=mps", "epoch_samples=512", "repeats=2", *jobs,
-                 "mix.jobs.0.compile=default", "mode.active_thread_percentage=50", "trainer.fault=oom"]
+    overrides = [
+        "cluster=local",
+        "mix=tiny_mixed",
+        "mode=mps",
+        "epoch_samples=512",
+        "repeats=2",
+        *jobs,
+        "mix.jobs.0.compile=default",
+        "mode.active_thread_percentage=50",
+        "trainer.fault=oom",
+    ]
     mix = validate_cell(compose(overrides))
     solos = [s for s in sweep_cells([mix]) if s.mix_name is None]
     assert len(solos) == 4  # two jobs, two repeats each

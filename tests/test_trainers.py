@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import ray
 
-from raycolloc.driver.cell import Lane, run_cell
+from raycolloc.driver.cell_run import Lane, run_cell
 from raycolloc.driver.lease import acquire_gpu
 from raycolloc.driver.progress import open_board
-from raycolloc.driver.rows import job_rows
+from raycolloc.driver.tabulate import job_rows
 from raycolloc.driver.trainers import TrainerPool
 from raycolloc.node.steward import NAMESPACE, get_steward
 
@@ -68,8 +68,9 @@ def test_a_failed_job_s_actor_is_killed_not_lent_again(tmp_path: Path) -> None:
     """Also: a cell with actors of its own (``trainer.reuse_actors=false``, or script jobs) first ends
     the pool's idle ones, which hold shares of the lease's one GPU its actors need."""
     spec = load(["degree=2", "epoch_samples=64", "trainer.fault=error", "trainer.fault_job=1"], out_dir=tmp_path)
-    own = load(["degree=1", "epoch_samples=64", "trainer.reuse_actors=false", "trainer.setup_timeout_s=60"],
-               out_dir=tmp_path)
+    own = load(
+        ["degree=1", "epoch_samples=64", "trainer.reuse_actors=false", "trainer.setup_timeout_s=60"], out_dir=tmp_path
+    )
     lane = _lane(spec)
     try:
         rec = run_cell(spec, lane, time.time())

@@ -89,8 +89,15 @@ def test_items_1_and_3_a_rerun_trains_nothing_and_references_instead_of_copying(
 def test_item_10_mig_cells_a_cluster_cannot_run_are_skipped_rows_and_the_others_run(tmp_path: Path) -> None:
     out = tmp_path / "out"
     pipe_root = Path(tempfile.mkdtemp(prefix="rc10", dir="/tmp"))
-    args = ["-m", *TINY, "degree=1,2", "mode=naive,mps,mig", "cluster.num_gpus=2", f"out_dir={out}",
-            f"mode.pipe_root={pipe_root}"]
+    args = [
+        "-m",
+        *TINY,
+        "degree=1,2",
+        "mode=naive,mps,mig",
+        "cluster.num_gpus=2",
+        f"out_dir={out}",
+        f"mode.pipe_root={pipe_root}",
+    ]
     # A GPU with MIG disabled (as on the H200 of the issue): the mig cells are skipped, with the reason.
     first = run_cli([*args, "cluster.sim_mig_mode=disabled"], cwd=ROOT)
     assert first.returncode == 1, first.stdout[-3000:] + first.stderr[-3000:]
@@ -115,19 +122,33 @@ def test_item_10_mig_cells_a_cluster_cannot_run_are_skipped_rows_and_the_others_
 
 def test_item_10_keys_that_do_not_change_the_work_do_not_change_the_hash() -> None:
     base = config_hash(load(["degree=2", "mode=mig"]).config)
-    for override in ("mig.allow_reconfigure=true", "mig.allow_reconfigure=false", "cluster.num_gpus=4",
-                     "cluster.num_cpus=8", "cluster.sim_mig_mode=enabled", "trainer.stall_timeout_s=60",
-                     "trainer.epoch_timeout_s=600", "trainer.setup_timeout_s=60"):
+    for override in (
+        "mig.allow_reconfigure=true",
+        "mig.allow_reconfigure=false",
+        "cluster.num_gpus=4",
+        "cluster.num_cpus=8",
+        "cluster.sim_mig_mode=enabled",
+        "trainer.stall_timeout_s=60",
+        "trainer.epoch_timeout_s=600",
+        "trainer.setup_timeout_s=60",
+    ):
         assert config_hash(load(["degree=2", "mode=mig", override]).config) == base, override
     assert config_hash(load(["degree=2", "mode=mig", "mig.layout=[1g,1g]"]).config) != base
 
 
 def test_item_4_a_dead_sweeps_lock_is_taken_over(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     out = tmp_path / "out"
-    holder = subprocess.Popen([sys.executable, "-c",
-                               "import sys, time; from raycolloc.driver.outlock import hold_output\n"
-                               f"with hold_output({str(out)!r}):\n print('held', flush=True); time.sleep(600)"],
-                              cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from raycolloc.driver.outlock import hold_output\n"
+            f"with hold_output({str(out)!r}):\n print('held', flush=True); time.sleep(600)",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         with pytest.raises(OutputLocked, match=f"pid {holder.pid}"), hold_output(out):
@@ -140,8 +161,10 @@ def test_item_4_a_dead_sweeps_lock_is_taken_over(tmp_path: Path, caplog: pytest.
         assert json.loads((held / LOCK_NAME).read_text())["pid"] == os.getpid()
         with hold_output(out):  # re-entrant in one process (launcher, plan, engine)
             pass
-    assert f"taking over the lock of a sweep that ended without releasing it (host {os.uname().nodename}, " \
-           f"pid {holder.pid}" in caplog.text
+    assert (
+        f"taking over the lock of a sweep that ended without releasing it (host {os.uname().nodename}, "
+        f"pid {holder.pid}" in caplog.text
+    )
 
 
 @pytest.mark.slow
@@ -152,10 +175,25 @@ def test_item_4_two_sweeps_on_one_ray_cluster_never_share_a_gpu(tmp_path: Path) 
     procs = []
     try:
         for name in ("a", "b"):
-            args = ["-m", *TINY, "degree=1", "mode=naive,mps", f"cluster.address={cluster.address}",
-                    f"out_dir={tmp_path / name}", f"mode.pipe_root=/tmp/rc1c{os.getpid()}{name}", "epoch_samples=1024"]
-            procs.append(subprocess.Popen([sys.executable, "-m", "raycolloc.sweep", *args], cwd=ROOT, text=True,
-                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+            args = [
+                "-m",
+                *TINY,
+                "degree=1",
+                "mode=naive,mps",
+                f"cluster.address={cluster.address}",
+                f"out_dir={tmp_path / name}",
+                f"mode.pipe_root=/tmp/rc1c{os.getpid()}{name}",
+                "epoch_samples=1024",
+            ]
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "raycolloc.sweep", *args],
+                    cwd=ROOT,
+                    text=True,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                )
+            )
         outputs = [p.communicate(timeout=850)[0] for p in procs]
     finally:
         for p in procs:
@@ -231,11 +269,26 @@ def test_item_11_the_dashboard_url_comes_with_the_token_it_asks_for(tmp_path: Pa
     with socket.socket() as s:  # a free port: Ray's default 8265 may be another instance's
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "raycolloc.sweep", *CPU_OVERRIDES, "degree=1", "epoch_samples=20000",
-                             "cluster.dashboard=true", f"cluster.dashboard_port={port}", f"out_dir={out}",
-                             f"mode.pipe_root=/tmp/rc11{os.getpid()}"],
-                            cwd=ROOT, env={**_dashboard_env(tmp_path), "RAY_TMPDIR": ray_tmp}, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "raycolloc.sweep",
+            *CPU_OVERRIDES,
+            "degree=1",
+            "epoch_samples=20000",
+            "cluster.dashboard=true",
+            f"cluster.dashboard_port={port}",
+            f"out_dir={out}",
+            f"mode.pipe_root=/tmp/rc11{os.getpid()}",
+        ],
+        cwd=ROOT,
+        env={**_dashboard_env(tmp_path), "RAY_TMPDIR": ray_tmp},
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     seen: list[str] = []
     try:
         assert proc.stdout is not None
@@ -274,8 +327,17 @@ def test_item_11_the_dashboard_url_comes_with_the_token_it_asks_for(tmp_path: Pa
 
 def _node(backend: str, cpus: int, free_mib: float, gpus: list) -> NodeInfo:
     """A steward's ``info()`` of a node, as the pre-flight reads it."""
-    return NodeInfo(node_id="node-x", pid=0, gpus=tuple(gpus), driver="", cpus=cpus, mem_total_mib=free_mib,
-                    mem_available_mib=free_mib, leftovers=(), traits=backend_traits(backend))
+    return NodeInfo(
+        node_id="node-x",
+        pid=0,
+        gpus=tuple(gpus),
+        driver="",
+        cpus=cpus,
+        mem_total_mib=free_mib,
+        mem_available_mib=free_mib,
+        leftovers=(),
+        traits=backend_traits(backend),
+    )
 
 
 @pytest.mark.slow  # estimates ResNet152's memory (timm on the meta device): ~4 s
@@ -292,12 +354,16 @@ def test_item_6_a_cell_is_checked_against_the_nodes_cores_memory_and_gpus(tmp_pa
         check_nodes([cell], [_node("nvml", 16, 4 * 1024, [gpu]), _node("nvml", 16, 1024, [gpu])])
     # GPU memory: the sum of the jobs' estimates against the GPU; under MIG, each instance's share.
     big = load(["workload=resnet152_imagenet", "degree=3", "epoch_samples=64"])
-    mig = load(["workload=resnet152_imagenet", "degree=7", "mode=mig", "epoch_samples=64",
-                "cluster.gpu_model=A100-SXM4-40GB"])
+    mig = load(
+        ["workload=resnet152_imagenet", "degree=7", "mode=mig", "epoch_samples=64", "cluster.gpu_model=A100-SXM4-40GB"]
+    )
     small = load(["degree=7", "mode=mig", "cluster.gpu_model=A100-SXM4-40GB"])
     unfit = unfit_cells([big, mig, small], [_node("sim", 2, 1024, [gpu])], {})
     # (ResNet152 at 224 px and batch 64: about 17 GiB a job, the model's estimate with a CUDA context.)
-    assert re.fullmatch(r"unfit: 3 jobs x about 17\.\d GiB \(estimated peak per job\) need 5\d\.\d GiB; "
-                        r"Simulated A100-SXM4-40GB has 40\.0 GiB", unfit[big.cell_id]), unfit[big.cell_id]
+    assert re.fullmatch(
+        r"unfit: 3 jobs x about 17\.\d GiB \(estimated peak per job\) need 5\d\.\d GiB; "
+        r"Simulated A100-SXM4-40GB has 40\.0 GiB",
+        unfit[big.cell_id],
+    ), unfit[big.cell_id]
     assert re.match(r"unfit: MIG instance 1g\.5gb holds 4\.8 GiB; its jobs need about 17\.\d GiB", unfit[mig.cell_id])
     assert small.cell_id not in unfit

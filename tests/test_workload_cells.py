@@ -12,10 +12,19 @@ import pytest
 
 from .conftest import ROOT, load, run_cli, run_one
 
-TIMM = ["workload=timm", "workload.dataset=synthetic", "workload.resolution=32", "workload.num_classes=10",
-        "workload.dataset_size=64", "batch_size=16"]
-SCRIPT = ["workload=script", "workload.command=[python,jobs/examples/plain_train.py,--epochs,3,--steps,3]",
-          r"workload.epoch_regex='^epoch (?P<epoch>\d+) done samples=(?P<samples>\d+) loss=(?P<loss>[\d.]+)'"]
+TIMM = [
+    "workload=timm",
+    "workload.dataset=synthetic",
+    "workload.resolution=32",
+    "workload.num_classes=10",
+    "workload.dataset_size=64",
+    "batch_size=16",
+]
+SCRIPT = [
+    "workload=script",
+    "workload.command=[python,jobs/examples/plain_train.py,--epochs,3,--steps,3]",
+    r"workload.epoch_regex='^epoch (?P<epoch>\d+) done samples=(?P<samples>\d+) loss=(?P<loss>[\d.]+)'",
+]
 
 
 def _pipe_root() -> str:
@@ -25,9 +34,22 @@ def _pipe_root() -> str:
 @pytest.mark.slow  # four cells of a real multirun of two timm models: about 25 s on 2 cores
 def test_multirun_over_two_timm_models_naive_and_mps(tmp_path: Path) -> None:
     out = tmp_path / "results"
-    proc = run_cli(["-m", "cluster=local", "cluster.num_gpus=2", *TIMM, "workload.model=resnet10t,test_vit",
-                    "mode=naive,mps", "degree=2", f"mode.pipe_root={_pipe_root()}", "telemetry.interval_ms=50",
-                    f"out_dir={out}"], cwd=ROOT, timeout=900)
+    proc = run_cli(
+        [
+            "-m",
+            "cluster=local",
+            "cluster.num_gpus=2",
+            *TIMM,
+            "workload.model=resnet10t,test_vit",
+            "mode=naive,mps",
+            "degree=2",
+            f"mode.pipe_root={_pipe_root()}",
+            "telemetry.interval_ms=50",
+            f"out_dir={out}",
+        ],
+        cwd=ROOT,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (sweep,) = (out / "multirun").glob("*/*")
     cells = pd.concat([pd.read_parquet(p) for p in sweep.glob("*/cells.parquet")])
@@ -35,9 +57,9 @@ def test_multirun_over_two_timm_models_naive_and_mps(tmp_path: Path) -> None:
     assert len(cells) == 4 and set(cells["status"]) == {"ok"}
     # Each cell and job is named by its model and dataset: cells of different models stay apart.
     assert set(cells["workload"]) == {"resnet10t_synthetic_32px", "test_vit_synthetic_32px"}
-    assert set(zip(cells["workload"], cells["mode"], strict=True)) == {(w, m) for w in ("resnet10t_synthetic_32px",
-                                                                          "test_vit_synthetic_32px")
-                                                         for m in ("naive", "mps")}
+    assert set(zip(cells["workload"], cells["mode"], strict=True)) == {
+        (w, m) for w in ("resnet10t_synthetic_32px", "test_vit_synthetic_32px") for m in ("naive", "mps")
+    }
     assert set(jobs["model"]) == {"resnet10t", "test_vit"} and set(jobs["dataset"]) == {"synthetic"}
     assert set(jobs["kind"]) == {"model"} and (jobs["epoch2_s"] > 0).all()
     assert jobs.loc[jobs.cell_id.str.contains("mps"), "mps_client"].all()
@@ -47,8 +69,16 @@ def test_multirun_over_two_timm_models_naive_and_mps(tmp_path: Path) -> None:
 
 @pytest.mark.usefixtures("ray_local")
 def test_python_workload_cell_runs_the_example_inside_the_protocol(tmp_path: Path) -> None:
-    spec = load(["workload=python", "workload.entry=jobs.examples.tiny_regression:build", "workload.args={hidden: 16}",
-                 "degree=2", "epoch_samples=256"], out_dir=tmp_path)
+    spec = load(
+        [
+            "workload=python",
+            "workload.entry=jobs.examples.tiny_regression:build",
+            "workload.args={hidden: 16}",
+            "degree=2",
+            "epoch_samples=256",
+        ],
+        out_dir=tmp_path,
+    )
     result, t = run_one(spec, tmp_path / "cell")
     jobs, epochs, cells = t["jobs"], t["epochs"], t["cells"]
     assert result.status == "ok", result.summary
@@ -63,8 +93,15 @@ def test_python_workload_cell_runs_the_example_inside_the_protocol(tmp_path: Pat
 
 @pytest.mark.usefixtures("ray_local")
 def test_python_step_function_refuses_fast_paths_as_a_row(tmp_path: Path) -> None:
-    spec = load(["workload=python", "workload.entry=jobs.examples.tiny_regression:build_step",
-                 "trainer.compile=default", "epoch_samples=64"], out_dir=tmp_path)
+    spec = load(
+        [
+            "workload=python",
+            "workload.entry=jobs.examples.tiny_regression:build_step",
+            "trainer.compile=default",
+            "epoch_samples=64",
+        ],
+        out_dir=tmp_path,
+    )
     result, t = run_one(spec, tmp_path / "cell")
     job = t["jobs"].iloc[0]
     assert result.status == "error" and job["status"] == "error"

@@ -35,12 +35,20 @@ log = logging.getLogger("raycolloc")
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m raycolloc.advise", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m raycolloc.advise",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("words", nargs="*", help="workload=NAME [workload.KEY=V] ... overrides and advisor keys")
     p.add_argument("--validate", nargs="+", metavar="SWEEP_DIR", help="compare predictions with measured sweeps")
-    p.add_argument("--fit", action="append", default=[], metavar="DIR",
-                   help="measured sweeps to fit the parameters on (default: out_dir)")
+    p.add_argument(
+        "--fit",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="measured sweeps to fit the parameters on (default: out_dir)",
+    )
     p.add_argument("--emit-sweep", action="store_true", help="write the recommended cells as a sweep and a radT plan")
     p.add_argument("--out", type=Path, help="where the JSON goes (default: the advice directory / validation.json)")
     return p
@@ -77,8 +85,9 @@ def _advise(args: argparse.Namespace) -> int:
     backend = next((p.profile.backend for p in profiled if p.profile is not None), "nvml")
     advice = advise(profiled, request, fit_dirs, out_dir, node_cores(request.cores, backend))
     if args.emit_sweep:
-        advice = dataclasses.replace(advice, emitted=emit_sweep(advice_dir, list(advice.rankings), profiled,
-                                                                request.common))
+        advice = dataclasses.replace(
+            advice, emitted=emit_sweep(advice_dir, list(advice.rankings), profiled, request.common)
+        )
     print(format_advice(advice), flush=True)
     out = args.out or advice_dir / "advice.json"
     print(f"wrote {write_json(out, advice, {'command': ['python', '-m', 'raycolloc.advise', *sys.argv[1:]]})}")

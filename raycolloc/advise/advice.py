@@ -96,46 +96,70 @@ def advise(profiled: list[Profiled], request: Request, fit_dirs: Sequence[Path],
     history = measured(fit_dirs, frozenset(p.workload for p in new), first.gpu_name, cores)
     profiles = [_with_history(p, history.profiles) for p in new]
     params = history.params
-    rankings = [rank(p.workload, uniform_candidates(p, gpu, request.degrees), gpu, params, request.max_slowdown)
-                for p in dict.fromkeys(profiles)]
+    rankings = [
+        rank(p.workload, uniform_candidates(p, gpu, request.degrees), gpu, params, request.max_slowdown)
+        for p in dict.fromkeys(profiles)
+    ]
     if len(profiled) > 1 and not missing:
         label = "mix " + "+".join(p.workload for p in profiles)
         rankings.append(rank(label, mix_candidates(profiles, gpu), gpu, params, request.max_slowdown, mix=True))
     elif len(profiled) > 1:
         missing["mix"] = "not predicted: a job of it has no profile (see above)"
-    return Advice(gpu=gpu, params=params, profiles=tuple(dict.fromkeys(profiles)), not_profiled=missing,
-                  rankings=tuple(rankings), fit_sweeps=history.dirs)
+    return Advice(
+        gpu=gpu,
+        params=params,
+        profiles=tuple(dict.fromkeys(profiles)),
+        not_profiled=missing,
+        rankings=tuple(rankings),
+        fit_sweeps=history.dirs,
+    )
 
 
 def format_advice(a: Advice) -> str:
     """The advice as printed: profiles, parameters, one ranked table per group, the picks, the assumptions."""
-    lines = [f"GPU: {a.gpu.name} ({a.gpu.memory_mib / 1024:.0f} GiB, base {a.gpu.base_mib:.0f} MiB used by no job; "
-             f"{a.gpu.cores} cores on its node)"]
+    lines = [
+        f"GPU: {a.gpu.name} ({a.gpu.memory_mib / 1024:.0f} GiB, base {a.gpu.base_mib:.0f} MiB used by no job; "
+        f"{a.gpu.cores} cores on its node)"
+    ]
     for p in a.profiles:
-        lines.append(f"profile {p.workload} ({p.mode} solo, {', '.join(p.cell_dirs)}): "
-                     f"{p.samples_per_s:,.0f} samples/s, "
-                     f"SM activity {100 * p.sm_active:.1f}%, busy {100 * p.busy:.1f}% ({p.busy_source}), "
-                     f"DRAM {_pct(p.dram_active)}, occupancy {_pct(p.sm_occupancy)}, launching thread "
-                     f"{100 * p.cpu_busy:.0f}% of a core, memory {p.job_mem_mib:,.0f} MiB/job ({p.mem_source})")
+        lines.append(
+            f"profile {p.workload} ({p.mode} solo, {', '.join(p.cell_dirs)}): "
+            f"{p.samples_per_s:,.0f} samples/s, "
+            f"SM activity {100 * p.sm_active:.1f}%, busy {100 * p.busy:.1f}% ({p.busy_source}), "
+            f"DRAM {_pct(p.dram_active)}, occupancy {_pct(p.sm_occupancy)}, launching thread "
+            f"{100 * p.cpu_busy:.0f}% of a core, memory {p.job_mem_mib:,.0f} MiB/job ({p.mem_source})"
+        )
     for name, why in a.not_profiled.items():
         lines.append(f"no profile for {name}: {why}")
     fit = a.params
-    lines.append(f"parameters: naive capacity={fit.naive.capacity:.2f} k={fit.naive.sharpness:g}; mps capacity="
-                 f"{fit.mps.capacity:.2f} k={fit.mps.sharpness:g}; mig capacity={fit.mig.capacity:.2f} "
-                 f"k={fit.mig.sharpness:g}; power slope="
-                 f"{'-' if fit.power_slope_w is None else f'{fit.power_slope_w:.0f} W per unit SM activity'}; "
-                 f"{fit.source}")
+    lines.append(
+        f"parameters: naive capacity={fit.naive.capacity:.2f} k={fit.naive.sharpness:g}; mps capacity="
+        f"{fit.mps.capacity:.2f} k={fit.mps.sharpness:g}; mig capacity={fit.mig.capacity:.2f} "
+        f"k={fit.mig.sharpness:g}; power slope="
+        f"{'-' if fit.power_slope_w is None else f'{fit.power_slope_w:.0f} W per unit SM activity'}; "
+        f"{fit.source}"
+    )
     for r in a.rankings:
         lines += ["", format_ranking(r)]
-        for tag, best in (("best throughput", r.best_throughput), ("best energy per sample", r.best_energy),
-                          (f"best throughput with every job's slowdown <= {r.max_slowdown:g}"
-                           if r.max_slowdown is not None else "best throughput (no max_slowdown given)",
-                           r.best_within_cap)):
+        for tag, best in (
+            ("best throughput", r.best_throughput),
+            ("best energy per sample", r.best_energy),
+            (
+                f"best throughput with every job's slowdown <= {r.max_slowdown:g}"
+                if r.max_slowdown is not None
+                else "best throughput (no max_slowdown given)",
+                r.best_within_cap,
+            ),
+        ):
             lines.append(f"  {tag}: {best or 'none fits'}")
     lines += ["", "the model assumes:"] + [f"  - {text}" for text in a.assumptions]
     if a.emitted is not None:
-        lines += ["", f"recommended cells as a sweep ({a.emitted.sweep_txt}):", *(f"  {x}" for x in a.emitted.lines),
-                  f"and as a radT plan: {a.emitted.plan_command}"]
+        lines += [
+            "",
+            f"recommended cells as a sweep ({a.emitted.sweep_txt}):",
+            *(f"  {x}" for x in a.emitted.lines),
+            f"and as a radT plan: {a.emitted.plan_command}",
+        ]
         if a.emitted.not_in_plan:
             lines.append(f"  (not in the plan: {'; '.join(a.emitted.not_in_plan)})")
     return "\n".join(lines)
@@ -164,4 +188,3 @@ def write_json(path: Path, obj: Any, extra: dict[str, Any] | None = None) -> Pat
     tmp.write_text(json.dumps({**_plain(obj), **(extra or {})}, indent=1, default=str))
     tmp.replace(path)
     return path
-

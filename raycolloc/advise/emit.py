@@ -63,8 +63,10 @@ def sweep_lines(rankings: list[Ranking], profiled: list[Profiled], common: tuple
     groups: dict[tuple[str, ...], list[int]] = {}
     for r, p in _cells(rankings, profiled):
         if r.mix:
-            jobs = [next(q for q in profiled if q.profile is not None and q.profile.workload == name)
-                    for name in p.workloads.split("+")]
+            jobs = [
+                next(q for q in profiled if q.profile is not None and q.profile.workload == name)
+                for name in p.workloads.split("+")
+            ]
             # A preset as its name, as a mix's YAML writes it (the same mix hashes the same: reused).
             entries = [{"workload": q.workload["name"] if set(q.workload) == {"name"} else q.workload} for q in jobs]
             words: tuple[str, ...] = (f"mix.jobs={hydra_value(entries)}",)
@@ -100,8 +102,9 @@ def plan_csv(rankings: list[Ranking], profiled: list[Profiled]) -> tuple[str, li
             rows.append(["advise", group, "", f"{name}-{i}", "0", colloc, "raycolloc", "", x or ""])  # csv: None is ""
     if skipped:
         out.write(f"# not in this plan (a plan row cannot say them; see sweep.txt): {'; '.join(skipped)}\n")
-    writer.writerow(["Experiment", "Workload", "Status", "Run", "Devices", "Collocation", "File", "Listeners",
-                     "Params"])
+    writer.writerow(
+        ["Experiment", "Workload", "Status", "Run", "Devices", "Collocation", "File", "Listeners", "Params"]
+    )
     writer.writerows(rows)
     return out.getvalue(), skipped
 

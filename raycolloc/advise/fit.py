@@ -68,13 +68,16 @@ def _gpu_name(cell: pd.Series, profiles: dict[tuple[str, str, str], Profile]) ->
     return models.pop() if len(models) == 1 else None
 
 
-def _candidate(cell: pd.Series, jobs: pd.DataFrame, profiles: dict[tuple[str, str, str], Profile],
-               gpu_name: str) -> Candidate | None:
+def _candidate(
+    cell: pd.Series, jobs: pd.DataFrame, profiles: dict[tuple[str, str, str], Profile], gpu_name: str
+) -> Candidate | None:
     """The candidate a measured cell was; None if one of its jobs has no profile or it is not a
     mode the model predicts."""
     mode = str(cell["mode"])
-    found = [profiles.get(profile_key(gpu_name, str(j["workload"]), settings_of(j)))
-             for _, j in jobs.sort_values("job_index").iterrows()]
+    found = [
+        profiles.get(profile_key(gpu_name, str(j["workload"]), settings_of(j)))
+        for _, j in jobs.sort_values("job_index").iterrows()
+    ]
     if not found or any(p is None for p in found) or mode not in ("naive", "mps", "mig"):
         return None
     chosen: tuple[Profile, ...] = tuple(p for p in found if p is not None)
@@ -82,22 +85,29 @@ def _candidate(cell: pd.Series, jobs: pd.DataFrame, profiles: dict[tuple[str, st
     mix_jobs = (cfg.get("mix") or {}).get("jobs") or []
     if mode == "mps":
         atp = _per_job((cfg.get("mode") or {}).get("active_thread_percentage"), len(chosen))
-        atp = [(mix_jobs[i].get("active_thread_percentage") if i < len(mix_jobs) else None) or a
-               for i, a in enumerate(atp)]
+        atp = [
+            (mix_jobs[i].get("active_thread_percentage") if i < len(mix_jobs) else None) or a for i, a in enumerate(atp)
+        ]
         limited = tuple(int(a) for a in atp if a is not None)
         return Candidate(mode, chosen, mps_slots(atp), limited if len(limited) == len(chosen) else None)
     if mode == "mig":
         per_job = [j.get("mig_profile") for j in mix_jobs] if mix_jobs else [None] * len(chosen)
-        placed = mig_slots(gpu_name, (cfg.get("mig") or {}).get("layout", "auto"),
-                           (cfg.get("mix") or {}).get("mig_layout"), per_job)
+        placed = mig_slots(
+            gpu_name, (cfg.get("mig") or {}).get("layout", "auto"), (cfg.get("mix") or {}).get("mig_layout"), per_job
+        )
         if placed is None:
             return None
         return Candidate(mode, chosen, placed[0], mig_profiles=placed[1])
     return Candidate(mode, chosen, (Slot(),) * len(chosen))
 
 
-def observations_in(cells: pd.DataFrame, jobs: pd.DataFrame, profiles: dict[tuple[str, str, str], Profile],
-                    costs: dict[str, GpuCosts], cores: int | None) -> list[Observation]:
+def observations_in(
+    cells: pd.DataFrame,
+    jobs: pd.DataFrame,
+    profiles: dict[tuple[str, str, str], Profile],
+    costs: dict[str, GpuCosts],
+    cores: int | None,
+) -> list[Observation]:
     """Every cell of the loaded sweeps that the model can describe (all its jobs have a profile)."""
     profile_cells = {(p.gpu_name, d) for p in profiles.values() for d in p.cell_dirs}
     out = []
@@ -113,14 +123,23 @@ def observations_in(cells: pd.DataFrame, jobs: pd.DataFrame, profiles: dict[tupl
         ordered = rows.sort_values("job_index")
         rates = tuple(finite(r["epoch2_samples_per_s"]) if r["status"] == "ok" else None for _, r in ordered.iterrows())
         sm = finite(cell.get("sm_active_mean"))
-        out.append(Observation(
-            sweep=str(cell["sweep"]), cell_id=str(cell["cell_id"]), label=str(cell["label"]),
-            status=str(cell["status"]), candidate=candidate, gpu=gpu, job_samples_per_s=rates,
-            agg_samples_per_s=finite(cell.get("agg_samples_per_s")),
-            mem_used_mib=finite(cell.get("mem_used_max_mib")), power_w=finite(cell.get("power_mean_w")),
-            sm_active=None if sm is None else sm / 100.0, energy_per_sample_j=finite(cell.get("energy_per_sample_j")),
-            profile_cell=(gpu_name, str(cell.get("cell_dir", ""))) in profile_cells,
-        ))
+        out.append(
+            Observation(
+                sweep=str(cell["sweep"]),
+                cell_id=str(cell["cell_id"]),
+                label=str(cell["label"]),
+                status=str(cell["status"]),
+                candidate=candidate,
+                gpu=gpu,
+                job_samples_per_s=rates,
+                agg_samples_per_s=finite(cell.get("agg_samples_per_s")),
+                mem_used_mib=finite(cell.get("mem_used_max_mib")),
+                power_w=finite(cell.get("power_mean_w")),
+                sm_active=None if sm is None else sm / 100.0,
+                energy_per_sample_j=finite(cell.get("energy_per_sample_j")),
+                profile_cell=(gpu_name, str(cell.get("cell_dir", ""))) in profile_cells,
+            )
+        )
     return out
 
 
@@ -192,7 +211,15 @@ def fit(observations: list[Observation], exclude: frozenset[str] = frozenset(), 
         notes.append(f"{mode}: {len(cells)} cells, rms log error {rms:.3f}")
     slope = _power_slope(usable)
     names = sorted({w for o in usable for w in o.workloads})
-    source = (f"fitted on {', '.join(names)} ({'; '.join(notes)})" if fitted
-              else "defaults (no measured collocated cell of another workload on this GPU)")
-    return Params(naive=fitted.get("naive", DEFAULT_PARAMS.naive), mps=fitted.get("mps", DEFAULT_PARAMS.mps),
-                  mig=fitted.get("mig", DEFAULT_PARAMS.mig), power_slope_w=slope, source=source)
+    source = (
+        f"fitted on {', '.join(names)} ({'; '.join(notes)})"
+        if fitted
+        else "defaults (no measured collocated cell of another workload on this GPU)"
+    )
+    return Params(
+        naive=fitted.get("naive", DEFAULT_PARAMS.naive),
+        mps=fitted.get("mps", DEFAULT_PARAMS.mps),
+        mig=fitted.get("mig", DEFAULT_PARAMS.mig),
+        power_slope_w=slope,
+        source=source,
+    )

@@ -36,9 +36,25 @@ from dataclasses import dataclass, field
 
 from raycolloc.advise.profile import Profile
 
-__all__ = ["ASSUMPTIONS", "DEFAULT_PARAMS", "MEM_HEADROOM_MIB", "MEM_MARGIN", "MPS_MAX_CLIENTS", "MPS_SERVER_MIB",
-           "Candidate", "Gpu", "JobPrediction", "ModeParams", "Params", "Prediction", "Slot", "max_degree",
-           "memory_need", "predict", "served"]
+__all__ = [
+    "ASSUMPTIONS",
+    "DEFAULT_PARAMS",
+    "MEM_HEADROOM_MIB",
+    "MEM_MARGIN",
+    "MPS_MAX_CLIENTS",
+    "MPS_SERVER_MIB",
+    "Candidate",
+    "Gpu",
+    "JobPrediction",
+    "ModeParams",
+    "Params",
+    "Prediction",
+    "Slot",
+    "max_degree",
+    "memory_need",
+    "predict",
+    "served",
+]
 
 MEM_MARGIN = 0.08  # per job, over its measured peak: cuDNN may pick other algorithms (workspaces) when collocated
 MEM_HEADROOM_MIB = 256.0  # per GPU (or GPU instance): allocator fragmentation and NVML's rounding
@@ -150,8 +166,13 @@ class Candidate:
 
     @property
     def label(self) -> str:
-        extra = (f" atp={'/'.join(map(str, self.active_thread_percentage))}" if self.active_thread_percentage
-                 else f" [{','.join(self.mig_profiles)}]" if self.mig_profiles else "")
+        extra = (
+            f" atp={'/'.join(map(str, self.active_thread_percentage))}"
+            if self.active_thread_percentage
+            else f" [{','.join(self.mig_profiles)}]"
+            if self.mig_profiles
+            else ""
+        )
         size = f"x{self.degree}" if self.uniform else f"{self.degree} jobs"
         return f"{self.workloads} {self.mode} {size}{extra}"
 
@@ -200,12 +221,12 @@ def served(offered: float, capacity: float, k: float) -> float:
     """W(O): what a resource of ``capacity`` serves of an offer (smooth minimum of the two)."""
     if offered <= 0:
         return 0.0
-    return (offered ** -k + capacity ** -k) ** (-1.0 / k)
+    return (offered**-k + capacity**-k) ** (-1.0 / k)
 
 
 def _offered(achieved: float, capacity: float, k: float) -> float:
     """W^-1: the offer that a resource of ``capacity`` served as ``achieved`` (below capacity)."""
-    return (achieved ** -k - capacity ** -k) ** (-1.0 / k) if achieved > 0 else 0.0
+    return (achieved**-k - capacity**-k) ** (-1.0 / k) if achieved > 0 else 0.0
 
 
 class _Rates:
@@ -215,8 +236,9 @@ class _Rates:
         self.ratio = [1.0] * n
         self.bound = ["none"] * n
 
-    def smooth(self, members: list[int], achieved: list[float | None], capacity: float, share: float, k: float,
-               name: str) -> None:
+    def smooth(
+        self, members: list[int], achieved: list[float | None], capacity: float, share: float, k: float, name: str
+    ) -> None:
         """A resource the jobs ``members`` share, each alone having used ``achieved`` of the whole GPU's;
         ``share`` of the GPU's capacity is this pool's (MIG instance, MPS limit: 1 = the whole GPU)."""
         # A solo at or above capacity is taken as just below it: its offer stays finite, and alone it
@@ -261,12 +283,21 @@ def memory_need(c: Candidate, gpu: Gpu) -> tuple[bool, str | None, float, float,
                 worst = (need, cap, c.slots[idx[0]].name)
         assert worst is not None
         need, cap, name = worst
-        why = None if need <= cap else (f"MIG instance {name} holds {cap / 1024:.1f} GiB; "
-                                         f"its job(s) need {need / 1024:.1f} GiB")
+        why = (
+            None
+            if need <= cap
+            else (f"MIG instance {name} holds {cap / 1024:.1f} GiB; its job(s) need {need / 1024:.1f} GiB")
+        )
         return need <= cap, why, need, expected, cap
     need = gpu.base_mib + sum(safe) + server + MEM_HEADROOM_MIB
-    why = None if need <= gpu.memory_mib else (f"{c.degree} job(s) need {need / 1024:.1f} GiB (with margins); "
-                                               f"{gpu.name} has {gpu.memory_mib / 1024:.1f} GiB")
+    why = (
+        None
+        if need <= gpu.memory_mib
+        else (
+            f"{c.degree} job(s) need {need / 1024:.1f} GiB (with margins); "
+            f"{gpu.name} has {gpu.memory_mib / 1024:.1f} GiB"
+        )
+    )
     if c.mode == "mps" and c.degree > MPS_MAX_CLIENTS:
         why = f"MPS serves at most {MPS_MAX_CLIENTS} clients"
     return why is None, why, need, expected, gpu.memory_mib
@@ -294,15 +325,22 @@ def _rates(c: Candidate, gpu: Gpu, params: Params) -> _Rates:
         rates.smooth(everyone, [j.dram_active for j in jobs], p.capacity, 1.0, p.sharpness, "DRAM bandwidth")
         for i, slot in enumerate(c.slots):
             if slot.sm_fraction < 1.0:
-                rates.smooth([i], [jobs[i].sm_active], p.capacity, slot.sm_fraction, p.sharpness,
-                             "SMs (active-thread %)")
+                rates.smooth(
+                    [i], [jobs[i].sm_active], p.capacity, slot.sm_fraction, p.sharpness, "SMs (active-thread %)"
+                )
     elif c.mode == "mig":
         for i, slot in enumerate(c.slots):
             rates.smooth([i], [jobs[i].sm_active], p.capacity, slot.sm_fraction, p.sharpness, "SMs (MIG)")
         for group in sorted({s.group for s in c.slots}):
             idx = [i for i, s in enumerate(c.slots) if s.group == group]
-            rates.smooth(idx, [jobs[i].dram_active for i in idx], p.capacity, c.slots[idx[0]].mem_fraction,
-                         p.sharpness, "DRAM bandwidth (MIG)")
+            rates.smooth(
+                idx,
+                [jobs[i].dram_active for i in idx],
+                p.capacity,
+                c.slots[idx[0]].mem_fraction,
+                p.sharpness,
+                "DRAM bandwidth (MIG)",
+            )
     else:
         raise ValueError(f"mode={c.mode!r}: the advisor predicts naive, mps and mig")
     if gpu.cores is not None:
@@ -315,21 +353,36 @@ def predict(c: Candidate, gpu: Gpu, params: Params) -> Prediction:
     """The candidate's memory fit, each job's rate and slowdown, and the cell's throughput and energy."""
     fits, why, need, expected, capacity = memory_need(c, gpu)
     rates = _rates(c, gpu, params)
-    jobs = tuple(JobPrediction(p.workload, p.samples_per_s * r, 1.0 / r, b, p.job_mem_mib * (1 + MEM_MARGIN))
-                 for p, r, b in zip(c.jobs, rates.ratio, rates.bound, strict=True))
+    jobs = tuple(
+        JobPrediction(p.workload, p.samples_per_s * r, 1.0 / r, b, p.job_mem_mib * (1 + MEM_MARGIN))
+        for p, r, b in zip(c.jobs, rates.ratio, rates.bound, strict=True)
+    )
     sm = min(1.0, sum(p.sm_active * r for p, r in zip(c.jobs, rates.ratio, strict=True)))
     power = _power(c.jobs, sm, params.power_slope_w)
     agg = sum(j.samples_per_s for j in jobs) if c.uniform else None
     alone = sum(r * p.power_w for p, r in zip(c.jobs, rates.ratio, strict=True) if p.power_w is not None)
     worst = max(range(c.degree), key=lambda i: jobs[i].slowdown)
     return Prediction(
-        label=c.label, mode=c.mode, degree=c.degree, workloads=c.workloads, fits=fits, why_not=why,
-        mem_need_mib=need, mem_expected_mib=expected, mem_capacity_mib=capacity, gain=sum(rates.ratio),
-        agg_samples_per_s=agg, max_slowdown=jobs[worst].slowdown, sm_active=100.0 * sm, power_w=power,
+        label=c.label,
+        mode=c.mode,
+        degree=c.degree,
+        workloads=c.workloads,
+        fits=fits,
+        why_not=why,
+        mem_need_mib=need,
+        mem_expected_mib=expected,
+        mem_capacity_mib=capacity,
+        gain=sum(rates.ratio),
+        agg_samples_per_s=agg,
+        max_slowdown=jobs[worst].slowdown,
+        sm_active=100.0 * sm,
+        power_w=power,
         energy_per_sample_j=power / agg if power is not None and agg else None,
         energy_vs_alone=power / alone if power is not None and alone > 0 else None,
         bound=jobs[worst].bound if jobs[worst].slowdown > 1.02 else "none",
-        active_thread_percentage=c.active_thread_percentage, mig_profiles=c.mig_profiles, jobs=jobs,
+        active_thread_percentage=c.active_thread_percentage,
+        mig_profiles=c.mig_profiles,
+        jobs=jobs,
     )
 
 

@@ -22,8 +22,19 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["GpuCosts", "Profile", "combine", "finite", "gpu_costs_in", "load_costs", "profile_of", "profile_key",
-           "profiles_in", "save_costs", "solo_cells"]
+__all__ = [
+    "GpuCosts",
+    "Profile",
+    "combine",
+    "finite",
+    "gpu_costs_in",
+    "load_costs",
+    "profile_of",
+    "profile_key",
+    "profiles_in",
+    "save_costs",
+    "solo_cells",
+]
 
 _SETTING_COLUMNS = ("batch_size", "compile", "amp", "channels_last", "data_source", "data_placement")
 
@@ -105,8 +116,13 @@ def profile_key(gpu_name: str, workload: str, settings: str) -> tuple[str, str, 
 
 def solo_cells(cells: pd.DataFrame) -> pd.DataFrame:
     """Ok degree-1 uniform cells in naive or MPS mode (the cells a profile can be read from)."""
-    return cells[(cells["status"] == "ok") & cells["mix"].isna() & (cells["degree"] == 1)
-                 & cells["mode"].isin(["naive", "mps"]) & cells["agg_samples_per_s"].notna()]
+    return cells[
+        (cells["status"] == "ok")
+        & cells["mix"].isna()
+        & (cells["degree"] == 1)
+        & cells["mode"].isin(["naive", "mps"])
+        & cells["agg_samples_per_s"].notna()
+    ]
 
 
 def _window_means(cell: pd.Series, telemetry: pd.DataFrame) -> dict[str, float | None]:
@@ -115,12 +131,16 @@ def _window_means(cell: pd.Series, telemetry: pd.DataFrame) -> dict[str, float |
     if telemetry.empty or start is None or end is None:
         return {}
     gpu = telemetry[(telemetry["scope"] == "gpu") & (telemetry["ts"] >= start) & (telemetry["ts"] <= end)]
-    return {c: finite(gpu[c].mean()) for c in ("sm_active", "sm_occupancy", "dram_active", "gr_engine_active",
-                                                 "gpu_util", "pcie_rx_bytes_s") if c in gpu}
+    return {
+        c: finite(gpu[c].mean())
+        for c in ("sm_active", "sm_occupancy", "dram_active", "gr_engine_active", "gpu_util", "pcie_rx_bytes_s")
+        if c in gpu
+    }
 
 
-def profile_of(cell: pd.Series, jobs: pd.DataFrame, epochs: pd.DataFrame, telemetry: pd.DataFrame,
-               costs: GpuCosts | None) -> Profile:
+def profile_of(
+    cell: pd.Series, jobs: pd.DataFrame, epochs: pd.DataFrame, telemetry: pd.DataFrame, costs: GpuCosts | None
+) -> Profile:
     """The profile of one ok degree-1 cell (its rows of the four tables).
 
     Raises:
@@ -139,8 +159,9 @@ def profile_of(cell: pd.Series, jobs: pd.DataFrame, epochs: pd.DataFrame, teleme
     sm = finite(cell.get("sm_active_mean"))
     if sm is None:
         sm = window.get("sm_active")
-    busy, source = next(((v, k) for k in ("gr_engine_active", "gpu_util") if (v := window.get(k)) is not None),
-                        (sm, "sm_active"))
+    busy, source = next(
+        ((v, k) for k in ("gr_engine_active", "gpu_util") if (v := window.get(k)) is not None), (sm, "sm_active")
+    )
     if busy is None:
         raise ValueError(f"cell {cell.get('cell_id')} has no SM activity nor utilisation (telemetry off?): no profile")
     if sm is None:
@@ -151,17 +172,31 @@ def profile_of(cell: pd.Series, jobs: pd.DataFrame, epochs: pd.DataFrame, teleme
     used = finite(cell.get("mem_used_max_mib"))
     job_mem, mem_source = _job_memory(reserved, device, used, costs, cell.get("mode"))
     return Profile(
-        workload=str(cell["workload"]), settings=settings_of(job), gpu_name=str(cell["gpu_name"]),
-        gpu_memory_mib=float(cell["gpu_memory_mib"]), backend=str(cell.get("backend")), mode=str(cell["mode"]),
-        cell_dirs=(str(cell.get("cell_dir", "")),), config_hash=str(cell.get("config_hash")), batch_size=batch,
-        samples_per_s=rate, cpu_s_per_step=cpu_step,
+        workload=str(cell["workload"]),
+        settings=settings_of(job),
+        gpu_name=str(cell["gpu_name"]),
+        gpu_memory_mib=float(cell["gpu_memory_mib"]),
+        backend=str(cell.get("backend")),
+        mode=str(cell["mode"]),
+        cell_dirs=(str(cell.get("cell_dir", "")),),
+        config_hash=str(cell.get("config_hash")),
+        batch_size=batch,
+        samples_per_s=rate,
+        cpu_s_per_step=cpu_step,
         # The launching thread's share of one core: CPU time per step over the step's wall time.
         cpu_busy=min(1.0, cpu_step * rate / batch) if cpu_step is not None and batch > 0 else 0.0,
-        sm_active=sm / 100.0, busy=max(busy, sm) / 100.0, busy_source=source,
-        sm_occupancy=_frac(window.get("sm_occupancy")), dram_active=_frac(window.get("dram_active")),
+        sm_active=sm / 100.0,
+        busy=max(busy, sm) / 100.0,
+        busy_source=source,
+        sm_occupancy=_frac(window.get("sm_occupancy")),
+        dram_active=_frac(window.get("dram_active")),
         pcie_rx_bytes_s=window.get("pcie_rx_bytes_s") or finite(cell.get("pcie_rx_mean_bytes_s")),
-        power_w=finite(cell.get("power_mean_w")), energy_per_sample_j=finite(cell.get("energy_per_sample_j")),
-        peak_reserved_mib=reserved, peak_device_mib=device, gpu_mem_used_mib=used, job_mem_mib=job_mem,
+        power_w=finite(cell.get("power_mean_w")),
+        energy_per_sample_j=finite(cell.get("energy_per_sample_j")),
+        peak_reserved_mib=reserved,
+        peak_device_mib=device,
+        gpu_mem_used_mib=used,
+        job_mem_mib=job_mem,
         mem_source=mem_source,
     )
 
@@ -170,8 +205,9 @@ def _frac(percent: float | None) -> float | None:
     return None if percent is None else percent / 100.0
 
 
-def _job_memory(reserved: float | None, device: float | None, used: float | None, costs: GpuCosts | None,
-                mode: object) -> tuple[float, str]:
+def _job_memory(
+    reserved: float | None, device: float | None, used: float | None, costs: GpuCosts | None, mode: object
+) -> tuple[float, str]:
     """One job's device memory, context included, from the best view the cell has."""
     if device is not None:
         return device, "NVML per-process memory"
@@ -181,8 +217,9 @@ def _job_memory(reserved: float | None, device: float | None, used: float | None
         base = costs.base_mib if costs is not None else 0.0
         # Alone on the GPU, everything used but the driver's base is this job's (and, under MPS, its server's).
         return used - base, f"GPU memory used by the solo {mode} cell"
-    raise ValueError("the cell has no memory measurement "
-                     "(no NVML per-process memory, reserved peak or GPU memory used)")
+    raise ValueError(
+        "the cell has no memory measurement (no NVML per-process memory, reserved peak or GPU memory used)"
+    )
 
 
 def gpu_costs_in(cells: pd.DataFrame, jobs: pd.DataFrame) -> dict[str, GpuCosts]:
@@ -197,8 +234,12 @@ def gpu_costs_in(cells: pd.DataFrame, jobs: pd.DataFrame) -> dict[str, GpuCosts]
         base = (group["mem_used_max_mib"] - group["peak_device_mem_mib"]).dropna()
         if base.empty:
             continue
-        out[str(gpu)] = GpuCosts(str(gpu), finite(ctx.median()) if not ctx.empty else None,
-                                 max(0.0, float(base.median())), f"{len(group)} naive solo cell(s)")
+        out[str(gpu)] = GpuCosts(
+            str(gpu),
+            finite(ctx.median()) if not ctx.empty else None,
+            max(0.0, float(base.median())),
+            f"{len(group)} naive solo cell(s)",
+        )
     return out
 
 
@@ -248,22 +289,37 @@ def combine(profiles: list[Profile]) -> Profile:
     memory = max(profiles, key=lambda p: (p.peak_device_mib is not None, p.job_mem_mib))
     first = profiles[0]
     return Profile(
-        workload=first.workload, settings=first.settings, gpu_name=first.gpu_name, gpu_memory_mib=first.gpu_memory_mib,
-        backend=first.backend, mode="+".join(dict.fromkeys(p.mode for p in profiles)),
-        cell_dirs=tuple(d for p in profiles for d in p.cell_dirs), config_hash=first.config_hash,
-        batch_size=first.batch_size, samples_per_s=rate, cpu_s_per_step=cpu_step,
+        workload=first.workload,
+        settings=first.settings,
+        gpu_name=first.gpu_name,
+        gpu_memory_mib=first.gpu_memory_mib,
+        backend=first.backend,
+        mode="+".join(dict.fromkeys(p.mode for p in profiles)),
+        cell_dirs=tuple(d for p in profiles for d in p.cell_dirs),
+        config_hash=first.config_hash,
+        batch_size=first.batch_size,
+        samples_per_s=rate,
+        cpu_s_per_step=cpu_step,
         cpu_busy=min(1.0, cpu_step * rate / first.batch_size) if cpu_step is not None and first.batch_size else 0.0,
-        sm_active=per_sample("sm_active") or 0.0, busy=per_sample("busy") or 0.0,
-        busy_source=first.busy_source, sm_occupancy=per_sample("sm_occupancy"), dram_active=per_sample("dram_active"),
-        pcie_rx_bytes_s=per_sample("pcie_rx_bytes_s"), power_w=sum(powers) / len(powers) if powers else None,
+        sm_active=per_sample("sm_active") or 0.0,
+        busy=per_sample("busy") or 0.0,
+        busy_source=first.busy_source,
+        sm_occupancy=per_sample("sm_occupancy"),
+        dram_active=per_sample("dram_active"),
+        pcie_rx_bytes_s=per_sample("pcie_rx_bytes_s"),
+        power_w=sum(powers) / len(powers) if powers else None,
         energy_per_sample_j=sum(powers) / len(powers) / rate if powers else None,
-        peak_reserved_mib=memory.peak_reserved_mib, peak_device_mib=memory.peak_device_mib,
-        gpu_mem_used_mib=memory.gpu_mem_used_mib, job_mem_mib=memory.job_mem_mib, mem_source=memory.mem_source,
+        peak_reserved_mib=memory.peak_reserved_mib,
+        peak_device_mib=memory.peak_device_mib,
+        gpu_mem_used_mib=memory.gpu_mem_used_mib,
+        job_mem_mib=memory.job_mem_mib,
+        mem_source=memory.mem_source,
     )
 
 
-def profiles_in(cells: pd.DataFrame, jobs: pd.DataFrame, epochs: pd.DataFrame, telemetry: pd.DataFrame,
-                costs: dict[str, GpuCosts]) -> dict[tuple[str, str, str], Profile]:
+def profiles_in(
+    cells: pd.DataFrame, jobs: pd.DataFrame, epochs: pd.DataFrame, telemetry: pd.DataFrame, costs: dict[str, GpuCosts]
+) -> dict[tuple[str, str, str], Profile]:
     """One profile per (GPU model, workload, settings): every ok solo cell of it (naive and MPS,
     every repeat and sweep) combined (:func:`combine`)."""
     found: dict[tuple[str, str, str], list[Profile]] = {}

@@ -85,40 +85,69 @@ def _first(preds: list[Prediction], key: Callable[[Prediction], float]) -> Predi
     return min(close, key=lambda p: (p.degree, p.max_slowdown, key(p)))
 
 
-def rank(group: str, candidates: Sequence[Candidate], gpu: Gpu, params: Params,
-         max_slowdown: float | None = None, mix: bool = False) -> Ranking:
+def rank(
+    group: str,
+    candidates: Sequence[Candidate],
+    gpu: Gpu,
+    params: Params,
+    max_slowdown: float | None = None,
+    mix: bool = False,
+) -> Ranking:
     """Predict and rank one group's candidates (equal gains to two decimals: fewer jobs first)."""
-    preds = sorted((predict(c, gpu, params) for c in candidates),
-                   key=lambda p: (not p.fits, -round(p.gain, 2), p.degree, p.max_slowdown))
+    preds = sorted(
+        (predict(c, gpu, params) for c in candidates),
+        key=lambda p: (not p.fits, -round(p.gain, 2), p.degree, p.max_slowdown),
+    )
     fitting = [p for p in preds if p.fits]
     capped = [p for p in fitting if max_slowdown is None or p.max_slowdown <= max_slowdown]
-    best, energy, within = (_first(fitting, lambda p: -p.gain),
-                            _first([p for p in fitting if p.energy_vs_alone is not None],
-                                   lambda p: p.energy_vs_alone or 0.0),
-                            _first(capped, lambda p: -p.gain))
-    return Ranking(group=group, rows=tuple(preds), best_throughput=best.label if best else None,
-                   best_energy=energy.label if energy else None, best_within_cap=within.label if within else None,
-                   max_slowdown=max_slowdown, mix=mix)
+    best, energy, within = (
+        _first(fitting, lambda p: -p.gain),
+        _first([p for p in fitting if p.energy_vs_alone is not None], lambda p: p.energy_vs_alone or 0.0),
+        _first(capped, lambda p: -p.gain),
+    )
+    return Ranking(
+        group=group,
+        rows=tuple(preds),
+        best_throughput=best.label if best else None,
+        best_energy=energy.label if energy else None,
+        best_within_cap=within.label if within else None,
+        max_slowdown=max_slowdown,
+        mix=mix,
+    )
 
 
 def format_ranking(r: Ranking) -> str:
     """A ranked table, as printed."""
     cap = f"max_slowdown={r.max_slowdown:g}" if r.max_slowdown is not None else "no max_slowdown"
-    lines = [f"{r.group}: configurations ranked by throughput gain (T: best throughput, E: best energy per sample, "
-             f"C: best throughput within {cap})"]
-    head = (f"{'#':>3} {'pick':<4} {'mode':<5} {'jobs':>4} {'layout / limit':<24} {'fits':<4} {'mem GiB':>13} "
-            f"{'samples/s':>10} {'gain':>5} {'slowdown':>8} {'J/sample':>9} {'E/alone':>7}  bound")
+    lines = [
+        f"{r.group}: configurations ranked by throughput gain (T: best throughput, E: best energy per sample, "
+        f"C: best throughput within {cap})"
+    ]
+    head = (
+        f"{'#':>3} {'pick':<4} {'mode':<5} {'jobs':>4} {'layout / limit':<24} {'fits':<4} {'mem GiB':>13} "
+        f"{'samples/s':>10} {'gain':>5} {'slowdown':>8} {'J/sample':>9} {'E/alone':>7}  bound"
+    )
     lines += [head, "-" * len(head)]
     for i, p in enumerate(r.rows, 1):
-        marks = "".join(m for m, name in (("T", r.best_throughput), ("E", r.best_energy), ("C", r.best_within_cap))
-                        if name == p.label)
-        layout = (",".join(p.mig_profiles) if p.mig_profiles else
-                  "atp=" + "/".join(map(str, p.active_thread_percentage)) if p.active_thread_percentage else "-")
+        marks = "".join(
+            m
+            for m, name in (("T", r.best_throughput), ("E", r.best_energy), ("C", r.best_within_cap))
+            if name == p.label
+        )
+        layout = (
+            ",".join(p.mig_profiles)
+            if p.mig_profiles
+            else "atp=" + "/".join(map(str, p.active_thread_percentage))
+            if p.active_thread_percentage
+            else "-"
+        )
         mem = f"{p.mem_need_mib / 1024:.1f}/{p.mem_capacity_mib / 1024:.0f}"
         rate = f"{p.agg_samples_per_s:,.0f}" if p.agg_samples_per_s else "-"
         eps = f"{p.energy_per_sample_j:.4g}" if p.energy_per_sample_j else "-"
         eva = f"{p.energy_vs_alone:.2f}" if p.energy_vs_alone else "-"
         note = p.bound if p.fits else f"does not fit: {p.why_not}"
-        lines.append(f"{i:>3} {marks:<4} {p.mode:<5} {p.degree:>4} {layout[:24]:<24} {'yes' if p.fits else 'no':<4} "
-                     f"{mem:>13} {rate:>10} {p.gain:>5.2f} {p.max_slowdown:>8.2f} {eps:>9} {eva:>7}  {note}")
+        lines.append(
+            f"{i:>3} {marks:<4} {p.mode:<5} {p.degree:>4} {layout[:24]:<24} {'yes' if p.fits else 'no':<4} "
+            f"{mem:>13} {rate:>10} {p.gain:>5.2f} {p.max_slowdown:>8.2f} {eps:>9} {eva:>7}  {note}"
+        )
     return "\n".join(lines)

@@ -99,10 +99,13 @@ def parse_request(words: list[str], degrees: tuple[int, ...]) -> Request:
         elif key in ADVISOR_KEYS:
             own[key] = value
         elif (key.lstrip("+~").split(".")[0] in _OWN_KEYS and key != "mig.allow_reconfigure") or key.startswith(
-                ("+plan", "+dry_run")):
-            raise ConfigError(f"{key}={value} is not allowed: the advisor weighs every mode, degree and MIG layout "
-                              f"itself (allowed: workload=..., overrides such as cluster=, epoch_samples=, "
-                              f"data.placement=, trainer.*, and {', '.join(ADVISOR_KEYS)})")
+            ("+plan", "+dry_run")
+        ):
+            raise ConfigError(
+                f"{key}={value} is not allowed: the advisor weighs every mode, degree and MIG layout "
+                f"itself (allowed: workload=..., overrides such as cluster=, epoch_samples=, "
+                f"data.placement=, trainer.*, and {', '.join(ADVISOR_KEYS)})"
+            )
         else:
             common.append(word)
     if not workloads:
@@ -112,9 +115,14 @@ def parse_request(words: list[str], degrees: tuple[int, ...]) -> Request:
     if "degrees" in own:
         text = own["degrees"].strip("[]() ")
         degrees = tuple(sorted({_number("degrees", d.strip(), int) for d in text.split(",") if d.strip()}))
-    return Request(workloads=tuple(tuple(w) for w in workloads), common=tuple(common),
-                   max_slowdown=_number("max_slowdown", own["max_slowdown"], float) if "max_slowdown" in own else None,
-                   degrees=degrees, cores=_number("cores", own["cores"], int) if "cores" in own else None, rerun=rerun)
+    return Request(
+        workloads=tuple(tuple(w) for w in workloads),
+        common=tuple(common),
+        max_slowdown=_number("max_slowdown", own["max_slowdown"], float) if "max_slowdown" in own else None,
+        degrees=degrees,
+        cores=_number("cores", own["cores"], int) if "cores" in own else None,
+        rerun=rerun,
+    )
 
 
 def compose_profile(words: tuple[str, ...], common: tuple[str, ...]) -> DictConfig:
@@ -134,8 +142,9 @@ def compose_profile(words: tuple[str, ...], common: tuple[str, ...]) -> DictConf
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
         lines = str(exc).splitlines()
         # Hydra lists a group's options on tab-indented lines after the first: the allowed values.
-        options = [x.strip() for x in lines[1:]
-                   if x.startswith("\t") and "=" not in x and not x.strip().startswith("base_")]
+        options = [
+            x.strip() for x in lines[1:] if x.startswith("\t") and "=" not in x and not x.strip().startswith("base_")
+        ]
         allowed = f"; allowed: {', '.join(options)}" if options else ""
         raise ConfigError(f"{' '.join(words)}: {lines[0]}{allowed}") from None
 
@@ -163,7 +172,7 @@ def run_profiles(request: Request) -> tuple[list[Profiled], Path]:
         ConfigError: a profile's config is invalid (nothing has run).
     """
     from analysis.load import load_sweeps
-    from raycolloc.driver.cells import validate_cell
+    from raycolloc.driver.cell_specs import validate_cell
     from raycolloc.driver.plan import PlannedCell, Step, SweepPlan, run
 
     specs = [validate_cell(compose_profile(words, request.common)) for words in request.workloads]
@@ -171,9 +180,13 @@ def run_profiles(request: Request) -> tuple[list[Profiled], Path]:
     advice_dir = out_root / "advise" / time.strftime("%Y-%m-%d") / time.strftime("%H-%M-%S")
     unique = list({s.config_hash: s for s in specs}.values())  # a mix of one workload twice profiles it once
     # The same path as every sweep (the output lock, resume); the advice prints its own closing lines.
-    plan = SweepPlan(advice_dir, specs[0].config.out_dir, (Step(tuple(PlannedCell(s, advice_dir / s.label)
-                                                                     for s in unique)),),
-                     rerun=request.rerun, closing=False)
+    plan = SweepPlan(
+        advice_dir,
+        specs[0].config.out_dir,
+        (Step(tuple(PlannedCell(s, advice_dir / s.label) for s in unique)),),
+        rerun=request.rerun,
+        closing=False,
+    )
     results = {r.cell.config_hash: r for r in run(plan).results}
     out = []
     for words, spec in zip(request.workloads, specs, strict=True):
@@ -183,15 +196,25 @@ def run_profiles(request: Request) -> tuple[list[Profiled], Path]:
         if result.status == "ok":
             data = load_sweeps([where])
             try:
-                profile = profile_of(data.cells.iloc[0], data.jobs, data.epochs, data.telemetry,
-                                     _costs(out_root, data.cells, data.jobs))
+                profile = profile_of(
+                    data.cells.iloc[0], data.jobs, data.epochs, data.telemetry, _costs(out_root, data.cells, data.jobs)
+                )
             except ValueError as exc:  # e.g. a script that reports no samples, telemetry off
                 reason = f"its solo cell {where} cannot be profiled: {exc}"
         else:
             reason = f"its solo cell ended {result.status}: {result.summary.splitlines()[0]}"
-        out.append(Profiled(words=words, workload=workload_hash_view(spec.config.workload), epochs=spec.config.epochs,
-                            spec=spec, cell_dir=Path(where), profile=profile, reason=reason,
-                            reused=result.reused_from is not None))
+        out.append(
+            Profiled(
+                words=words,
+                workload=workload_hash_view(spec.config.workload),
+                epochs=spec.config.epochs,
+                spec=spec,
+                cell_dir=Path(where),
+                profile=profile,
+                reason=reason,
+                reused=result.reused_from is not None,
+            )
+        )
     return out, advice_dir
 
 

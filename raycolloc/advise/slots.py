@@ -20,8 +20,9 @@ from raycolloc.node.mig.profiles import UnknownGpuModel
 __all__ = ["equal_share", "mig_slots", "mps_slots"]
 
 
-def mig_slots(gpu_name: str, layout: Any, mix_layout: Any, job_profiles: Sequence[str | None]
-              ) -> tuple[tuple[Slot, ...], tuple[str, ...]] | None:
+def mig_slots(
+    gpu_name: str, layout: Any, mix_layout: Any, job_profiles: Sequence[str | None]
+) -> tuple[tuple[Slot, ...], tuple[str, ...]] | None:
     """The jobs' MIG slots (and device names) for a layout, as a mig cell would place them; None
     where the GPU model has no MIG table or the layout does not fit it."""
     try:
@@ -29,8 +30,16 @@ def mig_slots(gpu_name: str, layout: Any, mix_layout: Any, job_profiles: Sequenc
         placement = requested_placement(model, layout, mix_layout, list(job_profiles))
     except (UnknownGpuModel, LayoutError, ValueError):
         return None
-    slots = tuple(Slot(sm_fraction=d.sm_count / model.total_sms, mem_fraction=d.gi.slot_size / model.memory_slices,
-                       memory_mib=float(d.memory_mib), group=d.gi_index, name=d.name) for d in placement)
+    slots = tuple(
+        Slot(
+            sm_fraction=d.sm_count / model.total_sms,
+            mem_fraction=d.gi.slot_size / model.memory_slices,
+            memory_mib=float(d.memory_mib),
+            group=d.gi_index,
+            name=d.name,
+        )
+        for d in placement
+    )
     return slots, tuple(d.name for d in placement)
 
 

@@ -88,17 +88,30 @@ def _rel(pred: float | None, meas: float | None) -> float | None:
 def _check(o: Observation, params: Params, profile_rates: Sequence[float]) -> CellCheck:
     pred = predict(o.candidate, o.gpu, params)
     measured_slow = tuple(alone / m if m else None for alone, m in zip(profile_rates, o.job_samples_per_s, strict=True))
-    slow_err = () if o.profile_cell else tuple(
-        j.slowdown / m - 1.0 for j, m in zip(pred.jobs, measured_slow, strict=True) if m)
+    slow_err = (
+        ()
+        if o.profile_cell
+        else tuple(j.slowdown / m - 1.0 for j, m in zip(pred.jobs, measured_slow, strict=True) if m)
+    )
     ok = o.status == "ok"
     tput = _rel(pred.agg_samples_per_s, o.agg_samples_per_s) if ok and not o.profile_cell else None
     return CellCheck(
-        sweep=o.sweep, cell_id=o.cell_id, label=o.label, status=o.status, profile_cell=o.profile_cell,
-        params=params.source, predicted=pred, measured_agg_samples_per_s=o.agg_samples_per_s, throughput_error=tput,
-        measured_slowdowns=measured_slow, slowdown_errors=slow_err, mem_used_mib=o.mem_used_mib,
+        sweep=o.sweep,
+        cell_id=o.cell_id,
+        label=o.label,
+        status=o.status,
+        profile_cell=o.profile_cell,
+        params=params.source,
+        predicted=pred,
+        measured_agg_samples_per_s=o.agg_samples_per_s,
+        throughput_error=tput,
+        measured_slowdowns=measured_slow,
+        slowdown_errors=slow_err,
+        mem_used_mib=o.mem_used_mib,
         mem_error=_rel(pred.mem_expected_mib, o.mem_used_mib) if ok and not o.profile_cell else None,
         # The GPU's memory in use against the safe-side need (under MIG the need is per GPU instance).
-        mem_safe=pred.mem_need_mib >= o.mem_used_mib if o.mem_used_mib is not None and ok and pred.mode != "mig"
+        mem_safe=pred.mem_need_mib >= o.mem_used_mib
+        if o.mem_used_mib is not None and ok and pred.mode != "mig"
         else None,
         # The promise: a configuration predicted to fit does not run out of memory.
         unsafe_fit=pred.fits and o.status in ("oom", "unfit"),
@@ -117,8 +130,12 @@ def _metric(name: str, values: list[float], target: float | None = None, of: str
     return Metric(name, len(values), med, top, f"{of} < {target:.0%}", None if value is None else value < target)
 
 
-def validate(paths: Sequence[str | Path], fit_paths: Sequence[str | Path] = (), cores: int | None = None,
-             targets: Targets = Targets()) -> Validation:
+def validate(
+    paths: Sequence[str | Path],
+    fit_paths: Sequence[str | Path] = (),
+    cores: int | None = None,
+    targets: Targets = Targets(),
+) -> Validation:
     """Predict every describable cell of the sweeps at ``paths`` and compare (see the module docstring).
 
     Raises:
@@ -162,9 +179,12 @@ def validate(paths: Sequence[str | Path], fit_paths: Sequence[str | Path] = (), 
     )
     unsafe = tuple(c.label for c in checks if c.unsafe_fit)
     return Validation(
-        sweeps=data.sweeps, checks=tuple(checks), metrics=metrics,
+        sweeps=data.sweeps,
+        checks=tuple(checks),
+        metrics=metrics,
         params={"+".join(sorted(w)) + f" on {g}": p for (w, g), p in by_workloads.items()},
-        profiles={f"{p.workload} on {p.gpu_name}": p for p in profiles.values()}, unsafe_fits=unsafe,
+        profiles={f"{p.workload} on {p.gpu_name}": p for p in profiles.values()},
+        unsafe_fits=unsafe,
     )
 
 
@@ -174,21 +194,27 @@ def _pct(value: float | None) -> str:
 
 def format_validation(v: Validation) -> str:
     """The per-cell comparison and the error summary, as printed."""
-    lines = [f"validation of {', '.join(v.sweeps)}: {len(v.checks)} cells described, "
-             f"{sum(not c.profile_cell for c in v.checks)} predicted (profile cells are the input)"]
-    head = (f"{'cell':<42} {'status':<7} {'fits':<5} {'pred samples/s':>14} {'measured':>10} {'err':>7} "
-            f"{'slowdown p/m':>13} {'mem GiB p/m':>12} {'mem err':>8}  bound")
+    lines = [
+        f"validation of {', '.join(v.sweeps)}: {len(v.checks)} cells described, "
+        f"{sum(not c.profile_cell for c in v.checks)} predicted (profile cells are the input)"
+    ]
+    head = (
+        f"{'cell':<42} {'status':<7} {'fits':<5} {'pred samples/s':>14} {'measured':>10} {'err':>7} "
+        f"{'slowdown p/m':>13} {'mem GiB p/m':>12} {'mem err':>8}  bound"
+    )
     lines += [head, "-" * len(head)]
     for c in sorted(v.checks, key=lambda c: (c.predicted.workloads, c.predicted.mode, c.predicted.degree, c.label)):
         p = c.predicted
         meas_slow = [s for s in c.measured_slowdowns if s is not None]
-        slow = (f"{p.max_slowdown:.2f}/{max(meas_slow):.2f}" if meas_slow else f"{p.max_slowdown:.2f}/-")
+        slow = f"{p.max_slowdown:.2f}/{max(meas_slow):.2f}" if meas_slow else f"{p.max_slowdown:.2f}/-"
         mem = f"{p.mem_expected_mib / 1024:.1f}/{c.mem_used_mib / 1024:.1f}" if c.mem_used_mib else "-"
         pred_rate = f"{p.agg_samples_per_s:,.0f}" if p.agg_samples_per_s else "-"
         meas_rate = f"{c.measured_agg_samples_per_s:,.0f}" if c.measured_agg_samples_per_s else "-"
         mark = " (profile)" if c.profile_cell else (" UNSAFE: predicted to fit" if c.unsafe_fit else "")
-        lines.append(f"{c.label[:42]:<42} {c.status:<7} {'yes' if p.fits else 'no':<5} {pred_rate:>14} {meas_rate:>10} "
-                     f"{_pct(c.throughput_error):>7} {slow:>13} {mem:>12} {_pct(c.mem_error):>8}  {p.bound}{mark}")
+        lines.append(
+            f"{c.label[:42]:<42} {c.status:<7} {'yes' if p.fits else 'no':<5} {pred_rate:>14} {meas_rate:>10} "
+            f"{_pct(c.throughput_error):>7} {slow:>13} {mem:>12} {_pct(c.mem_error):>8}  {p.bound}{mark}"
+        )
     lines.append("")
     lines.append(f"{'error (|predicted/measured - 1|)':<34} {'n':>4} {'median':>8} {'max':>8}  target")
     for m in v.metrics:
@@ -197,12 +223,16 @@ def format_validation(v: Validation) -> str:
         top = "-" if m.max_abs is None else f"{100 * m.max_abs:.1f}%"
         lines.append(f"{m.name:<34} {m.n:>4} {med:>8} {top:>8}  {m.target}{verdict}")
     safe = [c.mem_safe for c in v.checks if c.mem_safe is not None]
-    lines.append(f"memory: {sum(safe)}/{len(safe)} ok cells used no more than the safe-side prediction; "
-                 f"cells predicted to fit that ran out of memory: {len(v.unsafe_fits)}"
-                 + (f" ({', '.join(v.unsafe_fits)})" if v.unsafe_fits else ""))
+    lines.append(
+        f"memory: {sum(safe)}/{len(safe)} ok cells used no more than the safe-side prediction; "
+        f"cells predicted to fit that ran out of memory: {len(v.unsafe_fits)}"
+        + (f" ({', '.join(v.unsafe_fits)})" if v.unsafe_fits else "")
+    )
     lines.append("parameters (leave-one-out):")
     for name, fitted in v.params.items():
-        lines.append(f"  {name}: naive capacity={fitted.naive.capacity:.2f} k={fitted.naive.sharpness:g}; mps "
-                     f"capacity={fitted.mps.capacity:.2f} k={fitted.mps.sharpness:g}; power slope="
-                     f"{'-' if fitted.power_slope_w is None else f'{fitted.power_slope_w:.0f} W'}; {fitted.source}")
+        lines.append(
+            f"  {name}: naive capacity={fitted.naive.capacity:.2f} k={fitted.naive.sharpness:g}; mps "
+            f"capacity={fitted.mps.capacity:.2f} k={fitted.mps.sharpness:g}; power slope="
+            f"{'-' if fitted.power_slope_w is None else f'{fitted.power_slope_w:.0f} W'}; {fitted.source}"
+        )
     return "\n".join(lines)

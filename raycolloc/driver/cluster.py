@@ -75,8 +75,13 @@ def start_local_ray(**kwargs: Any) -> Any:
         except (TypeError, ValueError):  # the arguments: another try cannot help
             raise
         except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception when a raylet is late
-            log.warning("Ray's local start-up failed (attempt %d of %d): %s: %s; stopping what started "
-                        "and trying again", attempt, START_ATTEMPTS, type(exc).__name__, str(exc).splitlines()[0][:300])
+            log.warning(
+                "Ray's local start-up failed (attempt %d of %d): %s: %s; stopping what started and trying again",
+                attempt,
+                START_ATTEMPTS,
+                type(exc).__name__,
+                str(exc).splitlines()[0][:300],
+            )
             ray.shutdown()
             time.sleep(2.0 * attempt)
     return ray.init(address="local", **kwargs)  # the last try: its error is the caller's
@@ -101,5 +106,7 @@ def dashboard_line(url: str) -> str:
     token = auth_token()
     if token is None:
         return f"Ray dashboard: {url}"
-    return (f"Ray dashboard: {url}  token: {token}  (token authentication is on: the page asks for it once; "
-            f"`ray get-auth-token` prints it again; API calls send 'Authorization: Bearer <token>')")
+    return (
+        f"Ray dashboard: {url}  token: {token}  (token authentication is on: the page asks for it once; "
+        f"`ray get-auth-token` prints it again; API calls send 'Authorization: Bearer <token>')"
+    )

@@ -19,9 +19,11 @@ from raycolloc.spec import CellSpec, JobSpec
 
 __all__ = ["DryRunLine", "describe_job", "print_dry_run"]
 
-NOT_CHECKED = ("not checked against the cluster: the dry run does not connect to Ray; GPU models, MIG "
-               "support and layouts are checked when the sweep starts (a cell the cluster cannot run is "
-               "then a skipped row)")
+NOT_CHECKED = (
+    "not checked against the cluster: the dry run does not connect to Ray; GPU models, MIG "
+    "support and layouts are checked when the sweep starts (a cell the cluster cannot run is "
+    "then a skipped row)"
+)
 
 
 @dataclass(frozen=True)
@@ -58,14 +60,18 @@ def print_dry_run(lines: Sequence[DryRunLine], out_dir: str, rerun: bool = False
         found = index.find(cell.config_hash) if index is not None else None
         if found is not None:
             counts["reuse"] += 1
-            print(f"  reuse  {cell.label}: result in {found.path} (status={found.status}, config hash "
-                  f"{cell.config_hash}); +rerun=true runs it again")
+            print(
+                f"  reuse  {cell.label}: result in {found.path} (status={found.status}, config hash "
+                f"{cell.config_hash}); +rerun=true runs it again"
+            )
             continue
         counts["run"] += 1
-        print(f"  run    {cell.label}  mode={cell.mode}  jobs={cell.degree}  gpu: {line.where}  "
-              f"(cell {cell.cell_id})")
+        print(f"  run    {cell.label}  mode={cell.mode}  jobs={cell.degree}  gpu: {line.where}  (cell {cell.cell_id})")
         for job in cell.jobs:
             print(f"           {describe_job(job)}")
-    print(f"dry run: {counts['run']} cell(s) to run, {counts['reuse']} to reuse, {counts['refuse']} refused; "
-          f"{NOT_CHECKED}", flush=True)
+    print(
+        f"dry run: {counts['run']} cell(s) to run, {counts['reuse']} to reuse, {counts['refuse']} refused; "
+        f"{NOT_CHECKED}",
+        flush=True,
+    )
     return counts["refuse"]

@@ -35,13 +35,13 @@ from pathlib import Path
 import psutil
 import ray
 
-from raycolloc.driver.cell import CellCancelled, Lane, run_cell
+from raycolloc.driver.cell_run import CellCancelled, Lane, run_cell
 from raycolloc.driver.cluster import connect
 from raycolloc.driver.lease import LeaseError, acquire_gpu
 from raycolloc.driver.preflight import check_cluster, check_nodes, gpu_nodes, unfit_cells
 from raycolloc.driver.progress import Board, ProgressView, open_board
-from raycolloc.driver.rows import CellRecord, cell_row, job_rows
 from raycolloc.driver.summary import cell_summary
+from raycolloc.driver.tabulate import CellRecord, cell_row, job_rows
 from raycolloc.driver.teardown import note_pipe_root
 from raycolloc.driver.trainers import TrainerPool
 from raycolloc.node.steward import NAMESPACE, get_steward, start_stewards
@@ -98,8 +98,9 @@ def _record(rec: CellRecord, cell_dir: Path) -> CellResult:
 class _Sweep:
     """The shared state of one :func:`run_cells` call: the queue, the lanes and the results."""
 
-    def __init__(self, todo: list[tuple[CellSpec, Path]], board: Board, view: ProgressView,
-                 pins: Mapping[str, int]) -> None:
+    def __init__(
+        self, todo: list[tuple[CellSpec, Path]], board: Board, view: ProgressView, pins: Mapping[str, int]
+    ) -> None:
         # Repeats interleaved (every cell's repeat 0, then every repeat 1, ...), largest first within each.
         self.queue = sorted(todo, key=lambda item: (item[0].config.repeat, *cell_size(item[0])))
         self.board, self.view, self.pins = board, view, pins
@@ -182,8 +183,9 @@ class _Sweep:
             log.debug("lane=%d waiting for a GPU (%.0fs)", index, waited)
 
         try:
-            lease = acquire_gpu(f"raycolloc:lane:{os.getpid()}:{index}", self.lease_cpus,
-                                self.cluster.lease_timeout_s, on_wait=waiting)
+            lease = acquire_gpu(
+                f"raycolloc:lane:{os.getpid()}:{index}", self.lease_cpus, self.cluster.lease_timeout_s, on_wait=waiting
+            )
         except LeaseError as exc:
             self.lease_errors.append(str(exc))
             return None
@@ -236,10 +238,13 @@ def _resume(cells: list[tuple[CellSpec, Path]], rerun: bool) -> tuple[list[tuple
             try:
                 write_reference(cell_dir, found, cell.config_hash)
             except OSError as exc:
-                raise ResultWriteError(f"cannot write {cell_dir / REFERENCE}: {exc.strerror} "
-                                       f"({free_space(cell_dir)})") from exc
-        summary = (f"cell {cell.cell_id}: result exists in {found.path} (config hash {cell.config_hash}, "
-                   f"status={found.status}) - reused; +rerun=true runs it again")
+                raise ResultWriteError(
+                    f"cannot write {cell_dir / REFERENCE}: {exc.strerror} ({free_space(cell_dir)})"
+                ) from exc
+        summary = (
+            f"cell {cell.cell_id}: result exists in {found.path} (config hash {cell.config_hash}, "
+            f"status={found.status}) - reused; +rerun=true runs it again"
+        )
         reused.append(CellResult(cell, cell_dir, as_cell_status(found.status), summary, reused_from=found.path))
     return todo, reused
 
@@ -249,8 +254,9 @@ def _skip(cell: CellSpec, cell_dir: Path, reason: str, status: CellStatus = "ski
     return _record(CellRecord(cell, status=status, reason=reason, backend=cell.config.cluster.backend), cell_dir)
 
 
-def run_cells(cells: list[tuple[CellSpec, Path]], rerun: bool = False,
-              pins: Mapping[str, int] | None = None) -> list[CellResult]:
+def run_cells(
+    cells: list[tuple[CellSpec, Path]], rerun: bool = False, pins: Mapping[str, int] | None = None
+) -> list[CellResult]:
     """Run (or reuse) every cell; returns one result per cell, in the order given.
 
     ``pins`` maps a cell's id to the index (on its node) of the GPU it must run on; other cells run
@@ -277,9 +283,12 @@ def run_cells(cells: list[tuple[CellSpec, Path]], rerun: bool = False,
 def _pin_skips(todo: list[tuple[CellSpec, Path]], pins: Mapping[str, int], nodes: Mapping[str, int]) -> dict[str, str]:
     """Why each cell pinned to a GPU index no node has cannot run."""
     most = max(nodes.values(), default=0)
-    return {c.cell_id: f"pinned to GPU {pins[c.cell_id]} (the plan's Devices), and no node of the cluster has a GPU "
-            f"{pins[c.cell_id]} (the largest has {most}: GPU 0-{most - 1}); +plan_fanout=true runs it on any free GPU"
-            for c, _ in todo if pins.get(c.cell_id, 0) >= most}
+    return {
+        c.cell_id: f"pinned to GPU {pins[c.cell_id]} (the plan's Devices), and no node of the cluster has a GPU "
+        f"{pins[c.cell_id]} (the largest has {most}: GPU 0-{most - 1}); +plan_fanout=true runs it on any free GPU"
+        for c, _ in todo
+        if pins.get(c.cell_id, 0) >= most
+    }
 
 
 def _run(todo: list[tuple[CellSpec, Path]], pins: Mapping[str, int]) -> dict[str, CellResult]:
@@ -321,8 +330,9 @@ def _run(todo: list[tuple[CellSpec, Path]], pins: Mapping[str, int]) -> dict[str
             while not done.wait(timeout=0.5):  # returns the moment the lane ends (a poll would lag)
                 view.refresh()
     except KeyboardInterrupt:
-        log.warning("interrupted: cancelling the running cells; each releases its GPU and writes nothing; "
-                    "a re-run resumes")
+        log.warning(
+            "interrupted: cancelling the running cells; each releases its GPU and writes nothing; a re-run resumes"
+        )
         sweep.cancel.set()
         for done in sweep.finished:
             done.wait(timeout=first.trainer.setup_timeout_s)
@@ -354,7 +364,8 @@ def time_share(rows: list[CellRow], wall_s: float, lanes: int) -> str:
     fixed = sorted(r.fixed_s for r in rows if r.fixed_s is not None)
     median = fixed[len(fixed) // 2] if fixed else float("nan")
     gpu_s = max(wall_s * lanes, 1e-9)
-    return (f"time: {wall_s:.1f} s on {lanes} GPU(s); measured epochs {measured:.1f} s = {100 * measured / gpu_s:.0f}% "
-            f"of the GPU time, warm-up {epochs - measured:.1f} s, fixed cost per cell median {median:.1f} s "
-            f"(sum {sum(fixed):.1f} s over {len(fixed)} cells)")
-
+    return (
+        f"time: {wall_s:.1f} s on {lanes} GPU(s); measured epochs {measured:.1f} s = {100 * measured / gpu_s:.0f}% "
+        f"of the GPU time, warm-up {epochs - measured:.1f} s, fixed cost per cell median {median:.1f} s "
+        f"(sum {sum(fixed):.1f} s over {len(fixed)} cells)"
+    )

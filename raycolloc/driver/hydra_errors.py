@@ -25,8 +25,13 @@ __all__ = ["as_config_error", "check_group_choices", "group_options"]
 
 _MISSING = re.compile(r"Could not find '([^']+)/([^']+)'")
 _VALUE = re.compile(r"Value '(.*)' (?:of type|is not)")
-_EXPECTED = {int: "it must be an integer", float: "it must be a number", bool: "it must be true or false",
-             str: "it must be a string", list: "it must be a list such as [a,b]"}
+_EXPECTED = {
+    int: "it must be an integer",
+    float: "it must be a number",
+    bool: "it must be true or false",
+    str: "it must be a string",
+    list: "it must be a list such as [a,b]",
+}
 
 
 def group_options(group: str) -> list[str]:
@@ -48,8 +53,9 @@ def check_group_choices(choices: Any) -> None:
     """
     for group, option in (choices or {}).items():
         if isinstance(option, str) and option == f"base_{group}":
-            raise ConfigError(f"{group}={option!r} is not allowed; "
-                              f"choose one of: {', '.join(group_options(str(group)))}")
+            raise ConfigError(
+                f"{group}={option!r} is not allowed; choose one of: {', '.join(group_options(str(group)))}"
+            )
 
 
 def _field_type(full_key: str) -> tuple[type | None, list[str]]:

@@ -3,7 +3,7 @@
 ``hydra_plugins/raycolloc_launcher`` registers the launcher with Hydra and calls :func:`launch`.
 Every Hydra job of the sweep is composed and validated here, once, before any cell starts: one
 bad cell stops the sweep with exit 2 before any GPU state changes. The sweep then adds the solo
-cells of its mixes and its repeats (:func:`raycolloc.driver.cells.sweep_cells`), and every cell
+cells of its mixes and its repeats (:func:`raycolloc.driver.cell_specs.sweep_cells`), and every cell
 takes the one path every cell takes (:func:`raycolloc.driver.engine.run_cells`), in this process:
 cells are driver threads, one per leased GPU, and their trainers run wherever their GPU lease is.
 Each cell's directory is named by its label (``<sweep>/tiny_cnn-mps-x2``, ``<sweep>/tiny_cnn-mps-x2-r1``).
@@ -22,7 +22,7 @@ from hydra.types import HydraContext
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from raycolloc.config import ConfigError, config_hash
-from raycolloc.driver.cells import (
+from raycolloc.driver.cell_specs import (
     SweepOptions,
     cell_dir_names,
     check_config,
@@ -46,8 +46,9 @@ if TYPE_CHECKING:
 __all__ = ["launch", "multirun_plan"]
 
 
-def _compose(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
-             ) -> tuple[list[tuple[DictConfig, CellSpec, SweepOptions]], list[str], list[DryRunLine], bool]:
+def _compose(
+    ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+) -> tuple[list[tuple[DictConfig, CellSpec, SweepOptions]], list[str], list[DryRunLine], bool]:
     """Every job's config composed and validated: the valid ones, every bad one (an error and a dry-run
     line each), and whether any job asked for a dry run."""
     sweep_dir = Path(str(config.hydra.sweep.dir)).absolute()  # resolve ${now:} once, here
@@ -74,8 +75,9 @@ def _compose(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequ
             options = split_options(task_cfg)
             dry_run = dry_run or options.dry_run
             if options.plan:
-                raise ConfigError("+plan runs a radT plan as one sweep: give it without -m "
-                                  "(python -m raycolloc.sweep +plan=PATH.csv)")
+                raise ConfigError(
+                    "+plan runs a radT plan as one sweep: give it without -m (python -m raycolloc.sweep +plan=PATH.csv)"
+                )
             composed.append((cfg, spec := validate_cell(task_cfg), options))
             lines.append(DryRunLine(f"#{idx}", spec))
         except ConfigError as exc:
@@ -96,11 +98,12 @@ def _task_config(cfg: DictConfig) -> DictConfig:
     return task_cfg
 
 
-def _origin(composed: list[tuple[DictConfig, CellSpec, SweepOptions]], job_overrides: Sequence[Sequence[str]],
-            spec: CellSpec) -> Origin:
+def _origin(
+    composed: list[tuple[DictConfig, CellSpec, SweepOptions]], job_overrides: Sequence[Sequence[str]], spec: CellSpec
+) -> Origin:
     """The task config and overrides that reproduce ``spec``: its Hydra job's, with ``repeat=<k>`` for a
     repeat; a mix's solo cell (no Hydra job of its own) gets its resolved config and its mix's
-    overrides with the solo's own settings (:func:`raycolloc.driver.cells.solo_overrides`)."""
+    overrides with the solo's own settings (:func:`raycolloc.driver.cell_specs.solo_overrides`)."""
     cfg = spec.config
     first = dataclasses.replace(cfg, repeat=0) if cfg.repeat else cfg
     repeat = [f"repeat={cfg.repeat}"] if cfg.repeat else []
@@ -124,8 +127,9 @@ def _job_return(cfg: DictConfig, overrides: Sequence[str], result: CellResult) -
     return ret
 
 
-def multirun_plan(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequence[str]],
-                  initial_job_idx: int) -> tuple[SweepPlan, list[tuple[DictConfig, CellSpec, SweepOptions]]]:
+def multirun_plan(
+    ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+) -> tuple[SweepPlan, list[tuple[DictConfig, CellSpec, SweepOptions]]]:
     """The sweep plan of a Hydra multirun: every job composed and validated (a bad one refuses the
     sweep; a dry run lists it), a mix's solo cells and the repeats added, each cell in the directory
     named by its label with the ``.hydra`` record that composes it again; and the composed jobs.
@@ -137,13 +141,16 @@ def multirun_plan(ctx: HydraContext, config: DictConfig, job_overrides: Sequence
     sweep_dir = Path(str(config.hydra.sweep.dir)).absolute()
     out_dir = str(composed[0][1].config.out_dir) if composed else str(Path(str(config.out_dir)).absolute())
     rerun = any(options.rerun for _, _, options in composed)
-    plan = SweepPlan(sweep_dir, out_dir, rerun=rerun, dry_run=dry_run,
-                     lines=tuple(lines), errors=tuple(errors), summary=True)
+    plan = SweepPlan(
+        sweep_dir, out_dir, rerun=rerun, dry_run=dry_run, lines=tuple(lines), errors=tuple(errors), summary=True
+    )
     if plan.dry_run or errors:
         return plan, composed
     specs = sweep_cells([spec for _, spec, _ in composed])
-    cells = tuple(PlannedCell(spec, sweep_dir / name, origin=_origin(composed, job_overrides, spec))
-                  for spec, name in zip(specs, cell_dir_names(specs), strict=True))
+    cells = tuple(
+        PlannedCell(spec, sweep_dir / name, origin=_origin(composed, job_overrides, spec))
+        for spec, name in zip(specs, cell_dir_names(specs), strict=True)
+    )
     dirs = {c.spec.config_hash: c.cell_dir for c in cells}
     for cfg, spec, _ in composed:
         with open_dict(cfg):
@@ -151,8 +158,9 @@ def multirun_plan(ctx: HydraContext, config: DictConfig, job_overrides: Sequence
     return dataclasses.replace(plan, steps=(Step(cells),)), composed
 
 
-def launch(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequence[str]],
-           initial_job_idx: int) -> list[JobReturn]:
+def launch(
+    ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+) -> list[JobReturn]:
     """Plan the sweep and run it (:func:`raycolloc.driver.plan.run`); one ``JobReturn`` per Hydra job.
 
     Raises:
@@ -165,5 +173,7 @@ def launch(ctx: HydraContext, config: DictConfig, job_overrides: Sequence[Sequen
     if outcome.code or plan.dry_run:  # a dry run ran no job: Hydra gets none back
         raise SweepEnded(outcome)
     by_hash: dict[str, Any] = {r.cell.config_hash: r for r in outcome.results}
-    return [_job_return(cfg, overrides, by_hash[spec.config_hash])
-            for (cfg, spec, _), overrides in zip(composed, job_overrides, strict=True)]
+    return [
+        _job_return(cfg, overrides, by_hash[spec.config_hash])
+        for (cfg, spec, _), overrides in zip(composed, job_overrides, strict=True)
+    ]

@@ -37,8 +37,9 @@ class GpuLease:
 
     def strategy(self) -> PlacementGroupSchedulingStrategy:
         """Scheduling strategy that places a task or actor inside this lease."""
-        return PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=0,
-                                                placement_group_capture_child_tasks=False)
+        return PlacementGroupSchedulingStrategy(
+            self.pg, placement_group_bundle_index=0, placement_group_capture_child_tasks=False
+        )
 
     def release(self) -> None:
         try:
@@ -51,12 +52,15 @@ def _check_feasible(cpus: float) -> None:
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     gpus = [n for n in nodes if n["Resources"].get("GPU", 0) >= 1]
     if not gpus:
-        raise LeaseError("the Ray cluster has no GPU: start Ray on GPU nodes, "
-                         "or run cluster=local for the simulated GPUs")
+        raise LeaseError(
+            "the Ray cluster has no GPU: start Ray on GPU nodes, or run cluster=local for the simulated GPUs"
+        )
     if not any(n["Resources"].get("CPU", 0) >= cpus for n in gpus):
         most = max(n["Resources"].get("CPU", 0) for n in gpus)
-        raise LeaseError(f"a cell needs {cpus:g} CPUs beside its GPU (one per job, trainer.num_cpus); the largest "
-                         f"GPU node has {most:g}; lower trainer.num_cpus or the degree")
+        raise LeaseError(
+            f"a cell needs {cpus:g} CPUs beside its GPU (one per job, trainer.num_cpus); the largest "
+            f"GPU node has {most:g}; lower trainer.num_cpus or the degree"
+        )
 
 
 def acquire_gpu(name: str, cpus: float, timeout_s: float, on_wait: Callable[[float], None] | None = None) -> GpuLease:

@@ -47,8 +47,10 @@ def _check_pipe_root(root: str) -> None:
         why = f"{found} is not writable by this user"
     else:
         return
-    raise ConfigError(f"mode.pipe_root={root!r} is not allowed: {why}; mode.pipe_root must be a directory this "
-                      f"user can create and write (the node's MPS pipes and logs, its fork server's socket)")
+    raise ConfigError(
+        f"mode.pipe_root={root!r} is not allowed: {why}; mode.pipe_root must be a directory this "
+        f"user can create and write (the node's MPS pipes and logs, its fork server's socket)"
+    )
 
 
 def _python_script(argv: list[str]) -> str | None:
@@ -71,15 +73,19 @@ def _check_script(command: tuple[str, ...], cwd: str, env: dict[str, str]) -> No
     if "/" in program:
         path = Path(cwd, program).expanduser()
         if not path.is_file() or not os.access(path, os.X_OK):
-            raise ConfigError(f"{shown}: {path} is not an executable file (relative paths are relative to "
-                              f"{cwd}, the sweep's directory or workload.cwd)")
+            raise ConfigError(
+                f"{shown}: {path} is not an executable file (relative paths are relative to "
+                f"{cwd}, the sweep's directory or workload.cwd)"
+            )
     elif shutil.which(program, path=env.get("PATH", os.environ.get("PATH"))) is None:
         raise ConfigError(f"{shown}: {program!r} is not a program on PATH")
     if program == sys.executable or Path(program).name.startswith("python"):
         script = _python_script(argv)
         if script is not None and not Path(cwd, script).expanduser().is_file():
-            raise ConfigError(f"{shown}: the script {script!r} does not exist in {cwd} (relative paths are relative "
-                              f"to the sweep's directory, or workload.cwd); give a script file that exists")
+            raise ConfigError(
+                f"{shown}: the script {script!r} does not exist in {cwd} (relative paths are relative "
+                f"to the sweep's directory, or workload.cwd); give a script file that exists"
+            )
 
 
 def check_node_paths(config: Config, spec: CellSpec) -> None:
@@ -98,5 +104,7 @@ def check_node_paths(config: Config, spec: CellSpec) -> None:
         elif isinstance(workload, PythonWorkload) and config.data.source == "real" and job.data.path:
             path = job.data.path
             if "://" not in path and not Path(path).expanduser().exists():
-                raise ConfigError(f"data.path={path!r} does not exist; with data.source=real a workload=python "
-                                  f"job is handed it: give an existing file or directory (or a URL)")
+                raise ConfigError(
+                    f"data.path={path!r} does not exist; with data.source=real a workload=python "
+                    f"job is handed it: give an existing file or directory (or a URL)"
+                )

@@ -27,8 +27,19 @@ from raycolloc.results.rows import RESULT_STATUSES
 if TYPE_CHECKING:
     from raycolloc.driver.engine import CellResult
 
-__all__ = ["EXIT_CONFIG", "EXIT_INTERRUPTED", "EXIT_MISSING", "EXIT_OK", "EXIT_TERMINATED", "EXIT_WRITE", "Outcome",
-           "SweepEnded", "closing_lines", "exit_code", "print_outcome"]
+__all__ = [
+    "EXIT_CONFIG",
+    "EXIT_INTERRUPTED",
+    "EXIT_MISSING",
+    "EXIT_OK",
+    "EXIT_TERMINATED",
+    "EXIT_WRITE",
+    "Outcome",
+    "SweepEnded",
+    "closing_lines",
+    "exit_code",
+    "print_outcome",
+]
 
 EXIT_OK = 0
 EXIT_MISSING = 1

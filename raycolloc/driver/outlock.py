@@ -72,15 +72,19 @@ def check_output_dir(out_dir: str | Path) -> Path:
     path = Path(out_dir).absolute()
     blocker = next((p for p in [path, *path.parents] if p.exists() and not p.is_dir()), None)
     if blocker is not None:
-        raise ConfigError(f"out_dir={str(out_dir)!r} is not allowed: {blocker} is a file, not a directory; "
-                          f"give a directory (it is created if missing)")
+        raise ConfigError(
+            f"out_dir={str(out_dir)!r} is not allowed: {blocker} is a file, not a directory; "
+            f"give a directory (it is created if missing)"
+        )
     try:
         make(path)  # noted: a sweep refused later takes it back if it is empty then
     except OSError as exc:
         raise ConfigError(f"out_dir={str(out_dir)!r} cannot be created: {exc.strerror} ({free_space(path)})") from None
     if not os.access(path, os.W_OK | os.X_OK):
-        raise ConfigError(f"out_dir={str(out_dir)!r} is not writable by this user (uid {os.getuid()}); "
-                          f"give a directory you may write to")
+        raise ConfigError(
+            f"out_dir={str(out_dir)!r} is not writable by this user (uid {os.getuid()}); "
+            f"give a directory you may write to"
+        )
     return path
 
 
@@ -108,8 +112,9 @@ def _lock_file(path: Path, lock: Path) -> int:
         try:
             fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
-            raise ConfigError(f"out_dir={str(path)!r}: cannot create {lock}: {exc.strerror} "
-                              f"({free_space(path)})") from None
+            raise ConfigError(
+                f"out_dir={str(path)!r}: cannot create {lock}: {exc.strerror} ({free_space(path)})"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -118,8 +123,10 @@ def _lock_file(path: Path, lock: Path) -> int:
             if exc.errno not in (errno.EWOULDBLOCK, errno.EACCES):
                 raise ConfigError(f"out_dir={str(path)!r}: cannot lock {lock}: {exc.strerror}") from None
             who = holder.describe() if holder else "a process that has not written its name yet"
-            raise OutputLocked(f"out_dir={str(path)!r} is in use by another sweep: {who}. One sweep writes to "
-                               f"an output at a time; wait for it to end, or give this one another out_dir") from None
+            raise OutputLocked(
+                f"out_dir={str(path)!r} is in use by another sweep: {who}. One sweep writes to "
+                f"an output at a time; wait for it to end, or give this one another out_dir"
+            ) from None
         if _is_at(fd, lock):
             return fd
         os.close(fd)  # its holder removed it as we opened it: lock the file at the path now
@@ -130,8 +137,9 @@ def _acquire(path: Path) -> int:
     fd = _lock_file(path, lock)
     stale = _read(fd)
     if stale is not None:
-        log.warning("out_dir=%s: taking over the lock of a sweep that ended without releasing it (%s)",
-                    path, stale.describe())
+        log.warning(
+            "out_dir=%s: taking over the lock of a sweep that ended without releasing it (%s)", path, stale.describe()
+        )
     me = Holder(socket.gethostname(), os.getpid(), time.time(), " ".join(["python", *sys.argv])[:300])
     try:
         os.ftruncate(fd, 0)

@@ -100,14 +100,18 @@ def explain_parse_error(exc: OverrideParseException, takes_text: Callable[[str],
     if not sep:
         return f"{reason}; write key=value (see {GRAMMAR_URL.split('/#')[0]})"
     if _parsed_value(f"{key}=x") is None:
-        return (f"cannot read the key {key!r} ({reason}): a key is ASCII letters, digits, _ and - joined by dots; "
-                f"write key=value (see {GRAMMAR_URL.split('/#')[0]})")
+        return (
+            f"cannot read the key {key!r} ({reason}): a key is ASCII letters, digits, _ and - joined by dots; "
+            f"write key=value (see {GRAMMAR_URL.split('/#')[0]})"
+        )
     name = key.lstrip("+~").split("@")[0]
     said = "" if reason.startswith("LexerNoViableAlt") else f" ({reason})"  # else Hydra's line is the override
     what = f"cannot read the value of {name}: {value}{said}"
     if value.startswith(("'", '"')):
-        return (f"{what}: a quoted value ends with the quote it starts with, and a quote of that kind inside it is "
-                f"written with a backslash (\\{value[0]}) (see {GRAMMAR_URL})")
+        return (
+            f"{what}: a quoted value ends with the quote it starts with, and a quote of that kind inside it is "
+            f"written with a backslash (\\{value[0]}) (see {GRAMMAR_URL})"
+        )
     structured = value.startswith(("[", "{"))
     bad = (_BARE_ELEMENT if structured else _BARE).search(value)
     if bad:
@@ -116,6 +120,8 @@ def explain_parse_error(exc: OverrideParseException, takes_text: Callable[[str],
     if suggestion:
         return f"{what}; quote the value, typed as {suggestion} (see {GRAMMAR_URL})"
     if structured:
-        return (f"{what}; a list or dict closes its brackets, and an element with other characters is quoted: "
-                f"[a,\"b;c\"] (see {GRAMMAR_URL})")
+        return (
+            f"{what}; a list or dict closes its brackets, and an element with other characters is quoted: "
+            f'[a,"b;c"] (see {GRAMMAR_URL})'
+        )
     return f"{what}; write {name}=VALUE with a value it takes (see {GRAMMAR_URL})"

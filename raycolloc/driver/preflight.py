@@ -38,8 +38,11 @@ log = logging.getLogger(__name__)
 
 def gpu_nodes() -> dict[str, int]:
     """Live nodes of the cluster with GPUs: node id -> GPU count."""
-    return {n["NodeID"]: int(n["Resources"]["GPU"]) for n in ray.nodes()
-            if n.get("Alive") and n["Resources"].get("GPU", 0) >= 1}
+    return {
+        n["NodeID"]: int(n["Resources"]["GPU"])
+        for n in ray.nodes()
+        if n.get("Alive") and n["Resources"].get("GPU", 0) >= 1
+    }
 
 
 def _mig_verdict(cell: CellSpec, infos: list[NodeInfo]) -> tuple[str | None, list[str]]:
@@ -96,17 +99,28 @@ def check_nodes(cells: Sequence[CellSpec], infos: list[NodeInfo]) -> None:
     for cell in cells:
         cores = sum(max(1, math.ceil(j.trainer.num_cpus)) for j in cell.jobs)
         # (node's backend, cores it allows, host memory the cell needs there, host memory available)
-        nodes = [(info.backend, info.cpus * info.traits.jobs_per_core, cell.degree * info.traits.host_mib_per_job,
-                  info.mem_available_mib) for info in infos]
+        nodes = [
+            (
+                info.backend,
+                info.cpus * info.traits.jobs_per_core,
+                cell.degree * info.traits.host_mib_per_job,
+                info.mem_available_mib,
+            )
+            for info in infos
+        ]
         if not any(cores <= allowed for _, allowed, _, _ in nodes):
-            errors.append(f"{cell.label}: degree={cell.degree} x trainer.num_cpus={cell.config.trainer.num_cpus:g} "
-                          f"needs {cores} cores for its training processes; the largest GPU node allows "
-                          f"{max(allowed for _, allowed, _, _ in nodes)} (lower the degree or trainer.num_cpus)")
+            errors.append(
+                f"{cell.label}: degree={cell.degree} x trainer.num_cpus={cell.config.trainer.num_cpus:g} "
+                f"needs {cores} cores for its training processes; the largest GPU node allows "
+                f"{max(allowed for _, allowed, _, _ in nodes)} (lower the degree or trainer.num_cpus)"
+            )
         elif not any(need <= free for _, _, need, free in nodes):
             _, _, need, free = max(nodes, key=lambda node: node[3])
-            errors.append(f"{cell.label}: degree={cell.degree} needs about {_gib(need)} of host memory for its "
-                          f"{cell.degree} training processes; the GPU node with the most has {_gib(free)} "
-                          f"available (lower the degree)")
+            errors.append(
+                f"{cell.label}: degree={cell.degree} needs about {_gib(need)} of host memory for its "
+                f"{cell.degree} training processes; the GPU node with the most has {_gib(free)} "
+                f"available (lower the degree)"
+            )
     if errors:
         raise ConfigError("; ".join(errors))
 
@@ -120,8 +134,10 @@ def _gpu_verdict(cell: CellSpec, gpu: GpuInfo) -> str | None:
     if cell.mode != "mig":
         if sum(need) <= gpu.memory_mib:
             return None
-        return (f"{cell.degree} jobs x about {_gib(max(need))} (estimated peak per job) need {_gib(sum(need))}; "
-                f"{gpu.name} has {_gib(gpu.memory_mib)}")
+        return (
+            f"{cell.degree} jobs x about {_gib(max(need))} (estimated peak per job) need {_gib(sum(need))}; "
+            f"{gpu.name} has {_gib(gpu.memory_mib)}"
+        )
     placement = cell_placement(cell, gpu.name)
     per_gi: dict[int, list[float]] = {}
     for device, mib in zip(placement, need, strict=True):
@@ -171,8 +187,9 @@ def check_cluster(cells: list[CellSpec], infos: list[NodeInfo]) -> dict[str, str
         if reason is not None:
             skipped[cell.cell_id] = reason
         elif layout_errors:
-            errors.append(f"{cell.label}: mig.layout fits no GPU of this cluster: "
-                          + "; ".join(dict.fromkeys(layout_errors)))
+            errors.append(
+                f"{cell.label}: mig.layout fits no GPU of this cluster: " + "; ".join(dict.fromkeys(layout_errors))
+            )
     if errors:
         raise ConfigError("; ".join(errors))
     return skipped

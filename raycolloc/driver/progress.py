@@ -136,8 +136,12 @@ class ProgressView:
                 line = f"{state}" + (f" status={snap[key].status}" if state == "done" else "")
                 if self._last.get(key) != line:
                     self._last[key] = line
-                    print(f"[sweep] cell {self.labels[key]}: {line}  (done {done}/{len(self.labels)}, "
-                          f"running {running}, waiting for a GPU {leasing})", file=sys.stderr, flush=True)
+                    print(
+                        f"[sweep] cell {self.labels[key]}: {line}  (done {done}/{len(self.labels)}, "
+                        f"running {running}, waiting for a GPU {leasing})",
+                        file=sys.stderr,
+                        flush=True,
+                    )
             return
         self._main.n = done
         queued = len(self.labels) - done - running - leasing
@@ -148,9 +152,14 @@ class ProgressView:
             if state in ("queued", "leasing") or (state == "done" and bar is None):
                 continue
             if bar is None:
-                bar = self._bars[key] = self._tqdm(total=100, desc=self.labels[key][:40], position=len(self._bars) + 1,
-                                                   leave=False, dynamic_ncols=True,
-                                                   bar_format="{desc} {bar} {n}% {postfix}")
+                bar = self._bars[key] = self._tqdm(
+                    total=100,
+                    desc=self.labels[key][:40],
+                    position=len(self._bars) + 1,
+                    leave=False,
+                    dynamic_ncols=True,
+                    bar_format="{desc} {bar} {n}% {postfix}",
+                )
             bar.n = int(100 * _job_fraction(snap[key].jobs)) if state != "done" else 100
             bar.set_postfix_str(state)
             bar.refresh()

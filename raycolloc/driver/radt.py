@@ -59,9 +59,11 @@ def _rows(path: Path) -> list[Row]:
     try:
         content = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:  # a binary file, or a spreadsheet saved in another format
-        line = exc.object[:exc.start].count(b"\n") + 1
-        raise PlanError(f"{path}:{line}: not a text CSV file (byte {exc.start} is not UTF-8); save the plan as "
-                        f"CSV (UTF-8) with the header {','.join(COLUMNS)}") from None
+        line = exc.object[: exc.start].count(b"\n") + 1
+        raise PlanError(
+            f"{path}:{line}: not a text CSV file (byte {exc.start} is not UTF-8); save the plan as "
+            f"CSV (UTF-8) with the header {','.join(COLUMNS)}"
+        ) from None
     for lineno, text in enumerate(content.splitlines(), 1):
         if not text.strip() or text.lstrip().startswith("#"):
             continue
@@ -71,13 +73,15 @@ def _rows(path: Path) -> list[Row]:
             raise PlanError(f"{path}:{lineno}: malformed CSV line: {exc}") from None
         if header is None:
             if missing := [c for c in COLUMNS if c.lower() not in (h.lower() for h in cells)]:
-                raise PlanError(f"{path}:{lineno}: header lacks column(s) {', '.join(missing)}; "
-                                f"expected: {','.join(COLUMNS)}")
+                raise PlanError(
+                    f"{path}:{lineno}: header lacks column(s) {', '.join(missing)}; expected: {','.join(COLUMNS)}"
+                )
             header = cells
             continue
         if len(cells) != len(header):
-            raise PlanError(f"{path}:{lineno}: {len(cells)} fields, header has {len(header)} "
-                            "(quote Params that contain commas)")
+            raise PlanError(
+                f"{path}:{lineno}: {len(cells)} fields, header has {len(header)} (quote Params that contain commas)"
+            )
         by_lower = {h.lower(): v for h, v in zip(header, cells, strict=True)}
         rows.append(Row(lineno, {c: by_lower[c.lower()] for c in COLUMNS}))
     if header is None:
@@ -85,9 +89,14 @@ def _rows(path: Path) -> list[Row]:
     return rows
 
 
-def read_plan(path: str | Path, known_workloads: Sequence[str] | None = None, *,
-              datasets: Mapping[str, str] | None = None, synthetic: bool = False,
-              epoch_regex: str | None = None) -> list[PlanGroup]:
+def read_plan(
+    path: str | Path,
+    known_workloads: Sequence[str] | None = None,
+    *,
+    datasets: Mapping[str, str] | None = None,
+    synthetic: bool = False,
+    epoch_regex: str | None = None,
+) -> list[PlanGroup]:
     """Parse a radT plan CSV into groups of cells, in file order.
 
     Args:
@@ -120,19 +129,23 @@ def read_plan(path: str | Path, known_workloads: Sequence[str] | None = None, *,
                 except PlanError as exc:
                     errors.append(str(exc))
             if len(set(modes)) > 1:
-                rows_text = "; ".join(f"line {r.line} Run {r.f['Run']!r}: {r.f['Collocation'] or '(empty)'} -> {m}"
-                                      for r, m in zip(rows, modes, strict=False))  # a row in error has no mode
-                errors.append(f"{path}: Experiment {experiment!r} Workload {workload!r} Devices {devices!r} "
-                              f"mixes collocation modes ({rows_text}); one cell needs one of naive, mps, mig")
+                rows_text = "; ".join(
+                    f"line {r.line} Run {r.f['Run']!r}: {r.f['Collocation'] or '(empty)'} -> {m}"
+                    for r, m in zip(rows, modes, strict=False)
+                )  # a row in error has no mode
+                errors.append(
+                    f"{path}: Experiment {experiment!r} Workload {workload!r} Devices {devices!r} "
+                    f"mixes collocation modes ({rows_text}); one cell needs one of naive, mps, mig"
+                )
             if len(jobs) == len(rows) and len(set(modes)) == 1:
                 cells.append(PlanCell(experiment, workload, devices, modes[0], tuple(jobs)))
         states = [j.status for c in cells for j in c.jobs]
-        status = ("finished" if all(s == "finished" for s in states)
-                  else "failed" if "failed" in states else "run")
+        status = "finished" if all(s == "finished" for s in states) else "failed" if "failed" in states else "run"
         groups.append(PlanGroup(experiment, workload, status, tuple(cells)))
     if errors:
-        raise PlanError(errors[0] if len(errors) == 1
-                        else f"{len(errors):,} rows cannot run:\n" + "\n".join(listed(errors)))
+        raise PlanError(
+            errors[0] if len(errors) == 1 else f"{len(errors):,} rows cannot run:\n" + "\n".join(listed(errors))
+        )
     jobs = [j for g in groups for c in g.cells for j in c.jobs]
     # One line per distinct directory, not per row: the study's plan has 208 rows on one directory.
     for text, lines in _by_text((j.by_name, j.line) for j in jobs).items():

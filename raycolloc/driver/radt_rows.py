@@ -144,8 +144,9 @@ def row_mode(path: Path, row: Row) -> str:
         return "mps"
     if MIG_PROFILE.match(colloc.lower()):
         return "mig"
-    raise _error(path, row, "Collocation", f"unknown Collocation {colloc!r}",
-                 ["-", "(empty)", "MPS", MIG_PROFILE.pattern])
+    raise _error(
+        path, row, "Collocation", f"unknown Collocation {colloc!r}", ["-", "(empty)", "MPS", MIG_PROFILE.pattern]
+    )
 
 
 def _status(path: Path, row: Row) -> str:
@@ -161,12 +162,18 @@ def _check_columns(path: Path, row: Row) -> None:
         if not f[column]:
             raise _error(path, row, column, "is empty; every row needs one")
     if not _DEVICES.match(f["Devices"]):
-        raise _error(path, row, "Devices", f"{f['Devices']!r} is not a GPU index",
-                     ["0", "1", "0+1 (indices joined by +)"])
+        raise _error(
+            path, row, "Devices", f"{f['Devices']!r} is not a GPU index", ["0", "1", "0+1 (indices joined by +)"]
+        )
     bad = [name for name in f["Listeners"].split("+") if f["Listeners"] and not _LISTENER.match(name)]
     if bad:
-        raise _error(path, row, "Listeners", f"{bad[0]!r} is not a listener name (listeners are names joined by +, "
-                     "e.g. smi+dcgmi+top; raycolloc samples the GPU itself and records them)")
+        raise _error(
+            path,
+            row,
+            "Listeners",
+            f"{bad[0]!r} is not a listener name (listeners are names joined by +, "
+            "e.g. smi+dcgmi+top; raycolloc samples the GPU itself and records them)",
+        )
 
 
 def _fields(path: Path, row: Row) -> tuple[dict[str, str], dict[str, str], dict[str, int | None]]:
@@ -179,8 +186,20 @@ def _fields(path: Path, row: Row) -> tuple[dict[str, str], dict[str, str], dict[
     extra: dict[str, str] = {}
     for key, value in pairs:
         k = key.lower().replace("-", "_")
-        group = next((g for g, ks in (("model", _MODEL_KEYS), ("batch", _BATCH_KEYS), ("epochs", _EPOCH_KEYS),
-                                      ("data", _DATA_KEYS), ("workload", {"workload"})) if k in ks), None)
+        group = next(
+            (
+                g
+                for g, ks in (
+                    ("model", _MODEL_KEYS),
+                    ("batch", _BATCH_KEYS),
+                    ("epochs", _EPOCH_KEYS),
+                    ("data", _DATA_KEYS),
+                    ("workload", {"workload"}),
+                )
+                if k in ks
+            ),
+            None,
+        )
         if group:
             fields[group] = value
         elif k == "_positional" and "data" not in fields and "/" in value:
@@ -219,8 +238,13 @@ def _model(path: Path, row: Row, raw: str | None, known: Sequence[str]) -> str:
         stem = _norm(PurePosixPath(row.f["File"]).stem)
         hints = {h for h in _HINTS if _norm(h) in stem}
         if len(hints) != 1:
-            raise _error(path, row, "Params", f"no --model/--workload in Params and File {row.f['File']!r} does not "
-                         "name one model (--model takes any timm model)")
+            raise _error(
+                path,
+                row,
+                "Params",
+                f"no --model/--workload in Params and File {row.f['File']!r} does not "
+                "name one model (--model takes any timm model)",
+            )
         return hints.pop()
     if raw.lower().replace("-", "_") in known or raw.lower() == "dlrm":
         return raw.lower().replace("-", "_")
@@ -229,8 +253,13 @@ def _model(path: Path, row: Row, raw: str | None, known: Sequence[str]) -> str:
         from raycolloc.job.workloads.compose import closest_models
 
         near = closest_models(raw)
-        raise _error(path, row, "Params", f"unknown model {raw!r} (--model takes any timm model)",
-                     near or ["see timm.list_models()"])
+        raise _error(
+            path,
+            row,
+            "Params",
+            f"unknown model {raw!r} (--model takes any timm model)",
+            near or ["see timm.list_models()"],
+        )
     return name
 
 
@@ -268,22 +297,36 @@ def _dataset(path: Path, row: Row, data: str | None, ctx: RowContext, model: str
             shape["resolution"] = DATASETS["imagenet64"].resolution or 64
         return _Data("imagefolder", shape)
     if by_name is not None:
-        return _Data(by_name, by_name=f"data directory {data!r} is not on this machine: taken for {by_name} "
-                     f"({_describe(by_name)}) by its name")
+        return _Data(
+            by_name,
+            by_name=f"data directory {data!r} is not on this machine: taken for {by_name} "
+            f"({_describe(by_name)}) by its name",
+        )
     if ctx.synthetic:
-        return _Data("synthetic", _synthetic_shape(model), f"dataset of {data!r} not recognised: synthetic images "
-                     "of the model's default input")
-    raise _error(path, row, "Params", f"unknown dataset {name!r} (from {data!r}): not a directory holding CIFAR-10 "
-                 "batches, ImageNet64 npz, an ImageFolder tree or Criteo TSV here, nor a name raycolloc knows; map "
-                 "it with +plan_datasets={" + name + ": DATASET} or use data.source=synthetic", NAME_EXAMPLES)
+        return _Data(
+            "synthetic",
+            _synthetic_shape(model),
+            f"dataset of {data!r} not recognised: synthetic images of the model's default input",
+        )
+    raise _error(
+        path,
+        row,
+        "Params",
+        f"unknown dataset {name!r} (from {data!r}): not a directory holding CIFAR-10 "
+        "batches, ImageNet64 npz, an ImageFolder tree or Criteo TSV here, nor a name raycolloc knows; map "
+        "it with +plan_datasets={" + name + ": DATASET} or use data.source=synthetic",
+        NAME_EXAMPLES,
+    )
 
 
 def _describe(dataset: str) -> str:
     """A dataset's shape in a few words: ``64 px, 1000 classes, 1,281,167 images``."""
     info = DATASETS[dataset]
-    parts = [f"{info.resolution} px" if info.resolution else None,
-             f"{info.num_classes} classes" if info.family == "vision" and info.num_classes else None,
-             f"{info.size:,} samples" if info.size else None]
+    parts = [
+        f"{info.resolution} px" if info.resolution else None,
+        f"{info.num_classes} classes" if info.family == "vision" and info.num_classes else None,
+        f"{info.size:,} samples" if info.size else None,
+    ]
     return ", ".join(p for p in parts if p)
 
 
@@ -313,7 +356,7 @@ def _file(ctx: RowContext, file: str) -> Path | None:
 
 def _is_timm_train(file: Path) -> bool:
     """timm's own ``train.py`` (raycolloc trains its models itself), not a researcher's."""
-    head = file.read_bytes()[:1 << 16]
+    head = file.read_bytes()[: 1 << 16]
     return b"ImageNet Training Script" in head and (b"import timm" in head or b"from timm" in head)
 
 
@@ -327,9 +370,14 @@ def _script_job(path: Path, row: Row, file: Path, fields: dict[str, str], ctx: R
     data = fields.get("data")
     dataset = dataset_by_name(data) if data else None
     try:
-        return WorkloadConfig(name="script", command=command, cwd=str(ctx.plan_dir if (ctx.plan_dir / row.f["File"])
-                              .is_file() else Path.cwd()), model=fields.get("model"), dataset=dataset,
-                              epoch_regex=ctx.epoch_regex)
+        return WorkloadConfig(
+            name="script",
+            command=command,
+            cwd=str(ctx.plan_dir if (ctx.plan_dir / row.f["File"]).is_file() else Path.cwd()),
+            model=fields.get("model"),
+            dataset=dataset,
+            epoch_regex=ctx.epoch_regex,
+        )
     except ConfigError as exc:
         raise _error(path, row, "File", str(exc)) from None
 
@@ -343,9 +391,17 @@ def parse_row(path: Path, row: Row, mode: str, ctx: RowContext) -> PlanJob:
     _check_columns(path, row)
     status = _status(path, row)
     fields, extra, numbers = _fields(path, row)
-    common: dict[str, Any] = {"run": row.f["Run"], "batch_size": numbers["batch"], "epochs": numbers["epochs"],
-              "mig_profile": row.f["Collocation"].lower() if mode == "mig" else None, "line": row.line,
-              "extra": extra, "listeners": row.f["Listeners"], "file": row.f["File"], "status": status}
+    common: dict[str, Any] = {
+        "run": row.f["Run"],
+        "batch_size": numbers["batch"],
+        "epochs": numbers["epochs"],
+        "mig_profile": row.f["Collocation"].lower() if mode == "mig" else None,
+        "line": row.line,
+        "extra": extra,
+        "listeners": row.f["Listeners"],
+        "file": row.f["File"],
+        "status": status,
+    }
     if (name := fields.get("workload")) is not None:
         if name not in ctx.known:
             raise _error(path, row, "Params", f"unknown workload {name!r}", ctx.known)
@@ -359,8 +415,9 @@ def parse_row(path: Path, row: Row, mode: str, ctx: RowContext) -> PlanJob:
     data = _dataset(path, row, fields.get("data"), ctx, model)
     dataset = data.dataset
     shape: dict[str, Any] = data.shape  # only WorkloadConfig's int keys (_Data.shape), which mypy cannot see
-    common.update(data_dir=data_path(ctx, fields["data"]) if fields.get("data") else None, note=data.note,
-                  by_name=data.by_name)
+    common.update(
+        data_dir=data_path(ctx, fields["data"]) if fields.get("data") else None, note=data.note, by_name=data.by_name
+    )
     if model == "dlrm":
         if dataset != "criteo":
             raise _error(path, row, "Params", f"model 'dlrm' trains on Criteo click logs, not {dataset}")
@@ -368,8 +425,13 @@ def parse_row(path: Path, row: Row, mode: str, ctx: RowContext) -> PlanJob:
             raise _error(path, row, "Params", "model 'dlrm' with dataset 'criteo' is not a known workload", ctx.known)
         return PlanJob(workload="dlrm_criteo", **common)
     if dataset not in DATASETS or DATASETS[dataset].family != "vision":
-        raise _error(path, row, "Params", f"model {model!r} cannot train on {dataset!r}",
-                     [d for d, info in DATASETS.items() if info.family == "vision"])
+        raise _error(
+            path,
+            row,
+            "Params",
+            f"model {model!r} cannot train on {dataset!r}",
+            [d for d, info in DATASETS.items() if info.family == "vision"],
+        )
     preset = _preset_of(model, dataset) if not shape else None
     if preset is not None and preset in ctx.known:
         return PlanJob(workload=preset, **common)
@@ -383,6 +445,12 @@ def _preset_of(model: str, dataset: str) -> str | None:
     """The study's preset that is this model on this dataset (its name and config hash are kept)."""
     from raycolloc.job.workloads.registry import create_workload, list_workloads
 
-    return next((n for n in list_workloads()
-                 if (create_workload(n).model, create_workload(n).dataset) == (model, dataset)
-                 and create_workload(n).size != "tiny"), None)
+    return next(
+        (
+            n
+            for n in list_workloads()
+            if (create_workload(n).model, create_workload(n).dataset) == (model, dataset)
+            and create_workload(n).size != "tiny"
+        ),
+        None,
+    )

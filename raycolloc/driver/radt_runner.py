@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from omegaconf import DictConfig
 
 from raycolloc.config import Config, ConfigError, MixConfig, MixJob, load_config
-from raycolloc.driver.cells import SweepOptions, resolve_backend, validate_cell
+from raycolloc.driver.cell_specs import SweepOptions, resolve_backend, validate_cell
 from raycolloc.driver.dryrun import DryRunLine
 from raycolloc.driver.plan import PlannedCell, Step, SweepPlan
 from raycolloc.driver.radt import PlanCell, PlanError, PlanGroup, groups_to_run, read_plan
@@ -58,17 +58,26 @@ def cell_config(base: Config, group: PlanGroup, cell: PlanCell) -> Config:
             jobs.append(MixJob(workload=job.workload, mig_profile=job.mig_profile))
             continue
         if job.epochs is not None and job.epochs < 2:
-            raise ConfigError(f"plan line {job.line} (Run {job.run!r}): --epochs {job.epochs}; raycolloc needs at "
-                              f"least 2 (epoch 1 is the warm-up)")
+            raise ConfigError(
+                f"plan line {job.line} (Run {job.run!r}): --epochs {job.epochs}; raycolloc needs at "
+                f"least 2 (epoch 1 is the warm-up)"
+            )
         try:
-            jobs.append(MixJob(workload=job.workload, batch_size=base.batch_size or job.batch_size,
-                               epochs=job.epochs, mig_profile=job.mig_profile,
-                               data_path=job.data_dir if base.data.source == "real" else None))
+            jobs.append(
+                MixJob(
+                    workload=job.workload,
+                    batch_size=base.batch_size or job.batch_size,
+                    epochs=job.epochs,
+                    mig_profile=job.mig_profile,
+                    data_path=job.data_dir if base.data.source == "real" else None,
+                )
+            )
         except ConfigError as exc:
             raise ConfigError(f"plan line {job.line} (Run {job.run!r}): {exc}") from None
     name = f"{group.experiment}-{group.workload}-dev{cell.devices}".replace("/", "_").replace(" ", "_")
-    return dataclasses.replace(base, mode=dataclasses.replace(base.mode, name=cell.mode),
-                               mix=MixConfig(name=name, jobs=jobs), degree=1)
+    return dataclasses.replace(
+        base, mode=dataclasses.replace(base.mode, name=cell.mode), mix=MixConfig(name=name, jobs=jobs), degree=1
+    )
 
 
 def _write_status(path: Path, lines: dict[int, str]) -> None:
@@ -93,8 +102,10 @@ def _where(group: PlanGroup, cell: PlanCell, fanout: bool) -> str:
     if fanout:
         return "any free GPU of the cluster (+plan_fanout=true: the plan's groups run at once)"
     gpu = f"GPU {cell.devices}" if _pin(cell) is not None else f"a GPU (Devices {cell.devices!r}: one GPU per cell)"
-    return (f"{gpu}, its Devices, with the {len(group.cells)} cell(s) of its group; groups one after another "
-            f"(+plan_fanout=true runs them at once on any free GPU)")
+    return (
+        f"{gpu}, its Devices, with the {len(group.cells)} cell(s) of its group; groups one after another "
+        f"(+plan_fanout=true runs them at once on any free GPU)"
+    )
 
 
 def _pin(cell: PlanCell) -> int | None:
@@ -102,16 +113,19 @@ def _pin(cell: PlanCell) -> int | None:
     return int(cell.devices) if cell.devices.isdigit() else None
 
 
-def _validate(base: Config, groups: list[PlanGroup], dry_run: bool, fanout: bool = False
-              ) -> tuple[list[tuple[PlanGroup, list[tuple[PlanCell, CellSpec]]]], list[DryRunLine]]:
+def _validate(
+    base: Config, groups: list[PlanGroup], dry_run: bool, fanout: bool = False
+) -> tuple[list[tuple[PlanGroup, list[tuple[PlanCell, CellSpec]]]], list[DryRunLine]]:
     """Every cell of every group validated before anything runs; a dry run lists the refused ones
     instead of stopping at the first."""
     planned, lines = [], []
     for group in groups:
         cells = []
         for cell in group.cells:
-            name = (f"{group.experiment}/{group.workload} Devices {cell.devices} "
-                    f"(lines {cell.jobs[0].line}-{cell.jobs[-1].line})")
+            name = (
+                f"{group.experiment}/{group.workload} Devices {cell.devices} "
+                f"(lines {cell.jobs[0].line}-{cell.jobs[-1].line})"
+            )
             try:
                 spec = validate_cell(cell_config(base, group, cell))
             except ConfigError as exc:
@@ -136,38 +150,62 @@ def csv_plan(dcfg: DictConfig, options: SweepOptions, run_dir: Path) -> SweepPla
     path = Path(str(options.plan)).expanduser()
     base = resolve_backend(load_config(dcfg))
     try:
-        everything = read_plan(path, known_workloads=list_workloads(), datasets=options.plan_datasets,
-                               synthetic=base.data.source == "synthetic", epoch_regex=options.plan_epoch_regex)
+        everything = read_plan(
+            path,
+            known_workloads=list_workloads(),
+            datasets=options.plan_datasets,
+            synthetic=base.data.source == "synthetic",
+            epoch_regex=options.plan_epoch_regex,
+        )
     except (PlanError, OSError) as exc:
         raise ConfigError(f"+plan={path}: {exc}") from None
     groups = groups_to_run(everything, rerun=options.rerun)
     planned, lines = _validate(base, groups, options.dry_run, options.plan_fanout)
     plan = SweepPlan(run_dir, base.out_dir, rerun=options.rerun, dry_run=options.dry_run, lines=tuple(lines))
     if options.dry_run:
-        skips = tuple(f"  skip   plan group {group.experiment}/{group.workload}: {group.status.upper()}"
-                      + (" (+rerun=true runs FAILED groups again)" if group.status == "failed" else "")
-                      for group in everything if group not in groups)
+        skips = tuple(
+            f"  skip   plan group {group.experiment}/{group.workload}: {group.status.upper()}"
+            + (" (+rerun=true runs FAILED groups again)" if group.status == "failed" else "")
+            for group in everything
+            if group not in groups
+        )
         return dataclasses.replace(plan, notes=skips)
     if not planned:
-        return dataclasses.replace(plan, notes=(f"plan {path}: nothing to run (every group FINISHED, or FAILED "
-                                                f"without +rerun=true)",))
+        return dataclasses.replace(
+            plan, notes=(f"plan {path}: nothing to run (every group FINISHED, or FAILED without +rerun=true)",)
+        )
 
     def cells(group: PlanGroup, members: list[tuple[PlanCell, CellSpec]], pinned: bool) -> tuple[PlannedCell, ...]:
-        return tuple(PlannedCell(spec, run_dir / group.experiment / group.workload / f"dev{cell.devices}",
-                                 pin=_pin(cell) if pinned else None) for cell, spec in members)
+        return tuple(
+            PlannedCell(
+                spec,
+                run_dir / group.experiment / group.workload / f"dev{cell.devices}",
+                pin=_pin(cell) if pinned else None,
+            )
+            for cell, spec in members
+        )
 
     if options.plan_fanout:
+
         def write_all(ended: list[CellResult]) -> None:
             by_id = {r.cell.cell_id: r for r in ended}
             for _, members in planned:
                 _write_back(path, members, [by_id[s.cell_id] for _, s in members if s.cell_id in by_id])
 
-        step = Step(tuple(c for g, members in planned for c in cells(g, members, False)),
-                    f"plan: {len(planned)} group(s) at once on any free GPU (+plan_fanout=true)", write_all)
+        step = Step(
+            tuple(c for g, members in planned for c in cells(g, members, False)),
+            f"plan: {len(planned)} group(s) at once on any free GPU (+plan_fanout=true)",
+            write_all,
+        )
         return dataclasses.replace(plan, steps=(step,))
-    steps = tuple(Step(cells(group, members, True),
-                       f"plan group {group.experiment}/{group.workload}: {len(members)} cell(s) start together",
-                       functools.partial(_write_back, path, members)) for group, members in planned)
+    steps = tuple(
+        Step(
+            cells(group, members, True),
+            f"plan group {group.experiment}/{group.workload}: {len(members)} cell(s) start together",
+            functools.partial(_write_back, path, members),
+        )
+        for group, members in planned
+    )
     return dataclasses.replace(plan, steps=steps, epilogue=functools.partial(_idle_line, planned))
 
 
@@ -187,5 +225,7 @@ def _idle_line(planned: list[tuple[PlanGroup, list[tuple[PlanCell, CellSpec]]]])
         return None
     by_gpu = Counter(c.devices for _, cells in planned for c, _ in cells)
     pinned = ", ".join(f"{n} to GPU {d}" for d, n in by_gpu.most_common())
-    return (f"plan: its {len(planned)} groups ran one after another as their Devices say (cells: {pinned}) while "
-            f"{gpus - widest} of the cluster's {gpus} GPUs idled; +plan_fanout=true runs them at once on any free GPU")
+    return (
+        f"plan: its {len(planned)} groups ran one after another as their Devices say (cells: {pinned}) while "
+        f"{gpus - widest} of the cluster's {gpus} GPUs idled; +plan_fanout=true runs them at once on any free GPU"
+    )

@@ -37,8 +37,7 @@ from typing import Any
 
 from raycolloc.driver.outcome import EXIT_INTERRUPTED, EXIT_TERMINATED
 
-__all__ = ["Terminated", "ending", "exit_status", "install", "reinstall", "shielded",
-           "uninstall"]
+__all__ = ["Terminated", "ending", "exit_status", "install", "reinstall", "shielded", "uninstall"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _state: dict[str, int] = {"installed": 0, "first": 0}
@@ -61,8 +60,11 @@ def _handle(signum: int, frame: FrameType | None) -> None:
     if _state["first"]:
         # Nothing is waited for: Ray's processes die with this one (they share its fate), and a
         # re-run stops what the steward kept (MPS daemons, MIG layouts) from its records.
-        os.write(2, f"\n{signal.Signals(signum).name} again: exiting now (exit {128 + signum}); a re-run or "
-                    f"`python -m raycolloc.doctor --fix` cleans what is left\n".encode())
+        os.write(
+            2,
+            f"\n{signal.Signals(signum).name} again: exiting now (exit {128 + signum}); a re-run or "
+            f"`python -m raycolloc.doctor --fix` cleans what is left\n".encode(),
+        )
         os._exit(128 + signum)
     _state["first"] = signum
     _first_at[0] = time.monotonic()

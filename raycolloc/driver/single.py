@@ -7,7 +7,7 @@ from typing import Any
 
 from omegaconf import DictConfig
 
-from raycolloc.driver.cells import cell_dir_names, split_options, sweep_cells, validate_cell
+from raycolloc.driver.cell_specs import cell_dir_names, split_options, sweep_cells, validate_cell
 from raycolloc.driver.dryrun import DryRunLine
 from raycolloc.driver.hydra_errors import check_group_choices
 from raycolloc.driver.plan import PlannedCell, Step, SweepPlan
@@ -30,5 +30,12 @@ def single_run_plan(dcfg: DictConfig, run_dir: Path, choices: Any) -> SweepPlan:
     specs = sweep_cells([validate_cell(dcfg)])
     dirs = [run_dir] if len(specs) == 1 else [run_dir / name for name in cell_dir_names(specs)]
     cells = tuple(PlannedCell(s, d) for s, d in zip(specs, dirs, strict=True))
-    return SweepPlan(run_dir, specs[0].config.out_dir, (Step(cells),), rerun=options.rerun, dry_run=options.dry_run,
-                     lines=tuple(DryRunLine(s.label, s) for s in specs), summary=len(specs) > 1)
+    return SweepPlan(
+        run_dir,
+        specs[0].config.out_dir,
+        (Step(cells),),
+        rerun=options.rerun,
+        dry_run=options.dry_run,
+        lines=tuple(DryRunLine(s.label, s) for s in specs),
+        summary=len(specs) > 1,
+    )

@@ -1,7 +1,7 @@
 """Hung jobs: a job that makes no progress for too long is ``status=hang``, and its cell goes on.
 
 Each training process reports its epoch and step to the sweep's progress board about once a
-second while it trains (``raycolloc.job.process``). The cell's waits (``driver/cell.py``) ask this
+second while it trains (``raycolloc.job.process``). The cell's waits (``driver/cell_run.py``) ask this
 watch which of the jobs they still wait for have shown no new step for longer than their limit:
 
 * ``trainer.stall_timeout_s`` (5 minutes by default), or 20 of the job's own warm-up steps if
@@ -84,6 +84,8 @@ class StallWatch:
             limit = self._limits[index] if index in self._moved else max(self._limits[index], self._first_limit)
             if now - since > limit:
                 where = f"at epoch {mark[0]} step {mark[1]}" if mark else "before its first step"
-                verdicts[index] = (f"hang: no progress for {now - since:.0f}s {where} (limit {limit:.0f}s; "
-                                   f"trainer.stall_timeout_s={self.cell.config.trainer.stall_timeout_s:g})")
+                verdicts[index] = (
+                    f"hang: no progress for {now - since:.0f}s {where} (limit {limit:.0f}s; "
+                    f"trainer.stall_timeout_s={self.cell.config.trainer.stall_timeout_s:g})"
+                )
         return verdicts

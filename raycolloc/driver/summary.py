@@ -25,13 +25,17 @@ def _fmt(value: Any, spec: str = ",.0f") -> str:
 def cell_summary(cell: CellRow, jobs: Sequence[JobRow]) -> str:
     """A few lines: the cell's aggregate, then one line per job."""
     if cell.mix is None:
-        rate = (f"aggregate={_fmt(cell.agg_samples_per_s)} samples/s  "
-                f"energy={_fmt(cell.energy_per_sample_j, '.3g')} J/sample")
+        rate = (
+            f"aggregate={_fmt(cell.agg_samples_per_s)} samples/s  "
+            f"energy={_fmt(cell.energy_per_sample_j, '.3g')} J/sample"
+        )
     else:  # a mix's samples are unlike: its headline is its total time (against serial: the sweep's summary)
         rate = f"total={_fmt(cell.total_s, ',.2f')} s  energy={_fmt(cell.total_energy_j, ',.1f')} J"
-    head = (f"cell {cell.cell_id}  status={cell.status}  gpu={cell.gpu_name or '-'}  {rate}  "
-            f"sm_active={_fmt(cell.sm_active_mean, '.1f')}%  mem_max={_fmt(cell.mem_used_max_mib)} MiB  "
-            f"telemetry={cell.telemetry_source}")
+    head = (
+        f"cell {cell.cell_id}  status={cell.status}  gpu={cell.gpu_name or '-'}  {rate}  "
+        f"sm_active={_fmt(cell.sm_active_mean, '.1f')}%  mem_max={_fmt(cell.mem_used_max_mib)} MiB  "
+        f"telemetry={cell.telemetry_source}"
+    )
     width = max([28, *(len(j.job_name) + 2 for j in jobs)])
     lines = [head, f"  {'job':<{width}}{'status':<8}{'epoch2 s':>10}{'samples/s':>12}{'peak MiB':>10}  note"]
     for j in jobs:
@@ -45,8 +49,10 @@ def cell_summary(cell: CellRow, jobs: Sequence[JobRow]) -> str:
             note = f"MPS client of {j.mps_server_pid} {note}"
         # PyTorch's peak where it has one (CUDA); else what the device attributed to the process.
         peak = j.peak_mem_allocated_mib if j.peak_mem_allocated_mib is not None else j.peak_device_mem_mib
-        lines.append(f"  {j.job_name:<{width}}{j.status:<8}{_fmt(j.epoch2_s, '.2f'):>10}"
-                     f"{_fmt(j.epoch2_samples_per_s):>12}{_fmt(peak):>10}  {note}")
+        lines.append(
+            f"  {j.job_name:<{width}}{j.status:<8}{_fmt(j.epoch2_s, '.2f'):>10}"
+            f"{_fmt(j.epoch2_samples_per_s):>12}{_fmt(peak):>10}  {note}"
+        )
     if cell.reason and cell.status != "ok":
         lines.append(f"  reason: {cell.reason[:300]}")
     return "\n".join(lines)
@@ -65,15 +71,19 @@ def print_sweep_summary(sweep_dir: Path, results: Sequence[CellResult]) -> None:
         print(f"\nsweep {sweep_dir}: {len(data.cells)} cells, {int((data.cells['status'] == 'ok').sum())} ok")
         gain = gain_table(data.cells, data.jobs)
         if not gain.empty:
-            print("throughput gain (gain_vs_solo: same settings at degree 1; gain_vs_best_solo: fastest degree-1 "
-                  "run of the workload in the sweep; several runs: median [min-max])")
+            print(
+                "throughput gain (gain_vs_solo: same settings at degree 1; gain_vs_best_solo: fastest degree-1 "
+                "run of the workload in the sweep; several runs: median [min-max])"
+            )
             print(format_gain(gain))
         mixes = table2(mixed_table(data.cells, data.jobs, data.epochs))
         if not mixes.empty:
             jobs = [c for c in mixes.columns if c.endswith("_s") and not c.startswith(("total", "sequential"))]
             cols = ["mix", "mode", "n_runs", "status", *jobs, "total_s", "sequential_s", "change_vs_sequential_pct"]
-            print("mixed cells against their jobs run one after the other (<job>_s: collocated; <job>_alone_s: its "
-                  "solo cell; medians of the runs)")
+            print(
+                "mixed cells against their jobs run one after the other (<job>_s: collocated; <job>_alone_s: its "
+                "solo cell; medians of the runs)"
+            )
             print(mixes[cols].to_string(index=False, na_rep="-", float_format=lambda v: f"{v:,.2f}"))
     except Exception as exc:  # noqa: BLE001 - the summary is a convenience; the results are on disk
         log.warning("sweep summary unavailable: %s", exc)

@@ -65,8 +65,11 @@ def _clean(root: Path) -> None:
     failed = clean_leftovers(found, open_recorded_backend)
     if held:
         done = "; ".join(item.detail for item in held)
-        log.warning("a steward died during the sweep: put right on this host: %s%s", done,
-                    f" (not fixed: {'; '.join(failed)}; `python -m raycolloc.doctor` reports it)" if failed else "")
+        log.warning(
+            "a steward died during the sweep: put right on this host: %s%s",
+            done,
+            f" (not fixed: {'; '.join(failed)}; `python -m raycolloc.doctor` reports it)" if failed else "",
+        )
 
 
 def shut_down() -> None:

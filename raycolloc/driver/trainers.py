@@ -66,8 +66,9 @@ class TrainerPool:
     def _new_pooled(self) -> Any:
         """A new actor of the pool: ``1/size`` of the lane's GPU, numbered within the lane."""
         self._created += 1
-        return self._create(RemoteTrainer, f"raycolloc:lane-{os.getpid()}-{self.index}/trainer-{self._created}",
-                            1.0 / self.size)
+        return self._create(
+            RemoteTrainer, f"raycolloc:lane-{os.getpid()}-{self.index}/trainer-{self._created}", 1.0 / self.size
+        )
 
     def _pooled(self, cell: CellSpec) -> bool:
         return cell.config.trainer.reuse_actors and not any(job.workload.as_written for job in cell.jobs)
@@ -77,8 +78,14 @@ class TrainerPool:
         with script jobs, or ``trainer.reuse_actors=false``, gets actors of its own."""
         if not self._pooled(cell):
             self.close()
-            return [self._create(RemoteScriptTrainer if job.workload.as_written else RemoteTrainer,
-                                 f"raycolloc:{cell.cell_id}/{job.name}", 1.0 / cell.degree) for job in cell.jobs]
+            return [
+                self._create(
+                    RemoteScriptTrainer if job.workload.as_written else RemoteTrainer,
+                    f"raycolloc:{cell.cell_id}/{job.name}",
+                    1.0 / cell.degree,
+                )
+                for job in cell.jobs
+            ]
         if cell.degree > self.size:
             raise ValueError(f"cell {cell.cell_id} has {cell.degree} jobs; the lane's pool holds {self.size}")
         lent = [self._idle.pop() for _ in range(min(len(self._idle), cell.degree))]
@@ -89,8 +96,13 @@ class TrainerPool:
     def _create(self, actor_class: Any, name: str, gpu_share: float) -> Any:
         # No runtime_env: the binding's environment (GPU or MIG UUID, MPS pipe) is the training
         # process's, set by its actor; an actor without one may take a worker Ray already started.
-        return actor_class.options(name=name, namespace=NAMESPACE, num_gpus=gpu_share, num_cpus=self.num_cpus,
-                                   scheduling_strategy=self.lease.strategy()).remote()
+        return actor_class.options(
+            name=name,
+            namespace=NAMESPACE,
+            num_gpus=gpu_share,
+            num_cpus=self.num_cpus,
+            scheduling_strategy=self.lease.strategy(),
+        ).remote()
 
     def give_back(self, cell: CellSpec, healthy: list[Any], failed: list[Any]) -> None:
         """The cell is over: healthy actors are lent again (unless they were the cell's own), failed

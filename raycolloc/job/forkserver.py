@@ -47,8 +47,15 @@ from multiprocessing.connection import Connection
 
 __all__ = ["PRELOAD", "main"]
 
-PRELOAD = ("torch", "timm", "raycolloc.job.process", "raycolloc.job.step", "raycolloc.job.data.sources",
-           "raycolloc.job.workloads.presets", "raycolloc.job.workloads.models")
+PRELOAD = (
+    "torch",
+    "timm",
+    "raycolloc.job.process",
+    "raycolloc.job.step",
+    "raycolloc.job.data.sources",
+    "raycolloc.job.workloads.presets",
+    "raycolloc.job.workloads.models",
+)
 _PR_SET_PDEATHSIG = 1
 
 
@@ -60,8 +67,9 @@ def _stop(signum: int, frame: object) -> None:
     raise _Stopped
 
 
-def _child(listener: socket.socket, conns: list[Connection], env: dict[str, str], actor_pid: int,
-           job_fd: int, group: int) -> None:
+def _child(
+    listener: socket.socket, conns: list[Connection], env: dict[str, str], actor_pid: int, job_fd: int, group: int
+) -> None:
     """In the forked child: become the job's training process (never returns)."""
     try:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # SIGTERM ends a job as it ends an exec'd one

@@ -24,8 +24,13 @@ def thread_usage() -> dict[str, float]:
     if not hasattr(resource, "RUSAGE_THREAD"):
         return {"thread_cpu_s": time.thread_time()}
     r = resource.getrusage(resource.RUSAGE_THREAD)
-    return {"thread_cpu_s": r.ru_utime + r.ru_stime, "thread_sys_s": r.ru_stime, "minor_faults": r.ru_minflt,
-            "involuntary_switches": r.ru_nivcsw, "voluntary_switches": r.ru_nvcsw}
+    return {
+        "thread_cpu_s": r.ru_utime + r.ru_stime,
+        "thread_sys_s": r.ru_stime,
+        "minor_faults": r.ru_minflt,
+        "involuntary_switches": r.ru_nivcsw,
+        "voluntary_switches": r.ru_nvcsw,
+    }
 
 
 def own_nvml_memory(binding: Binding, pid: int) -> float | None:

@@ -42,7 +42,7 @@ from raycolloc.mpsctl import client_status
 from raycolloc.procs import die_with_parent, format_cpus, normal_priority, watch_parent
 from raycolloc.results.rows import EpochRow
 from raycolloc.spec import Binding, JobInfo, JobProgress, JobSpec, JobState, JobStatus
-from raycolloc.workload_kinds import PythonWorkload, WorkloadSpec
+from raycolloc.workload_kinds import ModelWorkload, PythonWorkload
 
 __all__ = ["JobProcess", "cache_env", "classify_error", "compile_cache", "main"]
 
@@ -62,6 +62,7 @@ def cache_env(env: dict[str, str], configured: str | None = None) -> None:
     for var, sub in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton")):
         if configured or var not in env:
             env[var] = str(cache / sub)
+
 
 REPORT_EVERY_S = 1.0
 
@@ -85,10 +86,16 @@ class JobProcess:
         self.job, self.binding, self.conn = job, binding, conn
         self.gpu = binding.device  # the node's backend chose it: a real GPU, or a simulated one
         self.pid = os.getpid()
-        info = JobInfo(pid=self.pid, hostname=socket.gethostname(), mig_uuid=binding.mig_uuid,
-                       mig_profile=binding.mig_profile, cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
-                       mps_pipe_dir=os.environ.get("CUDA_MPS_PIPE_DIRECTORY"),
-                       niceness=os.getpriority(os.PRIO_PROCESS, 0), started_ts=time.time())
+        info = JobInfo(
+            pid=self.pid,
+            hostname=socket.gethostname(),
+            mig_uuid=binding.mig_uuid,
+            mig_profile=binding.mig_profile,
+            cuda_visible_devices=os.environ.get("CUDA_VISIBLE_DEVICES"),
+            mps_pipe_dir=os.environ.get("CUDA_MPS_PIPE_DIRECTORY"),
+            niceness=os.getpriority(os.PRIO_PROCESS, 0),
+            started_ts=time.time(),
+        )
         if binding.cpus:
             # What the training thread really runs on: the jobs table's ``cpus``.
             info.cpus = format_cpus(sorted(os.sched_getaffinity(0)))
@@ -133,8 +140,9 @@ class JobProcess:
             torch.set_num_threads(job.trainer.torch_threads or max(1, int(job.trainer.num_cpus)))
         else:
             if not torch.cuda.is_available():
-                raise RuntimeError("CUDA sees no GPU with "
-                                   f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}")
+                raise RuntimeError(
+                    f"CUDA sees no GPU with CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}"
+                )
             self.device = torch.device("cuda", 0)
             torch.cuda.set_device(self.device)
             torch.cuda.init()  # the context now, so its cost is timed here, not in the model's transfer
@@ -145,7 +153,7 @@ class JobProcess:
         # Each kind built by its own code; a script never reaches here (it is exec'd as written, job/script.py).
         if isinstance(job.workload, PythonWorkload):
             sim_s, t2 = self._setup_python()
-        elif isinstance(job.workload, WorkloadSpec):
+        elif isinstance(job.workload, ModelWorkload):
             sim_s, t2 = self._setup_model(job.workload)
         else:
             raise TypeError(f"a training process runs no {type(job.workload).__name__}")
@@ -153,9 +161,10 @@ class JobProcess:
         t3 = time.perf_counter()
         info.cuda_init_s, info.model_s, info.data_s = t1 - t0 + sim_s, t2 - t1 - sim_s, t3 - t2
         info.mps_client, info.mps_server_pid, info.mps_check_error = client_status(
-            self.binding.mps_control, self.binding.mps_pipe_dir, self.pid)
+            self.binding.mps_control, self.binding.mps_pipe_dir, self.pid
+        )
 
-    def _setup_model(self, spec: WorkloadSpec) -> tuple[float, float]:
+    def _setup_model(self, spec: ModelWorkload) -> tuple[float, float]:
         """A workload raycolloc composes: its model, the study's step, synthetic or real batches.
         Returns the seconds spent in the device's driver (:meth:`_attach`) and the time the model was ready."""
         from raycolloc.job.data.sources import build_source
@@ -169,9 +178,17 @@ class JobProcess:
         step = build_step(spec, model, self.device, job.trainer)
         self._sync()
         t_model = time.perf_counter()
-        source = build_source(spec, job.batch_size, self.device, job.data.source, job.data.placement,
-                              job.data.path, job.data.num_workers, job.seed,
-                              limit=job.epoch_samples if job.data.source == "real" else None)
+        source = build_source(
+            spec,
+            job.batch_size,
+            self.device,
+            job.data.source,
+            job.data.placement,
+            job.data.path,
+            job.data.num_workers,
+            job.seed,
+            limit=job.epoch_samples if job.data.source == "real" else None,
+        )
         info.h2d_bytes_per_step = source.bytes_per_batch if job.data.placement == "host" else 0
         self.compiled = step.compiled
         self.step = lambda: step(*source.next())
@@ -265,12 +282,21 @@ class JobProcess:
         samples = steps * job.batch_size
         cuda = self.device.type == "cuda"
         record = EpochRow(
-            cell_id=job.cell_id, job_index=job.index, epoch=epoch, warmup=epoch == 1, start_ts=start_wall,
-            end_ts=start_wall + wall, wall_s=wall, samples=samples, samples_per_s=samples / wall,
-            loss=None if self._last_loss is None else float(self._last_loss), steps=steps,
+            cell_id=job.cell_id,
+            job_index=job.index,
+            epoch=epoch,
+            warmup=epoch == 1,
+            start_ts=start_wall,
+            end_ts=start_wall + wall,
+            wall_s=wall,
+            samples=samples,
+            samples_per_s=samples / wall,
+            loss=None if self._last_loss is None else float(self._last_loss),
+            steps=steps,
             # The training thread's CPU time (user + system): near wall_s means the job is bound by
             # its CPU thread; system time and page faults show time spent in the kernel.
-            thread_cpu_s=usage["thread_cpu_s"], thread_sys_s=usage.get("thread_sys_s"),
+            thread_cpu_s=usage["thread_cpu_s"],
+            thread_sys_s=usage.get("thread_sys_s"),
             minor_faults=as_int(usage.get("minor_faults")),
             involuntary_switches=as_int(usage.get("involuntary_switches")),
             voluntary_switches=as_int(usage.get("voluntary_switches")),

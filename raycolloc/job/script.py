@@ -68,11 +68,26 @@ class EpochMarks:
         samples = int(groups["samples"]) if groups.get("samples") else None
         loss = float(groups["loss"]) if groups.get("loss") else None
         wall = max(ts - self.last, 1e-9)
-        row = EpochRow(cell_id=self.job.cell_id, job_index=self.job.index, epoch=epoch, warmup=not self.rows,
-                       start_ts=self.last, end_ts=ts, wall_s=wall, samples=samples,
-                       samples_per_s=samples / wall if samples else None, steps=None, loss=loss, thread_cpu_s=None,
-                       thread_sys_s=None, minor_faults=None, involuntary_switches=None, voluntary_switches=None,
-                       peak_mem_allocated_mib=None, peak_mem_reserved_mib=None)
+        row = EpochRow(
+            cell_id=self.job.cell_id,
+            job_index=self.job.index,
+            epoch=epoch,
+            warmup=not self.rows,
+            start_ts=self.last,
+            end_ts=ts,
+            wall_s=wall,
+            samples=samples,
+            samples_per_s=samples / wall if samples else None,
+            steps=None,
+            loss=loss,
+            thread_cpu_s=None,
+            thread_sys_s=None,
+            minor_faults=None,
+            involuntary_switches=None,
+            voluntary_switches=None,
+            peak_mem_allocated_mib=None,
+            peak_mem_reserved_mib=None,
+        )
         self.rows.append(row)
         self.last = ts
         return row
@@ -96,8 +111,7 @@ class ScriptTrainer:
         normal_priority()
         self.job: JobSpec | None = None
 
-    def start(self, job: JobSpec, binding: Binding, board: Any = None,
-              forkserver: str | None = None) -> None:
+    def start(self, job: JobSpec, binding: Binding, board: Any = None, forkserver: str | None = None) -> None:
         """Take the job (its process starts in :meth:`setup`).
 
         Args:
@@ -114,8 +128,14 @@ class ScriptTrainer:
         self._readers: list[threading.Thread] = []
         self._stderr: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self._marks: EpochMarks | None = None
-        self._state = JobState(info=JobInfo(hostname=socket.gethostname(), mig_uuid=binding.mig_uuid,
-                                            mig_profile=binding.mig_profile, cpus=format_cpus(binding.cpus)))
+        self._state = JobState(
+            info=JobInfo(
+                hostname=socket.gethostname(),
+                mig_uuid=binding.mig_uuid,
+                mig_profile=binding.mig_profile,
+                cpus=format_cpus(binding.cpus),
+            )
+        )
 
     def __repr__(self) -> str:
         return f"ScriptTrainer({self.job.cell_id}/{self.job.name})" if self.job else "ScriptTrainer(idle)"
@@ -131,9 +151,15 @@ class ScriptTrainer:
         """The script's environment: the node's, the workload's, then the binding's (which wins:
         the GPU or MIG device and the MPS pipe are the mode's), and where the launcher is; the
         directory of raycolloc's interpreter first on ``PATH``."""
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.workload.env, **self.binding.env,
-               "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "RAYCOLLOC_JOB_INDEX": str(self._running.index),
-               "RAYCOLLOC_CELL_ID": self._running.cell_id}
+        env = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            **self.workload.env,
+            **self.binding.env,
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            "RAYCOLLOC_JOB_INDEX": str(self._running.index),
+            "RAYCOLLOC_CELL_ID": self._running.cell_id,
+        }
         # ``python`` inside the script's own commands (a shell line, a subprocess) is raycolloc's too.
         env["PATH"] = os.pathsep.join(p for p in (str(Path(sys.executable).parent), env.get("PATH")) if p)
         env[PYTHONPATH_KEEP] = env.get("PYTHONPATH", "")
@@ -144,22 +170,37 @@ class ScriptTrainer:
         """Start the script; returns at once with its pid (the steward samples it from now on)."""
         info = self._state.info
         cpus = ",".join(map(str, self.binding.cpus)) if self.binding.cpus else "-"
-        launcher = [sys.executable, "-m", "raycolloc.job.script_exec", str(os.getpid()), cpus,
-                    encode_device(self.binding.device), "--",
-                    *script_command(self.workload.command)]
+        launcher = [
+            sys.executable,
+            "-m",
+            "raycolloc.job.script_exec",
+            str(os.getpid()),
+            cpus,
+            encode_device(self.binding.device),
+            "--",
+            *script_command(self.workload.command),
+        ]
         env = self._env()
         info.cuda_visible_devices = env.get("CUDA_VISIBLE_DEVICES")
         info.mps_pipe_dir = env.get("CUDA_MPS_PIPE_DIRECTORY")
         info.spawn = "exec"
         try:
-            self._proc = subprocess.Popen(launcher, env=env, cwd=self.workload.cwd, stdin=subprocess.DEVNULL,
-                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            self._proc = subprocess.Popen(
+                launcher,
+                env=env,
+                cwd=self.workload.cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
         except OSError as exc:
             return self._state.failed("error", f"cannot start {self.workload.command[0]}: {exc}")
         info.pid, info.started_ts = self._proc.pid, time.time()
         self._marks = EpochMarks(self._running, self.workload.epoch_regex, info.started_ts)
-        for stream, handler, echo in ((self._proc.stdout, self._stdout_line, sys.stdout),
-                                      (self._proc.stderr, self._stderr.append, sys.stderr)):
+        for stream, handler, echo in (
+            (self._proc.stdout, self._stdout_line, sys.stdout),
+            (self._proc.stderr, self._stderr.append, sys.stderr),
+        ):
             reader = threading.Thread(target=_read, args=(stream, handler, echo), daemon=True)
             reader.start()
             self._readers.append(reader)
@@ -174,8 +215,12 @@ class ScriptTrainer:
         while proc.poll() is None:
             # Until the script is a client: it may start CUDA late. A daemon that keeps failing to
             # answer (a naive cell's empty pipe) ends the asking after three tries, its error kept.
-            if self.binding.mps_pipe_dir and self.binding.mps_control and not self._state.info.mps_client \
-                    and failures < MPS_CHECK_TRIES:
+            if (
+                self.binding.mps_pipe_dir
+                and self.binding.mps_control
+                and not self._state.info.mps_client
+                and failures < MPS_CHECK_TRIES
+            ):
                 failures = 0 if self._check_mps(proc.pid) else failures + 1
             time.sleep(POLL_S)
         self._state.info.ended_ts = time.time()
@@ -198,8 +243,13 @@ class ScriptTrainer:
         self._state.epochs.append(row)
         if self.board is not None:
             # Fire and forget: the driver draws it; the script's own epoch count is not known ahead.
-            progress = JobProgress(epoch=row.epoch, step=1, steps=1, epochs=max(self._running.epochs, row.epoch),
-                                   samples_per_s=row.samples_per_s or 0.0)
+            progress = JobProgress(
+                epoch=row.epoch,
+                step=1,
+                steps=1,
+                epochs=max(self._running.epochs, row.epoch),
+                samples_per_s=row.samples_per_s or 0.0,
+            )
             self.board.job(self._running.cell_id, self._running.index, progress)
 
     def _check_mps(self, pid: int) -> bool:
@@ -209,10 +259,12 @@ class ScriptTrainer:
 
         try:
             ours = {pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))}
-            for server in pids(control_command(str(self.binding.mps_control), self.binding.mps_pipe_dir,
-                                               "get_server_list")):
-                reply = control_command(str(self.binding.mps_control), self.binding.mps_pipe_dir,
-                                        f"get_client_list {server}")
+            for server in pids(
+                control_command(str(self.binding.mps_control), self.binding.mps_pipe_dir, "get_server_list")
+            ):
+                reply = control_command(
+                    str(self.binding.mps_control), self.binding.mps_pipe_dir, f"get_client_list {server}"
+                )
                 if ours & set(pids(reply)):
                     self._state.info.mps_client, self._state.info.mps_server_pid = True, server
                     self._state.info.mps_check_error = None

@@ -87,8 +87,9 @@ def _fork(server_path: str, env: dict[str, str], job_end: socket.socket) -> Fork
     return ForkedProcess(int(value), server)
 
 
-def start_training_process(job: JobSpec, binding: Binding, env: dict[str, str],
-                           forkserver: str | None) -> tuple[TrainingProcess, Connection]:
+def start_training_process(
+    job: JobSpec, binding: Binding, env: dict[str, str], forkserver: str | None
+) -> tuple[TrainingProcess, Connection]:
     """Start the job's training process and send it the job; returns it and its connection.
 
     Args:
@@ -102,11 +103,18 @@ def start_training_process(job: JobSpec, binding: Binding, env: dict[str, str],
             try:
                 proc = _fork(forkserver, env, theirs)
             except (OSError, EOFError, TimeoutError, RuntimeError) as exc:
-                log.warning("job=%s fork server %s unusable (%s): starting the training process afresh",
-                            job.name, forkserver, exc)
+                log.warning(
+                    "job=%s fork server %s unusable (%s): starting the training process afresh",
+                    job.name,
+                    forkserver,
+                    exc,
+                )
         if proc is None:
-            proc = subprocess.Popen([sys.executable, "-m", "raycolloc.job.process", str(theirs.fileno()),
-                                     str(os.getpid())], env=env, pass_fds=(theirs.fileno(),))
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "raycolloc.job.process", str(theirs.fileno()), str(os.getpid())],
+                env=env,
+                pass_fds=(theirs.fileno(),),
+            )
     conn = Connection(ours.detach())
     conn.send((job, binding))
     return proc, conn

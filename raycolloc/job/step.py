@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from raycolloc.config import TrainerConfig
-from raycolloc.workload_kinds import WorkloadSpec
+from raycolloc.workload_kinds import ModelWorkload
 
 __all__ = ["TrainStep", "build_step", "make_step"]
 
@@ -68,7 +68,7 @@ def sgd(params: list[nn.Parameter], lr: float, device: torch.device, momentum: b
     return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=5e-5, fused=fused)
 
 
-def build_step(spec: WorkloadSpec, model: nn.Module, device: torch.device, cfg: TrainerConfig) -> TrainStep:
+def build_step(spec: ModelWorkload, model: nn.Module, device: torch.device, cfg: TrainerConfig) -> TrainStep:
     """Build the step function of one job of a workload raycolloc composes, on ``device``."""
     loss = nn.BCEWithLogitsLoss() if spec.family == "dlrm" else nn.CrossEntropyLoss()
     model = model.to(device)
@@ -79,8 +79,14 @@ def build_step(spec: WorkloadSpec, model: nn.Module, device: torch.device, cfg: 
     return make_step(model, loss, optimizer, device, cfg, images=spec.family == "vision")
 
 
-def make_step(model: nn.Module, loss: nn.Module | Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-              optimizer: torch.optim.Optimizer, device: torch.device, cfg: TrainerConfig, images: bool) -> TrainStep:
+def make_step(
+    model: nn.Module,
+    loss: nn.Module | Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    device: torch.device,
+    cfg: TrainerConfig,
+    images: bool,
+) -> TrainStep:
     """The step function around a model, its loss and optimiser (already on ``device``), with the
     trainer's fast paths; ``images``: the first input is an image batch (``channels_last`` applies)."""
     memory_format = torch.channels_last if cfg.channels_last and images else None

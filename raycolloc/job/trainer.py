@@ -51,8 +51,7 @@ class Trainer:
         self._gauge: Any = None
         self._t_start = 0.0
 
-    def start(self, job: JobSpec, binding: Binding, board: Any = None,
-              forkserver: str | None = None) -> int:
+    def start(self, job: JobSpec, binding: Binding, board: Any = None, forkserver: str | None = None) -> int:
         """Start ``job``'s training process; returns its pid.
 
         Args:
@@ -87,9 +86,13 @@ class Trainer:
     def inspect(self) -> dict[str, Any]:
         """What this actor process holds (tests, tools): its pid, open files, CUDA environment,
         whether torch was ever imported here."""
-        return {"pid": os.getpid(), "fds": sorted(os.listdir("/proc/self/fd")),
-                "cuda_env": {k: v for k, v in os.environ.items() if k.startswith(("CUDA_", "PYTORCH_CUDA"))},
-                "torch_imported": "torch" in sys.modules, "job": self.job.name if self.job else None}
+        return {
+            "pid": os.getpid(),
+            "fds": sorted(os.listdir("/proc/self/fd")),
+            "cuda_env": {k: v for k, v in os.environ.items() if k.startswith(("CUDA_", "PYTORCH_CUDA"))},
+            "torch_imported": "torch" in sys.modules,
+            "job": self.job.name if self.job else None,
+        }
 
     # --- lifecycle (each returns the job's state; never raises for training errors) ----------
     def setup(self) -> JobState:
@@ -158,8 +161,9 @@ class Trainer:
     def _publish(self, progress: JobProgress) -> None:
         assert self.job is not None
         if self._gauge is None:
-            self._gauge = make_gauge("raycolloc_job_samples_per_s", "Samples per second of a raycolloc job",
-                                     ("cell", "job_name"))
+            self._gauge = make_gauge(
+                "raycolloc_job_samples_per_s", "Samples per second of a raycolloc job", ("cell", "job_name")
+            )
         self._gauge.set(progress.samples_per_s, tags={"cell": self.job.cell_id, "job_name": self.job.name})
         if self.board is not None:
             # Fire and forget: the driver draws it; a lost update is redrawn a second later.

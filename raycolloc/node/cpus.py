@@ -32,8 +32,9 @@ class CpuPool:
         self.cpus = sorted(cpus if cpus is not None else os.sched_getaffinity(0))
         self._held: dict[str, list[tuple[int, ...]]] = {}
 
-    def allocate(self, cell_id: str, counts: list[float],
-                 near: list[int] | None = None) -> list[tuple[int, ...]] | None:
+    def allocate(
+        self, cell_id: str, counts: list[float], near: list[int] | None = None
+    ) -> list[tuple[int, ...]] | None:
         """Cores for each job of a cell (``counts[i]`` = the job's ``trainer.num_cpus``, at least 1).
 
         Free cores near the GPU come first (core 0 last among them: interrupts and daemons like
@@ -47,8 +48,14 @@ class CpuPool:
         free = [c for c in sorted(self.cpus, key=lambda c: (c not in local, c == 0, c)) if c not in used]
         wants = [max(1, math.ceil(count)) for count in counts]
         if sum(wants) > len(free):
-            log.warning("cell=%s: its %d jobs need %d cores, %d of this node's %d are free: not pinned",
-                        cell_id, len(counts), sum(wants), len(free), len(self.cpus))
+            log.warning(
+                "cell=%s: its %d jobs need %d cores, %d of this node's %d are free: not pinned",
+                cell_id,
+                len(counts),
+                sum(wants),
+                len(free),
+                len(self.cpus),
+            )
             return None
         out = []
         for want in wants:

@@ -15,8 +15,16 @@ __all__ = ["DCGM_FIELDS", "DcgmFields", "dcgm_available"]
 
 BINDINGS = Path("/usr/local/dcgm/bindings/python3")
 DCGM_FIELDS: dict[str, int] = {
-    "gr_engine_active": 1001, "sm_active": 1002, "sm_occupancy": 1003, "tensor_active": 1004, "dram_active": 1005,
-    "pcie_tx_bytes_s": 1009, "pcie_rx_bytes_s": 1010, "gpu_util": 203, "power_w": 155, "energy_mj": 156,
+    "gr_engine_active": 1001,
+    "sm_active": 1002,
+    "sm_occupancy": 1003,
+    "tensor_active": 1004,
+    "dram_active": 1005,
+    "pcie_tx_bytes_s": 1009,
+    "pcie_rx_bytes_s": 1010,
+    "gpu_util": 203,
+    "power_w": 155,
+    "energy_mj": 156,
     "mem_used_mib": 252,
 }
 _PERCENT = {"gr_engine_active", "sm_active", "sm_occupancy", "tensor_active", "dram_active"}
@@ -46,8 +54,9 @@ class DcgmFields:
     """Latest values of :data:`DCGM_FIELDS` for one GPU, watched every ``interval_ms``."""
 
     def __init__(self, interval_ms: int) -> None:
-        self.reader = _import_reader()(fieldIds=[*DCGM_FIELDS.values(), _UUID_FIELD],
-                                       updateFrequency=interval_ms * 1000)
+        self.reader = _import_reader()(
+            fieldIds=[*DCGM_FIELDS.values(), _UUID_FIELD], updateFrequency=interval_ms * 1000
+        )
 
     def sample(self, uuid: str) -> dict[str, float | None]:
         data = self.reader.GetLatestGpuValuesAsFieldIdDict()

@@ -36,8 +36,17 @@ from raycolloc.node.mig.placement import gpu_model_of
 from raycolloc.node.modes.mig import MIG_RECORD, restore_layout
 from raycolloc.node.modes.mps import MpsDaemon, find_control_daemons
 
-__all__ = ["OWNER_FILE", "InUse", "Leftover", "Owner", "claim", "clean_leftovers", "find_leftovers",
-           "open_recorded_backend", "read_owner"]
+__all__ = [
+    "OWNER_FILE",
+    "InUse",
+    "Leftover",
+    "Owner",
+    "claim",
+    "clean_leftovers",
+    "find_leftovers",
+    "open_recorded_backend",
+    "read_owner",
+]
 
 log = logging.getLogger(__name__)
 OWNER_FILE = "steward.json"
@@ -69,7 +78,7 @@ class Owner:
             return False
 
     def describe(self) -> str:
-        started = time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(self.started))
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.started))
         return f"steward pid {self.pid} on {self.host}, started {started}"
 
 
@@ -120,8 +129,9 @@ def _daemon_pids(gpu_dir: Path) -> list[int]:
     return sorted(found)
 
 
-def find_leftovers(pipe_root: str | Path,
-                   gpu_uuids: Collection[str] | None = None) -> tuple[list[Leftover], list[InUse]]:
+def find_leftovers(
+    pipe_root: str | Path, gpu_uuids: Collection[str] | None = None
+) -> tuple[list[Leftover], list[InUse]]:
     """Leftovers under ``pipe_root`` (only of ``gpu_uuids`` if given), and the directories in use."""
     root = Path(pipe_root)
     leftovers: list[Leftover] = []
@@ -143,12 +153,24 @@ def find_leftovers(pipe_root: str | Path,
             continue
         left_by = owner.describe() if owner else "a run that left no owner record"
         for daemon in _daemon_pids(gpu_dir):
-            leftovers.append(Leftover("mps-daemon", uuid, gpu_dir, f"MPS control daemon pid {daemon} of GPU {uuid}, "
-                                      f"started by {left_by}", pid=daemon))
+            leftovers.append(
+                Leftover(
+                    "mps-daemon",
+                    uuid,
+                    gpu_dir,
+                    f"MPS control daemon pid {daemon} of GPU {uuid}, started by {left_by}",
+                    pid=daemon,
+                )
+            )
         if (gpu_dir / MIG_RECORD).exists():
-            leftovers.append(Leftover("mig-layout", uuid, gpu_dir / MIG_RECORD,
-                                      f"GPU {uuid} holds a MIG layout {left_by} made; the one it found is in "
-                                      f"{gpu_dir / MIG_RECORD}"))
+            leftovers.append(
+                Leftover(
+                    "mig-layout",
+                    uuid,
+                    gpu_dir / MIG_RECORD,
+                    f"GPU {uuid} holds a MIG layout {left_by} made; the one it found is in {gpu_dir / MIG_RECORD}",
+                )
+            )
         leftovers.append(Leftover("directory", uuid, gpu_dir, f"directory {gpu_dir} ({left_by})"))
     return leftovers, in_use
 

@@ -110,8 +110,11 @@ class Steward:
         node's GPUs; returns what was found (logged, and in :meth:`info`)."""
         found, in_use = find_leftovers(self.pipe_root, {g.uuid for g in self.backend.gpus()})
         for item in in_use:
-            log.warning("gpu_dir=%s in use by %s (another Ray instance on this host?): left alone",
-                        item.path, item.owner.describe())
+            log.warning(
+                "gpu_dir=%s in use by %s (another Ray instance on this host?): left alone",
+                item.path,
+                item.owner.describe(),
+            )
         failed = clean_leftovers(found, lambda env: self.backend)
         for line in failed:
             log.error("leftover not cleaned: %s (python -m raycolloc.doctor reports it)", line)
@@ -124,15 +127,20 @@ class Steward:
         env = python_env({**os.environ, "OMP_NUM_THREADS": "1"})
         # It removes its socket and log when this steward ends (its parent-death signal is SIGTERM).
         with open(self._forkserver_log, "ab") as out:
-            self._forkserver = subprocess.Popen([sys.executable, "-m", "raycolloc.job.forkserver",
-                                                 self._forkserver_path, str(self._forkserver_log)],
-                                                env=env, stdout=out, stderr=out)
+            self._forkserver = subprocess.Popen(
+                [sys.executable, "-m", "raycolloc.job.forkserver", self._forkserver_path, str(self._forkserver_log)],
+                env=env,
+                stdout=out,
+                stderr=out,
+            )
 
     def forkserver(self, timeout: float = 120.0) -> str | None:
         """The fork server's socket once it serves (restarted if it died); None if it cannot start."""
         if self._forkserver is None or self._forkserver.poll() is not None:
-            log.warning("forkserver exited (%s): starting it again", None if self._forkserver is None
-                        else self._forkserver.returncode)
+            log.warning(
+                "forkserver exited (%s): starting it again",
+                None if self._forkserver is None else self._forkserver.returncode,
+            )
             self._start_forkserver()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -141,8 +149,7 @@ class Steward:
             if self._forkserver is not None and self._forkserver.poll() is not None:
                 break
             time.sleep(0.05)
-        log.warning("forkserver did not come up (log: %s): training processes will be exec'd",
-                    self._forkserver_log)
+        log.warning("forkserver did not come up (log: %s): training processes will be exec'd", self._forkserver_log)
         return None
 
     def __repr__(self) -> str:
@@ -152,10 +159,17 @@ class Steward:
     def info(self) -> NodeInfo:
         """The node, its backend and its GPUs (used by the sweep's pre-flight checks)."""
         mem = psutil.virtual_memory()
-        return NodeInfo(node_id=self.node_id, pid=os.getpid(), gpus=tuple(self.backend.gpus()),
-                        driver=self.backend.driver_version(), cpus=len(self._cpus.cpus),
-                        mem_total_mib=mem.total / (1 << 20), mem_available_mib=mem.available / (1 << 20),
-                        leftovers=tuple(self.leftovers), traits=self.backend.traits)
+        return NodeInfo(
+            node_id=self.node_id,
+            pid=os.getpid(),
+            gpus=tuple(self.backend.gpus()),
+            driver=self.backend.driver_version(),
+            cpus=len(self._cpus.cpus),
+            mem_total_mib=mem.total / (1 << 20),
+            mem_available_mib=mem.available / (1 << 20),
+            leftovers=tuple(self.leftovers),
+            traits=self.backend.traits,
+        )
 
     def resolve_gpu(self, ray_gpu_id: str) -> GpuInfo:
         return self.backend.gpu_for_ray_id(ray_gpu_id)
@@ -263,9 +277,18 @@ class Steward:
             return "off"
         mig = {b.mig_uuid for b in state.bindings if b.mig_uuid}
         devices = [d for d in self.backend.mig_devices(uuid) if d.uuid in mig] if mig else []
-        state.sampler = Sampler(self.backend, cell_id, uuid, source, cfg.interval_ms, pids, devices,
-                                on_row=self._publish, processes=cfg.processes,
-                                gi_sm_share=gi_sm_shares(state.slot.gpu.name, devices))
+        state.sampler = Sampler(
+            self.backend,
+            cell_id,
+            uuid,
+            source,
+            cfg.interval_ms,
+            pids,
+            devices,
+            on_row=self._publish,
+            processes=cfg.processes,
+            gi_sm_share=gi_sm_shares(state.slot.gpu.name, devices),
+        )
         state.sampler.start()
         return source
 
@@ -317,7 +340,10 @@ def _steward_actor(node_id: str, cluster: ClusterConfig, num_gpus: int, pipe_roo
     """The steward actor of ``node_id``, created unless one runs (detached: it outlives any one
     sweep); not waited for."""
     return RemoteSteward.options(
-        name=steward_name(node_id, cluster), namespace=NAMESPACE, get_if_exists=True, lifetime="detached",
+        name=steward_name(node_id, cluster),
+        namespace=NAMESPACE,
+        get_if_exists=True,
+        lifetime="detached",
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
     ).remote(node_id, cluster, num_gpus, pipe_root)
 
@@ -330,8 +356,9 @@ def get_steward(node_id: str, cluster: ClusterConfig, pipe_root: str, timeout: f
     return handle
 
 
-def start_stewards(nodes: dict[str, int], cluster: ClusterConfig, pipe_root: str,
-                   timeout: float = 60.0) -> list[NodeInfo]:
+def start_stewards(
+    nodes: dict[str, int], cluster: ClusterConfig, pipe_root: str, timeout: float = 60.0
+) -> list[NodeInfo]:
     """Start the steward of every GPU node (node id -> GPU count) at once, before a sweep's first
     cells, so they do not each wait for it inside their set-up (2.6-2.8 s on 4 x H200,
     docs/measurements.md, fourth session). Returns the ``info()`` of those that answered; one that

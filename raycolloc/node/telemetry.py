@@ -32,6 +32,7 @@ __all__ = ["Sampler", "gi_sm_shares", "pick_source"]
 
 log = logging.getLogger(__name__)
 
+
 def gi_sm_shares(gpu_name: str, devices: list[MigDevice]) -> dict[int, float]:
     """Each GPU instance's share of the GPU's SMs, from the model's MIG table (empty if unknown)."""
     try:
@@ -52,8 +53,9 @@ def pick_source(backend: GpuBackend, uuid: str, wanted: str) -> str:
     if wanted in ("auto", "dcgm") and backend.traits.dcgm and dcgm_available():
         return "dcgm"
     if wanted == "dcgm":
-        raise RuntimeError("telemetry.source=dcgm: DCGM's Python bindings or host engine are not available; "
-                           "use telemetry.source=auto")
+        raise RuntimeError(
+            "telemetry.source=dcgm: DCGM's Python bindings or host engine are not available; use telemetry.source=auto"
+        )
     if wanted in ("auto", "gpm") and backend.gpm_supported(uuid):
         return prefix + "gpm"
     if wanted == "gpm":
@@ -77,9 +79,19 @@ class Sampler:
             activity per GPU instance only, and the GPU row's ``sm_active`` is their sum weighted by it.
     """
 
-    def __init__(self, backend: GpuBackend, cell_id: str, gpu_uuid: str, source: str, interval_ms: int,
-                 pids: dict[int, int], mig_devices: list[MigDevice] | None = None, on_row: Any = None,
-                 processes: bool = True, gi_sm_share: dict[int, float] | None = None) -> None:
+    def __init__(
+        self,
+        backend: GpuBackend,
+        cell_id: str,
+        gpu_uuid: str,
+        source: str,
+        interval_ms: int,
+        pids: dict[int, int],
+        mig_devices: list[MigDevice] | None = None,
+        on_row: Any = None,
+        processes: bool = True,
+        gi_sm_share: dict[int, float] | None = None,
+    ) -> None:
         self.backend, self.cell_id, self.gpu_uuid, self.source = backend, cell_id, gpu_uuid, source
         self.interval = interval_ms / 1000.0
         self.pids = dict(pids)
@@ -130,10 +142,19 @@ class Sampler:
             next_t += self.interval
             self._stop.wait(max(0.0, next_t - time.monotonic()))
 
-    def _row(self, ts: float, scope: str, mig_uuid: str | None = None, gi_id: int | None = None,
-             **values: Any) -> TelemetryRow:
-        return TelemetryRow(cell_id=self.cell_id, gpu_uuid=self.gpu_uuid, mig_uuid=mig_uuid, gi_id=gi_id, scope=scope,
-                            ts=ts, source=self.source, **values)
+    def _row(
+        self, ts: float, scope: str, mig_uuid: str | None = None, gi_id: int | None = None, **values: Any
+    ) -> TelemetryRow:
+        return TelemetryRow(
+            cell_id=self.cell_id,
+            gpu_uuid=self.gpu_uuid,
+            mig_uuid=mig_uuid,
+            gi_id=gi_id,
+            scope=scope,
+            ts=ts,
+            source=self.source,
+            **values,
+        )
 
     def _gpm(self, gi_id: int | None) -> dict[str, float | None]:
         sample = self.backend.gpm_sample(self.gpu_uuid, gi_id)
@@ -196,8 +217,11 @@ class Sampler:
             if rss == 0:  # it is exiting: its memory goes before it turns zombie (a CI run sampled that)
                 continue
             gpu_use: dict[str, Any] = _gpu_usage(proc, usage)  # TelemetryRow's proc_gpu_* columns only
-            self.rows.append(self._row(ts, "process", pid=pid, job_index=job_index, proc_cpu_percent=cpu,
-                                       proc_rss_mib=rss, **gpu_use))
+            self.rows.append(
+                self._row(
+                    ts, "process", pid=pid, job_index=job_index, proc_cpu_percent=cpu, proc_rss_mib=rss, **gpu_use
+                )
+            )
 
 
 def _gpu_usage(proc: psutil.Process, usage: dict[int, Any]) -> dict[str, float | None]:

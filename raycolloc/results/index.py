@@ -34,8 +34,18 @@ from raycolloc.results.errors import ResultWriteError, free_space
 from raycolloc.results.rows import RESULT_STATUSES
 from raycolloc.results.store import InvalidResult, read_cell, read_parquet
 
-__all__ = ["REFERENCE", "RESULT_STATUSES", "SWEEPS_FILE", "ResultIndex", "Reused", "known_sweeps", "read_reference",
-           "register_sweeps", "sweep_root", "write_reference"]
+__all__ = [
+    "REFERENCE",
+    "RESULT_STATUSES",
+    "SWEEPS_FILE",
+    "ResultIndex",
+    "Reused",
+    "known_sweeps",
+    "read_reference",
+    "register_sweeps",
+    "sweep_root",
+    "write_reference",
+]
 
 log = logging.getLogger(__name__)
 REFERENCE = "reused.json"
@@ -54,8 +64,11 @@ def known_sweeps(out_dir: str | Path) -> list[Path]:
     except FileNotFoundError:
         return []
     except (OSError, UnicodeDecodeError) as exc:
-        log.warning("resume index %s unreadable (%s): sweeps outside out_dir are not looked in",
-                    Path(out_dir) / SWEEPS_FILE, exc)
+        log.warning(
+            "resume index %s unreadable (%s): sweeps outside out_dir are not looked in",
+            Path(out_dir) / SWEEPS_FILE,
+            exc,
+        )
         return []
     return [Path(line) for line in dict.fromkeys(lines) if line.startswith("/")]
 
@@ -163,8 +176,17 @@ def write_reference(cell_dir: Path, result: Reused, config_hash: str) -> None:
     cell_dir.mkdir(parents=True, exist_ok=True)
     tmp = cell_dir / f".{REFERENCE}.tmp"
     target = result.path.resolve()
-    tmp.write_text(json.dumps({"result": str(target), "relative": os.path.relpath(target, cell_dir.resolve()),
-                               "config_hash": config_hash, "status": result.status, "referenced_at": time.time()}))
+    tmp.write_text(
+        json.dumps(
+            {
+                "result": str(target),
+                "relative": os.path.relpath(target, cell_dir.resolve()),
+                "config_hash": config_hash,
+                "status": result.status,
+                "referenced_at": time.time(),
+            }
+        )
+    )
     tmp.replace(cell_dir / REFERENCE)
 
 

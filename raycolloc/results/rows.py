@@ -15,8 +15,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["METRIC_COLUMNS", "READABLE_VERSIONS", "RESULT_STATUSES", "ROWS", "SCHEMA_VERSION", "TABLES", "CellRow",
-           "EpochRow", "JobRow", "TelemetryRow"]
+__all__ = [
+    "METRIC_COLUMNS",
+    "READABLE_VERSIONS",
+    "RESULT_STATUSES",
+    "ROWS",
+    "SCHEMA_VERSION",
+    "TABLES",
+    "CellRow",
+    "EpochRow",
+    "JobRow",
+    "TelemetryRow",
+]
 
 SCHEMA_VERSION = 2
 # Version 1 (before the redesign) lacks the columns added since; they read back as nulls.
@@ -26,9 +36,25 @@ TABLES = ("epochs", "jobs", "telemetry", "cells")  # write order: cells last
 RESULT_STATUSES = ("ok", "partial", "oom", "unfit")
 
 METRIC_COLUMNS = (
-    "sm_active", "sm_occupancy", "tensor_active", "dram_active", "gr_engine_active", "gpu_util", "mem_util",
-    "mem_used_mib", "mem_total_mib", "power_w", "energy_mj", "pcie_tx_bytes_s", "pcie_rx_bytes_s",
-    "sm_clock_mhz", "temperature_c", "proc_gpu_mem_mib", "proc_cpu_percent", "proc_rss_mib", "proc_sm_util",
+    "sm_active",
+    "sm_occupancy",
+    "tensor_active",
+    "dram_active",
+    "gr_engine_active",
+    "gpu_util",
+    "mem_util",
+    "mem_used_mib",
+    "mem_total_mib",
+    "power_w",
+    "energy_mj",
+    "pcie_tx_bytes_s",
+    "pcie_rx_bytes_s",
+    "sm_clock_mhz",
+    "temperature_c",
+    "proc_gpu_mem_mib",
+    "proc_cpu_percent",
+    "proc_rss_mib",
+    "proc_sm_util",
 )
 
 

@@ -13,8 +13,16 @@ import pyarrow as pa
 from raycolloc.results import rows as _rows
 from raycolloc.results.rows import METRIC_COLUMNS, READABLE_VERSIONS, ROWS, SCHEMA_VERSION, TABLES
 
-__all__ = ["METRIC_COLUMNS", "READABLE_VERSIONS", "ROWS", "SCHEMAS", "SCHEMA_VERSION", "TABLES", "arrow_schema",
-           "to_table"]
+__all__ = [
+    "METRIC_COLUMNS",
+    "READABLE_VERSIONS",
+    "ROWS",
+    "SCHEMAS",
+    "SCHEMA_VERSION",
+    "TABLES",
+    "arrow_schema",
+    "to_table",
+]
 
 _ARROW = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
 
@@ -30,8 +38,9 @@ def _arrow_type(annotation: Any) -> pa.DataType:
 def arrow_schema(row: type) -> pa.Schema:
     """The Arrow schema of a row dataclass: ``schema_version`` first, then its fields in order."""
     hints = typing.get_type_hints(row)
-    return pa.schema([("schema_version", pa.int32()),
-                      *((f.name, _arrow_type(hints[f.name])) for f in dataclasses.fields(row))])
+    return pa.schema(
+        [("schema_version", pa.int32()), *((f.name, _arrow_type(hints[f.name])) for f in dataclasses.fields(row))]
+    )
 
 
 SCHEMAS: dict[str, pa.Schema] = {name: arrow_schema(row) for name, row in ROWS.items()}

@@ -22,8 +22,17 @@ import pyarrow.parquet as pq
 from raycolloc.results.errors import InvalidResult, ResultWriteError, UnknownSchemaVersion, free_space
 from raycolloc.results.schema import READABLE_VERSIONS, SCHEMAS, TABLES, to_table
 
-__all__ = ["CellTables", "InvalidResult", "ResultWriteError", "UnknownSchemaVersion", "free_space", "read_cell",
-           "read_parquet", "read_table", "write_cell"]
+__all__ = [
+    "CellTables",
+    "InvalidResult",
+    "ResultWriteError",
+    "UnknownSchemaVersion",
+    "free_space",
+    "read_cell",
+    "read_parquet",
+    "read_table",
+    "write_cell",
+]
 
 
 @dataclass(frozen=True)
@@ -73,9 +82,10 @@ def write_cell(cell_dir: str | Path, rows: Mapping[str, Sequence[Any]]) -> dict[
     except (OSError, pa.ArrowException) as exc:
         for written in paths.values():
             written.unlink(missing_ok=True)
-        why = getattr(exc, 'strerror', None) or exc
-        raise ResultWriteError(f"cannot write {path}: {why} ({free_space(cell_dir)}); "
-                               f"this cell's result was not kept") from exc
+        why = getattr(exc, "strerror", None) or exc
+        raise ResultWriteError(
+            f"cannot write {path}: {why} ({free_space(cell_dir)}); this cell's result was not kept"
+        ) from exc
     return paths
 
 
@@ -110,8 +120,10 @@ def read_cell(cell_dir: str | Path) -> CellTables:
             raise InvalidResult(f"{path}: not a raycolloc table (no schema_version or cell_id column)")
         versions = set(table.column("schema_version").to_pylist())
         if versions - set(READABLE_VERSIONS):
-            raise UnknownSchemaVersion(f"{path}: schema_version {sorted(versions)}; this raycolloc reads versions "
-                                       f"{', '.join(map(str, READABLE_VERSIONS))}")
+            raise UnknownSchemaVersion(
+                f"{path}: schema_version {sorted(versions)}; this raycolloc reads versions "
+                f"{', '.join(map(str, READABLE_VERSIONS))}"
+            )
         tables[name] = _promote(table, name)
     if tables["cells"].num_rows != 1:
         raise InvalidResult(f"{cell_dir / 'cells.parquet'}: {tables['cells'].num_rows} rows; a cell has one")

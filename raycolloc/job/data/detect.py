@@ -57,19 +57,34 @@ def detect_dataset(path: str | Path) -> Detected | None:
             return Detected("cifar10")
     if any(root.glob("train_data_batch_*.npz")):
         return Detected("imagenet64")
-    tsv = [root / "train.txt"] if (root / "train.txt").is_file() else sorted(
-        p for p in root.iterdir() if p.is_file() and p.suffix in (".tsv", ".txt"))
+    tsv = (
+        [root / "train.txt"]
+        if (root / "train.txt").is_file()
+        else sorted(p for p in root.iterdir() if p.is_file() and p.suffix in (".tsv", ".txt"))
+    )
     if tsv and _criteo_file(tsv[0]):
         return Detected("criteo")
     return _imagefolder(root)
 
 
-NAME_EXAMPLES = ("cifar10", "cifar-10-batches-py", "c10", "imagenet64", "imagenet64_images", "Imagenet64_train",
-                 "downsampled_imagenet/64x64", "imagenet", "criteo", "criteo_kaggle")
+NAME_EXAMPLES = (
+    "cifar10",
+    "cifar-10-batches-py",
+    "c10",
+    "imagenet64",
+    "imagenet64_images",
+    "Imagenet64_train",
+    "downsampled_imagenet/64x64",
+    "imagenet",
+    "criteo",
+    "criteo_kaggle",
+)
 # Names are compared lower-case without "-", "_", "." or spaces: "Imagenet64_train" -> "imagenet64train".
 _CIFAR10 = re.compile(r"^(?:cifar10|c10)(?:[a-z][a-z]*)?$")  # cifar10, cifar-10-batches-py, c10; never cifar100
-_IMAGENET = re.compile(r"^(?P<down>downsampled|ds)?(?:imagenet|ilsvrc)(?:1k|2012)?(?P<size>\d+)?(?:x\d+)?(?:px)?"
-                       r"(?:images|train|val|data|batches|npz|png)?$")
+_IMAGENET = re.compile(
+    r"^(?P<down>downsampled|ds)?(?:imagenet|ilsvrc)(?:1k|2012)?(?P<size>\d+)?(?:x\d+)?(?:px)?"
+    r"(?:images|train|val|data|batches|npz|png)?$"
+)
 _SIZE_FOLDER = re.compile(r"^(?:train|val|valid)?(?P<size>\d+)(?:x\d+)?(?:px)?$")  # 64x64/, train_64x64/
 _CRITEO = re.compile(r"^(?:criteo[a-z]*|kaggle|dac)$")
 # The downsampled ImageNet of Chrabaszcz et al. comes at these sides; only 64 px has a reader here.

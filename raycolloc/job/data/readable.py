@@ -31,8 +31,10 @@ def _check_pickle(path: Path) -> None:
         f.seek(max(size - 1, 0))
         tail = f.read(1)
     if len(head) < 2 or head[:1] != _PICKLE_PROTO or not 2 <= head[1] <= 5 or tail != _PICKLE_STOP:
-        raise DatasetError(f"{path} is not a complete pickled CIFAR-10 batch (a python-version batch is a pickle "
-                           f"of protocol 2..5 ending in its STOP mark; this file is not, or was cut short)")
+        raise DatasetError(
+            f"{path} is not a complete pickled CIFAR-10 batch (a python-version batch is a pickle "
+            f"of protocol 2..5 ending in its STOP mark; this file is not, or was cut short)"
+        )
 
 
 def _check_npz(path: Path) -> None:
@@ -40,8 +42,9 @@ def _check_npz(path: Path) -> None:
         with zipfile.ZipFile(path) as npz:
             names = set(npz.namelist())
     except (zipfile.BadZipFile, OSError) as exc:
-        raise DatasetError(f"{path} is not a readable .npz batch ({exc}); expected a zip holding "
-                           f"{' and '.join(_NPZ_KEYS)}") from None
+        raise DatasetError(
+            f"{path} is not a readable .npz batch ({exc}); expected a zip holding {' and '.join(_NPZ_KEYS)}"
+        ) from None
     if missing := [k for k in _NPZ_KEYS if k not in names]:
         raise DatasetError(f"{path} lacks {', '.join(missing)}; an ImageNet64 batch holds {' and '.join(_NPZ_KEYS)}")
 
@@ -51,8 +54,10 @@ def _check_tsv(path: Path) -> None:
         first = f.readline(1 << 16).rstrip(b"\r\n")
     fields = first.count(b"\t") + 1 if first else 0
     if fields != CRITEO_FIELDS:
-        raise DatasetError(f"{path}: its first line has {fields} tab-separated fields; a Criteo line has "
-                           f"{CRITEO_FIELDS} (label, 13 integers, 26 categoricals)")
+        raise DatasetError(
+            f"{path}: its first line has {fields} tab-separated fields; a Criteo line has "
+            f"{CRITEO_FIELDS} (label, 13 integers, 26 categoricals)"
+        )
 
 
 _CHECKS = {"cifar10": _check_pickle, "imagenet64": _check_npz, "criteo": _check_tsv}

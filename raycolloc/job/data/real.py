@@ -272,8 +272,9 @@ def _parse_ints(cols: np.ndarray, path: Path, line_nos: np.ndarray) -> np.ndarra
         raise DatasetError(f"{path}: malformed integer field") from None
 
 
-def _parse_chunk(chunk: bytes, first_line: int, path: Path,
-                 sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _parse_chunk(
+    chunk: bytes, first_line: int, path: Path, sizes: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Vectorised parse of whole lines ``chunk`` (line numbers start at ``first_line``)."""
     chunk = chunk.replace(b"\r\n", b"\n")
     if not chunk.endswith(b"\n"):
@@ -371,8 +372,10 @@ def check_layout(dataset: str, path: str | Path) -> list[Path]:
         base = root / "cifar-10-batches-py" if (root / "cifar-10-batches-py").is_dir() else root
         missing = [name for name in CIFAR10_FILES if not (base / name).is_file()]
         if missing:
-            raise DatasetError(f"CIFAR-10 directory {base} lacks {', '.join(missing)}; expected the python "
-                               f"batches {', '.join(CIFAR10_FILES)}")
+            raise DatasetError(
+                f"CIFAR-10 directory {base} lacks {', '.join(missing)}; expected the python "
+                f"batches {', '.join(CIFAR10_FILES)}"
+            )
         return [base / name for name in CIFAR10_FILES]
     if dataset == "imagenet64":
         if not (files := sorted(root.glob("train_data_batch_*.npz"))):

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from raycolloc.workload_kinds import WorkloadSpec
+from raycolloc.workload_kinds import ModelWorkload
 
 __all__ = ["Batch", "BatchSource", "build_source"]
 
@@ -36,8 +36,16 @@ class BatchSource:
         shuffle: draw a fresh permutation every pass (real data); synthetic pools cycle in order.
     """
 
-    def __init__(self, tensors: tuple[torch.Tensor, ...], batch_size: int, device: torch.device,
-                 placement: str, images_uint8: bool, shuffle: bool, seed: int) -> None:
+    def __init__(
+        self,
+        tensors: tuple[torch.Tensor, ...],
+        batch_size: int,
+        device: torch.device,
+        placement: str,
+        images_uint8: bool,
+        shuffle: bool,
+        seed: int,
+    ) -> None:
         self.batch_size = batch_size
         self.device = device
         self.images_uint8 = images_uint8
@@ -51,8 +59,10 @@ class BatchSource:
         self._pool: list[tuple[torch.Tensor, ...]] = []
         if not shuffle:
             # A fixed pool cycled in order (synthetic data): split once, pinned or resident.
-            self._pool = [tuple(self._resident(t[i : i + batch_size]) for t in tensors)
-                          for i in range(0, self.n - batch_size + 1, batch_size)]
+            self._pool = [
+                tuple(self._resident(t[i : i + batch_size]) for t in tensors)
+                for i in range(0, self.n - batch_size + 1, batch_size)
+            ]
         self.tensors = tuple(t.to(device) for t in tensors) if self._on_device and shuffle else tensors
         self._order = self._permutation()
         self._pos = 0
@@ -62,8 +72,10 @@ class BatchSource:
         if not self._on_device and self._cuda and shuffle:
             # A ring of pinned staging buffers: the copy of batch i overlaps the compute of batch
             # i-1; an event guards each buffer so it is not overwritten while its copy is in flight.
-            self._ring = [tuple(torch.empty((batch_size, *t.shape[1:]), dtype=t.dtype).pin_memory()
-                                for t in tensors) for _ in range(3)]
+            self._ring = [
+                tuple(torch.empty((batch_size, *t.shape[1:]), dtype=t.dtype).pin_memory() for t in tensors)
+                for _ in range(3)
+            ]
             self._events = [None] * len(self._ring)
         self.bytes_per_batch = sum(t[:batch_size].numel() * t.element_size() for t in tensors)
 
@@ -131,8 +143,13 @@ class LoaderSource:
         if len(dataset) < batch_size:
             raise ValueError(f"the dataset has {len(dataset)} samples, fewer than batch_size={batch_size}")
         self.loader = DataLoader(
-            dataset, batch_size=batch_size, shuffle=True, drop_last=True, num_workers=num_workers,
-            pin_memory=device.type == "cuda", persistent_workers=num_workers > 0,
+            dataset,
+            batch_size=batch_size,
+            shuffle=True,
+            drop_last=True,
+            num_workers=num_workers,
+            pin_memory=device.type == "cuda",
+            persistent_workers=num_workers > 0,
             generator=torch.Generator().manual_seed(seed),
         )
         self._it = iter(self.loader)
@@ -153,7 +170,7 @@ def _normalise(images: torch.Tensor) -> torch.Tensor:
     return (images.float() - mean) / std
 
 
-def _synthetic(spec: WorkloadSpec, batch_size: int, seed: int) -> tuple[torch.Tensor, ...]:
+def _synthetic(spec: ModelWorkload, batch_size: int, seed: int) -> tuple[torch.Tensor, ...]:
     gen = torch.Generator().manual_seed(seed)
     n = POOL_BATCHES * batch_size
     if spec.family == "dlrm":
@@ -166,8 +183,17 @@ def _synthetic(spec: WorkloadSpec, batch_size: int, seed: int) -> tuple[torch.Te
     return images, labels
 
 
-def build_source(spec: WorkloadSpec, batch_size: int, device: torch.device, source: str, placement: str,
-                 path: str | None, num_workers: int, seed: int, limit: int | None = None) -> BatchSource | LoaderSource:
+def build_source(
+    spec: ModelWorkload,
+    batch_size: int,
+    device: torch.device,
+    source: str,
+    placement: str,
+    path: str | None,
+    num_workers: int,
+    seed: int,
+    limit: int | None = None,
+) -> BatchSource | LoaderSource:
     """Build the batch source of one job.
 
     Args:
@@ -182,8 +208,15 @@ def build_source(spec: WorkloadSpec, batch_size: int, device: torch.device, sour
         limit: read at most this many samples of a real dataset.
     """
     if source == "synthetic":
-        return BatchSource(_synthetic(spec, batch_size, seed), batch_size, device, placement,
-                           images_uint8=False, shuffle=False, seed=seed)
+        return BatchSource(
+            _synthetic(spec, batch_size, seed),
+            batch_size,
+            device,
+            placement,
+            images_uint8=False,
+            shuffle=False,
+            seed=seed,
+        )
     from raycolloc.job.data import real
 
     reader = spec.reader
@@ -195,8 +228,10 @@ def build_source(spec: WorkloadSpec, batch_size: int, device: torch.device, sour
         ds = real.load_imagenet64(path, limit=limit)
     elif reader == "imagefolder":
         if placement == "device":
-            raise ValueError("data.placement=device needs an in-memory dataset; an image folder is decoded "
-                             "from disk every step: use data.placement=host")
+            raise ValueError(
+                "data.placement=device needs an in-memory dataset; an image folder is decoded "
+                "from disk every step: use data.placement=host"
+            )
         folder = real.open_imagefolder(path, spec.sample_shape[-1], limit=limit)
         return LoaderSource(folder, batch_size, device, num_workers, seed)
     elif reader == "criteo":

@@ -7,6 +7,6 @@ imports this package first, so the registry is full before anyone lists it.
 
 from raycolloc.job.workloads import presets as presets  # imported to register the presets
 from raycolloc.job.workloads.registry import create_workload, list_workloads, register_workload
-from raycolloc.workload_kinds import WorkloadSpec
+from raycolloc.workload_kinds import ModelWorkload
 
-__all__ = ["WorkloadSpec", "create_workload", "list_workloads", "register_workload"]
+__all__ = ["ModelWorkload", "create_workload", "list_workloads", "register_workload"]

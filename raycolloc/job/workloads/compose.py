@@ -1,7 +1,7 @@
 """Compose a workload from a model, a dataset and settings; resolve a ``workload`` config into what
 a job runs.
 
-:func:`compose` builds the :class:`~raycolloc.workload_kinds.WorkloadSpec` of any timm model on any
+:func:`compose` builds the :class:`~raycolloc.workload_kinds.ModelWorkload` of any timm model on any
 dataset of :data:`~raycolloc.datasets.DATASETS` (the presets are such compositions, with names).
 :func:`resolve` turns a validated :class:`~raycolloc.workload_config.WorkloadConfig` into one of the
 three kinds of :mod:`raycolloc.workload_kinds`: a model raycolloc trains, the user's function or the
@@ -27,13 +27,21 @@ from raycolloc.datasets import DATASETS
 from raycolloc.job.workloads.diskcache import read_json, write_json
 from raycolloc.job.workloads.registry import create_workload, list_workloads
 from raycolloc.workload_config import KINDS, ConfigKind, PresetKind, PythonKind, ScriptKind, TimmKind, WorkloadConfig
-from raycolloc.workload_kinds import PythonWorkload, ScriptWorkload, Workload, WorkloadSpec
+from raycolloc.workload_kinds import ModelWorkload, PythonWorkload, ScriptWorkload, Workload
 
 if TYPE_CHECKING:
     from torch import nn
 
-__all__ = ["UnknownModel", "build_model", "check_composition", "check_model", "closest_models", "compose", "resolve",
-           "timm_model_names"]
+__all__ = [
+    "UnknownModel",
+    "build_model",
+    "check_composition",
+    "check_model",
+    "closest_models",
+    "compose",
+    "resolve",
+    "timm_model_names",
+]
 
 # Defaults of a python job (the function builds batches of raycolloc's batch size; an epoch is
 # dataset_size samples) where neither the workload nor the top-level keys set them.
@@ -100,8 +108,7 @@ def check_model(name: str) -> None:
         raise UnknownModel(f"timm knows no model {name!r}; {hint}")
 
 
-def check_composition(dataset: str, resolution: int | None, num_classes: int | None,
-                       dataset_size: int | None) -> None:
+def check_composition(dataset: str, resolution: int | None, num_classes: int | None, dataset_size: int | None) -> None:
     """What a ``workload=timm`` composition needs of its dataset, checked without building anything
     (the model's name: :func:`check_model`).
 
@@ -112,19 +119,33 @@ def check_composition(dataset: str, resolution: int | None, num_classes: int | N
         raise ValueError(f"unknown dataset; choose one of: {', '.join(DATASETS)}")
     info = DATASETS[dataset]
     if info.family != "vision":
-        raise ValueError(f"{dataset} holds click logs, not images; it trains a DLRM: workload=dlrm_criteo "
-                         "(or tiny_dlrm)")
+        raise ValueError(
+            f"{dataset} holds click logs, not images; it trains a DLRM: workload=dlrm_criteo (or tiny_dlrm)"
+        )
     if dataset == "synthetic":
-        missing = [k for k, v in (("resolution", resolution), ("num_classes", num_classes),
-                                  ("dataset_size", dataset_size)) if v is None]
+        missing = [
+            k
+            for k, v in (("resolution", resolution), ("num_classes", num_classes), ("dataset_size", dataset_size))
+            if v is None
+        ]
         if missing:
-            raise ValueError("synthetic data needs an explicit shape: set "
-                             + " ".join(f"workload.{k}=N" for k in missing))
+            raise ValueError(
+                "synthetic data needs an explicit shape: set " + " ".join(f"workload.{k}=N" for k in missing)
+            )
 
 
-def compose(model: str, dataset: str, *, name: str | None = None, size: str | None = None,
-            batch_size: int | None = None, resolution: int | None = None, num_classes: int | None = None,
-            dataset_size: int | None = None, lr: float | None = None) -> WorkloadSpec:
+def compose(
+    model: str,
+    dataset: str,
+    *,
+    name: str | None = None,
+    size: str | None = None,
+    batch_size: int | None = None,
+    resolution: int | None = None,
+    num_classes: int | None = None,
+    dataset_size: int | None = None,
+    lr: float | None = None,
+) -> ModelWorkload:
     """A timm model on a dataset: resolution, classes and size follow the dataset unless given.
 
     Raises:
@@ -135,12 +156,21 @@ def compose(model: str, dataset: str, *, name: str | None = None, size: str | No
     classes = num_classes or info.num_classes
     samples = dataset_size or info.size
     if res is None or classes is None or samples is None:
-        raise ValueError(f"dataset {dataset} needs workload.resolution, workload.num_classes and "
-                         "workload.dataset_size (or data.source=real with data.path for an image folder)")
-    return WorkloadSpec(
-        name=name or f"{model}_{dataset}", family="vision", dataset=dataset, sample_shape=(3, res, res),
-        num_classes=classes, dataset_size=samples, batch_size=batch_size or info.batch_size, model=model,
-        size=size, lr=0.1 if lr is None else lr,
+        raise ValueError(
+            f"dataset {dataset} needs workload.resolution, workload.num_classes and "
+            "workload.dataset_size (or data.source=real with data.path for an image folder)"
+        )
+    return ModelWorkload(
+        name=name or f"{model}_{dataset}",
+        family="vision",
+        dataset=dataset,
+        sample_shape=(3, res, res),
+        num_classes=classes,
+        dataset_size=samples,
+        batch_size=batch_size or info.batch_size,
+        model=model,
+        size=size,
+        lr=0.1 if lr is None else lr,
         build_model=functools.partial(build_model, "timm_model", model, classes, res),
         description=f"timm {model} on {dataset} {res}x{res}, {classes} classes",
     )
@@ -157,19 +187,21 @@ def _count_imagefolder(path: str | None, resolution: int) -> tuple[int, int]:
     return folder.num_classes, len(folder)
 
 
-def _resolve_preset(wc: WorkloadConfig, label: str, source: str, path: str | None) -> WorkloadSpec:
+def _resolve_preset(wc: WorkloadConfig, label: str, source: str, path: str | None) -> ModelWorkload:
     check_choice("workload", wc.name, (*list_workloads(), *KINDS))
     spec = create_workload(wc.name)
     for key in ("resolution", "num_classes"):
         if getattr(wc, key) is not None:
-            raise ConfigError(f"workload.{key} does not apply to the preset {wc.name} (its model is built for "
-                              f"{spec.dataset}); compose it instead: workload=timm workload.model={spec.model} "
-                              f"workload.dataset={spec.dataset} workload.{key}=...")
+            raise ConfigError(
+                f"workload.{key} does not apply to the preset {wc.name} (its model is built for "
+                f"{spec.dataset}); compose it instead: workload=timm workload.model={spec.model} "
+                f"workload.dataset={spec.dataset} workload.{key}=..."
+            )
     changes = {k: getattr(wc, k) for k in ("batch_size", "dataset_size", "lr") if getattr(wc, k) is not None}
     return replace(spec, **changes) if changes else spec
 
 
-def _resolve_timm(wc: WorkloadConfig, label: str, source: str, path: str | None) -> WorkloadSpec:
+def _resolve_timm(wc: WorkloadConfig, label: str, source: str, path: str | None) -> ModelWorkload:
     # Checked here, in the driver (the config contract imports no timm): the name, then the dataset.
     try:
         check_model(str(wc.model))
@@ -185,12 +217,22 @@ def _resolve_timm(wc: WorkloadConfig, label: str, source: str, path: str | None)
     classes, samples = wc.num_classes, wc.dataset_size
     if wc.dataset == "imagefolder" and (classes is None or samples is None):
         if source != "real":
-            raise ConfigError("workload.dataset=imagefolder counts its classes and images in data.path: set "
-                              "data.source=real data.path=DIR, or workload.num_classes and workload.dataset_size")
+            raise ConfigError(
+                "workload.dataset=imagefolder counts its classes and images in data.path: set "
+                "data.source=real data.path=DIR, or workload.num_classes and workload.dataset_size"
+            )
         counted_classes, counted = _count_imagefolder(path, wc.resolution or info.resolution or 224)
         classes, samples = classes or counted_classes, samples or counted
-    return compose(str(wc.model), str(wc.dataset), name=label, batch_size=wc.batch_size, resolution=wc.resolution,
-                   num_classes=classes, dataset_size=samples, lr=wc.lr)
+    return compose(
+        str(wc.model),
+        str(wc.dataset),
+        name=label,
+        batch_size=wc.batch_size,
+        resolution=wc.resolution,
+        num_classes=classes,
+        dataset_size=samples,
+        lr=wc.lr,
+    )
 
 
 def _entry_root(entry: str) -> str | None:
@@ -222,10 +264,17 @@ def _entry_root(entry: str) -> str | None:
 
 
 def _resolve_python(wc: WorkloadConfig, label: str, source: str, path: str | None) -> PythonWorkload:
-    return PythonWorkload(name=label, entry=str(wc.entry), args=dict(wc.args),
-                          batch_size=wc.batch_size or PYTHON_BATCH_SIZE,
-                          dataset_size=wc.dataset_size or PYTHON_DATASET_SIZE, lr=wc.lr, model=wc.model,
-                          dataset=wc.dataset, sys_path=_entry_root(str(wc.entry)))
+    return PythonWorkload(
+        name=label,
+        entry=str(wc.entry),
+        args=dict(wc.args),
+        batch_size=wc.batch_size or PYTHON_BATCH_SIZE,
+        dataset_size=wc.dataset_size or PYTHON_DATASET_SIZE,
+        lr=wc.lr,
+        model=wc.model,
+        dataset=wc.dataset,
+        sys_path=_entry_root(str(wc.entry)),
+    )
 
 
 def _resolve_script(wc: WorkloadConfig, label: str, source: str, path: str | None) -> ScriptWorkload:
@@ -233,14 +282,24 @@ def _resolve_script(wc: WorkloadConfig, label: str, source: str, path: str | Non
     cwd = str(Path(wc.cwd).expanduser().resolve()) if wc.cwd else os.getcwd()
     if not Path(cwd).is_dir():
         raise ConfigError(f"workload.cwd={wc.cwd!r} is not a directory")
-    return ScriptWorkload(name=label, command=tuple(wc.command), cwd=cwd, env=dict(wc.env),
-                          epoch_regex=wc.epoch_regex, model=wc.model, dataset=wc.dataset)
+    return ScriptWorkload(
+        name=label,
+        command=tuple(wc.command),
+        cwd=cwd,
+        env=dict(wc.env),
+        epoch_regex=wc.epoch_regex,
+        model=wc.model,
+        dataset=wc.dataset,
+    )
 
 
 # Each kind of workload config resolves into its kind of job (the registry and timm, which the
 # config contract does not import, are consulted here, in the driver).
 _RESOLVERS: dict[type[ConfigKind], Callable[[WorkloadConfig, str, str, str | None], Workload]] = {
-    PresetKind: _resolve_preset, TimmKind: _resolve_timm, PythonKind: _resolve_python, ScriptKind: _resolve_script,
+    PresetKind: _resolve_preset,
+    TimmKind: _resolve_timm,
+    PythonKind: _resolve_python,
+    ScriptKind: _resolve_script,
 }
 
 

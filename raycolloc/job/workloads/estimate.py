@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from raycolloc.job.workloads.diskcache import cache_path, read_json, write_json
-from raycolloc.workload_kinds import WorkloadSpec
+from raycolloc.workload_kinds import ModelWorkload
 
 if TYPE_CHECKING:
     from raycolloc.spec import JobSpec
@@ -58,7 +58,7 @@ class MemoryEstimate:
         return self.weights_mib + self.gradients_mib + self.optimizer_mib + self.activations_mib
 
 
-def estimate_memory(spec: WorkloadSpec, batch_size: int) -> MemoryEstimate:
+def estimate_memory(spec: ModelWorkload, batch_size: int) -> MemoryEstimate:
     """The estimate for ``spec`` at ``batch_size`` (cached per model, shape and batch).
 
     Raises:
@@ -79,13 +79,17 @@ def job_estimate_mib(job: JobSpec) -> float | None:
     counts its parameters instead)."""
     if job.mem_estimate_mib is not None:
         return job.mem_estimate_mib
-    if not isinstance(job.workload, WorkloadSpec):  # the user's code or script
+    if not isinstance(job.workload, ModelWorkload):  # the user's code or script
         return None
     try:
         return estimate_memory(job.workload, job.batch_size).total_mib
     except Exception as exc:  # noqa: BLE001 - a preset the meta device cannot run: no estimate
-        log.warning("no memory estimate for %s: %s: %s", job.workload.name, type(exc).__name__,
-                    str(exc).splitlines()[0][:200] if str(exc) else "")
+        log.warning(
+            "no memory estimate for %s: %s: %s",
+            job.workload.name,
+            type(exc).__name__,
+            str(exc).splitlines()[0][:200] if str(exc) else "",
+        )
         return None
 
 
@@ -134,7 +138,7 @@ def _store(key: str, estimate: MemoryEstimate) -> MemoryEstimate:
     return estimate
 
 
-def _estimate(spec: WorkloadSpec, batch: int) -> MemoryEstimate:
+def _estimate(spec: ModelWorkload, batch: int) -> MemoryEstimate:
     import torch
 
     family, shape, tables = spec.family, spec.sample_shape, spec.table_sizes
@@ -148,8 +152,10 @@ def _estimate(spec: WorkloadSpec, batch: int) -> MemoryEstimate:
     with torch.device("meta"):
         model = spec.build_model()
         if family == "dlrm":
-            inputs: tuple[torch.Tensor, ...] = (torch.empty(batch, shape[0]),
-                                                torch.zeros(batch, len(tables), dtype=torch.long))
+            inputs: tuple[torch.Tensor, ...] = (
+                torch.empty(batch, shape[0]),
+                torch.zeros(batch, len(tables), dtype=torch.long),
+            )
         else:
             inputs = (torch.empty(batch, *shape),)
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -163,15 +169,23 @@ def _estimate(spec: WorkloadSpec, batch: int) -> MemoryEstimate:
             else:
                 dense += size
     # Sparse embedding gradients hold only the rows of a batch: one row per sample and table.
-    sparse_grads = batch * len(tables) * 4 * (next((m.embedding_dim for m in model.modules()
-                                                   if isinstance(m, torch.nn.EmbeddingBag)), 0))
+    sparse_grads = (
+        batch
+        * len(tables)
+        * 4
+        * (next((m.embedding_dim for m in model.modules() if isinstance(m, torch.nn.EmbeddingBag)), 0))
+    )
     momentum = 0 if family == "dlrm" else dense
-    return MemoryEstimate(params=sum(p.numel() for p in model.parameters()), weights_mib=(dense + sparse) / MIB,
-                          gradients_mib=(dense + sparse_grads) / MIB, optimizer_mib=momentum / MIB,
-                          activations_mib=saved[0] / MIB)
+    return MemoryEstimate(
+        params=sum(p.numel() for p in model.parameters()),
+        weights_mib=(dense + sparse) / MIB,
+        gradients_mib=(dense + sparse_grads) / MIB,
+        optimizer_mib=momentum / MIB,
+        activations_mib=saved[0] / MIB,
+    )
 
 
-def size_class(spec: WorkloadSpec, estimate: MemoryEstimate | None) -> str:
+def size_class(spec: ModelWorkload, estimate: MemoryEstimate | None) -> str:
     """The study's class of a preset; for other compositions, the class of its estimate."""
     if spec.size is not None:
         return spec.size

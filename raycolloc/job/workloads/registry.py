@@ -1,7 +1,7 @@
 """Workload registry: ``@register_workload`` / ``create_workload``, as timm does for models.
 
 A workload is a model, a dataset and training settings. Presets are named compositions: plain
-functions returning a :class:`~raycolloc.workload_kinds.WorkloadSpec` (``raycolloc.job.workloads.compose``
+functions returning a :class:`~raycolloc.workload_kinds.ModelWorkload` (``raycolloc.job.workloads.compose``
 builds the same spec for any timm model on any dataset). The presets register themselves when the
 package is imported (its ``__init__`` imports :mod:`raycolloc.job.workloads.presets`, as timm's
 ``models`` package imports its model files), so this module imports none of them and no import
@@ -14,14 +14,14 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from raycolloc.workload_kinds import WorkloadSpec
+from raycolloc.workload_kinds import ModelWorkload
 
 __all__ = ["create_workload", "list_workloads", "register_workload"]
 
-_REGISTRY: dict[str, Callable[[], WorkloadSpec]] = {}
+_REGISTRY: dict[str, Callable[[], ModelWorkload]] = {}
 
 
-def register_workload(fn: Callable[[], WorkloadSpec]) -> Callable[[], WorkloadSpec]:
+def register_workload(fn: Callable[[], ModelWorkload]) -> Callable[[], ModelWorkload]:
     """Register a preset function under its own name."""
     if fn.__name__ in _REGISTRY:
         raise ValueError(f"workload {fn.__name__!r} is registered twice")
@@ -34,7 +34,7 @@ def list_workloads() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def create_workload(name: str, **overrides: Any) -> WorkloadSpec:
+def create_workload(name: str, **overrides: Any) -> ModelWorkload:
     """Build the spec of a registered workload, with optional field overrides.
 
     Raises:
@@ -44,4 +44,3 @@ def create_workload(name: str, **overrides: Any) -> WorkloadSpec:
         raise KeyError(f"unknown workload {name!r}; registered: {', '.join(sorted(_REGISTRY))}")
     spec = _REGISTRY[name]()
     return replace(spec, **overrides) if overrides else spec
-

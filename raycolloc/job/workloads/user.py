@@ -141,29 +141,44 @@ def build_user_run(spec: JobSpec, device: torch.device) -> UserRun:
 
     workload, cfg = spec.workload, spec.trainer
     assert isinstance(workload, PythonWorkload)
-    ctx = JobContext(device=device, batch_size=spec.batch_size, epoch_samples=spec.epoch_samples, seed=spec.seed,
-                     job_index=spec.index, lr=workload.lr, args=dict(workload.args), data_path=spec.data.path)
+    ctx = JobContext(
+        device=device,
+        batch_size=spec.batch_size,
+        epoch_samples=spec.epoch_samples,
+        seed=spec.seed,
+        job_index=spec.index,
+        lr=workload.lr,
+        args=dict(workload.args),
+        data_path=spec.data.path,
+    )
     job = _entry(workload)(ctx)
     if not isinstance(job, UserJob):
-        raise TypeError(f"{workload.entry} returned {type(job).__name__}; it must return a "
-                        "raycolloc.job.workloads.user.UserJob")
+        raise TypeError(
+            f"{workload.entry} returned {type(job).__name__}; it must return a raycolloc.job.workloads.user.UserJob"
+        )
     if job.step is not None:
-        fast = [k for k, off in (("compile", "off"), ("amp", "off"), ("channels_last", False))
-                if getattr(cfg, k) != off]
+        fast = [
+            k for k, off in (("compile", "off"), ("amp", "off"), ("channels_last", False)) if getattr(cfg, k) != off
+        ]
         if fast:
-            raise ValueError(f"trainer.{', trainer.'.join(fast)} cannot apply to {workload.entry}: it returns a whole "
-                             "step function; return model, loss and batches instead to let raycolloc build the step")
+            raise ValueError(
+                f"trainer.{', trainer.'.join(fast)} cannot apply to {workload.entry}: it returns a whole "
+                "step function; return model, loss and batches instead to let raycolloc build the step"
+            )
         params = sum(p.numel() for p in job.model.parameters()) if job.model is not None else None
         return UserRun(step=job.step, compiled=False, params=params)
     if job.model is None or job.loss is None or job.batches is None:
         missing = [k for k in ("model", "loss", "batches") if getattr(job, k) is None]
-        raise TypeError(f"{workload.entry} returned a UserJob without {', '.join(missing)}: give model, loss and "
-                        "batches (optionally optimizer), or one step function")
+        raise TypeError(
+            f"{workload.entry} returned a UserJob without {', '.join(missing)}: give model, loss and "
+            "batches (optionally optimizer), or one step function"
+        )
     model = job.model.to(ctx.device)
     if cfg.channels_last:
         model = model.to(memory_format=torch.channels_last)
     optimizer = job.optimizer or sgd(list(model.parameters()), ctx.lr or 0.1, ctx.device)
     train = make_step(model, job.loss, optimizer, ctx.device, cfg, images=cfg.channels_last)
     batches = _Batches(job.batches, ctx.device)
-    return UserRun(step=lambda: train(*batches.next()), compiled=train.compiled,
-                   params=sum(p.numel() for p in model.parameters()))
+    return UserRun(
+        step=lambda: train(*batches.next()), compiled=train.compiled, params=sum(p.numel() for p in model.parameters())
+    )

@@ -102,12 +102,15 @@ class GpuBackend(Protocol):
     def job_device(self, uuid: str) -> JobDevice:
         """What a job's process calls on this GPU beyond torch (carried in its binding)."""
         ...
+
     def mps_control(self, pipe_root: str, default: str) -> str:
         """The ``nvidia-cuda-mps-control`` this node's MPS daemons run (``default`` on real GPUs)."""
         ...
+
     def job_env(self, uuid: str) -> dict[str, str]:
         """Environment a job needs to reach this GPU's driver (beyond ``CUDA_VISIBLE_DEVICES``)."""
         ...
+
     def expect_mig_mode(self, uuid: str, enabled: bool) -> None:
         """The next cell needs MIG mode ``enabled``. Real GPUs: nothing changes (raycolloc never
         changes MIG mode; the mode refuses what it cannot run). Simulated GPUs with

@@ -16,17 +16,34 @@ __all__ = ["BACKEND_TRAITS", "NVML", "SIM", "backend_traits", "recorded_traits"]
 # GPUs measured; 3 GiB is an allowance, not a measurement (to be checked on a GPU node: ps -o rss of
 # ray::Trainer and its training process). Real jobs each need cores of their own (trainer.num_cpus).
 # A real GPU's MIG layout is the administrator's: raycolloc changes it only when told to.
-NVML = BackendTraits(name="nvml", host_mib_per_job=3072.0, jobs_per_core=1, trains_on_cpu=False,
-                     declared_gpus=False, reconfigure_mig_default=False, simulated_admin=False,
-                     telemetry_prefix="", dcgm=True)
+NVML = BackendTraits(
+    name="nvml",
+    host_mib_per_job=3072.0,
+    jobs_per_core=1,
+    trains_on_cpu=False,
+    declared_gpus=False,
+    reconfigure_mig_default=False,
+    simulated_admin=False,
+    telemetry_prefix="",
+    dcgm=True,
+)
 # Simulated GPUs: measured RSS of about 133 MiB (actor) + 520 MiB (training process, forked from the
 # node's warm parent, with which it shares part of that) for tiny_cnn on the 2-core CI VM. They train
 # tiny CPU models that time-share cores: a degree-7 cell (the study's largest) runs on a 2-core CI
 # machine. Simulated GPUs belong to raycolloc: creating their MIG layout changes nobody's machine.
 # Each simulated model and MIG-mode policy is a different set of GPUs, with its own steward.
-SIM = BackendTraits(name="sim", host_mib_per_job=650.0, jobs_per_core=4, trains_on_cpu=True,
-                    declared_gpus=True, reconfigure_mig_default=True, simulated_admin=True,
-                    telemetry_prefix="sim-", dcgm=False, steward_keys=("gpu_model", "sim_mig_mode"))
+SIM = BackendTraits(
+    name="sim",
+    host_mib_per_job=650.0,
+    jobs_per_core=4,
+    trains_on_cpu=True,
+    declared_gpus=True,
+    reconfigure_mig_default=True,
+    simulated_admin=True,
+    telemetry_prefix="sim-",
+    dcgm=False,
+    steward_keys=("gpu_model", "sim_mig_mode"),
+)
 BACKEND_TRAITS: dict[str, BackendTraits] = {t.name: t for t in (NVML, SIM)}
 
 

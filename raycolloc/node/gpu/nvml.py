@@ -42,8 +42,9 @@ _GPM_SCALE = {"pcie_tx_bytes_s": 1 << 20, "pcie_rx_bytes_s": 1 << 20}
 _INIT_LOCK = threading.Lock()
 
 
-def nvml_instances(profiles: int, handle_type: Any, profile_info: Callable[[int], Any],
-                   list_into: Callable[[int, Any, Any], None]) -> list[Any]:
+def nvml_instances(
+    profiles: int, handle_type: Any, profile_info: Callable[[int], Any], list_into: Callable[[int, Any, Any], None]
+) -> list[Any]:
     """Every instance NVML lists, profile by profile: the GPU instances of a GPU, or the compute
     instances of a GPU instance. A profile the device does not have, or whose instances cannot be
     listed, is passed over.
@@ -161,8 +162,11 @@ class NvmlBackend:
         out = []
         for p in procs:
             used = p.usedGpuMemory
-            out.append(ProcessUsage(pid=int(p.pid), used_mib=None if used is None else used / (1 << 20),
-                                    sm_util=util.get(int(p.pid))))
+            out.append(
+                ProcessUsage(
+                    pid=int(p.pid), used_mib=None if used is None else used / (1 << 20), sm_util=util.get(int(p.pid))
+                )
+            )
         return out
 
     def _sm_util(self, uuid: str) -> dict[int, float]:
@@ -274,16 +278,21 @@ class NvmlBackend:
 
     def _gi_handles(self, uuid: str) -> list[Any]:
         h = self._h(uuid)
-        return nvml_instances(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT, pynvml.c_nvmlGpuInstance_t,
-                              lambda const: pynvml.nvmlDeviceGetGpuInstanceProfileInfo(h, const),
-                              lambda profile, arr, count: pynvml.nvmlDeviceGetGpuInstances(h, profile, arr, count))
+        return nvml_instances(
+            pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT,
+            pynvml.c_nvmlGpuInstance_t,
+            lambda const: pynvml.nvmlDeviceGetGpuInstanceProfileInfo(h, const),
+            lambda profile, arr, count: pynvml.nvmlDeviceGetGpuInstances(h, profile, arr, count),
+        )
 
     def _ci_handles(self, gi: Any) -> list[Any]:
         shared = pynvml.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED
         return nvml_instances(
-            pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT, pynvml.c_nvmlComputeInstance_t,
+            pynvml.NVML_COMPUTE_INSTANCE_PROFILE_COUNT,
+            pynvml.c_nvmlComputeInstance_t,
             lambda const: pynvml.nvmlGpuInstanceGetComputeInstanceProfileInfo(gi, const, shared),
-            lambda profile, arr, count: pynvml.nvmlGpuInstanceGetComputeInstances(gi, profile, arr, count))
+            lambda profile, arr, count: pynvml.nvmlGpuInstanceGetComputeInstances(gi, profile, arr, count),
+        )
 
     def _gi_by_id(self, uuid: str, gi_id: int) -> Any:
         return pynvml.nvmlDeviceGetGpuInstanceById(self._h(uuid), gi_id)
@@ -296,8 +305,14 @@ class NvmlBackend:
             for ci in self._ci_handles(gi):
                 cinfo = pynvml.nvmlComputeInstanceGetInfo(ci)
                 cis.append(ComputeInstanceRecord(int(cinfo.id), int(cinfo.profileId), int(cinfo.placement.start)))
-            records.append(GpuInstanceRecord(int(info.id), int(info.profileId), int(info.placement.start),
-                                             tuple(sorted(cis, key=lambda c: c.ci_id))))
+            records.append(
+                GpuInstanceRecord(
+                    int(info.id),
+                    int(info.profileId),
+                    int(info.placement.start),
+                    tuple(sorted(cis, key=lambda c: c.ci_id)),
+                )
+            )
         return sorted(records, key=lambda r: r.gi_id)
 
     def create_gpu_instance(self, uuid: str, profile_id: int, start: int) -> int:
@@ -338,13 +353,19 @@ class NvmlBackend:
             gi = instances.get(gi_id)
             ci = next((c for c in gi.compute_instances if c.ci_id == ci_id), None) if gi else None
             attrs = pynvml.nvmlDeviceGetAttributes(mh)
-            devices.append(MigDevice(
-                uuid=_str(pynvml.nvmlDeviceGetUUID(mh)), gi_id=gi_id, ci_id=ci_id,
-                gi_profile_id=gi.profile_id if gi else -1, ci_profile_id=ci.profile_id if ci else -1,
-                gi_start=gi.start if gi else -1, ci_start=ci.start if ci else -1,
-                memory_mib=int(pynvml.nvmlDeviceGetMemoryInfo(mh).total // (1 << 20)),
-                sm_count=int(attrs.multiprocessorCount),
-            ))
+            devices.append(
+                MigDevice(
+                    uuid=_str(pynvml.nvmlDeviceGetUUID(mh)),
+                    gi_id=gi_id,
+                    ci_id=ci_id,
+                    gi_profile_id=gi.profile_id if gi else -1,
+                    ci_profile_id=ci.profile_id if ci else -1,
+                    gi_start=gi.start if gi else -1,
+                    ci_start=ci.start if ci else -1,
+                    memory_mib=int(pynvml.nvmlDeviceGetMemoryInfo(mh).total // (1 << 20)),
+                    sm_count=int(attrs.multiprocessorCount),
+                )
+            )
         return sorted(devices, key=lambda d: (d.gi_start, d.ci_start))
 
 

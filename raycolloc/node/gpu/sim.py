@@ -87,10 +87,18 @@ class SimBackend:
         return self._info(SimDevices.find(self.devices.snapshot(), uuid))
 
     def _info(self, g: SimGpu) -> GpuInfo:
-        return GpuInfo(index=g.index, uuid=g.uuid, name=f"Simulated {self.model.name}",
-                       memory_mib=self.model.total_memory_mib, sm_count=self.model.total_sms, mig_supported=True,
-                       mig_enabled=g.mig_enabled, pci_bus_id=f"00000000:{0x10 + g.index:02X}:00.0",
-                       backend=self.kind, driver="sim")
+        return GpuInfo(
+            index=g.index,
+            uuid=g.uuid,
+            name=f"Simulated {self.model.name}",
+            memory_mib=self.model.total_memory_mib,
+            sm_count=self.model.total_sms,
+            mig_supported=True,
+            mig_enabled=g.mig_enabled,
+            pci_bus_id=f"00000000:{0x10 + g.index:02X}:00.0",
+            backend=self.kind,
+            driver="sim",
+        )
 
     def gpu_for_ray_id(self, ray_gpu_id: str) -> GpuInfo:
         rid = str(ray_gpu_id)
@@ -122,8 +130,10 @@ class SimBackend:
         g = SimDevices.find(self.devices.snapshot(), uuid)
         # A process's SM share: its busy fraction (CPU time on the simulated device) times what one
         # busy job keeps active, as the GPU's SM activity is summed from them.
-        return [ProcessUsage(p.pid, p.mem_mib, 100.0 * min(1.0, self._cpu.get(p.pid, (0.0, 0.0))[1]) * _SM_PER_BUSY_JOB)
-                for p in g.procs]
+        return [
+            ProcessUsage(p.pid, p.mem_mib, 100.0 * min(1.0, self._cpu.get(p.pid, (0.0, 0.0))[1]) * _SM_PER_BUSY_JOB)
+            for p in g.procs
+        ]
 
     def cpu_affinity(self, uuid: str) -> list[int] | None:
         return None  # a simulated GPU sits on no NUMA node: every core of the node is as near
@@ -165,11 +175,16 @@ class SimBackend:
         idle, tdp = self._power()
         sm = clock.sm_active
         return {
-            "mem_used_mib": sum(p.mem_mib for p in g.procs), "mem_total_mib": float(self.model.total_memory_mib),
+            "mem_used_mib": sum(p.mem_mib for p in g.procs),
+            "mem_total_mib": float(self.model.total_memory_mib),
             # Like NVML's utilisation: 100 whenever any kernel ran in the window.
-            "gpu_util": 100.0 if sm > 1 else 0.0, "mem_util": sm * 0.3, "power_w": idle + (tdp - idle) * sm / 100.0,
-            "pcie_tx_bytes_s": h2d * 0.02, "pcie_rx_bytes_s": h2d,
-            "sm_clock_mhz": 1980.0 if sm > 1 else 345.0, "temperature_c": 35.0 + sm * 0.3,
+            "gpu_util": 100.0 if sm > 1 else 0.0,
+            "mem_util": sm * 0.3,
+            "power_w": idle + (tdp - idle) * sm / 100.0,
+            "pcie_tx_bytes_s": h2d * 0.02,
+            "pcie_rx_bytes_s": h2d,
+            "sm_clock_mhz": 1980.0 if sm > 1 else 345.0,
+            "temperature_c": 35.0 + sm * 0.3,
         }
 
     def energy_mj(self, uuid: str) -> float | None:
@@ -188,9 +203,15 @@ class SimBackend:
 
     def gpm_metrics(self, before: Any, after: Any) -> dict[str, float | None]:
         sm = (before["sm"] + after["sm"]) / 2
-        return {"sm_active": sm, "sm_occupancy": sm * 0.4, "tensor_active": 0.0, "dram_active": sm * 0.3,
-                "gr_engine_active": min(100.0, sm * 1.6), "pcie_tx_bytes_s": after["h2d"] * 0.02,
-                "pcie_rx_bytes_s": after["h2d"]}
+        return {
+            "sm_active": sm,
+            "sm_occupancy": sm * 0.4,
+            "tensor_active": 0.0,
+            "dram_active": sm * 0.3,
+            "gr_engine_active": min(100.0, sm * 1.6),
+            "pcie_tx_bytes_s": after["h2d"] * 0.02,
+            "pcie_rx_bytes_s": after["h2d"],
+        }
 
     def gpm_free(self, sample: Any) -> None:
         return None
@@ -207,10 +228,17 @@ class SimBackend:
         g = SimDevices.find(self.devices.snapshot(), uuid)
         if not g.mig_enabled:
             return []
-        return [GpuInstanceRecord(gi.gi_id, gi.profile_id, gi.start,
-                                  tuple(ComputeInstanceRecord(c.ci_id, c.profile_id, c.start)
-                                        for c in sorted(gi.cis, key=lambda c: c.ci_id)))
-                for gi in sorted(g.gis, key=lambda x: x.gi_id)]
+        return [
+            GpuInstanceRecord(
+                gi.gi_id,
+                gi.profile_id,
+                gi.start,
+                tuple(
+                    ComputeInstanceRecord(c.ci_id, c.profile_id, c.start) for c in sorted(gi.cis, key=lambda c: c.ci_id)
+                ),
+            )
+            for gi in sorted(g.gis, key=lambda x: x.gi_id)
+        ]
 
     def create_gpu_instance(self, uuid: str, profile_id: int, start: int) -> int:
         return self.devices.create_gpu_instance(uuid, profile_id, start)
@@ -230,8 +258,19 @@ class SimBackend:
         for gi in g.gis:
             gprof = self.model.profile(gi.profile_id)
             for ci in gi.cis:
-                out.append(MigDevice(ci.uuid, gi.gi_id, ci.ci_id, gi.profile_id, ci.profile_id, gi.start, ci.start,
-                                     gprof.memory_mib, gprof.ci_profile(ci.profile_id).sm_count))
+                out.append(
+                    MigDevice(
+                        ci.uuid,
+                        gi.gi_id,
+                        ci.ci_id,
+                        gi.profile_id,
+                        ci.profile_id,
+                        gi.start,
+                        ci.start,
+                        gprof.memory_mib,
+                        gprof.ci_profile(ci.profile_id).sm_count,
+                    )
+                )
         return sorted(out, key=lambda d: (d.gi_start, d.ci_start))
 
 

@@ -33,8 +33,10 @@ def install_control(bin_dir: str | Path) -> str:
     bin_dir.mkdir(parents=True, exist_ok=True)
     path = bin_dir / "nvidia-cuda-mps-control"
     root = Path(__file__).resolve().parents[3]
-    text = (f"#!/bin/sh\nPYTHONPATH={root}${{PYTHONPATH:+:$PYTHONPATH}} exec {sys.executable} "
-            f"-m raycolloc.node.gpu.sim_mps --as nvidia-cuda-mps-control \"$@\"\n")
+    text = (
+        f"#!/bin/sh\nPYTHONPATH={root}${{PYTHONPATH:+:$PYTHONPATH}} exec {sys.executable} "
+        f'-m raycolloc.node.gpu.sim_mps --as nvidia-cuda-mps-control "$@"\n'
+    )
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(text)
     tmp.chmod(0o755)
@@ -93,9 +95,15 @@ class _Daemon:
     def start_server(self) -> int:
         pid = os.fork()
         if pid == 0:
-            os.execv(sys.executable, [sys.executable, "-c",
-                                      "import raycolloc.node.gpu.sim_mps as m; m._server_main()",
-                                      "nvidia-cuda-mps-server"])
+            os.execv(
+                sys.executable,
+                [
+                    sys.executable,
+                    "-c",
+                    "import raycolloc.node.gpu.sim_mps as m; m._server_main()",
+                    "nvidia-cuda-mps-server",
+                ],
+            )
         self.log(f"Server {pid} started")
         return pid
 

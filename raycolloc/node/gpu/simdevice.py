@@ -172,7 +172,8 @@ class SimDevices:
             if used + need > capacity:
                 raise SimOutOfMemory(
                     f"simulated CUDA out of memory on {visible}: tried to allocate {need / 1024:.2f} GiB; "
-                    f"{(capacity - used) / 1024:.2f} GiB free of {capacity / 1024:.2f} GiB")
+                    f"{(capacity - used) / 1024:.2f} GiB free of {capacity / 1024:.2f} GiB"
+                )
             gpu.procs = [p for p in gpu.procs if p.pid != pid]
             gpu.procs.append(SimProcess(pid, need, mig[1].uuid if mig else None, max(1, threads)))
 
@@ -180,8 +181,9 @@ class SimDevices:
         for g in gpus:
             if g.uuid == visible:
                 if g.mig_enabled:
-                    raise SimNvmlError(f"NVML_ERROR_INVALID_STATE: MIG mode is enabled on {g.uuid}; "
-                                       f"a job needs a MIG device")
+                    raise SimNvmlError(
+                        f"NVML_ERROR_INVALID_STATE: MIG mode is enabled on {g.uuid}; a job needs a MIG device"
+                    )
                 return g, None
             for gi in g.gis:
                 for ci in gi.cis:
@@ -216,13 +218,18 @@ class SimDevices:
             except ValueError as exc:
                 raise SimNvmlError(f"NVML_ERROR_INVALID_ARGUMENT: {exc}") from None
             if start not in prof.placements:
-                raise SimNvmlError(f"NVML_ERROR_INVALID_ARGUMENT: {prof.name} cannot start at slot {start}; "
-                                   f"placements {list(prof.placements)}")
+                raise SimNvmlError(
+                    f"NVML_ERROR_INVALID_ARGUMENT: {prof.name} cannot start at slot {start}; "
+                    f"placements {list(prof.placements)}"
+                )
             same = sum(1 for gi in g.gis if gi.profile_id == prof.profile_id)
             used_slots = {s for gi in g.gis for s in self.model.profile(gi.profile_id).slots(gi.start)}
             used_compute = sum(self.model.profile(gi.profile_id).compute_slices for gi in g.gis)
-            if (same >= prof.max_count or used_slots & set(prof.slots(start))
-                    or used_compute + prof.compute_slices > self.model.compute_slices):
+            if (
+                same >= prof.max_count
+                or used_slots & set(prof.slots(start))
+                or used_compute + prof.compute_slices > self.model.compute_slices
+            ):
                 raise SimNvmlError(f"NVML_ERROR_INSUFFICIENT_RESOURCES: no room for {prof.name} at slot {start}")
             gi_id = max((gi.gi_id for g2 in gpus for gi in g2.gis), default=0) + 1
             g.gis.append(SimGi(gi_id, prof.profile_id, start))
@@ -245,8 +252,9 @@ class SimDevices:
                         mig_uuid = f"MIG-{uuidlib.uuid5(uuidlib.NAMESPACE_URL, f'{uuid}/{gi_id}/{ci_id}/{s}')}"
                         gi.cis.append(SimCi(ci_id, cprof.nvml_index, s, mig_uuid))
                         return ci_id
-            raise SimNvmlError(f"NVML_ERROR_INSUFFICIENT_RESOURCES: no room for {cprof.name} in {gprof.name} "
-                               f"(GPU instance {gi_id})")
+            raise SimNvmlError(
+                f"NVML_ERROR_INSUFFICIENT_RESOURCES: no room for {cprof.name} in {gprof.name} (GPU instance {gi_id})"
+            )
 
     def destroy_compute_instance(self, uuid: str, gi_id: int, ci_id: int) -> None:
         with self.state() as gpus:

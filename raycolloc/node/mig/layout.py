@@ -25,7 +25,7 @@ from typing import Any
 
 from raycolloc.node.mig.profiles import normalize_profile_name
 
-__all__ = ["GiSpec", "Layout", "LayoutError", "parse_layout"]
+__all__ = ["GiRequest", "Layout", "LayoutError", "parse_layout"]
 
 _GI_RE = re.compile(r"^(\d+)g\.(\d+)gb(\+me)?$")
 _CI_RE = re.compile(r"^(\d+)c(?:\.(.+))?$")
@@ -38,7 +38,7 @@ class LayoutError(ValueError):
 
 
 @dataclass(frozen=True)
-class GiSpec:
+class GiRequest:
     """One requested GPU instance: GI profile name and its CI profile names (short form)."""
 
     gi: str
@@ -62,9 +62,9 @@ class Layout:
     """An ordered list of requested GPU instances (model-independent; see
     :func:`~raycolloc.node.mig.placement.place_layout`)."""
 
-    gpu_instances: tuple[GiSpec, ...] = ()
+    gpu_instances: tuple[GiRequest, ...] = ()
 
-    def __iter__(self) -> Iterator[GiSpec]:
+    def __iter__(self) -> Iterator[GiRequest]:
         return iter(self.gpu_instances)
 
     def __len__(self) -> int:
@@ -75,7 +75,7 @@ class Layout:
         """MIG devices (CIs) the layout makes."""
         return sum(len(g.ci) for g in self.gpu_instances)
 
-    def runs(self) -> list[tuple[GiSpec, int]]:
+    def runs(self) -> list[tuple[GiRequest, int]]:
         """Consecutive equal GIs grouped: ``[(spec, count), ...]``."""
         return [(g, len(list(run))) for g, run in groupby(self.gpu_instances)]
 
@@ -131,14 +131,15 @@ def _parse_ci(raw: Any, gi: str) -> list[str]:
     return [f"{c}c"] * n
 
 
-def _parse_item(item: Any) -> list[GiSpec]:
-    if isinstance(item, GiSpec):
+def _parse_item(item: Any) -> list[GiRequest]:
+    if isinstance(item, GiRequest):
         return [item]
     if isinstance(item, Mapping):
         unknown = set(map(str, item)) - _DICT_KEYS
         if unknown or "gi" not in item:
-            raise LayoutError("a GPU-instance dict needs 'gi' and may have 'ci', 'count'; "
-                              f"got keys {sorted(map(str, item))}")
+            raise LayoutError(
+                f"a GPU-instance dict needs 'gi' and may have 'ci', 'count'; got keys {sorted(map(str, item))}"
+            )
         gi, n = _parse_gi_name(item["gi"])
         count = item.get("count", 1)
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
@@ -146,10 +147,10 @@ def _parse_item(item: Any) -> list[GiSpec]:
         raw_ci = item.get("ci") or []
         raw_ci = [raw_ci] if isinstance(raw_ci, str) else list(raw_ci)
         ci = tuple(c for raw in raw_ci for c in _parse_ci(raw, gi))
-        return [GiSpec(gi, ci)] * (n * count)
+        return [GiRequest(gi, ci)] * (n * count)
     if isinstance(item, str):
         gi, n = _parse_gi_name(item)
-        return [GiSpec(gi)] * n
+        return [GiRequest(gi)] * n
     raise LayoutError(f"cannot read layout entry {item!r}; use a profile string or a dict with 'gi'")
 
 
@@ -165,7 +166,7 @@ def parse_layout(spec: Any) -> Layout:
         if spec.strip().lower() == "auto":
             raise LayoutError("layout 'auto' depends on the degree; use resolve_layout(model, 'auto', degree)")
         items: Iterable[Any] = [s for s in spec.split(",") if s.strip()]
-    elif isinstance(spec, (Mapping, GiSpec)):
+    elif isinstance(spec, (Mapping, GiRequest)):
         items = [spec]
     elif isinstance(spec, Iterable):
         items = list(spec)

@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from raycolloc.node.mig.layout import GiSpec, Layout, parse_layout
+from raycolloc.node.mig.layout import GiRequest, Layout, parse_layout
 from raycolloc.node.mig.placement import Placement
 
 __all__ = ["from_migparted", "layout_to_mig_devices", "to_migparted"]
@@ -67,8 +67,10 @@ def layout_to_mig_devices(layout: Layout | Placement | Any) -> dict[str, int]:
 def _validate_devices(devices: Any) -> Devices:
     if devices == "all":
         return "all"
-    if isinstance(devices, (list, tuple)) and devices and all(
-        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in devices
+    if (
+        isinstance(devices, (list, tuple))
+        and devices
+        and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in devices)
     ):
         return tuple(devices)
     raise ValueError(f"'devices' must be 'all' or a non-empty list of GPU indices, got {devices!r}")
@@ -99,7 +101,7 @@ def to_migparted(layout_or_placement: Layout | Placement | Any, name: str, devic
 def _parse_mig_devices(mig_devices: Any, where: str) -> Layout:
     if not isinstance(mig_devices, Mapping):
         raise ValueError(f"{where}: 'mig-devices' must be a mapping of profile to count, got {mig_devices!r}")
-    gis: list[GiSpec] = []
+    gis: list[GiRequest] = []
     for key, count in mig_devices.items():
         m = _KEY_RE.match(str(key).strip().lower())
         if not m:
@@ -109,7 +111,7 @@ def _parse_mig_devices(mig_devices: Any, where: str) -> Layout:
         c, gi, g = m.group(1), m.group(2), int(m.group(3))
         if c is not None and not 1 <= int(c) <= g:
             raise ValueError(f"{where}: {key!r} asks for {c} compute slices in a GI with {g}")
-        gis += [GiSpec(gi, (f"{c or g}c",))] * count
+        gis += [GiRequest(gi, (f"{c or g}c",))] * count
     return Layout(tuple(gis))
 
 

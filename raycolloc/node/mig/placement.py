@@ -14,11 +14,19 @@ from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from raycolloc.node.mig.layout import GiSpec, Layout, LayoutError, parse_layout
+from raycolloc.node.mig.layout import GiRequest, Layout, LayoutError, parse_layout
 from raycolloc.node.mig.profiles import CiProfile, GiProfile, GpuModel, get_gpu_model
 
-__all__ = ["PlacedDevice", "Placement", "default_layout", "expand_short_names", "gpu_model_of", "place_layout",
-           "requested_placement", "resolve_layout"]
+__all__ = [
+    "PlacedDevice",
+    "Placement",
+    "default_layout",
+    "expand_short_names",
+    "gpu_model_of",
+    "place_layout",
+    "requested_placement",
+    "resolve_layout",
+]
 
 
 @dataclass(frozen=True)
@@ -55,9 +63,18 @@ class PlacedDevice:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values for logs and result rows."""
-        return {"index": self.index, "name": self.name, "gi_profile": self.gi.name, "gi_profile_id": self.gi.profile_id,
-                "gi_start": self.gi_start, "ci_profile": self.ci.name, "ci_profile_id": self.ci.nvml_index,
-                "ci_start": self.ci_start, "sm_count": self.sm_count, "memory_mib": self.memory_mib}
+        return {
+            "index": self.index,
+            "name": self.name,
+            "gi_profile": self.gi.name,
+            "gi_profile_id": self.gi.profile_id,
+            "gi_start": self.gi_start,
+            "ci_profile": self.ci.name,
+            "ci_profile_id": self.ci.nvml_index,
+            "ci_start": self.ci_start,
+            "sm_count": self.sm_count,
+            "memory_mib": self.memory_mib,
+        }
 
 
 Instance = tuple[str | int, int, Sequence[tuple[str | int, int]]]
@@ -90,15 +107,17 @@ class Placement:
     @property
     def layout(self) -> Layout:
         """The layout this placement realises."""
-        return Layout(tuple(GiSpec(gi, tuple(c for c, _ in cis)) for gi, _, cis in self.instances()))
+        return Layout(tuple(GiRequest(gi, tuple(c for c, _ in cis)) for gi, _, cis in self.instances()))
 
     def _key(self) -> tuple[str, tuple[Any, ...]]:
         return self.model.name, tuple(sorted((g, s, tuple(sorted(c))) for g, s, c in self.instances()))
 
     def same_shape(self, other: Placement) -> bool:
         """Same model and same GI/CI profiles, wherever they are placed."""
+
         def shape(p: Placement) -> Counter[tuple[str, tuple[str, ...]]]:
             return Counter((g, tuple(sorted(c for c, _ in cis))) for g, _, cis in p.instances())
+
         return self.model.name == other.model.name and shape(self) == shape(other)
 
     def __eq__(self, other: object) -> bool:
@@ -108,8 +127,10 @@ class Placement:
         return hash(self._key())
 
     def __str__(self) -> str:
-        parts = [f"{d.name}@{d.gi_start}" if d.ci == d.gi.full_ci else f"{d.name}@{d.gi_start}+{d.ci_start}"
-                 for d in self.devices]
+        parts = [
+            f"{d.name}@{d.gi_start}" if d.ci == d.gi.full_ci else f"{d.name}@{d.gi_start}+{d.ci_start}"
+            for d in self.devices
+        ]
         return f"{self.model.name}: {', '.join(parts)}"
 
     @classmethod
@@ -133,8 +154,9 @@ class Placement:
             except ValueError as e:
                 raise LayoutError(f"instances on {m.name}: {e}") from e
             if not ci_list:
-                raise LayoutError(f"instances on {m.name}: GPU instance {gi.name} at slot {gi_start} "
-                                  "has no compute instance")
+                raise LayoutError(
+                    f"instances on {m.name}: GPU instance {gi.name} at slot {gi_start} has no compute instance"
+                )
             placed.append((gi, int(gi_start), sorted(ci_list, key=lambda cs: cs[1])))
         placed.sort(key=lambda t: t[1])
         desc = " + ".join(gi.name for gi, _, _ in placed) or "(empty)"
@@ -144,8 +166,9 @@ class Placement:
         for gi_index, (gi, gi_start, gi_cis) in enumerate(placed):
             _check_cis(gi, [c for c, _ in gi_cis], desc)
             _check_fixed(gi.compute_slices, gi.compute_slices, gi_cis, desc, f"{gi.name} at slot {gi_start}")
-            devices += [PlacedDevice(len(devices) + j, gi_index, gi, gi_start, ci, s)
-                        for j, (ci, s) in enumerate(gi_cis)]
+            devices += [
+                PlacedDevice(len(devices) + j, gi_index, gi, gi_start, ci, s) for j, (ci, s) in enumerate(gi_cis)
+            ]
         return cls(m, tuple(devices))
 
 
@@ -153,8 +176,9 @@ def _check_fixed(mem_slots: int, compute: int, units: list[tuple[Any, int]], des
     """Validate placements read off a device: allowed starts and no overlap."""
     for prof, start in units:
         if start not in prof.placements:
-            raise LayoutError(f"{desc}: {prof.name} cannot start at slot {start} in {where}; "
-                              f"it takes {_slots_text(prof)}")
+            raise LayoutError(
+                f"{desc}: {prof.name} cannot start at slot {start} in {where}; it takes {_slots_text(prof)}"
+            )
     if _search([(p, i) for i, (p, _) in enumerate(units)], mem_slots, compute, [s for _, s in units]) is None:
         raise LayoutError(f"{desc}: instances overlap in {where}")
 
@@ -181,16 +205,19 @@ def _check_totals(m: GpuModel, gis: Sequence[GiProfile], desc: str) -> None:
 def _check_cis(gi: GiProfile, cis: Sequence[CiProfile], desc: str) -> None:
     need = sum(c.compute_slices for c in cis)
     if need > gi.compute_slices:
-        raise LayoutError(f"{desc}: compute instances {'+'.join(c.name for c in cis)} need {need} compute slices; "
-                          f"{gi.name} has {gi.compute_slices}")
+        raise LayoutError(
+            f"{desc}: compute instances {'+'.join(c.name for c in cis)} need {need} compute slices; "
+            f"{gi.name} has {gi.compute_slices}"
+        )
     for name, n in Counter(c.name for c in cis).items():
         limit = gi.ci_profile(name).max_count
         if n > limit:
             raise LayoutError(f"{desc}: {gi.name} holds at most {limit} x {name} compute instances, asked for {n}")
 
 
-def _search(units: Sequence[tuple[Any, int]], mem_slots: int, compute: int,
-            fixed: Sequence[int] | None = None) -> dict[int, int] | None:
+def _search(
+    units: Sequence[tuple[Any, int]], mem_slots: int, compute: int, fixed: Sequence[int] | None = None
+) -> dict[int, int] | None:
     """Starts for ``(profile, key)`` units, tried in the given order (deterministic backtracking).
 
     ``fixed`` pins unit ``i`` to start ``fixed[i]`` (units sorted by start) to check a placement.
@@ -202,11 +229,11 @@ def _search(units: Sequence[tuple[Any, int]], mem_slots: int, compute: int,
     def fits(p: GiProfile | CiProfile, s: int) -> bool:
         if s + p.slot_size > mem_slots or s + p.compute_slices > compute:
             return False
-        return not any(used_mem[s:s + p.slot_size]) and not any(used_cmp[s:s + p.compute_slices])
+        return not any(used_mem[s : s + p.slot_size]) and not any(used_cmp[s : s + p.compute_slices])
 
     def mark(p: GiProfile | CiProfile, s: int, value: bool) -> None:
-        used_mem[s:s + p.slot_size] = [value] * p.slot_size
-        used_cmp[s:s + p.compute_slices] = [value] * p.compute_slices
+        used_mem[s : s + p.slot_size] = [value] * p.slot_size
+        used_cmp[s : s + p.compute_slices] = [value] * p.compute_slices
 
     def rec(i: int, floor: int) -> bool:
         if i == len(units):
@@ -227,8 +254,9 @@ def _search(units: Sequence[tuple[Any, int]], mem_slots: int, compute: int,
 
 
 def _by_size(profiles: Sequence[GiProfile | CiProfile]) -> list[tuple[GiProfile | CiProfile, int]]:
-    order = sorted(range(len(profiles)), key=lambda i: (-profiles[i].compute_slices, -profiles[i].slot_size,
-                                                        profiles[i].name, i))
+    order = sorted(
+        range(len(profiles)), key=lambda i: (-profiles[i].compute_slices, -profiles[i].slot_size, profiles[i].name, i)
+    )
     return [(profiles[i], i) for i in order]
 
 
@@ -260,8 +288,9 @@ def place_layout(model: str | GpuModel, layout: Any) -> Placement:
         ci_starts = _search(_by_size(ci_list), gi.compute_slices, gi.compute_slices)
         if ci_starts is None:
             rules = "; ".join(f"{c.name} takes {_slots_text(c)}" for c in dict.fromkeys(ci_list))
-            raise LayoutError(f"{desc}: compute instances {'+'.join(c.name for c in ci_list)} do not fit in "
-                              f"{gi.name} ({rules})")
+            raise LayoutError(
+                f"{desc}: compute instances {'+'.join(c.name for c in ci_list)} do not fit in {gi.name} ({rules})"
+            )
         for j, ci in enumerate(ci_list):
             devices.append(PlacedDevice(len(devices), i, gi, gi_starts[i], ci, ci_starts[j]))
     return Placement(m, tuple(devices))
@@ -279,12 +308,16 @@ def default_layout(model: str | GpuModel, degree: int) -> Layout:
     if isinstance(degree, bool) or not isinstance(degree, int) or degree < 1:
         raise LayoutError(f"degree must be a positive integer, got {degree!r}")
     if degree > m.compute_slices:
-        raise LayoutError(f"degree {degree}: {m.name} has {m.compute_slices} compute slices, "
-                          f"so at most {m.compute_slices} MIG devices")
-    candidates = sorted((p for p in m.profiles if not p.media_extensions),
-                        key=lambda p: (-p.compute_slices, -p.slot_size, -p.memory_mib, p.name))
+        raise LayoutError(
+            f"degree {degree}: {m.name} has {m.compute_slices} compute slices, "
+            f"so at most {m.compute_slices} MIG devices"
+        )
+    candidates = sorted(
+        (p for p in m.profiles if not p.media_extensions),
+        key=lambda p: (-p.compute_slices, -p.slot_size, -p.memory_mib, p.name),
+    )
     for p in candidates:
-        layout = Layout((GiSpec(p.name),) * degree)
+        layout = Layout((GiRequest(p.name),) * degree)
         if p.max_count >= degree:
             try:
                 place_layout(m, layout)
@@ -308,7 +341,7 @@ SIM_PREFIX = "Simulated "
 
 def gpu_model_of(gpu_name: str) -> GpuModel:
     """The MIG table of a GPU by its NVML name (simulated GPUs are named ``Simulated <model>``)."""
-    name = gpu_name[len(SIM_PREFIX):] if gpu_name.startswith(SIM_PREFIX) else gpu_name
+    name = gpu_name[len(SIM_PREFIX) :] if gpu_name.startswith(SIM_PREFIX) else gpu_name
     return get_gpu_model(name)
 
 
@@ -325,8 +358,10 @@ def expand_short_names(model: GpuModel, spec: Any) -> Any:
             return spec
         sizes = [p for p in model.profiles if p.compute_slices == int(m.group(1)) and not p.media_extensions]
         if not sizes:
-            raise LayoutError(f"{model.name} has no {m.group(1)}-slice GPU-instance profile; "
-                              f"its profiles are: {', '.join(model.profile_names())}")
+            raise LayoutError(
+                f"{model.name} has no {m.group(1)}-slice GPU-instance profile; "
+                f"its profiles are: {', '.join(model.profile_names())}"
+            )
         return min(sizes, key=lambda p: p.memory_mib).name + m.group(2)
     if isinstance(spec, Mapping):
         return {k: expand_short_names(model, v) if k == "gi" else v for k, v in spec.items()}
@@ -348,8 +383,9 @@ def requested_placement(model: GpuModel, layout: Any, mix_layout: Any, job_profi
     spec = expand_short_names(model, _plain(spec))
     placement = place_layout(model, resolve_layout(model, spec, len(job_profiles)))
     if len(placement) != len(job_profiles):
-        raise LayoutError(f"MIG layout {placement} makes {len(placement)} MIG devices; "
-                          f"the cell has {len(job_profiles)} jobs")
+        raise LayoutError(
+            f"MIG layout {placement} makes {len(placement)} MIG devices; the cell has {len(job_profiles)} jobs"
+        )
     return placement
 
 

@@ -24,18 +24,42 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-__all__ = ["NVML_COMPUTE_INSTANCE_PROFILE", "NVML_GPU_INSTANCE_PROFILE", "CiProfile", "GiProfile", "GpuModel",
-           "UnknownGpuModel", "get_gpu_model", "known_gpu_models", "normalize_profile_name", "register_gpu_model"]
+__all__ = [
+    "NVML_COMPUTE_INSTANCE_PROFILE",
+    "NVML_GPU_INSTANCE_PROFILE",
+    "CiProfile",
+    "GiProfile",
+    "GpuModel",
+    "UnknownGpuModel",
+    "get_gpu_model",
+    "known_gpu_models",
+    "normalize_profile_name",
+    "register_gpu_model",
+]
 
 # nvml.h ``NVML_GPU_INSTANCE_PROFILE_*`` (the index passed to nvmlDeviceGetGpuInstanceProfileInfo).
 NVML_GPU_INSTANCE_PROFILE: dict[str, int] = {
-    "1_SLICE": 0, "2_SLICE": 1, "3_SLICE": 2, "4_SLICE": 3, "7_SLICE": 4, "8_SLICE": 5,
-    "6_SLICE": 6, "1_SLICE_REV1": 7, "2_SLICE_REV1": 8, "1_SLICE_REV2": 9,
+    "1_SLICE": 0,
+    "2_SLICE": 1,
+    "3_SLICE": 2,
+    "4_SLICE": 3,
+    "7_SLICE": 4,
+    "8_SLICE": 5,
+    "6_SLICE": 6,
+    "1_SLICE_REV1": 7,
+    "2_SLICE_REV1": 8,
+    "1_SLICE_REV2": 9,
 }
 # nvml.h ``NVML_COMPUTE_INSTANCE_PROFILE_*``; nvidia-smi shows the same numbers as CI profile ids.
 NVML_COMPUTE_INSTANCE_PROFILE: dict[str, int] = {
-    "1_SLICE": 0, "2_SLICE": 1, "3_SLICE": 2, "4_SLICE": 3, "7_SLICE": 4, "8_SLICE": 5,
-    "6_SLICE": 6, "1_SLICE_REV1": 7,
+    "1_SLICE": 0,
+    "2_SLICE": 1,
+    "3_SLICE": 2,
+    "4_SLICE": 3,
+    "7_SLICE": 4,
+    "8_SLICE": 5,
+    "6_SLICE": 6,
+    "1_SLICE_REV1": 7,
 }
 _CI_NVML_BY_SLICES = {1: 0, 2: 1, 3: 2, 4: 3, 7: 4, 8: 5, 6: 6}
 
@@ -209,8 +233,15 @@ def _name_key(name: str) -> str:
 
 
 def _gi(
-    name: str, profile_id: int, nvml_index: int, memory_mib: int, sm_count: int, max_count: int,
-    placements: Iterable[int], slot_size: int, ci_sm_per_slice: int,
+    name: str,
+    profile_id: int,
+    nvml_index: int,
+    memory_mib: int,
+    sm_count: int,
+    max_count: int,
+    placements: Iterable[int],
+    slot_size: int,
+    ci_sm_per_slice: int,
 ) -> GiProfile:
     """Build a GI profile and its standard CI profiles (compute slices come from the name)."""
     m = _GI_NAME.match(name)
@@ -219,14 +250,19 @@ def _gi(
     g = int(m.group(1))
     cis = tuple(
         CiProfile(
-            name=f"{c}c", compute_slices=c, nvml_index=_CI_NVML_BY_SLICES[c],
+            name=f"{c}c",
+            compute_slices=c,
+            nvml_index=_CI_NVML_BY_SLICES[c],
             sm_count=sm_count if c == g else c * ci_sm_per_slice,
-            max_count=len(starts), placements=starts, slot_size=c,
+            max_count=len(starts),
+            placements=starts,
+            slot_size=c,
         )
         for c, starts in sorted(_CI_PLACEMENTS[g].items())
     )
-    return GiProfile(name, profile_id, nvml_index, g, memory_mib, sm_count, max_count,
-                     tuple(placements), slot_size, cis)
+    return GiProfile(
+        name, profile_id, nvml_index, g, memory_mib, sm_count, max_count, tuple(placements), slot_size, cis
+    )
 
 
 _REGISTRY: dict[str, GpuModel] = {}

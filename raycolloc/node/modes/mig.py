@@ -23,8 +23,16 @@ from raycolloc.node.mig.placement import Placement, gpu_model_of, requested_plac
 from raycolloc.node.modes.base import GpuSlot, ModeError
 from raycolloc.spec import Binding, CellSpec, Release
 
-__all__ = ["MIG_RECORD", "Instances", "MigMode", "admin_hint", "apply_instances", "cell_placement", "read_instances",
-           "restore_layout"]
+__all__ = [
+    "MIG_RECORD",
+    "Instances",
+    "MigMode",
+    "admin_hint",
+    "apply_instances",
+    "cell_placement",
+    "read_instances",
+    "restore_layout",
+]
 
 log = logging.getLogger(__name__)
 MIG_RECORD = "mig-found.json"
@@ -51,16 +59,20 @@ def cell_placement(cell: CellSpec, gpu_name: str) -> Placement:
 
 def admin_hint(gpu: GpuInfo) -> str:
     """What an administrator runs to enable MIG on ``gpu`` (raycolloc never does)."""
-    return (f"MIG mode is disabled on GPU {gpu.index} ({gpu.name}, {gpu.uuid}). raycolloc never changes MIG mode; "
-            f"an administrator enables it with `sudo nvidia-smi -i {gpu.index} -mig 1` on an idle GPU "
-            f"(some systems need a GPU reset or reboot), then creates or lets raycolloc create "
-            f"(mig.allow_reconfigure=true) the instances")
+    return (
+        f"MIG mode is disabled on GPU {gpu.index} ({gpu.name}, {gpu.uuid}). raycolloc never changes MIG mode; "
+        f"an administrator enables it with `sudo nvidia-smi -i {gpu.index} -mig 1` on an idle GPU "
+        f"(some systems need a GPU reset or reboot), then creates or lets raycolloc create "
+        f"(mig.allow_reconfigure=true) the instances"
+    )
 
 
 def read_instances(backend: GpuBackend, uuid: str) -> Instances:
     """The GPU's MIG instances as ``[(gi profile id, start, [(ci profile id, start), ...]), ...]``."""
-    return [(r.profile_id, r.start, [(c.profile_id, c.start) for c in r.compute_instances])
-            for r in backend.gpu_instances(uuid)]
+    return [
+        (r.profile_id, r.start, [(c.profile_id, c.start) for c in r.compute_instances])
+        for r in backend.gpu_instances(uuid)
+    ]
 
 
 def apply_instances(backend: GpuBackend, uuid: str, instances: Instances) -> None:
@@ -104,9 +116,12 @@ class MigMode:
         except (MigUnavailable, LayoutError) as exc:
             raise ModeError(str(exc)) from None
         self.devices = devices
-        return [Binding(job.index, self.gpu.uuid, {"CUDA_VISIBLE_DEVICES": dev.uuid}, mig_uuid=dev.uuid,
-                        mig_profile=profile)
-                for job, dev, profile in zip(self.cell.jobs, devices, profiles, strict=True)]
+        return [
+            Binding(
+                job.index, self.gpu.uuid, {"CUDA_VISIBLE_DEVICES": dev.uuid}, mig_uuid=dev.uuid, mig_profile=profile
+            )
+            for job, dev, profile in zip(self.cell.jobs, devices, profiles, strict=True)
+        ]
 
     def _prepare(self) -> tuple[list[MigDevice], list[str]]:
         gpu, cfg = self.gpu, self.cell.config.mig
@@ -125,22 +140,33 @@ class MigMode:
             default = self.backend.traits.reconfigure_mig_default
             allowed = cfg.allow_reconfigure if cfg.allow_reconfigure is not None else default
             if not allowed:
-                raise MigUnavailable(f"GPU {gpu.index} holds MIG layout [{found}] but the cell needs [{placement}]; "
-                                     f"set mig.allow_reconfigure=true to let raycolloc create it (and restore the "
-                                     f"old one afterwards), or create it yourself")
+                raise MigUnavailable(
+                    f"GPU {gpu.index} holds MIG layout [{found}] but the cell needs [{placement}]; "
+                    f"set mig.allow_reconfigure=true to let raycolloc create it (and restore the "
+                    f"old one afterwards), or create it yourself"
+                )
             if not self.backend.can_reconfigure_mig():
                 raise MigUnavailable("mig.allow_reconfigure=true needs root on the GPU node to create MIG instances")
             busy = self.backend.processes(gpu.uuid)
             if busy:
-                raise MigUnavailable(f"GPU {gpu.index} has running processes {[p.pid for p in busy]}; "
-                                     f"its MIG layout cannot change now")
+                raise MigUnavailable(
+                    f"GPU {gpu.index} has running processes {[p.pid for p in busy]}; its MIG layout cannot change now"
+                )
             self.found = found_instances
             self._record(found_instances)
             try:
-                apply_instances(self.backend, gpu.uuid, [
-                    (self.model.profile(gi).profile_id, start,
-                     [(self.model.profile(gi).ci_profile(ci).nvml_index, cs) for ci, cs in cis])
-                    for gi, start, cis in placement.instances()])
+                apply_instances(
+                    self.backend,
+                    gpu.uuid,
+                    [
+                        (
+                            self.model.profile(gi).profile_id,
+                            start,
+                            [(self.model.profile(gi).ci_profile(ci).nvml_index, cs) for ci, cs in cis],
+                        )
+                        for gi, start, cis in placement.instances()
+                    ],
+                )
             except BaseException:
                 self.release()
                 raise
@@ -153,8 +179,9 @@ class MigMode:
         path.parent.mkdir(parents=True, exist_ok=True)
         # With what reaches this GPU's driver (the simulated devices' state file), so that a doctor
         # without Ray can restore it too.
-        path.write_text(json.dumps({"gpu": self.gpu.uuid, "instances": instances,
-                                    "env": self.backend.job_env(self.gpu.uuid)}))
+        path.write_text(
+            json.dumps({"gpu": self.gpu.uuid, "instances": instances, "env": self.backend.job_env(self.gpu.uuid)})
+        )
 
     def _match(self, placement: Placement) -> tuple[list[MigDevice], list[str]]:
         """Pair each placed MIG device with a real one of the same profiles (placement first)."""

@@ -46,11 +46,13 @@ def find_control_daemons() -> list[dict[str, Any]]:
             env = proc.environ()
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
-        found.append({
-            "pid": proc.info["pid"],
-            "pipe_dir": env.get("CUDA_MPS_PIPE_DIRECTORY", DEFAULT_PIPE),
-            "visible": env.get("CUDA_VISIBLE_DEVICES"),
-        })
+        found.append(
+            {
+                "pid": proc.info["pid"],
+                "pipe_dir": env.get("CUDA_MPS_PIPE_DIRECTORY", DEFAULT_PIPE),
+                "visible": env.get("CUDA_VISIBLE_DEVICES"),
+            }
+        )
     return found
 
 
@@ -76,8 +78,11 @@ class MpsDaemon:
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
-        env.update(CUDA_VISIBLE_DEVICES=self.gpu_uuid, CUDA_MPS_PIPE_DIRECTORY=str(self.pipe_dir),
-                   CUDA_MPS_LOG_DIRECTORY=str(self.log_dir))
+        env.update(
+            CUDA_VISIBLE_DEVICES=self.gpu_uuid,
+            CUDA_MPS_PIPE_DIRECTORY=str(self.pipe_dir),
+            CUDA_MPS_LOG_DIRECTORY=str(self.log_dir),
+        )
         return env
 
     def start(self, timeout: float = 20.0) -> int:
@@ -85,14 +90,17 @@ class MpsDaemon:
         if shutil.which(self.control) is None and not Path(self.control).exists():
             raise MpsError(f"{self.control} not found on PATH; MPS needs the NVIDIA driver's MPS tools")
         if len(str(self.pipe_dir)) > 90:
-            raise MpsError(f"MPS pipe directory {self.pipe_dir} is too long for a Unix socket path "
-                           f"(limit about 100 characters); set a shorter mode.pipe_root")
+            raise MpsError(
+                f"MPS pipe directory {self.pipe_dir} is too long for a Unix socket path "
+                f"(limit about 100 characters); set a shorter mode.pipe_root"
+            )
         self.stop_stale()
         for d in (self.dir, self.pipe_dir, self.log_dir):
             d.mkdir(parents=True, exist_ok=True)
             os.chmod(d, 0o700)  # owner-only: nobody else may join or steer this daemon
-        proc = subprocess.run([self.control, "-d"], env=self._env(), capture_output=True, text=True, timeout=timeout,
-                              check=False)
+        proc = subprocess.run(
+            [self.control, "-d"], env=self._env(), capture_output=True, text=True, timeout=timeout, check=False
+        )
         if proc.returncode != 0:
             raise MpsError(f"starting {self.control} -d for {self.gpu_uuid} failed: {proc.stderr.strip()}")
         deadline = time.monotonic() + timeout
@@ -109,8 +117,9 @@ class MpsDaemon:
                 log.info("mps=started gpu=%s pid=%d pipe=%s", self.gpu_uuid, pid, self.pipe_dir)
                 return pid
             time.sleep(0.1)
-        raise MpsError(f"{self.control} for {self.gpu_uuid} did not come up within {timeout:.0f}s "
-                       f"(log: {self.log_dir})")
+        raise MpsError(
+            f"{self.control} for {self.gpu_uuid} did not come up within {timeout:.0f}s (log: {self.log_dir})"
+        )
 
     def _running_pid(self) -> int | None:
         for daemon in find_control_daemons():
@@ -168,8 +177,11 @@ class MpsDaemon:
 
     def binding_env(self, active_thread_percentage: int | None, pinned_mem_limit: str | None) -> dict[str, str]:
         """Environment of one MPS client job (applied before CUDA initialises in the job)."""
-        env = {"CUDA_VISIBLE_DEVICES": self.gpu_uuid, "CUDA_MPS_PIPE_DIRECTORY": str(self.pipe_dir),
-               "CUDA_MPS_LOG_DIRECTORY": str(self.log_dir)}
+        env = {
+            "CUDA_VISIBLE_DEVICES": self.gpu_uuid,
+            "CUDA_MPS_PIPE_DIRECTORY": str(self.pipe_dir),
+            "CUDA_MPS_LOG_DIRECTORY": str(self.log_dir),
+        }
         if active_thread_percentage is not None:
             env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(active_thread_percentage)
         if pinned_mem_limit is not None:
@@ -216,9 +228,16 @@ class MpsMode:
             except MpsError as exc:
                 raise ModeError(str(exc)) from None
             slot.daemon = daemon
-        return [Binding(job.index, gpu.uuid,
-                        daemon.binding_env(job.active_thread_percentage, job.pinned_mem_limit),
-                        mps_pipe_dir=str(daemon.pipe_dir), mps_control=slot.control) for job in self.cell.jobs]
+        return [
+            Binding(
+                job.index,
+                gpu.uuid,
+                daemon.binding_env(job.active_thread_percentage, job.pinned_mem_limit),
+                mps_pipe_dir=str(daemon.pipe_dir),
+                mps_control=slot.control,
+            )
+            for job in self.cell.jobs
+        ]
 
     def release(self) -> Release:
         if not self.cell.config.mode.keep_daemon:

@@ -41,12 +41,15 @@ class NaiveMode:
             raise ModeError(
                 f"mode=naive refused: an MPS control daemon already serves GPU {gpu.index} ({gpu.uuid}) "
                 f"(pid {serving[0]['pid']}, pipe {serving[0]['pipe_dir']}); its clients would share one MPS "
-                f"server. Stop it (echo quit | CUDA_MPS_PIPE_DIRECTORY={serving[0]['pipe_dir']} {CONTROL})")
+                f"server. Stop it (echo quit | CUDA_MPS_PIPE_DIRECTORY={serving[0]['pipe_dir']} {CONTROL})"
+            )
         private = self.slot.dir(self.cell) / "no-mps"
         private.mkdir(parents=True, exist_ok=True)
         env = {"CUDA_VISIBLE_DEVICES": gpu.uuid, "CUDA_MPS_PIPE_DIRECTORY": str(private)}
-        return [Binding(job.index, gpu.uuid, dict(env), mps_pipe_dir=str(private), mps_control=self.slot.control)
-                for job in self.cell.jobs]
+        return [
+            Binding(job.index, gpu.uuid, dict(env), mps_pipe_dir=str(private), mps_control=self.slot.control)
+            for job in self.cell.jobs
+        ]
 
     def release(self) -> Release:
         return Release()

@@ -72,32 +72,65 @@ def job_rows(rec: CellRecord) -> tuple[list[JobRow], list[EpochRow]]:
         lifetime = info.ended_ts - info.started_ts if info.started_ts and info.ended_ts else None
         # The most device memory the GPU's driver attributed to the process: sampled, or read at the end.
         device_mem = [m for m in (procs[job.index][0], info.nvml_mem_mib) if m is not None]
-        jobs.append(JobRow(
-            cell_id=rec.cell.cell_id, job_index=job.index, job_name=job.name, workload=job.workload.name,
-            kind=job.kind, model=job.workload.model or None, dataset=job.workload.dataset or None,
-            status=state.status, error=state.error, pid=info.pid, actor_pid=info.actor_pid, hostname=info.hostname,
-            gpu_uuid=rec.gpu.uuid if rec.gpu else None, mig_uuid=info.mig_uuid, mig_profile=info.mig_profile,
-            cuda_visible_devices=info.cuda_visible_devices, mps_pipe_dir=info.mps_pipe_dir, cpus=info.cpus,
-            mps_client=info.mps_client, mps_server_pid=info.mps_server_pid,
-            batch_size=None if script else job.batch_size, epochs=(len(eps) or None) if script else job.epochs,
-            epoch_samples=None if script else job.epoch_samples, epoch_time_s=job.epoch_time_s,
-            samples=sum(e.samples or 0 for e in eps) if eps else None, params=info.params, spawn=info.spawn,
-            spawn_s=info.spawn_s, import_s=info.import_s, cuda_init_s=info.cuda_init_s, model_s=info.model_s,
-            data_s=info.data_s, setup_s=info.setup_s,
-            # Idle between its warm-up and its first measured epoch: the barrier (and the calls around it).
-            barrier_wait_s=e2.start_ts - e1.end_ts if e1 and e2 and not script else None, compile_s=info.compile_s,
-            # A script's total is its process's life, start to exit; a raycolloc job's, its epochs.
-            total_s=lifetime if script else (sum(e.wall_s for e in eps) if eps else None),
-            measured_s=sum(e.wall_s for e in measured) if measured else None,
-            epoch2_s=e2.wall_s if e2 else None, epoch2_samples_per_s=e2.samples_per_s if e2 else None,
-            peak_mem_allocated_mib=max(peaks) if peaks else None,
-            peak_mem_reserved_mib=max(reserved) if reserved else None, nvml_mem_mib=info.nvml_mem_mib,
-            peak_device_mem_mib=max(device_mem) if device_mem else None,
-            started_ts=info.started_ts, ended_ts=info.ended_ts, exit_code=info.exit_code,
-            proc_sm_util_mean=procs[job.index][1],
-            compile=job.trainer.compile, amp=job.trainer.amp, channels_last=job.trainer.channels_last,
-            allocator=job.trainer.allocator, data_source=job.data.source, data_placement=job.data.placement,
-        ))
+        jobs.append(
+            JobRow(
+                cell_id=rec.cell.cell_id,
+                job_index=job.index,
+                job_name=job.name,
+                workload=job.workload.name,
+                kind=job.kind,
+                model=job.workload.model or None,
+                dataset=job.workload.dataset or None,
+                status=state.status,
+                error=state.error,
+                pid=info.pid,
+                actor_pid=info.actor_pid,
+                hostname=info.hostname,
+                gpu_uuid=rec.gpu.uuid if rec.gpu else None,
+                mig_uuid=info.mig_uuid,
+                mig_profile=info.mig_profile,
+                cuda_visible_devices=info.cuda_visible_devices,
+                mps_pipe_dir=info.mps_pipe_dir,
+                cpus=info.cpus,
+                mps_client=info.mps_client,
+                mps_server_pid=info.mps_server_pid,
+                batch_size=None if script else job.batch_size,
+                epochs=(len(eps) or None) if script else job.epochs,
+                epoch_samples=None if script else job.epoch_samples,
+                epoch_time_s=job.epoch_time_s,
+                samples=sum(e.samples or 0 for e in eps) if eps else None,
+                params=info.params,
+                spawn=info.spawn,
+                spawn_s=info.spawn_s,
+                import_s=info.import_s,
+                cuda_init_s=info.cuda_init_s,
+                model_s=info.model_s,
+                data_s=info.data_s,
+                setup_s=info.setup_s,
+                # Idle between its warm-up and its first measured epoch: the barrier (and the calls around it).
+                barrier_wait_s=e2.start_ts - e1.end_ts if e1 and e2 and not script else None,
+                compile_s=info.compile_s,
+                # A script's total is its process's life, start to exit; a raycolloc job's, its epochs.
+                total_s=lifetime if script else (sum(e.wall_s for e in eps) if eps else None),
+                measured_s=sum(e.wall_s for e in measured) if measured else None,
+                epoch2_s=e2.wall_s if e2 else None,
+                epoch2_samples_per_s=e2.samples_per_s if e2 else None,
+                peak_mem_allocated_mib=max(peaks) if peaks else None,
+                peak_mem_reserved_mib=max(reserved) if reserved else None,
+                nvml_mem_mib=info.nvml_mem_mib,
+                peak_device_mem_mib=max(device_mem) if device_mem else None,
+                started_ts=info.started_ts,
+                ended_ts=info.ended_ts,
+                exit_code=info.exit_code,
+                proc_sm_util_mean=procs[job.index][1],
+                compile=job.trainer.compile,
+                amp=job.trainer.amp,
+                channels_last=job.trainer.channels_last,
+                allocator=job.trainer.allocator,
+                data_source=job.data.source,
+                data_placement=job.data.placement,
+            )
+        )
     return jobs, epochs
 
 
@@ -111,8 +144,9 @@ def _counter_at(samples: Sequence[tuple[float, float]], ts: float) -> float | No
     return v0 if t1 == t0 else v0 + (v1 - v0) * (ts - t0) / (t1 - t0)
 
 
-def window_energy(rows: Sequence[TelemetryRow], start: float | None, end: float | None) -> tuple[float | None,
-                                                                                                 float | None]:
+def window_energy(
+    rows: Sequence[TelemetryRow], start: float | None, end: float | None
+) -> tuple[float | None, float | None]:
     """Energy (J) and mean power (W) of the GPU over ``start..end``; they always agree:
     energy = power x (end - start).
 
@@ -152,8 +186,18 @@ def window_stats(rows: Sequence[TelemetryRow], start: float | None, end: float |
     summarise the samples inside the window.
     """
     if start is None or end is None:
-        return dict.fromkeys(("sm_active_mean", "sm_active_max", "gpu_util_mean", "mem_used_max_mib", "energy_j",
-                              "power_mean_w", "pcie_rx_mean_bytes_s", "pcie_tx_mean_bytes_s"))
+        return dict.fromkeys(
+            (
+                "sm_active_mean",
+                "sm_active_max",
+                "gpu_util_mean",
+                "mem_used_max_mib",
+                "energy_j",
+                "power_mean_w",
+                "pcie_rx_mean_bytes_s",
+                "pcie_tx_mean_bytes_s",
+            )
+        )
     gpu = [r for r in rows if r.scope == "gpu" and start <= r.ts <= end]
 
     def vals(key: str) -> list[float]:
@@ -166,9 +210,13 @@ def window_stats(rows: Sequence[TelemetryRow], start: float | None, end: float |
     energy_j, power_w = window_energy(rows, start, end)
     sm, mem = vals("sm_active"), vals("mem_used_mib")
     return {
-        "sm_active_mean": mean("sm_active"), "sm_active_max": max(sm) if sm else None,
-        "gpu_util_mean": mean("gpu_util"), "mem_used_max_mib": max(mem) if mem else None, "energy_j": energy_j,
-        "power_mean_w": power_w, "pcie_rx_mean_bytes_s": mean("pcie_rx_bytes_s"),
+        "sm_active_mean": mean("sm_active"),
+        "sm_active_max": max(sm) if sm else None,
+        "gpu_util_mean": mean("gpu_util"),
+        "mem_used_max_mib": max(mem) if mem else None,
+        "energy_j": energy_j,
+        "power_mean_w": power_w,
+        "pcie_rx_mean_bytes_s": mean("pcie_rx_bytes_s"),
         "pcie_tx_mean_bytes_s": mean("pcie_tx_bytes_s"),
     }
 
@@ -217,38 +265,65 @@ def cell_row(rec: CellRecord, jobs: Sequence[JobRow], epochs: Sequence[EpochRow]
     energy_j = stats["energy_j"]
     cfg = cell.config
     return CellRow(
-        cell_id=cell.cell_id, label=cell.label, config_hash=cell.config_hash, repeat=cfg.repeat,
+        cell_id=cell.cell_id,
+        label=cell.label,
+        config_hash=cell.config_hash,
+        repeat=cfg.repeat,
         repeat_group=config_hash(dataclasses.replace(cfg, repeat=0)) if cfg.repeat else cell.config_hash,
         status=_cell_status(rec, jobs),
-        reason=reason, mode=cell.mode, degree=cell.degree, workload=cell.workloads, mix=cell.mix_name,
-        gpu_uuid=gpu.uuid if gpu else None, gpu_name=gpu.name if gpu else None, gpu_index=gpu.index if gpu else None,
-        gpu_memory_mib=gpu.memory_mib if gpu else None, gpu_sm_count=gpu.sm_count if gpu else None,
-        node_id=rec.node_id, hostname=next((j.hostname for j in jobs if j.hostname), socket.gethostname()),
-        backend=gpu.backend if gpu else rec.backend, driver=gpu.driver if gpu else None,
-        telemetry_source=rec.telemetry_source, started_at=rec.started_at, finished_at=finished_at,
+        reason=reason,
+        mode=cell.mode,
+        degree=cell.degree,
+        workload=cell.workloads,
+        mix=cell.mix_name,
+        gpu_uuid=gpu.uuid if gpu else None,
+        gpu_name=gpu.name if gpu else None,
+        gpu_index=gpu.index if gpu else None,
+        gpu_memory_mib=gpu.memory_mib if gpu else None,
+        gpu_sm_count=gpu.sm_count if gpu else None,
+        node_id=rec.node_id,
+        hostname=next((j.hostname for j in jobs if j.hostname), socket.gethostname()),
+        backend=gpu.backend if gpu else rec.backend,
+        driver=gpu.driver if gpu else None,
+        telemetry_source=rec.telemetry_source,
+        started_at=rec.started_at,
+        finished_at=finished_at,
         # The lane's first cell also waited for the GPU's lease and the lane's set-up (its steward,
         # its GPU, the node's fork server); the lane's later cells find all of it ready.
-        lease_wait_s=rec.lease_wait_s, lane_setup_s=rec.lane_setup_s, prepare_s=rec.prepare_s,
+        lease_wait_s=rec.lease_wait_s,
+        lane_setup_s=rec.lane_setup_s,
+        prepare_s=rec.prepare_s,
         # Trainer actors started and set up (CUDA, model, data); the sampler started; the barrier after
         # warm-up (the longest wait of any job); the cell's release (trainers killed, mode undone).
-        setup_s=rec.setup_s, sampler_start_s=rec.sampler_start_s, barrier_s=max(waits) if waits else None,
+        setup_s=rec.setup_s,
+        sampler_start_s=rec.sampler_start_s,
+        barrier_s=max(waits) if waits else None,
         teardown_s=rec.teardown_s,
         # Everything but the epochs: what a cell costs beyond its training.
         fixed_s=finished_at - rec.started_at - (total or 0.0),
-        measured_start_ts=start, measured_end_ts=end, makespan_s=makespan,
-        overlap_s=_overlap(list(spans.values())), lifetime_overlap_s=lifetime_overlap,
+        measured_start_ts=start,
+        measured_end_ts=end,
+        makespan_s=makespan,
+        overlap_s=_overlap(list(spans.values())),
+        lifetime_overlap_s=lifetime_overlap,
         # Wall time from the first epoch's start (warm-up included) to the last epoch's end.
         total_s=total,
         # The study's metric: epoch-2 throughput of every job, summed (their epochs overlap). Not for a
         # mix: its jobs' samples are unlike (a click is not an image); its headline is total_s.
         agg_samples_per_s=None if mixed else _sum([e.samples_per_s for e in e2]),
         window_samples_per_s=measured_samples / (end - start)
-        if not mixed and measured_samples and start is not None and end is not None and end > start else None,
-        n_jobs=len(jobs), n_ok=sum(1 for j in jobs if j.status == "ok"),
-        **stats, measured_samples=measured_samples,
-        energy_per_sample_j=energy_j / measured_samples if energy_j is not None and measured_samples and not mixed
+        if not mixed and measured_samples and start is not None and end is not None and end > start
         else None,
-        total_energy_j=window_energy(rec.telemetry, first, last)[0], resumed_from=None,
+        n_jobs=len(jobs),
+        n_ok=sum(1 for j in jobs if j.status == "ok"),
+        **stats,
+        measured_samples=measured_samples,
+        energy_per_sample_j=energy_j / measured_samples
+        if energy_j is not None and measured_samples and not mixed
+        else None,
+        total_energy_j=window_energy(rec.telemetry, first, last)[0],
+        resumed_from=None,
         config_json=json.dumps(dataclasses.asdict(cfg), default=str),
-        env_json=json.dumps(environment(gpu), default=str), tags_json=json.dumps(cfg.tags),
+        env_json=json.dumps(environment(gpu), default=str),
+        tags_json=json.dumps(cfg.tags),
     )

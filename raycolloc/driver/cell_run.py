@@ -9,7 +9,7 @@ The protocol (DESIGN.md, "Data flow of one cell"), for a GPU its lane already le
 5. release in ``finally`` (also on error, OOM, dead actor, Ctrl-C): trainers killed, the mode
    undone, telemetry collected.
 
-The caller turns the :class:`~raycolloc.driver.rows.CellRecord` into rows and writes them.
+The caller turns the :class:`~raycolloc.driver.tabulate.CellRecord` into rows and writes them.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import ray
 
 from raycolloc.driver.lease import GpuLease
 from raycolloc.driver.progress import Board
-from raycolloc.driver.rows import CellRecord
 from raycolloc.driver.stall import StallWatch
+from raycolloc.driver.tabulate import CellRecord
 from raycolloc.driver.trainers import TrainerPool
 from raycolloc.node.gpu.backend import GpuInfo
 from raycolloc.spec import CellSpec, JobSpec, JobState, Samples
@@ -60,8 +60,9 @@ class Lane:
         self.board.cell(cell_id, state)
 
 
-def _gather(refs: dict[int, Any], timeout: float | None, cancel: threading.Event,
-            watch: StallWatch | None = None) -> dict[int, JobState]:
+def _gather(
+    refs: dict[int, Any], timeout: float | None, cancel: threading.Event, watch: StallWatch | None = None
+) -> dict[int, JobState]:
     """Wait for one call per job; a dead actor becomes an error state, a job that stops progressing
     (``watch``) a hang state, for that job only (``timeout``: an overall cap, or None).
 
@@ -74,8 +75,9 @@ def _gather(refs: dict[int, Any], timeout: float | None, cancel: threading.Event
     while pending and time.monotonic() < deadline:
         if cancel.is_set():
             raise CellCancelled
-        ready, _ = ray.wait(list(pending.values()), num_returns=len(pending),
-                            timeout=min(POLL_S, max(0.0, deadline - time.monotonic())))
+        ready, _ = ray.wait(
+            list(pending.values()), num_returns=len(pending), timeout=min(POLL_S, max(0.0, deadline - time.monotonic()))
+        )
         pending = {i: ref for i, ref in pending.items() if ref not in ready}
         if watch is not None and pending:
             for index, why in watch.hung(pending).items():
@@ -118,8 +120,9 @@ class _CellRun:
             self.trainers[job.index] = actor
             actor.start.remote(job, binding, lane.board, forkserver)  # its setup waits for it
         lane.report(cell.cell_id, "setup")
-        rec.states = _gather({i: t.setup.remote() for i, t in self.trainers.items()}, trainer_cfg.setup_timeout_s,
-                             lane.cancel)
+        rec.states = _gather(
+            {i: t.setup.remote() for i, t in self.trainers.items()}, trainer_cfg.setup_timeout_s, lane.cancel
+        )
         rec.setup_s = time.perf_counter() - t_setup
         pids = {s.info.pid: i for i, s in rec.states.items() if s.info.pid}
         t_sampler = time.perf_counter()
@@ -150,8 +153,11 @@ class _CellRun:
         refs = {i: self.trainers[i].run_epochs.remote(*span(jobs[i])) for i in live}
         # Scripts report progress only where they print epoch lines: their silence proves nothing, and
         # only trainer.epoch_timeout_s bounds them.
-        watch = None if self.cell.scripted else StallWatch(self.lane.board, self.cell, self.rec.states,
-                                                             warmup=span(jobs[live[0]])[0] == 1)
+        watch = (
+            None
+            if self.cell.scripted
+            else StallWatch(self.lane.board, self.cell, self.rec.states, warmup=span(jobs[live[0]])[0] == 1)
+        )
         for i, state in _gather(refs, self.cell.config.trainer.epoch_timeout_s, self.lane.cancel, watch).items():
             # A dead or hung trainer returns nothing: keep what it reported before (pid, MIG device,
             # warm-up epoch), so its row still says where and how far it ran.
@@ -188,21 +194,32 @@ class _CellRun:
             # Even when a second Ctrl-C lands in the steps above: trainers whose job ended cleanly go
             # back to the lane, the others are killed (their training processes die with them), and
             # the mode is undone (MIG layout restored) so the GPU is ready for the lane's next cell.
-            self.lane.trainers.give_back(self.cell, [self.trainers[i] for i in finished],
-                                         [t for i, t in self.trainers.items() if i not in finished])
+            self.lane.trainers.give_back(
+                self.cell,
+                [self.trainers[i] for i in finished],
+                [t for i, t in self.trainers.items() if i not in finished],
+            )
             if self.prepared:
                 ray.get(self.lane.steward.release.remote(self.cell.cell_id), timeout=120)
 
 
-def run_cell(cell: CellSpec, lane: Lane, started_at: float, lease_wait_s: float = 0.0,
-             lane_setup_s: float = 0.0) -> CellRecord:
+def run_cell(
+    cell: CellSpec, lane: Lane, started_at: float, lease_wait_s: float = 0.0, lane_setup_s: float = 0.0
+) -> CellRecord:
     """Run one cell on the lane's GPU; failures become the record's status, never exceptions.
 
     Raises:
         CellCancelled: the sweep was interrupted; the GPU was released and no record is kept.
     """
-    rec = CellRecord(cell, gpu=lane.gpu, node_id=lane.node_id, backend=lane.gpu.backend,
-                     started_at=started_at, lease_wait_s=lease_wait_s, lane_setup_s=lane_setup_s)
+    rec = CellRecord(
+        cell,
+        gpu=lane.gpu,
+        node_id=lane.node_id,
+        backend=lane.gpu.backend,
+        started_at=started_at,
+        lease_wait_s=lease_wait_s,
+        lane_setup_s=lane_setup_s,
+    )
     run = _CellRun(cell, lane, rec)
     interrupted = False
     try:
@@ -222,8 +239,12 @@ def run_cell(cell: CellSpec, lane: Lane, started_at: float, lease_wait_s: float 
             # The steward died (killed, or its node lost): no traceback, one line. What it held (the MPS
             # daemon, a MIG layout) outlives it; the sweep's end or the node's next steward stops it.
             why = (str(exc).splitlines() or [""])[0][:300]
-            log.error("cell=%s release failed: the node's steward died (%s); its MPS daemon and MIG layout are put "
-                      "right when the sweep ends or by the node's next steward", cell.cell_id, why)
+            log.error(
+                "cell=%s release failed: the node's steward died (%s); its MPS daemon and MIG layout are put "
+                "right when the sweep ends or by the node's next steward",
+                cell.cell_id,
+                why,
+            )
             rec.reason = (rec.reason or "") + f"; release failed: the node's steward died ({why})"
         except Exception as exc:
             log.exception("cell=%s release failed", cell.cell_id)

@@ -27,10 +27,22 @@ from raycolloc.node.gpu.kinds import backend_traits
 from raycolloc.node.mig.profiles import UnknownGpuModel, get_gpu_model, known_gpu_models
 from raycolloc.spec import CellSpec, JobSpec
 from raycolloc.workload_config import TimmKind, WorkloadConfig, workload_hash_view, workload_label
-from raycolloc.workload_kinds import Workload, WorkloadSpec
+from raycolloc.workload_kinds import ModelWorkload, Workload
 
-__all__ = ["JobSettings", "SweepOptions", "build_cell", "cell_dir_names", "check_config", "job_settings", "mix_solos",
-           "resolve_backend", "solo_overrides", "split_options", "sweep_cells", "validate_cell"]
+__all__ = [
+    "JobSettings",
+    "SweepOptions",
+    "build_cell",
+    "cell_dir_names",
+    "check_config",
+    "job_settings",
+    "mix_solos",
+    "resolve_backend",
+    "solo_overrides",
+    "split_options",
+    "sweep_cells",
+    "validate_cell",
+]
 
 log = logging.getLogger("raycolloc")
 _SLOW_WARNED: set[tuple[str, int]] = set()
@@ -71,18 +83,24 @@ def split_options(dcfg: DictConfig) -> SweepOptions:
     from raycolloc.datasets import DATASETS
 
     if not isinstance(datasets, dict) or any(v not in DATASETS for v in datasets.values()):
-        raise ConfigError(f"+plan_datasets={datasets!r} is not allowed; map data directory names to datasets: "
-                          f"+plan_datasets={{my_dir: cifar10}} (datasets: {', '.join(DATASETS)})")
+        raise ConfigError(
+            f"+plan_datasets={datasets!r} is not allowed; map data directory names to datasets: "
+            f"+plan_datasets={{my_dir: cifar10}} (datasets: {', '.join(DATASETS)})"
+        )
     regex = values.get("plan_epoch_regex")
     if regex is not None:
         try:
             re.compile(str(regex))
         except re.error as exc:
             raise ConfigError(f"+plan_epoch_regex={regex!r} is not a regular expression: {exc}") from None
-    return SweepOptions(rerun=values.get("rerun", False), plan=values.get("plan"), dry_run=values.get("dry_run", False),
-                        plan_datasets={str(k): str(v) for k, v in datasets.items()},
-                        plan_epoch_regex=None if regex is None else str(regex),
-                        plan_fanout=values.get("plan_fanout", False))
+    return SweepOptions(
+        rerun=values.get("rerun", False),
+        plan=values.get("plan"),
+        dry_run=values.get("dry_run", False),
+        plan_datasets={str(k): str(v) for k, v in datasets.items()},
+        plan_epoch_regex=None if regex is None else str(regex),
+        plan_fanout=values.get("plan_fanout", False),
+    )
 
 
 @dataclass(frozen=True)
@@ -101,14 +119,18 @@ def job_settings(cfg: Config, entry: MixJob | None) -> JobSettings:
     """The mix-job fallback rule, in one place: a mix job's unset field falls back to the top-level key
     (a uniform cell's job, ``entry`` None, takes the top-level keys); its compile/amp/channels_last
     override the trainer's. A mix's cell and the solo cells of its jobs both train by it."""
+
     def own(key: str) -> Any:
         return getattr(entry, key) if entry is not None else None
 
     changes = {k: own(k) for k in ("compile", "amp", "channels_last") if own(k) is not None}
-    return JobSettings(batch_size=own("batch_size") or cfg.batch_size, epochs=own("epochs") or cfg.epochs,
-                       epoch_samples=own("epoch_samples") or cfg.epoch_samples,
-                       epoch_time_s=own("epoch_time_s") or cfg.epoch_time_s,
-                       trainer=dataclasses.replace(cfg.trainer, **changes))
+    return JobSettings(
+        batch_size=own("batch_size") or cfg.batch_size,
+        epochs=own("epochs") or cfg.epochs,
+        epoch_samples=own("epoch_samples") or cfg.epoch_samples,
+        epoch_time_s=own("epoch_time_s") or cfg.epoch_time_s,
+        trainer=dataclasses.replace(cfg.trainer, **changes),
+    )
 
 
 def _per_job(value: Any, index: int) -> Any:
@@ -119,7 +141,7 @@ def _estimate(wc: WorkloadConfig, workload: Workload, batch: int) -> float | Non
     """A composition's memory estimate, from a forward pass on the meta device: a model that cannot
     train on this input is refused here, before any GPU state changes. (Presets are known to run;
     their estimate is made where it is needed, in a simulated GPU's training process.)"""
-    if not isinstance(wc.kind, TimmKind) or not isinstance(workload, WorkloadSpec):
+    if not isinstance(wc.kind, TimmKind) or not isinstance(workload, ModelWorkload):
         return None
     from raycolloc.job.workloads.estimate import estimate_memory
 
@@ -127,27 +149,40 @@ def _estimate(wc: WorkloadConfig, workload: Workload, batch: int) -> float | Non
         return estimate_memory(workload, batch).total_mib
     except NotImplementedError as exc:
         # An operator without a meta kernel says nothing about the model itself: no estimate.
-        log.warning("no memory estimate for %s (the meta device cannot run it: %s)", workload.name,
-                    str(exc).splitlines()[0][:200])
+        log.warning(
+            "no memory estimate for %s (the meta device cannot run it: %s)",
+            workload.name,
+            str(exc).splitlines()[0][:200],
+        )
         return None
     except Exception as exc:  # noqa: BLE001 - whatever the model raises on this input
-        raise ConfigError(f"workload.model={wc.model} cannot train on {wc.dataset} at "
-                          f"{workload.sample_shape[-1]} px with batch {batch}: "
-                          f"{type(exc).__name__}: {exc}".splitlines()[0][:500]) from None
+        raise ConfigError(
+            f"workload.model={wc.model} cannot train on {wc.dataset} at "
+            f"{workload.sample_shape[-1]} px with batch {batch}: "
+            f"{type(exc).__name__}: {exc}".splitlines()[0][:500]
+        ) from None
 
 
 def _script_settings(cfg: Config, entry: MixJob | None, i: int) -> None:
     """A script trains as written: raycolloc's own training settings would be silently ignored."""
     asked = [k for k in ("batch_size", "epoch_samples") if getattr(cfg, k) is not None and not cfg.mix.jobs]
-    asked += [f"mix.jobs[{i}].{k}" for k in ("batch_size", "epoch_samples", "compile", "amp", "channels_last")
-              if entry is not None and getattr(entry, k) is not None]
-    asked += [f"trainer.{k}" for k, off in (("compile", "off"), ("amp", "off"), ("channels_last", False))
-              if getattr(cfg.trainer, k) != off]
+    asked += [
+        f"mix.jobs[{i}].{k}"
+        for k in ("batch_size", "epoch_samples", "compile", "amp", "channels_last")
+        if entry is not None and getattr(entry, k) is not None
+    ]
+    asked += [
+        f"trainer.{k}"
+        for k, off in (("compile", "off"), ("amp", "off"), ("channels_last", False))
+        if getattr(cfg.trainer, k) != off
+    ]
     if cfg.trainer.fault is not None and cfg.trainer.fault_job == i:
         asked.append("trainer.fault")
     if asked:
-        raise ConfigError(f"{', '.join(asked)} do(es) not apply to job {i}: workload=script runs the script as "
-                          "written (give the script its own options in workload.command)")
+        raise ConfigError(
+            f"{', '.join(asked)} do(es) not apply to job {i}: workload=script runs the script as "
+            "written (give the script its own options in workload.command)"
+        )
 
 
 def build_cell(cfg: Config) -> CellSpec:
@@ -177,17 +212,34 @@ def build_cell(cfg: Config) -> CellSpec:
         estimate = _estimate(wc, workload, batch)
         if samples < batch:
             raise ConfigError(f"epoch_samples={samples} is smaller than batch_size={batch} (job {i}, {workload.name})")
-        jobs.append(JobSpec(
-            cell_id=cell_id, index=i, workload=workload, batch_size=batch, epochs=own.epochs,
-            epoch_samples=samples, seed=cfg.seed + i, data=data, trainer=own.trainer, epoch_time_s=own.epoch_time_s,
-            mig_profile=entry.mig_profile if entry else None,
-            active_thread_percentage=(entry.active_thread_percentage if entry else None)
-            or _per_job(cfg.mode.active_thread_percentage, i),
-            pinned_mem_limit=_per_job(cfg.mode.pinned_mem_limit, i), mem_estimate_mib=estimate,
-        ))
-    return CellSpec(cell_id=cell_id, label=cfg.cell_label, config_hash=digest, config=cfg, jobs=tuple(jobs),
-                    mix_name=(cfg.mix.name or "custom") if mixed else None,
-                    mix_mig_layout=cfg.mix.mig_layout if mixed else None)
+        jobs.append(
+            JobSpec(
+                cell_id=cell_id,
+                index=i,
+                workload=workload,
+                batch_size=batch,
+                epochs=own.epochs,
+                epoch_samples=samples,
+                seed=cfg.seed + i,
+                data=data,
+                trainer=own.trainer,
+                epoch_time_s=own.epoch_time_s,
+                mig_profile=entry.mig_profile if entry else None,
+                active_thread_percentage=(entry.active_thread_percentage if entry else None)
+                or _per_job(cfg.mode.active_thread_percentage, i),
+                pinned_mem_limit=_per_job(cfg.mode.pinned_mem_limit, i),
+                mem_estimate_mib=estimate,
+            )
+        )
+    return CellSpec(
+        cell_id=cell_id,
+        label=cfg.cell_label,
+        config_hash=digest,
+        config=cfg,
+        jobs=tuple(jobs),
+        mix_name=(cfg.mix.name or "custom") if mixed else None,
+        mix_mig_layout=cfg.mix.mig_layout if mixed else None,
+    )
 
 
 def _check_data(cfg: Config, spec: CellSpec) -> None:
@@ -197,7 +249,7 @@ def _check_data(cfg: Config, spec: CellSpec) -> None:
         from raycolloc.job.data.readable import check_readable
         from raycolloc.job.data.real import DatasetError, check_layout
 
-        models = [(j, j.workload) for j in spec.jobs if isinstance(j.workload, WorkloadSpec)]
+        models = [(j, j.workload) for j in spec.jobs if isinstance(j.workload, ModelWorkload)]
         if any(not j.data.path for j, _ in models):
             raise ConfigError("data.source=real needs data.path=<dataset directory or file>")
         from raycolloc.datasets import DATASETS
@@ -205,9 +257,11 @@ def _check_data(cfg: Config, spec: CellSpec) -> None:
         for _, w in models:
             native = DATASETS[w.dataset].resolution if w.reader in ("cifar10", "imagenet64") else None
             if native is not None and w.sample_shape[-1] != native:
-                raise ConfigError(f"workload.resolution={w.sample_shape[-1]} with data.source=real: {w.dataset} "
-                                  f"holds {native} px images, read as they are (no resizing); use "
-                                  f"data.source=synthetic, or the dataset's own resolution")
+                raise ConfigError(
+                    f"workload.resolution={w.sample_shape[-1]} with data.source=real: {w.dataset} "
+                    f"holds {native} px images, read as they are (no resizing); use "
+                    f"data.source=synthetic, or the dataset's own resolution"
+                )
         for reader, path in sorted({(w.reader, j.data.path) for j, w in models}, key=str):
             try:
                 if reader is None:
@@ -216,14 +270,21 @@ def _check_data(cfg: Config, spec: CellSpec) -> None:
             except DatasetError as exc:
                 raise ConfigError(f"data.path: {exc}") from None
     if backend_traits(cfg.cluster.backend).trains_on_cpu:
-        slow = {j.workload.name: j for j in spec.jobs
-                if isinstance(j.workload, WorkloadSpec) and j.workload.size != "tiny" and j.epoch_samples > 20_000}
+        slow = {
+            j.workload.name: j
+            for j in spec.jobs
+            if isinstance(j.workload, ModelWorkload) and j.workload.size != "tiny" and j.epoch_samples > 20_000
+        }
         for job in slow.values():
             if (job.workload.name, job.epoch_samples) in _SLOW_WARNED:  # once per process: a plan has hundreds of cells
                 continue
             _SLOW_WARNED.add((job.workload.name, job.epoch_samples))
-            log.warning("simulated GPUs train on the CPU: %s with %d samples per epoch will be slow; "
-                        "try workload=tiny_cnn or a smaller epoch_samples", job.workload.name, job.epoch_samples)
+            log.warning(
+                "simulated GPUs train on the CPU: %s with %d samples per epoch will be slow; "
+                "try workload=tiny_cnn or a smaller epoch_samples",
+                job.workload.name,
+                job.epoch_samples,
+            )
 
 
 def _check_gpu_model(cfg: Config) -> None:
@@ -232,8 +293,10 @@ def _check_gpu_model(cfg: Config) -> None:
     try:
         get_gpu_model(cfg.cluster.gpu_model)
     except UnknownGpuModel:
-        raise ConfigError(f"cluster.gpu_model={cfg.cluster.gpu_model!r} is not allowed; choose one of: "
-                          f"{', '.join(known_gpu_models())}") from None
+        raise ConfigError(
+            f"cluster.gpu_model={cfg.cluster.gpu_model!r} is not allowed; choose one of: "
+            f"{', '.join(known_gpu_models())}"
+        ) from None
 
 
 def resolve_backend(cfg: Config) -> Config:
@@ -275,27 +338,52 @@ def mix_solos(cfg: Config) -> list[Config]:
     solos = []
     for entry in cfg.mix.jobs:
         own = job_settings(cfg, entry)
-        solos.append(dataclasses.replace(
-            cfg, workload=entry.composition, mix=MixConfig(), degree=1,
-            mode=dataclasses.replace(cfg.mode, active_thread_percentage=None, pinned_mem_limit=None),
-            mig=MigConfig(allow_reconfigure=cfg.mig.allow_reconfigure),
-            trainer=dataclasses.replace(own.trainer, fault=None, fault_job=0),
-            batch_size=own.batch_size, epochs=own.epochs, epoch_samples=own.epoch_samples,
-            epoch_time_s=own.epoch_time_s, tags={**cfg.tags, "solo_of": cfg.mix.name or "custom"},
-        ))
+        solos.append(
+            dataclasses.replace(
+                cfg,
+                workload=entry.composition,
+                mix=MixConfig(),
+                degree=1,
+                mode=dataclasses.replace(cfg.mode, active_thread_percentage=None, pinned_mem_limit=None),
+                mig=MigConfig(allow_reconfigure=cfg.mig.allow_reconfigure),
+                trainer=dataclasses.replace(own.trainer, fault=None, fault_job=0),
+                batch_size=own.batch_size,
+                epochs=own.epochs,
+                epoch_samples=own.epoch_samples,
+                epoch_time_s=own.epoch_time_s,
+                tags={**cfg.tags, "solo_of": cfg.mix.name or "custom"},
+            )
+        )
     return solos
 
 
 # What a solo cell sets itself (mix_solos): a mix's own overrides of these keys (or below them) do not apply.
-_SOLO_KEYS = ("mix", "workload", "degree", "batch_size", "epochs", "epoch_samples", "epoch_time_s", "repeat",
-              "mode.active_thread_percentage", "mode.pinned_mem_limit", "mig.layout", "trainer.fault",
-              "trainer.fault_job", "trainer.compile", "trainer.amp", "trainer.channels_last", "tags.solo_of")
+_SOLO_KEYS = (
+    "mix",
+    "workload",
+    "degree",
+    "batch_size",
+    "epochs",
+    "epoch_samples",
+    "epoch_time_s",
+    "repeat",
+    "mode.active_thread_percentage",
+    "mode.pinned_mem_limit",
+    "mig.layout",
+    "trainer.fault",
+    "trainer.fault_job",
+    "trainer.compile",
+    "trainer.amp",
+    "trainer.channels_last",
+    "tags.solo_of",
+)
 
 
 def solo_overrides(mix_overrides: Sequence[str], solo: Config) -> list[str]:
     """Overrides that compose ``solo`` (one of :func:`mix_solos`) again: its mix's, less the keys the solo
     sets itself, then the solo's own values of those keys (its workload as ``workload=<preset>`` and the
     composition's keys)."""
+
     def key(override: str) -> str:
         return override.lstrip("~+").split("=", 1)[0].strip()
 
@@ -304,12 +392,15 @@ def solo_overrides(mix_overrides: Sequence[str], solo: Config) -> list[str]:
     name = view.pop("name")
     preset = f"workload={name}" if name in group_options("workload") else f"workload.name={override_value(name)}"
     own = ["mix=none", preset, *(f"workload.{k}={override_value(v)}" for k, v in view.items()), f"degree={solo.degree}"]
-    own += [f"{k}={override_value(getattr(solo, k))}"
-            for k in ("batch_size", "epochs", "epoch_samples", "epoch_time_s")]
+    own += [
+        f"{k}={override_value(getattr(solo, k))}" for k in ("batch_size", "epochs", "epoch_samples", "epoch_time_s")
+    ]
     own += [f"mode.{k}=null" for k in ("active_thread_percentage", "pinned_mem_limit")]
     own += [f"mig.layout={override_value(solo.mig.layout)}"]
-    own += [f"trainer.{k}={override_value(getattr(solo.trainer, k))}"
-            for k in ("fault", "fault_job", "compile", "amp", "channels_last")]
+    own += [
+        f"trainer.{k}={override_value(getattr(solo.trainer, k))}"
+        for k in ("fault", "fault_job", "compile", "amp", "channels_last")
+    ]
     return [*kept, *own, f"++tags.solo_of={override_value(solo.tags['solo_of'])}"]
 
 
@@ -333,8 +424,11 @@ def sweep_cells(specs: list[CellSpec]) -> list[CellSpec]:
             base.setdefault(solo_spec.config_hash, solo_spec)
     out = list(base.values())
     for k in range(1, max(s.config.repeats for s in out)):
-        out += [validate_cell(dataclasses.replace(s.config, repeat=s.config.repeat + k))
-                for s in base.values() if k < s.config.repeats]
+        out += [
+            validate_cell(dataclasses.replace(s.config, repeat=s.config.repeat + k))
+            for s in base.values()
+            if k < s.config.repeats
+        ]
     return out
 
 
