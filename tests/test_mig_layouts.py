@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from raycolloc.node.mig import profiles
+from raycolloc.node.mig import shapes
 from raycolloc.node.mig.layout import GiRequest, Layout, LayoutError, parse_layout
 from raycolloc.node.mig.migparted import from_migparted, layout_to_mig_devices, to_migparted
 from raycolloc.node.mig.placement import Placement, default_layout, place_layout, resolve_layout
@@ -170,7 +170,7 @@ def test_planning_is_deterministic() -> None:
 
 @pytest.fixture
 def trap_model() -> Iterator[str]:
-    saved = dict(profiles._REGISTRY)
+    saved = dict(shapes._REGISTRY)
 
     @register_gpu_model
     def _trap() -> GpuModel:  # 2g only at slots 0-1 and 4-5: two fit by count, three cannot be placed
@@ -180,16 +180,16 @@ def trap_model() -> Iterator[str]:
             total_sms=98,
             total_memory_mib=40960,
             profiles=(
-                profiles._gi("2g.10gb", 14, 1, 9856, 28, 3, (0, 4), 2, 14),
-                profiles._gi("7g.40gb", 0, 4, 40192, 98, 1, (0,), 8, 14),
+                shapes.gi_profile("2g.10gb", 14, 1, 9856, 28, 3, (0, 4), 2, 14),
+                shapes.gi_profile("7g.40gb", 0, 4, 40192, 98, 1, (0,), 8, 14),
             ),
         )
 
     try:
         yield "TRAP-40GB"
     finally:
-        profiles._REGISTRY.clear()
-        profiles._REGISTRY.update(saved)
+        shapes._REGISTRY.clear()
+        shapes._REGISTRY.update(saved)
 
 
 def test_no_placement_message_names_the_slots(trap_model: str) -> None:

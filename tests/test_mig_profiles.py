@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from raycolloc.node.mig import profiles
+from raycolloc.node.mig import shapes
 from raycolloc.node.mig.placement import GiRequest, Layout, LayoutError, place_layout
 from raycolloc.node.mig.profiles import (
     NVML_COMPUTE_INSTANCE_PROFILE,
@@ -229,12 +229,12 @@ def test_profile_lookup_by_id_and_nvidia_smi_name() -> None:
 
 @pytest.fixture
 def scratch_registry() -> Iterator[None]:
-    saved = dict(profiles._REGISTRY)
+    saved = dict(shapes._REGISTRY)
     try:
         yield
     finally:
-        profiles._REGISTRY.clear()
-        profiles._REGISTRY.update(saved)
+        shapes._REGISTRY.clear()
+        shapes._REGISTRY.update(saved)
 
 
 def test_register_gpu_model_adds_a_model(scratch_registry: None) -> None:
@@ -245,7 +245,7 @@ def test_register_gpu_model_adds_a_model(scratch_registry: None) -> None:
             aliases=("NVIDIA Toy",),
             total_sms=14,
             total_memory_mib=8192,
-            profiles=(profiles._gi("7g.8gb", 0, 4, 8000, 14, 1, (0,), 8, 2),),
+            profiles=(shapes.gi_profile("7g.8gb", 0, 4, 8000, 14, 1, (0,), 8, 2),),
         )
 
     assert "TOY-8GB" in known_gpu_models()

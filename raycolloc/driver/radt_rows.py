@@ -16,13 +16,21 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from raycolloc.config_checks import ConfigError
-from raycolloc.datasets import DATASETS, IMAGENET_TRAIN
+from raycolloc.datasets import DATASETS
+from raycolloc.driver.radt_data import (
+    PlanError,
+    Row,
+    RowContext,
+    data_path,
+    plan_error,
+    row_dataset,
+)
 from raycolloc.workload_config import WorkloadConfig
 
 __all__ = ["COLUMNS", "PlanError", "PlanJob", "Row", "RowContext", "data_path", "parse_params", "parse_row", "row_mode"]
@@ -45,38 +53,6 @@ _KV = re.compile(r"^[A-Za-z_][\w.-]*=")  # a "key=value" token is never a flag's
 
 def _norm(text: str) -> str:
     return re.sub(r"[-_.\s]", "", text.lower())
-
-
-class PlanError(ValueError):
-    """A plan CSV that cannot be turned into runnable cells."""
-
-
-@dataclass
-class Row:
-    """One CSV line: its number and its fields by column."""
-
-    line: int
-    f: dict[str, str]
-
-    def where(self, path: Path) -> str:
-        f = self.f
-        return f"{path}:{self.line}: Experiment {f['Experiment']!r} Workload {f['Workload']!r} Run {f['Run']!r}"
-
-
-def _error(path: Path, row: Row, column: str, what: str, allowed: Sequence[str] = ()) -> PlanError:
-    msg = f"{row.where(path)}: column {column}: {what}"
-    return PlanError(msg + (f"; allowed: {', '.join(allowed)}" if allowed else ""))
-
-
-@dataclass(frozen=True)
-class RowContext:
-    """What rows are read against: the plan's directory, the workloads and datasets it may name."""
-
-    plan_dir: Path
-    known: Sequence[str]
-    datasets: Mapping[str, str] = field(default_factory=dict)  # +plan_datasets: dir name or path -> dataset
-    synthetic: bool = False  # data.source=synthetic: an unrecognised dataset trains on synthetic images
-    epoch_regex: str | None = None  # +plan_epoch_regex, for the script rows
 
 
 @dataclass(frozen=True)
@@ -144,7 +120,7 @@ def row_mode(path: Path, row: Row) -> str:
         return "mps"
     if MIG_PROFILE.match(colloc.lower()):
         return "mig"
-    raise _error(
+    raise plan_error(
         path, row, "Collocation", f"unknown Collocation {colloc!r}", ["-", "(empty)", "MPS", MIG_PROFILE.pattern]
     )
 
@@ -152,7 +128,7 @@ def row_mode(path: Path, row: Row) -> str:
 def _status(path: Path, row: Row) -> str:
     word = row.f["Status"].split()[0].upper() if row.f["Status"].strip() else ""
     if word not in _STATUS:  # radT writes back e.g. "FINISHED run-name (0_A)": first word counts
-        raise _error(path, row, "Status", f"unknown Status {row.f['Status']!r}", [s or "(empty)" for s in _STATUS])
+        raise plan_error(path, row, "Status", f"unknown Status {row.f['Status']!r}", [s or "(empty)" for s in _STATUS])
     return _STATUS[word]
 
 
@@ -160,14 +136,14 @@ def _check_columns(path: Path, row: Row) -> None:
     f = row.f
     for column in ("Experiment", "Workload", "File"):
         if not f[column]:
-            raise _error(path, row, column, "is empty; every row needs one")
+            raise plan_error(path, row, column, "is empty; every row needs one")
     if not _DEVICES.match(f["Devices"]):
-        raise _error(
+        raise plan_error(
             path, row, "Devices", f"{f['Devices']!r} is not a GPU index", ["0", "1", "0+1 (indices joined by +)"]
         )
     bad = [name for name in f["Listeners"].split("+") if f["Listeners"] and not _LISTENER.match(name)]
     if bad:
-        raise _error(
+        raise plan_error(
             path,
             row,
             "Listeners",
@@ -181,7 +157,7 @@ def _fields(path: Path, row: Row) -> tuple[dict[str, str], dict[str, str], dict[
     try:
         pairs = parse_params(row.f["Params"])
     except ValueError as exc:
-        raise _error(path, row, "Params", f"cannot split {row.f['Params']!r}: {exc}") from None
+        raise plan_error(path, row, "Params", f"cannot split {row.f['Params']!r}: {exc}") from None
     fields: dict[str, str] = {}
     extra: dict[str, str] = {}
     for key, value in pairs:
@@ -212,9 +188,9 @@ def _fields(path: Path, row: Row) -> tuple[dict[str, str], dict[str, str], dict[
         try:
             number = numbers[name] = None if raw is None else int(raw)
         except ValueError:
-            raise _error(path, row, "Params", f"{name} value {raw!r} is not an integer") from None
+            raise plan_error(path, row, "Params", f"{name} value {raw!r} is not an integer") from None
         if number is not None and number < least:
-            raise _error(path, row, "Params", f"{name} value {raw!r} must be >= {least}")
+            raise plan_error(path, row, "Params", f"{name} value {raw!r} must be >= {least}")
     return fields, extra, numbers
 
 
@@ -238,7 +214,7 @@ def _model(path: Path, row: Row, raw: str | None, known: Sequence[str]) -> str:
         stem = _norm(PurePosixPath(row.f["File"]).stem)
         hints = {h for h in _HINTS if _norm(h) in stem}
         if len(hints) != 1:
-            raise _error(
+            raise plan_error(
                 path,
                 row,
                 "Params",
@@ -253,7 +229,7 @@ def _model(path: Path, row: Row, raw: str | None, known: Sequence[str]) -> str:
         from raycolloc.job.workloads.compose import closest_models
 
         near = closest_models(raw)
-        raise _error(
+        raise plan_error(
             path,
             row,
             "Params",
@@ -261,88 +237,6 @@ def _model(path: Path, row: Row, raw: str | None, known: Sequence[str]) -> str:
             near or ["see timm.list_models()"],
         )
     return name
-
-
-@dataclass(frozen=True)
-class _Data:
-    """What a row's data directory holds: the dataset, the shape settings it needs, and what was
-    assumed about it (``note``: a warning) or taken from its name alone (``by_name``: for the log)."""
-
-    dataset: str
-    shape: dict[str, int] = field(default_factory=dict)
-    note: str | None = None
-    by_name: str | None = None
-
-
-def _dataset(path: Path, row: Row, data: str | None, ctx: RowContext, model: str) -> _Data:
-    """The dataset of a row's data directory: mapped, by its contents here, else by its name."""
-    from raycolloc.job.data.detect import NAME_EXAMPLES, dataset_by_name, detect_dataset
-
-    if data is None:
-        if ctx.synthetic:
-            return _Data("synthetic", _synthetic_shape(model), "no --data: synthetic images")
-        raise _error(path, row, "Params", f"model {model!r} needs a dataset (--data DIR)", NAME_EXAMPLES)
-    name = PurePosixPath(data.rstrip("/")).name
-    if (mapped := ctx.datasets.get(data, ctx.datasets.get(name))) is not None:
-        return _Data(mapped)
-    by_name = dataset_by_name(data)
-    found = detect_dataset(data_path(ctx, data))
-    if found is not None:
-        if found.reader != "imagefolder":
-            return _Data(found.reader)
-        if by_name == "imagenet":
-            return _Data("imagenet")
-        shape = {"num_classes": int(found.num_classes or 1), "dataset_size": int(found.size or 1)}
-        if by_name == "imagenet64":  # ImageNet64 as a tree of its 64 px images: read at 64 px, as they are
-            shape["resolution"] = DATASETS["imagenet64"].resolution or 64
-        return _Data("imagefolder", shape)
-    if by_name is not None:
-        return _Data(
-            by_name,
-            by_name=f"data directory {data!r} is not on this machine: taken for {by_name} "
-            f"({_describe(by_name)}) by its name",
-        )
-    if ctx.synthetic:
-        return _Data(
-            "synthetic",
-            _synthetic_shape(model),
-            f"dataset of {data!r} not recognised: synthetic images of the model's default input",
-        )
-    raise _error(
-        path,
-        row,
-        "Params",
-        f"unknown dataset {name!r} (from {data!r}): not a directory holding CIFAR-10 "
-        "batches, ImageNet64 npz, an ImageFolder tree or Criteo TSV here, nor a name raycolloc knows; map "
-        "it with +plan_datasets={" + name + ": DATASET} or use data.source=synthetic",
-        NAME_EXAMPLES,
-    )
-
-
-def _describe(dataset: str) -> str:
-    """A dataset's shape in a few words: ``64 px, 1000 classes, 1,281,167 images``."""
-    info = DATASETS[dataset]
-    parts = [
-        f"{info.resolution} px" if info.resolution else None,
-        f"{info.num_classes} classes" if info.family == "vision" and info.num_classes else None,
-        f"{info.size:,} samples" if info.size else None,
-    ]
-    return ", ".join(p for p in parts if p)
-
-
-def data_path(ctx: RowContext, data: str) -> str:
-    """A row's data directory on this machine: relative ones are relative to the plan if there."""
-    beside = ctx.plan_dir / data
-    return str(beside.resolve()) if not Path(data).is_absolute() and beside.exists() else data
-
-
-def _synthetic_shape(model: str) -> dict[str, int]:
-    """Synthetic images of the model's default input (timm's config) and ImageNet's classes and size."""
-    import timm
-
-    cfg = timm.get_pretrained_cfg(model)
-    res = int(cfg.input_size[-1]) if cfg is not None and cfg.input_size else 224
-    return {"resolution": res, "num_classes": 1000, "dataset_size": IMAGENET_TRAIN}
 
 
 def _file(ctx: RowContext, file: str) -> Path | None:
@@ -366,7 +260,7 @@ def _script_job(path: Path, row: Row, file: Path, fields: dict[str, str], ctx: R
     try:
         command = ["python", row.f["File"], *shlex.split(row.f["Params"])]
     except ValueError as exc:
-        raise _error(path, row, "Params", f"cannot split {row.f['Params']!r}: {exc}") from None
+        raise plan_error(path, row, "Params", f"cannot split {row.f['Params']!r}: {exc}") from None
     data = fields.get("data")
     dataset = dataset_by_name(data) if data else None
     try:
@@ -379,7 +273,7 @@ def _script_job(path: Path, row: Row, file: Path, fields: dict[str, str], ctx: R
             epoch_regex=ctx.epoch_regex,
         )
     except ConfigError as exc:
-        raise _error(path, row, "File", str(exc)) from None
+        raise plan_error(path, row, "File", str(exc)) from None
 
 
 def parse_row(path: Path, row: Row, mode: str, ctx: RowContext) -> PlanJob:
@@ -404,7 +298,7 @@ def parse_row(path: Path, row: Row, mode: str, ctx: RowContext) -> PlanJob:
     }
     if (name := fields.get("workload")) is not None:
         if name not in ctx.known:
-            raise _error(path, row, "Params", f"unknown workload {name!r}", ctx.known)
+            raise plan_error(path, row, "Params", f"unknown workload {name!r}", ctx.known)
         return PlanJob(workload=name, **common)
     file = _file(ctx, row.f["File"])
     if file is not None and not _is_timm_train(file):
@@ -412,7 +306,7 @@ def parse_row(path: Path, row: Row, mode: str, ctx: RowContext) -> PlanJob:
     model = _model(path, row, fields.get("model"), ctx.known)
     if model in ctx.known:
         return PlanJob(workload=model, **common)
-    data = _dataset(path, row, fields.get("data"), ctx, model)
+    data = row_dataset(path, row, fields.get("data"), ctx, model)
     dataset = data.dataset
     shape: dict[str, Any] = data.shape  # only WorkloadConfig's int keys (_Data.shape), which mypy cannot see
     common.update(
@@ -420,12 +314,14 @@ def parse_row(path: Path, row: Row, mode: str, ctx: RowContext) -> PlanJob:
     )
     if model == "dlrm":
         if dataset != "criteo":
-            raise _error(path, row, "Params", f"model 'dlrm' trains on Criteo click logs, not {dataset}")
+            raise plan_error(path, row, "Params", f"model 'dlrm' trains on Criteo click logs, not {dataset}")
         if "dlrm_criteo" not in ctx.known:
-            raise _error(path, row, "Params", "model 'dlrm' with dataset 'criteo' is not a known workload", ctx.known)
+            raise plan_error(
+                path, row, "Params", "model 'dlrm' with dataset 'criteo' is not a known workload", ctx.known
+            )
         return PlanJob(workload="dlrm_criteo", **common)
     if dataset not in DATASETS or DATASETS[dataset].family != "vision":
-        raise _error(
+        raise plan_error(
             path,
             row,
             "Params",
@@ -438,7 +334,7 @@ def parse_row(path: Path, row: Row, mode: str, ctx: RowContext) -> PlanJob:
     try:
         return PlanJob(workload=WorkloadConfig(name="timm", model=model, dataset=dataset, **shape), **common)
     except ConfigError as exc:
-        raise _error(path, row, "Params", str(exc)) from None
+        raise plan_error(path, row, "Params", str(exc)) from None
 
 
 def _preset_of(model: str, dataset: str) -> str | None:
