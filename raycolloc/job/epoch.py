@@ -1,17 +1,21 @@
 """One epoch's row, from what the training process measured of it: its wall time, its windows
-(:mod:`raycolloc.job.windows`), its training thread's CPU time and scheduling, and its peak memory.
-(No thread may start here: the training process imports this before it pins itself.)"""
+(:mod:`raycolloc.job.windows`), its training thread's CPU time and scheduling, and its peak memory;
+and the fault a test injects into an epoch (``trainer.fault``). (No thread may start here: the
+training process imports this before it pins itself.)"""
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass
+from typing import NoReturn
 
 from raycolloc.job.measure import as_int
 from raycolloc.job.windows import WindowStats, window_stats
 from raycolloc.results.rows import EpochRow
 from raycolloc.spec import JobSpec
 
-__all__ = ["EpochTimes", "epoch_row"]
+__all__ = ["EpochTimes", "epoch_row", "inject_fault"]
 
 
 @dataclass(frozen=True)
@@ -65,3 +69,18 @@ def epoch_row(
         peak_mem_allocated_mib=peak_mib[0] if peak_mib else None,
         peak_mem_reserved_mib=peak_mib[1] if peak_mib else None,
     )
+
+
+def inject_fault(job: JobSpec) -> NoReturn:
+    """The failure ``trainer.fault`` asks for, in the middle of an epoch: an out-of-memory, a crash
+    without a word (``exit``), a hang, or an error."""
+    import torch
+
+    kind = job.trainer.fault
+    if kind == "oom":
+        raise torch.OutOfMemoryError(f"injected out of memory (trainer.fault=oom, job {job.index})")
+    if kind == "exit":
+        os._exit(3)  # a crash: the process dies without a word
+    if kind == "hang":
+        time.sleep(10**6)
+    raise RuntimeError(f"injected error (trainer.fault=error, job {job.index})")

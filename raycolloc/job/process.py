@@ -37,7 +37,7 @@ from pathlib import Path
 
 # Nothing imported at module level may start a thread: main() pins the whole process to the job's
 # cores first, and only threads started after that inherit them (pyarrow, for one, starts two).
-from raycolloc.job.epoch import EpochTimes, epoch_row
+from raycolloc.job.epoch import EpochTimes, epoch_row, inject_fault
 from raycolloc.job.measure import own_nvml_memory, thread_usage
 from raycolloc.job.windows import EpochWindows, clock_for
 from raycolloc.mpsctl import client_status
@@ -270,7 +270,7 @@ class JobProcess:
         done = 0
         for step in range(steps):
             if step == fault_step:
-                self._inject_fault()
+                inject_fault(job)
             self._last_loss = self.step()
             done = step + 1
             windows.step(done)
@@ -309,18 +309,6 @@ class JobProcess:
         self.conn.send(("progress", self._progress))
         # A simulated GPU's PCIe counters add up what the jobs copy to their devices (NVML sees a real one's).
         self.gpu.report_h2d(self.pid, step / elapsed * self.state.info.h2d_bytes_per_step)
-
-    def _inject_fault(self) -> None:
-        import torch
-
-        kind = self.job.trainer.fault
-        if kind == "oom":
-            raise torch.OutOfMemoryError(f"injected out of memory (trainer.fault=oom, job {self.job.index})")
-        if kind == "exit":
-            os._exit(3)  # a crash: the process dies without a word
-        if kind == "hang":
-            time.sleep(10**6)
-        raise RuntimeError(f"injected error (trainer.fault=error, job {self.job.index})")
 
     def _fail(self, exc: BaseException) -> None:
         self.state.failed(classify_error(exc), f"{type(exc).__name__}: {exc}")
