@@ -3,6 +3,9 @@ headline, peak device memory per job, the repeat columns; MIG SM activity from G
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
 import pytest
 
 from raycolloc.driver.tabulate import CellRecord, cell_row, job_rows, window_energy
@@ -45,6 +48,10 @@ def epoch(job: int, n: int, start: float, wall: float, samples: int) -> EpochRow
         wall_s=wall,
         samples=samples,
         samples_per_s=samples / wall,
+        windows=None,
+        rate_low=None,
+        rate_high=None,
+        rate_cv=None,
         steps=samples // 32,
         loss=None,
         thread_cpu_s=None,
@@ -152,3 +159,51 @@ def test_mig_gpu_sm_activity_is_the_instances_weighted_by_their_sms() -> None:
 def test_time_budget_reaches_the_job_spec() -> None:
     spec = load(["epoch_time_s=0.5", "degree=2"])
     assert {j.epoch_time_s for j in spec.jobs} == {0.5}
+
+
+def _windowed(e: EpochRow, rel: float, rate_cv: float) -> EpochRow:
+    """``e`` as if timed in ten windows: its rate ±``rel``, its windows' CV ``rate_cv``."""
+    assert e.samples_per_s is not None
+    rate = e.samples_per_s
+    return dataclasses.replace(e, windows=10, rate_low=rate * (1 - rel), rate_high=rate * (1 + rel), rate_cv=rate_cv)
+
+
+def test_within_run_intervals_sum_over_jobs_and_the_least_steady_job_flags_the_cell() -> None:
+    # Job 0: 320 samples/s ±5% (CV 12%: unstable); job 1: 320 ±2% (CV 3%).
+    states = {
+        i: JobState(
+            info=JobInfo(pid=100 + i),
+            epochs=[epoch(i, 1, T0, 1.0, 320), _windowed(epoch(i, 2, T0 + 1.0, 2.0, 640), rel, cv_)],
+        )
+        for i, (rel, cv_) in enumerate(((0.05, 0.12), (0.02, 0.03)))
+    }
+    rec = _record(["degree=2"], states, [gpu_sample(T0 + 0.1 * i) for i in range(40)])
+    jobs, epochs = job_rows(rec)
+    row = cell_row(rec, jobs, epochs)
+    assert [(j.epoch2_rate_low, j.epoch2_rate_high, j.epoch2_rate_cv) for j in jobs] == [
+        pytest.approx((304.0, 336.0, 0.12)),
+        pytest.approx((313.6, 326.4, 0.03)),
+    ]
+    # The aggregate's half-width: the jobs' in quadrature, around the aggregate itself.
+    hw = math.hypot(16.0, 6.4)
+    assert row.agg_samples_per_s == pytest.approx(640.0)
+    assert (row.agg_rate_low, row.agg_rate_high) == pytest.approx((640.0 - hw, 640.0 + hw))
+    assert row.rate_cv == pytest.approx(0.12) and row.unstable is True
+    # Both steady: not unstable; one job without windows: no aggregate interval, its CV still counts.
+    states[0].epochs[1] = _windowed(states[0].epochs[1], 0.05, 0.099)
+    jobs, epochs = job_rows(rec)
+    row = cell_row(rec, jobs, epochs)
+    assert row.unstable is False and row.rate_cv == pytest.approx(0.099)
+    states[1].epochs[1] = epoch(1, 2, T0 + 1.0, 2.0, 640)
+    jobs, epochs = job_rows(rec)
+    row = cell_row(rec, jobs, epochs)
+    assert row.agg_rate_low is None and row.agg_rate_high is None and row.agg_samples_per_s == pytest.approx(640.0)
+    assert row.rate_cv == pytest.approx(0.099) and jobs[1].epoch2_rate_low is None
+
+
+def test_a_cell_without_windows_has_no_interval_and_no_stability_verdict() -> None:
+    states = {0: JobState(info=JobInfo(pid=100), epochs=[epoch(0, 1, T0, 1.0, 320), epoch(0, 2, T0 + 1.0, 2.0, 640)])}
+    rec = _record([], states, [gpu_sample(T0 + 0.1 * i) for i in range(40)])
+    jobs, epochs = job_rows(rec)
+    row = cell_row(rec, jobs, epochs)
+    assert (row.agg_rate_low, row.agg_rate_high, row.rate_cv, row.unstable) == (None, None, None, None)

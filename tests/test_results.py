@@ -111,3 +111,33 @@ def test_results_record_raycolloc_version_and_commit() -> None:
     # One version, written once: the installed metadata is read from raycolloc.__version__ too.
     assert env["raycolloc"] == raycolloc.__version__ == metadata.version("raycolloc")
     assert env["raycolloc_commit"] != ""
+
+
+WITHIN_RUN = {
+    "cells": ["agg_rate_low", "agg_rate_high", "rate_cv", "unstable"],
+    "jobs": ["epoch2_rate_low", "epoch2_rate_high", "epoch2_rate_cv"],
+    "epochs": ["windows", "rate_low", "rate_high", "rate_cv"],
+}
+
+
+def test_a_result_written_before_the_within_run_columns_reads_them_as_nulls(tmp_path: Path) -> None:
+    where = tmp_path / "old"
+    write_fixture_cell(
+        where,
+        {
+            "cells": [{"cell_id": "old", "config_hash": "h1", "status": "ok", "finished_at": 1_000, "n_jobs": 1}],
+            "jobs": [{"cell_id": "old", "job_index": 0, "status": "ok", "epoch2_samples_per_s": 500.0}],
+            "epochs": [{"cell_id": "old", "job_index": 0, "epoch": 2, "samples_per_s": 500.0}],
+        },
+    )
+    for name, columns in WITHIN_RUN.items():  # as an earlier raycolloc wrote them
+        path = where / f"{name}.parquet"
+        pq.write_table(pq.read_table(path).drop_columns(columns), path)
+        assert not set(columns) & set(pq.read_schema(path).names)
+    tables = read_cell(where)
+    for name, columns in WITHIN_RUN.items():
+        table = getattr(tables, name)
+        assert table.schema == SCHEMAS[name]
+        assert all(table.column(c).null_count == table.num_rows for c in columns)
+    assert tables.jobs.column("epoch2_samples_per_s").to_pylist() == [500.0]
+    assert ResultIndex(tmp_path).find("h1").path == where  # resume still reuses it

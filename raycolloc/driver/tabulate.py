@@ -14,9 +14,10 @@ from raycolloc.config import config_hash
 from raycolloc.driver.environment import environment
 from raycolloc.node.gpu.backend import GpuInfo
 from raycolloc.results.rows import CellRow, EpochRow, JobRow, TelemetryRow
+from raycolloc.results.stats import CV_UNSTABLE, Interval, sum_interval
 from raycolloc.spec import CellSpec, CellStatus, JobState, JobStatus
 
-__all__ = ["CellRecord", "cell_row", "job_rows", "window_energy", "window_stats"]
+__all__ = ["CellRecord", "cell_row", "epoch_interval", "job_rows", "rate_spread", "window_energy", "window_stats"]
 
 
 @dataclass
@@ -115,6 +116,9 @@ def job_rows(rec: CellRecord) -> tuple[list[JobRow], list[EpochRow]]:
                 measured_s=sum(e.wall_s for e in measured) if measured else None,
                 epoch2_s=e2.wall_s if e2 else None,
                 epoch2_samples_per_s=e2.samples_per_s if e2 else None,
+                epoch2_rate_low=e2.rate_low if e2 else None,
+                epoch2_rate_high=e2.rate_high if e2 else None,
+                epoch2_rate_cv=e2.rate_cv if e2 else None,
                 peak_mem_allocated_mib=max(peaks) if peaks else None,
                 peak_mem_reserved_mib=max(reserved) if reserved else None,
                 nvml_mem_mib=info.nvml_mem_mib,
@@ -221,6 +225,24 @@ def window_stats(rows: Sequence[TelemetryRow], start: float | None, end: float |
     }
 
 
+def epoch_interval(e: EpochRow) -> Interval | None:
+    """An epoch's rate with its within-run interval (from its windows); None without one."""
+    if e.samples_per_s is None or e.rate_low is None or e.rate_high is None:
+        return None
+    return Interval(e.samples_per_s, e.rate_low, e.rate_high, e.windows or 0, "windows")
+
+
+def rate_spread(e2: Sequence[EpochRow], mixed: bool) -> tuple[Interval | None, float | None]:
+    """The cell's within-run spread from its jobs' epoch-2 windows: the interval of
+    ``agg_samples_per_s`` (the jobs' intervals summed, as their rates are; None for a mix, or unless
+    every job's epoch 2 has one) and the largest of their coefficients of variation."""
+    parts = [epoch_interval(e) for e in e2]
+    known = [p for p in parts if p is not None]
+    agg = sum_interval(known) if known and len(known) == len(parts) and not mixed else None
+    cvs = [e.rate_cv for e in e2 if e.rate_cv is not None]
+    return agg, max(cvs) if cvs else None
+
+
 def _cell_status(rec: CellRecord, jobs: Sequence[JobRow]) -> CellStatus:
     n_ok = sum(1 for j in jobs if j.status == "ok")
     if rec.status != "ok" or n_ok == len(jobs):
@@ -263,6 +285,7 @@ def cell_row(rec: CellRecord, jobs: Sequence[JobRow], epochs: Sequence[EpochRow]
     samples = _sum([e.samples for e in measured])  # whole samples: the sum of ints is one
     measured_samples = None if samples is None else int(samples)
     energy_j = stats["energy_j"]
+    agg, rate_cv = rate_spread(e2, mixed)
     cfg = cell.config
     return CellRow(
         cell_id=cell.cell_id,
@@ -311,9 +334,14 @@ def cell_row(rec: CellRecord, jobs: Sequence[JobRow], epochs: Sequence[EpochRow]
         # The study's metric: epoch-2 throughput of every job, summed (their epochs overlap). Not for a
         # mix: its jobs' samples are unlike (a click is not an image); its headline is total_s.
         agg_samples_per_s=None if mixed else _sum([e.samples_per_s for e in e2]),
+        agg_rate_low=agg.low if agg else None,
+        agg_rate_high=agg.high if agg else None,
         window_samples_per_s=measured_samples / (end - start)
         if not mixed and measured_samples and start is not None and end is not None and end > start
         else None,
+        # pyperf's rule on the least steady job: a flag, never a reason to hide the cell's numbers.
+        rate_cv=rate_cv,
+        unstable=None if rate_cv is None else rate_cv >= CV_UNSTABLE,
         n_jobs=len(jobs),
         n_ok=sum(1 for j in jobs if j.status == "ok"),
         **stats,

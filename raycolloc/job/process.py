@@ -37,10 +37,11 @@ from pathlib import Path
 
 # Nothing imported at module level may start a thread: main() pins the whole process to the job's
 # cores first, and only threads started after that inherit them (pyarrow, for one, starts two).
-from raycolloc.job.measure import as_int, own_nvml_memory, thread_usage
+from raycolloc.job.epoch import EpochTimes, epoch_row, inject_fault
+from raycolloc.job.measure import own_nvml_memory, thread_usage
+from raycolloc.job.windows import EpochWindows, clock_for
 from raycolloc.mpsctl import client_status
 from raycolloc.procs import die_with_parent, format_cpus, normal_priority, watch_parent
-from raycolloc.results.rows import EpochRow
 from raycolloc.spec import Binding, JobInfo, JobProgress, JobSpec, JobState, JobStatus
 from raycolloc.workload_kinds import ModelWorkload, PythonWorkload
 
@@ -261,51 +262,44 @@ class JobProcess:
         self._sync()
         usage0 = thread_usage()
         start_wall, t0 = time.time(), time.perf_counter()
+        # Window boundaries for the epoch's interval: events on a GPU, no synchronise (windows.py).
+        windows = EpochWindows(clock_for(self.device), None if job.epoch_time_s else steps)
         # A time budget (job.epoch_time_s) ends the epoch after the step that reaches it; the epoch's
         # time is still taken after the sync below, so it covers every step it launched.
         deadline = t0 + job.epoch_time_s if job.epoch_time_s else float("inf")
         done = 0
         for step in range(steps):
             if step == fault_step:
-                self._inject_fault()
+                inject_fault(job)
             self._last_loss = self.step()
             done = step + 1
+            windows.step(done)
             if time.monotonic() >= self._next_report:
                 self._report(epoch, step, t0)
             if time.perf_counter() >= deadline:
                 break
+        windows.close(done)  # queued behind the last step: it completes with the sync below
         # Why sync: kernels run asynchronously; the epoch ends when the GPU finishes its last step.
         self._sync()
         wall = time.perf_counter() - t0
         usage = {k: v - usage0[k] for k, v in thread_usage().items()}
-        steps = done
-        samples = steps * job.batch_size
         cuda = self.device.type == "cuda"
-        record = EpochRow(
-            cell_id=job.cell_id,
-            job_index=job.index,
-            epoch=epoch,
-            warmup=epoch == 1,
-            start_ts=start_wall,
-            end_ts=start_wall + wall,
-            wall_s=wall,
-            samples=samples,
-            samples_per_s=samples / wall,
-            loss=None if self._last_loss is None else float(self._last_loss),
-            steps=steps,
-            # The training thread's CPU time (user + system): near wall_s means the job is bound by
-            # its CPU thread; system time and page faults show time spent in the kernel.
-            thread_cpu_s=usage["thread_cpu_s"],
-            thread_sys_s=usage.get("thread_sys_s"),
-            minor_faults=as_int(usage.get("minor_faults")),
-            involuntary_switches=as_int(usage.get("involuntary_switches")),
-            voluntary_switches=as_int(usage.get("voluntary_switches")),
-            peak_mem_allocated_mib=torch.cuda.max_memory_allocated() / (1 << 20) if cuda else None,
-            peak_mem_reserved_mib=torch.cuda.max_memory_reserved() / (1 << 20) if cuda else None,
+        peaks = (
+            (torch.cuda.max_memory_allocated() / (1 << 20), torch.cuda.max_memory_reserved() / (1 << 20))
+            if cuda
+            else None
+        )
+        record = epoch_row(
+            job,
+            epoch,
+            EpochTimes(start_wall, wall, done, windows.windows()),
+            None if self._last_loss is None else float(self._last_loss),
+            usage,
+            peaks,
         )
         self.state.epochs.append(record)
         self.conn.send(("epoch", record))
-        self._report(epoch, steps, t0)
+        self._report(epoch, done, t0)
 
     def _report(self, epoch: int, step: int, t0: float) -> None:
         self._next_report = time.monotonic() + REPORT_EVERY_S
@@ -315,18 +309,6 @@ class JobProcess:
         self.conn.send(("progress", self._progress))
         # A simulated GPU's PCIe counters add up what the jobs copy to their devices (NVML sees a real one's).
         self.gpu.report_h2d(self.pid, step / elapsed * self.state.info.h2d_bytes_per_step)
-
-    def _inject_fault(self) -> None:
-        import torch
-
-        kind = self.job.trainer.fault
-        if kind == "oom":
-            raise torch.OutOfMemoryError(f"injected out of memory (trainer.fault=oom, job {self.job.index})")
-        if kind == "exit":
-            os._exit(3)  # a crash: the process dies without a word
-        if kind == "hang":
-            time.sleep(10**6)
-        raise RuntimeError(f"injected error (trainer.fault=error, job {self.job.index})")
 
     def _fail(self, exc: BaseException) -> None:
         self.state.failed(classify_error(exc), f"{type(exc).__name__}: {exc}")

@@ -78,6 +78,10 @@ class EpochMarks:
             wall_s=wall,
             samples=samples,
             samples_per_s=samples / wall if samples else None,
+            windows=None,  # timed from outside, by its lines: no windows inside the epoch
+            rate_low=None,
+            rate_high=None,
+            rate_cv=None,
             steps=None,
             loss=loss,
             thread_cpu_s=None,

@@ -71,6 +71,13 @@ class EpochRow:
     wall_s: float
     samples: int | None  # None: a script's epoch (marked by workload.epoch_regex without a samples group)
     samples_per_s: float | None
+    # The epoch timed in windows of equal steps (raycolloc.job.windows): how many, the 95% interval of
+    # samples_per_s from the windows' rates, their coefficient of variation. None for one window and
+    # for a script's epochs (timed from outside).
+    windows: int | None
+    rate_low: float | None
+    rate_high: float | None
+    rate_cv: float | None
     steps: int | None
     loss: float | None
     thread_cpu_s: float | None
@@ -133,6 +140,9 @@ class JobRow:
     measured_s: float | None
     epoch2_s: float | None
     epoch2_samples_per_s: float | None
+    epoch2_rate_low: float | None  # epoch 2's within-run interval (its windows) and their CV
+    epoch2_rate_high: float | None
+    epoch2_rate_cv: float | None
     peak_mem_allocated_mib: float | None
     peak_mem_reserved_mib: float | None
     nvml_mem_mib: float | None
@@ -160,6 +170,11 @@ class CellRow:
     (uniform cells; a mix's samples are unlike). ``total_energy_j`` covers ``total_s`` (every epoch,
     warm-up included): a mixed cell's energy. Mixed cells have no ``agg_samples_per_s``: their
     headline is ``total_s``.
+
+    ``agg_rate_low``/``agg_rate_high`` are the within-run 95% interval of ``agg_samples_per_s``: each
+    job's epoch-2 interval from its windows, summed (half-widths in quadrature; None unless every job
+    has one). ``rate_cv`` is the largest coefficient of variation of a job's epoch-2 windows;
+    ``unstable`` is pyperf's rule on it (CV >= 10%).
     """
 
     cell_id: str
@@ -200,7 +215,11 @@ class CellRow:
     lifetime_overlap_s: float | None
     total_s: float | None
     agg_samples_per_s: float | None
+    agg_rate_low: float | None
+    agg_rate_high: float | None
     window_samples_per_s: float | None
+    rate_cv: float | None
+    unstable: bool | None
     n_jobs: int
     n_ok: int
     sm_active_mean: float | None

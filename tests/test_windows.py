@@ -1,0 +1,102 @@
+"""An epoch timed in windows (issue 30): boundaries of equal steps, fewer windows in a short epoch,
+a budgeted epoch's merged windows, the interval and CV from known step times, and the columns
+through a real cell on the simulated backend."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from raycolloc.job.windows import EpochWindows, WindowStats, window_stats
+from raycolloc.results.stats import t_quantile
+
+from .conftest import load, run_one
+
+
+class FakeClock:
+    """A clock that moves only when a fake step says so."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def mark(self) -> float:
+        return self.now
+
+    def seconds(self, start: float, end: float) -> float:
+        return end - start
+
+
+def _run(steps: int | None, n: int, step_s: Callable[[int], float]) -> list[tuple[int, float]]:
+    """``n`` fake steps, step ``i`` taking ``step_s(i)`` seconds; the epoch's windows."""
+    clock = FakeClock()
+    windows = EpochWindows(clock, steps)
+    for i in range(n):
+        clock.now += step_s(i)
+        windows.step(i + 1)
+    windows.close(n)
+    return windows.windows()
+
+
+def test_ten_windows_of_equal_steps_give_the_interval_and_cv_of_their_rates() -> None:
+    # 100 steps of batch 10; window k's steps take 0.01 * (1 + k % 2 * 0.1) s: rates 1000 and 909.09...
+    got = _run(100, 100, lambda i: 0.01 * (1 + (i // 10) % 2 * 0.1))
+    assert [s for s, _ in got] == [10] * 10
+    assert [t for _, t in got] == pytest.approx([0.1, 0.11] * 5)
+    rates = [100 / 0.1, 100 / 0.11] * 5
+    headline = 1000 / (5 * 0.1 + 5 * 0.11)
+    stats = window_stats(got, 10, headline)
+    hw = t_quantile(9) * statistics.stdev(rates) / math.sqrt(10)
+    assert stats.windows == 10
+    assert stats.rate_cv == pytest.approx(statistics.stdev(rates) / statistics.fmean(rates))
+    # The windows' half-width, relative, around the headline (samples over wall time).
+    assert (stats.rate_low, stats.rate_high) == pytest.approx((headline - hw, headline + hw))
+    # Steady steps: a zero-width interval and no spread.
+    steady = window_stats(_run(100, 100, lambda i: 0.01), 10, 1000.0)
+    assert (steady.rate_low, steady.rate_high, steady.rate_cv) == pytest.approx((1000.0, 1000.0, 0.0))
+
+
+def test_a_short_epoch_has_fewer_windows_of_at_least_three_steps_and_one_has_no_interval() -> None:
+    assert [s for s, _ in _run(7, 7, lambda i: 0.01)] == [4, 3]
+    sizes = [s for s, _ in _run(35, 35, lambda i: 0.01)]
+    assert len(sizes) == 10 and set(sizes) == {3, 4} and sum(sizes) == 35
+    one = _run(5, 5, lambda i: 0.01)
+    assert one == [(5, pytest.approx(0.05))]
+    assert window_stats(one, 10, 1000.0) == WindowStats(1, None, None, None)
+
+
+def test_a_budgeted_epoch_merges_windows_as_it_goes_and_keeps_equal_steps() -> None:
+    # A time budget: steps unknown ahead. 1000 steps: ten to twenty windows of one stride each,
+    # the last also holding the steps after the last mark; all steps and seconds accounted for.
+    got = _run(None, 1000, lambda i: 0.001)
+    sizes = [s for s, _ in got]
+    assert 10 <= len(got) < 20 and sum(sizes) == 1000
+    stride = sizes[0]
+    assert set(sizes[:-1]) == {stride} and stride <= sizes[-1] < 2 * stride
+    assert sum(t for _, t in got) == pytest.approx(1.0)
+    # A budget reached after four steps: one window.
+    assert [s for s, _ in _run(None, 4, lambda i: 0.01)] == [4]
+
+
+@pytest.mark.usefixtures("ray_local")
+@pytest.mark.parametrize("budget", [[], ["epoch_time_s=0.3"]], ids=["steps", "budget"])
+def test_a_real_cell_carries_the_windows_into_its_rows(tmp_path: Path, budget: list[str]) -> None:
+    spec = load(["degree=2", "epoch_samples=1024", "batch_size=8", *budget], out_dir=tmp_path)
+    result, t = run_one(spec, tmp_path / "cell")
+    epochs, jobs, cells = t["epochs"], t["jobs"], t["cells"]
+    assert result.status == "ok", result.summary
+    assert (epochs["windows"] >= 2).all() and (epochs["rate_cv"] >= 0).all()
+    assert (epochs["rate_low"] <= epochs["samples_per_s"]).all()
+    assert (epochs["samples_per_s"] <= epochs["rate_high"]).all()
+    if not budget:  # 128 steps: ten windows
+        assert set(epochs["windows"]) == {10}
+    e2 = epochs[epochs.epoch == 2].sort_values("job_index")
+    assert list(jobs.sort_values("job_index")["epoch2_rate_low"]) == list(e2["rate_low"])
+    assert list(jobs.sort_values("job_index")["epoch2_rate_cv"]) == list(e2["rate_cv"])
+    cell = cells.iloc[0]
+    assert cell["agg_rate_low"] <= cell["agg_samples_per_s"] <= cell["agg_rate_high"]
+    assert cell["rate_cv"] == pytest.approx(e2["rate_cv"].max())
+    assert cell["unstable"] == (cell["rate_cv"] >= 0.10)
