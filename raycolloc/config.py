@@ -15,11 +15,12 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from raycolloc.config_checks import AMP_MODES, COMPILE_MODES, MAX_DEGREE, ConfigError, as_list, check_mode_only
+from raycolloc.config_checks import MAX_DEGREE, ConfigError, as_list, check_mode_only
 from raycolloc.config_checks import check_choice as _check_choice
 from raycolloc.config_checks import check_int as _check_int
 from raycolloc.config_checks import check_min as _check_min
 from raycolloc.config_checks import check_port, is_mem_limit
+from raycolloc.config_groups import DataConfig, MeasureConfig, TelemetryConfig, TrainerConfig, check_repeats
 from raycolloc.workload_config import (
     MixJob,
     WorkloadConfig,
@@ -39,6 +40,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "DataConfig",
+    "MeasureConfig",
     "MigConfig",
     "MixConfig",
     "MixJob",
@@ -53,30 +55,7 @@ __all__ = [
 
 MODES = ("naive", "mps", "mig")
 BACKENDS = ("auto", "sim", "nvml")
-ALLOCATORS = ("native", "cuda_async")
-FAULTS = ("oom", "error", "exit", "hang")
-CPU_AFFINITY = ("auto", "none")
-SPAWN_METHODS = ("fork", "exec")
-SOURCES = ("synthetic", "real")
-PLACEMENTS = ("host", "device")
-TELEMETRY_SOURCES = ("auto", "dcgm", "gpm", "nvml")
 SIM_MIG_MODES = ("auto", "enabled", "disabled")
-
-
-@dataclass
-class DataConfig:
-    """``data``: where batches come from and where they live during training."""
-
-    source: str = "synthetic"
-    placement: str = "host"
-    path: str | None = None
-    num_workers: int = 2
-
-    def __post_init__(self) -> None:
-        _check_choice("data.source", self.source, SOURCES)
-        _check_choice("data.placement", self.placement, PLACEMENTS)
-        _check_int("data.num_workers", self.num_workers, 0)
-        # data.source=real without data.path is checked per job (a radT plan's rows bring their own).
 
 
 @dataclass
@@ -156,65 +135,6 @@ class ClusterConfig:
 
 
 @dataclass
-class TrainerConfig:
-    """``trainer``: how each training process runs (allocator, fast paths, fault injection).
-
-    ``spawn``: training processes forked from the node's warm parent (``fork``) or started afresh
-    (``exec``); ``reuse_actors``: a lane lends its trainer actors to cell after cell (false: fresh
-    actors per cell).
-    """
-
-    allocator: str = "native"
-    compile: str = "off"
-    amp: str = "off"
-    channels_last: bool = False
-    num_cpus: float = 1.0
-    cpu_affinity: str = "auto"
-    spawn: str = "fork"
-    reuse_actors: bool = True
-    torch_threads: int | None = None
-    setup_timeout_s: float = 1800.0
-    stall_timeout_s: float = 300.0  # silent this long (and 20 warm-up steps): status=hang (driver/stall.py)
-    epoch_timeout_s: float | None = None  # an optional cap on one call's epochs; null = none
-    compile_cache: str | None = None  # a directory; null: $RAYCOLLOC_COMPILE_CACHE, else /tmp/raycolloc-compile-cache
-    fault: str | None = None
-    fault_job: int = 0
-    fault_epoch: int = 2
-
-    def __post_init__(self) -> None:
-        _check_choice("trainer.allocator", self.allocator, ALLOCATORS)
-        _check_choice("trainer.compile", self.compile, COMPILE_MODES)
-        _check_choice("trainer.amp", self.amp, AMP_MODES)
-        _check_min("trainer.num_cpus", self.num_cpus, 0)
-        _check_choice("trainer.cpu_affinity", self.cpu_affinity, CPU_AFFINITY)
-        _check_choice("trainer.spawn", self.spawn, SPAWN_METHODS)
-        _check_int("trainer.torch_threads", self.torch_threads, 1, optional=True)
-        _check_min("trainer.setup_timeout_s", self.setup_timeout_s, 1)
-        _check_min("trainer.stall_timeout_s", self.stall_timeout_s, 1)
-        _check_min("trainer.epoch_timeout_s", self.epoch_timeout_s, 1, optional=True)
-        if self.fault is not None:
-            _check_choice("trainer.fault", self.fault, FAULTS)
-        _check_int("trainer.fault_job", self.fault_job, 0)
-        _check_int("trainer.fault_epoch", self.fault_epoch, 1)
-
-
-@dataclass
-class TelemetryConfig:
-    """``telemetry``: GPU sampling during a cell (source ``auto`` tries DCGM, GPM, NVML)."""
-
-    enabled: bool = True
-    interval_ms: int = 100
-    source: str = "auto"
-    processes: bool = True
-
-    def __post_init__(self) -> None:
-        _check_choice("telemetry.source", self.source, TELEMETRY_SOURCES)
-        _check_int("telemetry.interval_ms", self.interval_ms, 10)
-        if self.source == "gpm" and self.interval_ms < 100:
-            raise ConfigError("telemetry.interval_ms must be >= 100 with telemetry.source=gpm (NVML GPM limit)")
-
-
-@dataclass
 class MixConfig:
     """``mix/``: an explicit list of jobs (a mixed cell). Empty = a uniform cell of ``degree`` jobs."""
 
@@ -235,13 +155,14 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
+    measure: MeasureConfig = field(default_factory=MeasureConfig)
     degree: int = 1
     epochs: int = 2
     epoch_samples: int | None = None
     epoch_time_s: float | None = None
     batch_size: int | None = None
     seed: int = 0
-    repeats: int = 1
+    repeats: Any = "auto"  # an integer >= 1 (exactly that many runs) or "auto" (driver/repeats.py)
     repeat: int = 0
     out_dir: str = "results"
     tags: dict[str, str] = field(default_factory=dict)
@@ -252,7 +173,7 @@ class Config:
         _check_int("epochs", self.epochs, 2)
         _check_int("epoch_samples", self.epoch_samples, 1, optional=True)
         _check_min("epoch_time_s", self.epoch_time_s, 0.001, optional=True)
-        _check_int("repeats", self.repeats, 1)
+        check_repeats(self.repeats)
         _check_int("repeat", self.repeat, 0)
         _check_int("batch_size", self.batch_size, 1, optional=True)
         _check_int("seed", self.seed, 0)
@@ -298,11 +219,12 @@ class Config:
 
 
 # Keys that do not change what a cell measures: excluded from the config hash used for resume.
-# ``repeats`` is how many repeats a sweep runs; each repeat's index (``repeat``) is part of the hash.
+# ``repeats`` and ``measure`` say how many runs a sweep makes; each run's index (``repeat``) is hashed.
 _NON_SEMANTIC = {
     ("out_dir",),
     ("tags",),
     ("repeats",),
+    ("measure",),
     ("cluster", "address"),
     ("cluster", "sim_root"),
     ("cluster", "reuse_lease"),
@@ -410,5 +332,6 @@ def register_configs() -> None:
         ("cluster", ClusterConfig),
         ("mig", MigConfig),
         ("mix", MixConfig),
+        ("measure", MeasureConfig),
     ):
         cs.store(group=group, name=f"base_{group}", node=node)

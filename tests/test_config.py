@@ -29,7 +29,7 @@ def _options(group: str) -> list[str]:
 @pytest.mark.slow  # every option of every group composed: ~7 s
 def test_every_config_group_option_composes() -> None:
     seen = 0
-    for group in ("workload", "mode", "cluster", "mig", "mix"):
+    for group in ("workload", "mode", "cluster", "mig", "mix", "measure"):
         for option in _options(group):
             overrides = [f"{group}={option}", *KIND_KEYS.get((group, option), [])]
             if group == "mix" and option != "none":

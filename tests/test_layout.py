@@ -18,6 +18,7 @@ PROJECT = ("raycolloc", "analysis", "hydra_plugins")
 CONTRACT = (
     "raycolloc.config",
     "raycolloc.config_checks",
+    "raycolloc.config_groups",
     "raycolloc.spec",
     "raycolloc.workload_config",
     "raycolloc.workload_kinds",

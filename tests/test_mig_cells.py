@@ -110,6 +110,7 @@ def test_cli_sweep_runs_the_study_layouts_one_mig_device_per_job(tmp_path: Path)
             "mode=mig",
             "workload=tiny_cnn",
             "cluster=local",
+            "repeats=1",
             f"cluster.gpu_model={A100}",
             "mig.allow_reconfigure=true",
             "epoch_samples=128",

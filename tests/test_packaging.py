@@ -195,7 +195,15 @@ def test_the_wheel_installed_elsewhere_runs_a_one_cell_sweep(tmp_path: Path) -> 
 
     out = tmp_path / "out"
     proc = _run(
-        [bin_dir / "raycolloc", "sweep", "cluster=local", "workload=tiny_cnn", "epoch_samples=64", f"out_dir={out}"],
+        [
+            bin_dir / "raycolloc",
+            "sweep",
+            "cluster=local",
+            "workload=tiny_cnn",
+            "epoch_samples=64",
+            "repeats=1",
+            f"out_dir={out}",
+        ],
         cwd=elsewhere,
         env=_clean_env(),
         timeout=600,

@@ -15,7 +15,7 @@ from raycolloc.results.index import REFERENCE, SWEEPS_FILE, ResultIndex, known_s
 from .conftest import run_cli, used_ray, write_fixture_cell
 
 # Issue 15's item-1 command as the issue writes it; X is appended as the issue's `hydra.sweep.dir=X`.
-COMMAND = ["-m", "degree=1,2", "mode=naive", "workload=tiny_cnn", "cluster=local", "cluster.num_gpus=2"]
+COMMAND = ["-m", "degree=1,2", "mode=naive", "workload=tiny_cnn", "cluster=local", "cluster.num_gpus=2", "repeats=1"]
 
 
 def _parquet(sweep: Path) -> dict[Path, int]:

@@ -91,6 +91,7 @@ def test_two_nodes_four_gpus_run_four_cells_at_once(tmp_path: Path) -> None:
             [
                 "-m",
                 "cluster=local",
+                "repeats=1",
                 f"cluster.address={cluster.address}",
                 # Four one-job cells, one per GPU. Their steps sleep (tests/sleepy_workload.py),
                 # as GPU-bound steps leave a node's CPUs free: with CPU-bound tiny_cnn steps
@@ -139,7 +140,8 @@ def test_two_nodes_four_gpus_run_four_cells_at_once(tmp_path: Path) -> None:
 @pytest.mark.slow  # a sweep of six cells on two GPUs
 def test_largest_cells_start_first_when_cells_outnumber_gpus(tmp_path: Path) -> None:
     out = tmp_path / "res"
-    proc = run_cli(["-m", *TINY, "degree=1,3,2", "mode=naive,mps", "cluster.num_gpus=2", f"out_dir={out}"], cwd=ROOT)
+    args = ["-m", *TINY, "degree=1,3,2", "mode=naive,mps", "cluster.num_gpus=2", "repeats=1", f"out_dir={out}"]
+    proc = run_cli(args, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     cells = _tables(out, "cells").sort_values("started_at")
     # No more cells started than there are GPUs: the launcher, not Ray's lease order, decides.
@@ -166,7 +168,7 @@ def test_a_normal_run_leaves_no_fork_server_files_and_no_lock(tmp_path: Path) ->
     out = tmp_path / "out"
     pipe_root = Path("/tmp") / f"rcfs{os.getpid()}"  # short: Unix socket paths
     proc = run_cli(
-        ["-m", *TINY, "degree=1", "mode=naive,mps", f"mode.pipe_root={pipe_root}", f"out_dir={out}"],
+        ["-m", *TINY, "degree=1", "mode=naive,mps", "repeats=1", f"mode.pipe_root={pipe_root}", f"out_dir={out}"],
         cwd=ROOT,
         own_ray=True,
     )

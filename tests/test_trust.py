@@ -37,7 +37,7 @@ from raycolloc.spec import NodeInfo
 
 from .conftest import CPU_OVERRIDES, ROOT, load, run_cli, used_ray
 
-TINY = ["workload=tiny_cnn", "cluster=local", "epoch_samples=128"]
+TINY = ["workload=tiny_cnn", "cluster=local", "epoch_samples=128", "repeats=1"]
 
 
 def _sweeps(out: Path) -> list[Path]:

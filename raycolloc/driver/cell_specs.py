@@ -12,21 +12,19 @@ import dataclasses
 import logging
 import os
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from raycolloc.config import Config, ConfigError, MigConfig, MixConfig, MixJob, TrainerConfig, config_hash, load_config
-from raycolloc.driver.hydra_errors import group_options
+from raycolloc.config import Config, ConfigError, MixJob, config_hash, load_config
+from raycolloc.driver.mix_solos import JobSettings, job_settings, mix_solos, solo_overrides
 from raycolloc.driver.node_paths import check_node_paths
-from raycolloc.driver.override_quoting import override_value
 from raycolloc.job.workloads.compose import resolve
 from raycolloc.node.gpu.kinds import backend_traits
 from raycolloc.node.mig.profiles import UnknownGpuModel, get_gpu_model, known_gpu_models
 from raycolloc.spec import CellSpec, JobSpec
-from raycolloc.workload_config import TimmKind, WorkloadConfig, workload_hash_view, workload_label
+from raycolloc.workload_config import TimmKind, WorkloadConfig, workload_label
 from raycolloc.workload_kinds import ModelWorkload, Workload
 
 __all__ = [
@@ -35,6 +33,7 @@ __all__ = [
     "build_cell",
     "cell_dir_names",
     "check_config",
+    "fixed_repeats",
     "job_settings",
     "mix_solos",
     "resolve_backend",
@@ -100,36 +99,6 @@ def split_options(dcfg: DictConfig) -> SweepOptions:
         plan_datasets={str(k): str(v) for k, v in datasets.items()},
         plan_epoch_regex=None if regex is None else str(regex),
         plan_fanout=values.get("plan_fanout", False),
-    )
-
-
-@dataclass(frozen=True)
-class JobSettings:
-    """What one job of a cell trains, the mix job's own value first, else the cell's top-level key
-    (``batch_size``/``epoch_samples`` None: the workload's own default)."""
-
-    batch_size: int | None
-    epochs: int
-    epoch_samples: int | None
-    epoch_time_s: float | None
-    trainer: TrainerConfig
-
-
-def job_settings(cfg: Config, entry: MixJob | None) -> JobSettings:
-    """The mix-job fallback rule, in one place: a mix job's unset field falls back to the top-level key
-    (a uniform cell's job, ``entry`` None, takes the top-level keys); its compile/amp/channels_last
-    override the trainer's. A mix's cell and the solo cells of its jobs both train by it."""
-
-    def own(key: str) -> Any:
-        return getattr(entry, key) if entry is not None else None
-
-    changes = {k: own(k) for k in ("compile", "amp", "channels_last") if own(k) is not None}
-    return JobSettings(
-        batch_size=own("batch_size") or cfg.batch_size,
-        epochs=own("epochs") or cfg.epochs,
-        epoch_samples=own("epoch_samples") or cfg.epoch_samples,
-        epoch_time_s=own("epoch_time_s") or cfg.epoch_time_s,
-        trainer=dataclasses.replace(cfg.trainer, **changes),
     )
 
 
@@ -326,82 +295,10 @@ def validate_cell(cfg: DictConfig | Config) -> CellSpec:
     return spec
 
 
-def mix_solos(cfg: Config) -> list[Config]:
-    """The solo cell of each job of a mix: the job's workload alone on the GPU, same mode.
-
-    Each solo trains what the job trains in the mix (batch size, epochs, epoch length, time budget,
-    compile/amp/channels_last), so the mix's change against running its jobs one after the other is
-    measured, not assumed. A solo composed this way hashes like the same cell written by hand
-    (``workload=X degree=1 ...``), so one that ran before is reused. MPS limits, fault injection and
-    the mix's MIG layout stay with the mix: a solo has the GPU to itself (MIG: the degree-1 layout).
-    """
-    solos = []
-    for entry in cfg.mix.jobs:
-        own = job_settings(cfg, entry)
-        solos.append(
-            dataclasses.replace(
-                cfg,
-                workload=entry.composition,
-                mix=MixConfig(),
-                degree=1,
-                mode=dataclasses.replace(cfg.mode, active_thread_percentage=None, pinned_mem_limit=None),
-                mig=MigConfig(allow_reconfigure=cfg.mig.allow_reconfigure),
-                trainer=dataclasses.replace(own.trainer, fault=None, fault_job=0),
-                batch_size=own.batch_size,
-                epochs=own.epochs,
-                epoch_samples=own.epoch_samples,
-                epoch_time_s=own.epoch_time_s,
-                tags={**cfg.tags, "solo_of": cfg.mix.name or "custom"},
-            )
-        )
-    return solos
-
-
-# What a solo cell sets itself (mix_solos): a mix's own overrides of these keys (or below them) do not apply.
-_SOLO_KEYS = (
-    "mix",
-    "workload",
-    "degree",
-    "batch_size",
-    "epochs",
-    "epoch_samples",
-    "epoch_time_s",
-    "repeat",
-    "mode.active_thread_percentage",
-    "mode.pinned_mem_limit",
-    "mig.layout",
-    "trainer.fault",
-    "trainer.fault_job",
-    "trainer.compile",
-    "trainer.amp",
-    "trainer.channels_last",
-    "tags.solo_of",
-)
-
-
-def solo_overrides(mix_overrides: Sequence[str], solo: Config) -> list[str]:
-    """Overrides that compose ``solo`` (one of :func:`mix_solos`) again: its mix's, less the keys the solo
-    sets itself, then the solo's own values of those keys (its workload as ``workload=<preset>`` and the
-    composition's keys)."""
-
-    def key(override: str) -> str:
-        return override.lstrip("~+").split("=", 1)[0].strip()
-
-    kept = [o for o in mix_overrides if not any(key(o) == k or key(o).startswith(f"{k}.") for k in _SOLO_KEYS)]
-    view = workload_hash_view(solo.workload)
-    name = view.pop("name")
-    preset = f"workload={name}" if name in group_options("workload") else f"workload.name={override_value(name)}"
-    own = ["mix=none", preset, *(f"workload.{k}={override_value(v)}" for k, v in view.items()), f"degree={solo.degree}"]
-    own += [
-        f"{k}={override_value(getattr(solo, k))}" for k in ("batch_size", "epochs", "epoch_samples", "epoch_time_s")
-    ]
-    own += [f"mode.{k}=null" for k in ("active_thread_percentage", "pinned_mem_limit")]
-    own += [f"mig.layout={override_value(solo.mig.layout)}"]
-    own += [
-        f"trainer.{k}={override_value(getattr(solo.trainer, k))}"
-        for k in ("fault", "fault_job", "compile", "amp", "channels_last")
-    ]
-    return [*kept, *own, f"++tags.solo_of={override_value(solo.tags['solo_of'])}"]
+def fixed_repeats(cfg: Config) -> int:
+    """The runs a sweep plans for a cell up front: ``repeats=N`` N, ``repeats=auto`` one (the engine
+    adds more where the noise is: :mod:`raycolloc.driver.repeats`)."""
+    return cfg.repeats if isinstance(cfg.repeats, int) else 1
 
 
 def sweep_cells(specs: list[CellSpec]) -> list[CellSpec]:
@@ -410,7 +307,8 @@ def sweep_cells(specs: list[CellSpec]) -> list[CellSpec]:
     Adds the solo cells of every mix (:func:`mix_solos`) unless the sweep already has that config,
     then ``repeats`` copies of every cell: all cells' repeat 0 first, then all repeat 1, ... (the
     engine keeps that order), so a slow drift of the machine spreads over every configuration
-    instead of landing on the last one.
+    instead of landing on the last one. With ``repeats=auto`` each cell once: the engine adds the
+    repeats as results come in (:mod:`raycolloc.driver.repeats`).
 
     Raises:
         ConfigError: a solo cell cannot run as configured.
@@ -423,11 +321,11 @@ def sweep_cells(specs: list[CellSpec]) -> list[CellSpec]:
             solo_spec = validate_cell(solo)
             base.setdefault(solo_spec.config_hash, solo_spec)
     out = list(base.values())
-    for k in range(1, max(s.config.repeats for s in out)):
+    for k in range(1, max(fixed_repeats(s.config) for s in out)):
         out += [
             validate_cell(dataclasses.replace(s.config, repeat=s.config.repeat + k))
             for s in base.values()
-            if k < s.config.repeats
+            if k < fixed_repeats(s.config)
         ]
     return out
 

@@ -69,6 +69,14 @@ def print_dry_run(lines: Sequence[DryRunLine], out_dir: str, rerun: bool = False
         print(f"  run    {cell.label}  mode={cell.mode}  jobs={cell.degree}  gpu: {line.where}  (cell {cell.cell_id})")
         for job in cell.jobs:
             print(f"           {describe_job(job)}")
+    auto = [line.cell.config for line in lines if line.cell is not None and line.cell.config.repeats == "auto"]
+    if auto:
+        m = auto[0].measure
+        print(
+            f"repeats=auto: adaptive; each configuration's first run is listed. Degree-1 cells (the baselines) "
+            f"run {m.min_solo_repeats} times, spread over the sweep; a configuration whose 95% interval is "
+            f"wider than ±{100 * m.target_ci:g}% runs again, up to {m.max_repeats} runs (repeats=N: exactly N)"
+        )
     print(
         f"dry run: {counts['run']} cell(s) to run, {counts['reuse']} to reuse, {counts['refuse']} refused; "
         f"{NOT_CHECKED}",

@@ -28,8 +28,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import psutil
@@ -40,37 +39,23 @@ from raycolloc.driver.cluster import connect
 from raycolloc.driver.lease import LeaseError, acquire_gpu
 from raycolloc.driver.preflight import check_cluster, check_nodes, gpu_nodes, unfit_cells
 from raycolloc.driver.progress import Board, ProgressView, open_board
+from raycolloc.driver.regrow import Growth, Regrow
+from raycolloc.driver.repeats import is_solo
+from raycolloc.driver.resume import CellResult, resume
 from raycolloc.driver.summary import cell_summary
 from raycolloc.driver.tabulate import CellRecord, cell_row, job_rows
 from raycolloc.driver.teardown import note_pipe_root
 from raycolloc.driver.trainers import TrainerPool
 from raycolloc.node.steward import NAMESPACE, get_steward, start_stewards
-from raycolloc.results.index import REFERENCE, ResultIndex, register_sweeps, sweep_root, write_reference
+from raycolloc.results.index import REFERENCE, register_sweeps, sweep_root
 from raycolloc.results.rows import CellRow
-from raycolloc.results.store import ResultWriteError, free_space, write_cell
+from raycolloc.results.store import ResultWriteError, write_cell
 from raycolloc.spec import CellSpec, CellStatus, as_cell_status
 
 __all__ = ["CellResult", "run_cells", "time_share"]
 
 log = logging.getLogger("raycolloc")
 _MODE_ORDER = {"naive": 0, "mig": 1, "mps": 2}
-
-
-@dataclass(frozen=True)
-class CellResult:
-    """How one cell of the sweep ended: run (its row), reused, skipped or unfit (an interrupted cell has none)."""
-
-    cell: CellSpec
-    cell_dir: Path
-    status: CellStatus
-    summary: str
-    reused_from: Path | None = None
-    row: CellRow | None = None
-
-    @property
-    def reason(self) -> str | None:
-        """Why the cell ended as it did (its row's reason; None for a reused result)."""
-        return self.row.reason if self.row is not None else None
 
 
 def cell_size(cell: CellSpec) -> tuple[int, int]:
@@ -99,13 +84,25 @@ class _Sweep:
     """The shared state of one :func:`run_cells` call: the queue, the lanes and the results."""
 
     def __init__(
-        self, todo: list[tuple[CellSpec, Path]], board: Board, view: ProgressView, pins: Mapping[str, int]
+        self,
+        todo: list[tuple[CellSpec, Path]],
+        board: Board,
+        view: ProgressView,
+        pins: Mapping[str, int],
+        regrow: Regrow | None = None,
     ) -> None:
-        # Repeats interleaved (every cell's repeat 0, then every repeat 1, ...), largest first within each.
+        # Repeats interleaved (every cell's repeat 0, then every repeat 1, ...), largest first within each;
+        # repeats=auto: the solo baselines first (their first run at the sweep's start), and the runs
+        # it adds in the order it adds them.
         self.queue = sorted(todo, key=lambda item: (item[0].config.repeat, *cell_size(item[0])))
-        self.board, self.view, self.pins = board, view, pins
+        if regrow is not None:
+            self.queue = sorted(
+                todo, key=lambda item: (item[0].config.repeat > 0, not is_solo(item[0]), *cell_size(item[0]))
+            )
+        self.board, self.view, self.pins, self.regrow = board, view, pins, regrow
         self.cancel = threading.Event()
-        self.lock = threading.Lock()
+        self.lock = threading.Condition()
+        self.running = 0  # cells taken and not finished: with repeats=auto each may add more
         self.results: dict[str, CellResult] = {}
         self.finished: list[threading.Event] = []
         self.lease_errors: list[str] = []
@@ -119,12 +116,36 @@ class _Sweep:
     def next_cell(self, gpu_index: int, take: bool = True) -> tuple[CellSpec, Path] | None:
         """The next cell this lane's GPU may run (``take=False``: only look)."""
         with self.lock:
-            if self.cancel.is_set():
-                return None
-            for i, (cell, _) in enumerate(self.queue):
-                if self.pins.get(cell.cell_id, gpu_index) == gpu_index:
-                    return self.queue.pop(i) if take else self.queue[i]
+            while not self.cancel.is_set():
+                for i, (cell, _) in enumerate(self.queue):
+                    if self.pins.get(cell.cell_id, gpu_index) == gpu_index:
+                        if not take:
+                            return self.queue[i]
+                        self.running += 1
+                        return self.queue.pop(i)
+                # A cell still running may add repeats (repeats=auto): a lane waits for it before it ends.
+                if not take or self.regrow is None or self.running == 0:
+                    return None
+                self.lock.wait(timeout=0.5)
             return None
+
+    def done(self) -> None:
+        """A taken cell ended (recorded, or not): a lane waiting for more may look again."""
+        with self.lock:
+            self.running -= 1
+            self.lock.notify_all()
+
+    def grow(self, growth: Growth) -> None:
+        """Cells repeats=auto added: shown on the board, then queued (the reused ones are results)."""
+        for result in growth.reused:
+            self.results[result.cell.cell_id] = result
+            self.view.write(result.summary)
+        added = [*growth.front, *growth.back]
+        self.view.add({c.cell_id: c.label for c, _ in added})
+        with self.lock:
+            self.queue[:0] = growth.front
+            self.queue.extend(growth.back)
+            self.lock.notify_all()
 
     def finish(self, cell_dir: Path, rec: CellRecord) -> None:
         try:
@@ -137,6 +158,8 @@ class _Sweep:
             raise CellCancelled from exc
         self.board.cell(rec.cell.cell_id, "done", result.status)
         self.view.write(result.summary)
+        if self.regrow is not None:
+            self.grow(self.regrow.expand([result]))
 
     def lane(self, index: int) -> None:
         """Lease one GPU and run cells on it until the queue is empty; says so when it ends."""
@@ -163,7 +186,10 @@ class _Sweep:
                 cell, cell_dir = item
                 # A lane's first cell waited for the GPU and the lane's set-up (its wall time includes
                 # both); the lane's next cells find the GPU held and wait for nothing.
-                self.finish(cell_dir, run_cell(cell, lane, started_at, **waits))
+                try:
+                    self.finish(cell_dir, run_cell(cell, lane, started_at, **waits))
+                finally:
+                    self.done()
                 if not self.cluster.reuse_lease:  # a lease per cell, as before lanes kept theirs
                     self._close(index, lane)
                     lane = None
@@ -222,42 +248,19 @@ class _Sweep:
         lane.lease.release()
 
 
-def _resume(cells: list[tuple[CellSpec, Path]], rerun: bool) -> tuple[list[tuple[CellSpec, Path]], list[CellResult]]:
-    """Split cells into those to run and those whose valid result exists (referenced here)."""
-    if rerun or not cells:
-        return list(cells), []
-    # This sweep's own directory too: hydra.sweep.dir may lie anywhere, outside out_dir.
-    index = ResultIndex(cells[0][0].config.out_dir, also=[sweep_root(d for _, d in cells)])
-    todo, reused = [], []
-    for cell, cell_dir in cells:
-        found = index.find(cell.config_hash)
-        if found is None:
-            todo.append((cell, cell_dir))
-            continue
-        if found.path.resolve() != cell_dir.resolve():
-            try:
-                write_reference(cell_dir, found, cell.config_hash)
-            except OSError as exc:
-                raise ResultWriteError(
-                    f"cannot write {cell_dir / REFERENCE}: {exc.strerror} ({free_space(cell_dir)})"
-                ) from exc
-        summary = (
-            f"cell {cell.cell_id}: result exists in {found.path} (config hash {cell.config_hash}, "
-            f"status={found.status}) - reused; +rerun=true runs it again"
-        )
-        reused.append(CellResult(cell, cell_dir, as_cell_status(found.status), summary, reused_from=found.path))
-    return todo, reused
-
-
 def _skip(cell: CellSpec, cell_dir: Path, reason: str, status: CellStatus = "skipped") -> CellResult:
     """A cell that never started: ``skipped`` (the cluster cannot run it) or ``unfit`` (too big)."""
     return _record(CellRecord(cell, status=status, reason=reason, backend=cell.config.cluster.backend), cell_dir)
 
 
 def run_cells(
-    cells: list[tuple[CellSpec, Path]], rerun: bool = False, pins: Mapping[str, int] | None = None
+    cells: list[tuple[CellSpec, Path]],
+    rerun: bool = False,
+    pins: Mapping[str, int] | None = None,
+    place: Callable[[CellSpec], Path] | None = None,
 ) -> list[CellResult]:
-    """Run (or reuse) every cell; returns one result per cell, in the order given.
+    """Run (or reuse) every cell; returns one result per cell, in the order given, then one per
+    cell ``repeats=auto`` added (``place``: an added cell's directory; None: nothing is added).
 
     ``pins`` maps a cell's id to the index (on its node) of the GPU it must run on; other cells run
     on any free GPU. A pinned cell no node has the GPU for is a ``skipped`` row.
@@ -271,13 +274,22 @@ def run_cells(
         KeyboardInterrupt: Ctrl-C (or :class:`~raycolloc.driver.signals.Terminated`, SIGTERM, where the
             command line took the signals); running cells released their GPUs and wrote nothing.
     """
-    todo, reused = _resume(cells, rerun)
+    todo, reused = resume(cells, rerun)
+    regrow = Regrow([c for c, _ in cells], place, rerun) if place is not None else None
+    if regrow is not None and not regrow.policy.active:
+        regrow = None
+    if regrow is not None:  # reused runs count: they may bring repeats already
+        growth = regrow.expand(reused)
+        todo, reused = [*growth.front, *todo, *growth.back], [*reused, *growth.reused]
     for result in reused:
         print(result.summary, flush=True)
     results = {r.cell.cell_id: r for r in reused}
     if todo:
-        results.update(_run(todo, pins or {}))
-    return [results[c.cell_id] for c, _ in cells if c.cell_id in results]
+        results.update(_run(todo, pins or {}, regrow))
+    if regrow is not None:
+        print(regrow.summary(), flush=True)
+    ordered = [results.pop(c.cell_id) for c, _ in cells if c.cell_id in results]
+    return ordered + list(results.values())
 
 
 def _pin_skips(todo: list[tuple[CellSpec, Path]], pins: Mapping[str, int], nodes: Mapping[str, int]) -> dict[str, str]:
@@ -291,7 +303,7 @@ def _pin_skips(todo: list[tuple[CellSpec, Path]], pins: Mapping[str, int], nodes
     }
 
 
-def _run(todo: list[tuple[CellSpec, Path]], pins: Mapping[str, int]) -> dict[str, CellResult]:
+def _run(todo: list[tuple[CellSpec, Path]], pins: Mapping[str, int], regrow: Regrow | None) -> dict[str, CellResult]:
     first = todo[0][0].config
     for root in {c.config.mode.pipe_root for c, _ in todo}:
         note_pipe_root(root)  # what a steward that dies during the sweep leaves there is put right at its end
@@ -311,11 +323,15 @@ def _run(todo: list[tuple[CellSpec, Path]], pins: Mapping[str, int]) -> dict[str
     for result in results.values():
         print(result.summary, flush=True)
     todo = [(c, d) for c, d in todo if c.cell_id not in results]
+    if regrow is not None:  # a skipped or unfit cell is a finished one of the first pass
+        growth = regrow.expand(list(results.values()))
+        todo = [*growth.front, *todo, *growth.back]
+        results.update({r.cell.cell_id: r for r in growth.reused})
     if not todo:
         return results
     board = open_board(NAMESPACE)
     view = ProgressView({c.cell_id: c.label for c, _ in todo}, board)
-    sweep = _Sweep(todo, board, view, pins)
+    sweep = _Sweep(todo, board, view, pins, regrow)
     gpus = sum(nodes.values())
     # Pinned cells: a lane on every GPU, since a lease cannot ask for a GPU by index.
     lanes = gpus if pins else min(first.cluster.max_concurrent_cells or gpus, gpus, len(todo))

@@ -35,7 +35,7 @@ from raycolloc.driver.cell_specs import (
 from raycolloc.driver.dryrun import DryRunLine
 from raycolloc.driver.hydra_errors import as_config_error, check_group_choices
 from raycolloc.driver.outcome import SweepEnded
-from raycolloc.driver.plan import Origin, PlannedCell, Step, SweepPlan, run
+from raycolloc.driver.plan import Origin, PlannedCell, Step, SweepPlan, repeat_cells, run
 from raycolloc.spec import CellSpec
 
 # Ray, pyarrow and pandas come with the engine, imported once the cells are valid: a refused sweep
@@ -155,7 +155,8 @@ def multirun_plan(
     for cfg, spec, _ in composed:
         with open_dict(cfg):
             cfg.hydra.sweep.subdir = dirs[spec.config_hash].name
-    return dataclasses.replace(plan, steps=(Step(cells),)), composed
+    repeat = repeat_cells(cells, lambda spec: _origin(composed, job_overrides, spec))
+    return dataclasses.replace(plan, steps=(Step(cells, repeat=repeat),)), composed
 
 
 def launch(

@@ -34,7 +34,7 @@ from raycolloc.spec import CellSpec
 if TYPE_CHECKING:
     from raycolloc.driver.engine import CellResult
 
-__all__ = ["CellsRefused", "Origin", "PlannedCell", "Step", "SweepPlan", "run"]
+__all__ = ["CellsRefused", "Origin", "PlannedCell", "Step", "SweepPlan", "repeat_cells", "run"]
 
 
 class CellsRefused(ConfigError):
@@ -67,11 +67,13 @@ class PlannedCell:
 @dataclass(frozen=True)
 class Step:
     """Cells that start together (a multirun: all of them; a radT plan: one group), with the line
-    printed before them and what is done with their results (a plan's status written back)."""
+    printed before them, what is done with their results (a plan's status written back) and, for
+    ``repeats=auto``, the planned cell of a run added while they run (its directory and record)."""
 
     cells: tuple[PlannedCell, ...]
     title: str | None = None
     done: Callable[[list[CellResult]], None] | None = None
+    repeat: Callable[[CellSpec], PlannedCell] | None = None  # where a run repeats=auto adds goes (None: none)
 
 
 @dataclass(frozen=True)
@@ -108,12 +110,49 @@ class SweepPlan:
         return [c for step in self.steps for c in step.cells]
 
 
+def repeat_cells(
+    cells: Sequence[PlannedCell], origin: Callable[[CellSpec], Origin | None] = lambda _: None
+) -> Callable[[CellSpec], PlannedCell]:
+    """Where a run ``repeats=auto`` adds goes: beside its configuration's first run, named by its label
+    (``tiny_cnn-naive-x1-r1``), or by its id where its first run's directory is named by id (labels
+    shared) or the name is taken; inside the first run's directory where that is the run's own (a
+    single run). ``origin``: its ``.hydra`` record."""
+    from raycolloc.driver.repeats import group_key  # the results' statistics: with the engine
+
+    first = {c.spec.config_hash: c for c in cells}
+    taken = {c.cell_dir for c in cells}
+
+    def planned(spec: CellSpec) -> PlannedCell:
+        base = first[group_key(spec)]
+        if base.cell_dir.name == base.spec.cell_id:
+            cell_dir = base.cell_dir.parent / spec.cell_id
+        else:
+            parent = base.cell_dir.parent if base.cell_dir.name == base.spec.label else base.cell_dir
+            cell_dir = parent / spec.label if parent / spec.label not in taken else parent / spec.cell_id
+        taken.add(cell_dir)
+        return PlannedCell(spec, cell_dir, origin=origin(spec))
+
+    return planned
+
+
 def _save_origin(origin: Origin, cell_dir: Path) -> None:
     """``.hydra/`` of the cell, as Hydra writes it for a job: the task config and its overrides."""
     hydra_dir = make(cell_dir) / ".hydra"
     hydra_dir.mkdir(exist_ok=True)
     OmegaConf.save(origin.config, hydra_dir / "config.yaml", resolve=False)
     OmegaConf.save(OmegaConf.create(list(origin.overrides)), hydra_dir / "overrides.yaml")
+
+
+def _placer(repeat: Callable[[CellSpec], PlannedCell]) -> Callable[[CellSpec], Path]:
+    """An added run's directory, its ``.hydra`` record written as a planned cell's is."""
+
+    def place(spec: CellSpec) -> Path:
+        cell = repeat(spec)
+        if cell.origin is not None:
+            _save_origin(cell.origin, cell.cell_dir)
+        return cell.cell_dir
+
+    return place
 
 
 def run(plan: SweepPlan) -> Outcome:
@@ -149,7 +188,9 @@ def run(plan: SweepPlan) -> Outcome:
                 if step.title:
                     print(step.title, flush=True)
                 pins = {c.spec.cell_id: c.pin for c in step.cells if c.pin is not None}
-                ended = run_cells([(c.spec, c.cell_dir) for c in step.cells], rerun=plan.rerun, pins=pins)
+                place = _placer(step.repeat) if step.repeat is not None else None
+                cells = [(c.spec, c.cell_dir) for c in step.cells]
+                ended = run_cells(cells, rerun=plan.rerun, pins=pins, place=place)
                 if step.done is not None:
                     step.done(ended)
                 results.extend(ended)

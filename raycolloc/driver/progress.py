@@ -122,12 +122,19 @@ class ProgressView:
             self._tqdm = tqdm
             self._main = tqdm(total=len(labels), desc="cells", unit="cell", position=0, dynamic_ncols=True)
 
+    def add(self, labels: dict[str, str]) -> None:
+        """Cells added while the sweep runs (``repeats=auto``): the sweep's total grows."""
+        self.labels = {**self.labels, **labels}  # a new dict: refresh() may be reading the old one
+        if self._main is not None and labels:
+            self._main.total = len(self.labels)
+
     def refresh(self) -> None:
         try:
             snap = self.board.snapshot()
         except Exception:  # noqa: BLE001
             return
-        states = {k: snap.get(k, CellProgress()).state for k in self.labels}
+        labels = self.labels
+        states = {k: snap.get(k, CellProgress()).state for k in labels}
         done = sum(1 for s in states.values() if s == "done")
         running = sum(1 for s in states.values() if s not in ("queued", "leasing", "done"))
         leasing = sum(1 for s in states.values() if s == "leasing")
@@ -137,14 +144,14 @@ class ProgressView:
                 if self._last.get(key) != line:
                     self._last[key] = line
                     print(
-                        f"[sweep] cell {self.labels[key]}: {line}  (done {done}/{len(self.labels)}, "
+                        f"[sweep] cell {labels[key]}: {line}  (done {done}/{len(labels)}, "
                         f"running {running}, waiting for a GPU {leasing})",
                         file=sys.stderr,
                         flush=True,
                     )
             return
         self._main.n = done
-        queued = len(self.labels) - done - running - leasing
+        queued = len(labels) - done - running - leasing
         self._main.set_postfix_str(f"running={running} waiting_gpu={leasing} queued={queued}")
         self._main.refresh()
         for key, state in states.items():
@@ -154,7 +161,7 @@ class ProgressView:
             if bar is None:
                 bar = self._bars[key] = self._tqdm(
                     total=100,
-                    desc=self.labels[key][:40],
+                    desc=labels[key][:40],
                     position=len(self._bars) + 1,
                     leave=False,
                     dynamic_ncols=True,

@@ -10,7 +10,7 @@ from omegaconf import DictConfig
 from raycolloc.driver.cell_specs import cell_dir_names, split_options, sweep_cells, validate_cell
 from raycolloc.driver.dryrun import DryRunLine
 from raycolloc.driver.hydra_errors import check_group_choices
-from raycolloc.driver.plan import PlannedCell, Step, SweepPlan
+from raycolloc.driver.plan import PlannedCell, Step, SweepPlan, repeat_cells
 from raycolloc.driver.radt_runner import csv_plan
 
 __all__ = ["single_run_plan"]
@@ -33,7 +33,7 @@ def single_run_plan(dcfg: DictConfig, run_dir: Path, choices: Any) -> SweepPlan:
     return SweepPlan(
         run_dir,
         specs[0].config.out_dir,
-        (Step(cells),),
+        (Step(cells, repeat=repeat_cells(cells)),),
         rerun=options.rerun,
         dry_run=options.dry_run,
         lines=tuple(DryRunLine(s.label, s) for s in specs),

@@ -1,0 +1,153 @@
+"""The config groups of a cell that do not choose what it trains or where: ``data``, ``trainer``,
+``telemetry`` and ``measure`` (how many runs a configuration gets). Part of the config contract
+(:mod:`raycolloc.config` re-exports them): typed, checked in ``__post_init__``, importing nothing
+that needs torch, Ray or Hydra.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from raycolloc.config_checks import AMP_MODES, COMPILE_MODES, ConfigError
+from raycolloc.config_checks import check_choice as _check_choice
+from raycolloc.config_checks import check_int as _check_int
+from raycolloc.config_checks import check_min as _check_min
+
+__all__ = [
+    "STATISTICS",
+    "DataConfig",
+    "MeasureConfig",
+    "TelemetryConfig",
+    "TrainerConfig",
+    "check_repeats",
+]
+
+ALLOCATORS = ("native", "cuda_async")
+FAULTS = ("oom", "error", "exit", "hang")
+CPU_AFFINITY = ("auto", "none")
+SPAWN_METHODS = ("fork", "exec")
+SOURCES = ("synthetic", "real")
+PLACEMENTS = ("host", "device")
+TELEMETRY_SOURCES = ("auto", "dcgm", "gpm", "nvml")
+# How a configuration's headline rate is formed from its runs (the analysis reads it from the config).
+STATISTICS = ("mean", "median", "fastest")
+
+
+@dataclass
+class DataConfig:
+    """``data``: where batches come from and where they live during training."""
+
+    source: str = "synthetic"
+    placement: str = "host"
+    path: str | None = None
+    num_workers: int = 2
+
+    def __post_init__(self) -> None:
+        _check_choice("data.source", self.source, SOURCES)
+        _check_choice("data.placement", self.placement, PLACEMENTS)
+        _check_int("data.num_workers", self.num_workers, 0)
+        # data.source=real without data.path is checked per job (a radT plan's rows bring their own).
+
+
+@dataclass
+class TrainerConfig:
+    """``trainer``: how each training process runs (allocator, fast paths, fault injection).
+
+    ``spawn``: training processes forked from the node's warm parent (``fork``) or started afresh
+    (``exec``); ``reuse_actors``: a lane lends its trainer actors to cell after cell (false: fresh
+    actors per cell).
+    """
+
+    allocator: str = "native"
+    compile: str = "off"
+    amp: str = "off"
+    channels_last: bool = False
+    num_cpus: float = 1.0
+    cpu_affinity: str = "auto"
+    spawn: str = "fork"
+    reuse_actors: bool = True
+    torch_threads: int | None = None
+    setup_timeout_s: float = 1800.0
+    stall_timeout_s: float = 300.0  # silent this long (and 20 warm-up steps): status=hang (driver/stall.py)
+    epoch_timeout_s: float | None = None  # an optional cap on one call's epochs; null = none
+    compile_cache: str | None = None  # a directory; null: $RAYCOLLOC_COMPILE_CACHE, else /tmp/raycolloc-compile-cache
+    fault: str | None = None
+    fault_job: int = 0
+    fault_epoch: int = 2
+
+    def __post_init__(self) -> None:
+        _check_choice("trainer.allocator", self.allocator, ALLOCATORS)
+        _check_choice("trainer.compile", self.compile, COMPILE_MODES)
+        _check_choice("trainer.amp", self.amp, AMP_MODES)
+        _check_min("trainer.num_cpus", self.num_cpus, 0)
+        _check_choice("trainer.cpu_affinity", self.cpu_affinity, CPU_AFFINITY)
+        _check_choice("trainer.spawn", self.spawn, SPAWN_METHODS)
+        _check_int("trainer.torch_threads", self.torch_threads, 1, optional=True)
+        _check_min("trainer.setup_timeout_s", self.setup_timeout_s, 1)
+        _check_min("trainer.stall_timeout_s", self.stall_timeout_s, 1)
+        _check_min("trainer.epoch_timeout_s", self.epoch_timeout_s, 1, optional=True)
+        if self.fault is not None:
+            _check_choice("trainer.fault", self.fault, FAULTS)
+        _check_int("trainer.fault_job", self.fault_job, 0)
+        _check_int("trainer.fault_epoch", self.fault_epoch, 1)
+
+
+@dataclass
+class TelemetryConfig:
+    """``telemetry``: GPU sampling during a cell (source ``auto`` tries DCGM, GPM, NVML)."""
+
+    enabled: bool = True
+    interval_ms: int = 100
+    source: str = "auto"
+    processes: bool = True
+
+    def __post_init__(self) -> None:
+        _check_choice("telemetry.source", self.source, TELEMETRY_SOURCES)
+        _check_int("telemetry.interval_ms", self.interval_ms, 10)
+        if self.source == "gpm" and self.interval_ms < 100:
+            raise ConfigError("telemetry.interval_ms must be >= 100 with telemetry.source=gpm (NVML GPM limit)")
+
+
+@dataclass
+class MeasureConfig:
+    """``measure/``: how sure a configuration's rate must be, for ``repeats=auto``.
+
+    ``target_ci``: the relative half-width of the 95% interval a configuration's rate should reach
+    (0.03 = ±3%); one wider is run again, interleaved, up to ``max_repeats`` runs.
+    ``min_solo_repeats``: runs of every degree-1 cell (the baselines every gain divides by), spread
+    over the sweep (start, middle, end). ``statistic``: how the analysis forms a configuration's
+    headline rate from its runs (``mean``, ``median`` or ``fastest``). None of it changes what a
+    cell measures, so none of it is in the config hash.
+    """
+
+    target_ci: float = 0.03
+    max_repeats: int = 5
+    min_solo_repeats: int = 3
+    statistic: str = "mean"
+
+    def __post_init__(self) -> None:
+        target = self.target_ci
+        if isinstance(target, bool) or not isinstance(target, int | float) or not 0 < target < 1:
+            raise ConfigError(
+                f"measure.target_ci={self.target_ci!r} is not allowed; it must be a number between 0 and 1 "
+                "(0.03 = a 95% interval of ±3%)"
+            )
+        _check_int("measure.max_repeats", self.max_repeats, 1)
+        _check_int("measure.min_solo_repeats", self.min_solo_repeats, 1)
+        if self.min_solo_repeats > self.max_repeats:
+            raise ConfigError(
+                f"measure.min_solo_repeats={self.min_solo_repeats} is not allowed; it must be an integer "
+                f"1..measure.max_repeats ({self.max_repeats})"
+            )
+        _check_choice("measure.statistic", self.statistic, STATISTICS)
+
+
+def check_repeats(value: object) -> None:
+    """``repeats``: an integer >= 1 (exactly that many runs) or ``auto`` (adaptive, see ``measure``)."""
+    if value == "auto":
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(
+            f"repeats={value!r} is not allowed; it must be an integer >= 1 (exactly that many runs) "
+            "or auto (adaptive: measure.target_ci, measure.max_repeats, measure.min_solo_repeats)"
+        )

@@ -1,0 +1,80 @@
+"""The engine's side of ``repeats=auto``: each recorded result goes to the sweep's
+:class:`~raycolloc.driver.repeats.RepeatPolicy`, and each run it adds becomes a cell of the sweep
+(validated, in its own directory) — or, where a valid result of that repeat exists (resume), a
+reused one, which the policy reads at once as it reads a run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from raycolloc.driver.cell_specs import validate_cell
+from raycolloc.driver.repeats import RepeatPolicy
+from raycolloc.driver.resume import CellResult, resume
+from raycolloc.spec import CellSpec
+
+__all__ = ["Growth", "Regrow"]
+
+Todo = tuple[CellSpec, Path]
+
+
+@dataclasses.dataclass(frozen=True)
+class Growth:
+    """Cells to add: ``front`` to run next, ``back`` after every queued cell, ``reused`` found on disk."""
+
+    front: list[Todo]
+    back: list[Todo]
+    reused: list[CellResult]
+
+
+def _row(result: CellResult) -> Any:
+    """The cell row of a result: the one just written, or the one a reused result has on disk."""
+    if result.row is not None:
+        return result.row
+    if result.reused_from is None:
+        return None
+    from raycolloc.results.store import read_table
+
+    rows = read_table(result.reused_from, "cells").to_pylist()
+    return SimpleNamespace(**rows[0]) if rows else None
+
+
+class Regrow:
+    """Adds a sweep's adaptive repeats as its results come in (thread-safe: lanes call it).
+
+    Args:
+        cells: the sweep's first pass.
+        place: the directory of an added cell (it also writes the cell's ``.hydra`` record).
+        rerun: ``+rerun=true``: no result is reused.
+    """
+
+    def __init__(self, cells: Sequence[CellSpec], place: Callable[[CellSpec], Path], rerun: bool) -> None:
+        self.policy = RepeatPolicy(cells)
+        self.place, self.rerun = place, rerun
+        self.reused = 0
+        self._lock = threading.Lock()
+
+    def expand(self, results: Sequence[CellResult]) -> Growth:
+        """The cells ``results`` bring (repeats found on disk are read in turn, and may bring more)."""
+        growth = Growth([], [], [])
+        with self._lock:
+            work = list(results)
+            while work:
+                result = work.pop(0)
+                for add in self.policy.recorded(result.cell, _row(result)):
+                    spec = validate_cell(dataclasses.replace(add.base.config, repeat=add.repeat))
+                    todo, found = resume([(spec, self.place(spec))], self.rerun)
+                    self.reused += len(found)
+                    growth.reused.extend(found)
+                    work.extend(found)
+                    (growth.front if add.front else growth.back).extend(todo)
+        return growth
+
+    def summary(self) -> str:
+        """The sweep's line on what ``repeats=auto`` added."""
+        return self.policy.summary(self.reused)

@@ -1,0 +1,151 @@
+"""``repeats=auto`` (issue 30): solo baselines spread over the sweep, re-runs while a configuration's
+interval is wider than ``measure.target_ci``, up to ``measure.max_repeats``; the policy on synthetic
+rows, then one real sweep on the simulated backend (and its resume)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from analysis.load import load_sweeps
+from raycolloc.config import ConfigError
+from raycolloc.driver.cell_specs import sweep_cells
+from raycolloc.driver.repeats import Observation, RepeatPolicy, interval, needs_rerun
+
+from .conftest import ROOT, load, run_cli
+
+
+def _row(rate: float, low: float | None = None, high: float | None = None, status: str = "ok") -> SimpleNamespace:
+    return SimpleNamespace(status=status, agg_samples_per_s=rate, agg_rate_low=low, agg_rate_high=high)
+
+
+def _runs(*rates: float) -> list[Observation]:
+    return [Observation("ok", r) for r in rates]
+
+
+def test_a_configuration_inside_the_target_gets_no_rerun_and_a_wider_one_does_up_to_the_cap() -> None:
+    cfg = load(["degree=2"]).config  # target ±3%, at most 5 runs
+    assert not needs_rerun(_runs(100.0, 100.2), cfg, solo=False)  # t-interval ±1.3%
+    assert needs_rerun(_runs(100.0, 100.5), cfg, solo=False)  # ±3.2%
+    assert needs_rerun(_runs(100, 130, 80, 120), cfg, solo=False)
+    assert not needs_rerun(_runs(100, 130, 80, 120, 90), cfg, solo=False)  # the cap
+    # One run: its within-run interval decides; none known, only a solo baseline runs again.
+    assert not needs_rerun([Observation("ok", 100.0, 98.0, 102.0)], cfg, solo=False)
+    assert needs_rerun([Observation("ok", 100.0, 90.0, 110.0)], cfg, solo=False)
+    assert not needs_rerun(_runs(100.0), cfg, solo=False) and needs_rerun(_runs(100.0), cfg, solo=True)
+    assert not needs_rerun([Observation("error", None)], cfg, solo=True)  # failures are not repeated
+    iv = interval(_runs(100.0, 100.2))
+    assert iv is not None and iv.method == "repeats" and iv.rel_half_width == pytest.approx(0.0127, abs=1e-3)
+
+
+def test_solo_baselines_run_at_start_middle_and_end_and_wide_cells_are_rerun_interleaved() -> None:
+    cells = [load([f"degree={d}"]) for d in (1, 2, 3, 7)]
+    solo, x2, x3, x7 = cells
+    policy = RepeatPolicy(cells)
+    assert policy.active and policy.first_pass == 4
+    assert policy.recorded(solo, _row(100.0)) == []  # 1 of 4 done: nothing due yet
+    (mid,) = policy.recorded(x2, _row(180.0, 178.0, 182.0))  # half done: the solo's 2nd run, next in line
+    assert (mid.base, mid.repeat, mid.front, mid.reason) == (solo, 1, True, "solo")
+    (wide,) = policy.recorded(x3, _row(250.0, 225.0, 275.0))  # ±10%: again, at the queue's end
+    assert (wide.base, wide.repeat, wide.front, wide.reason) == (x3, 1, False, "ci")
+    (end,) = policy.recorded(x7, _row(300.0, 299.0, 301.0))  # first pass over: the solo's last run, at the end
+    assert (end.base, end.repeat, end.front, end.reason) == (solo, 2, False, "solo")
+    assert (
+        policy.recorded(dataclasses.replace(solo, config=dataclasses.replace(solo.config, repeat=1)), _row(101)) == []
+    )
+    solo_r2 = load(["degree=1", "repeat=2"])
+    assert policy.recorded(solo_r2, _row(100.5)) == []  # 3 runs within ±3%: done
+    x3_runs = [load(["degree=3", f"repeat={k}"]) for k in range(1, 5)]
+    # x3 keeps moving: re-run one at a time until the cap of 5 runs, then left wider.
+    for k, rate in zip(range(1, 5), (300.0, 220.0, 280.0, 240.0), strict=True):
+        more = policy.recorded(x3_runs[k - 1], _row(rate))
+        assert [(a.repeat, a.reason) for a in more] == ([(k + 1, "ci")] if k < 4 else [])
+    assert (
+        policy.summary()
+        == "repeats auto: 2 solo repeats, 4 re-runs for CI > 3%, 1 configuration(s) still wider (cap 5)"
+    )
+
+
+def test_fixed_repeats_are_exact_and_not_adaptive() -> None:
+    specs = [load(["degree=1", "repeats=3"]), load(["degree=2", "repeats=3"])]
+    cells = sweep_cells(specs)
+    assert sorted(c.config.repeat for c in cells) == [0, 0, 1, 1, 2, 2]
+    assert not RepeatPolicy(cells).active  # no run added to repeats=N
+    auto = sweep_cells([load(["degree=1"]), load(["degree=2"])])
+    assert [c.config.repeat for c in auto] == [0, 0] and RepeatPolicy(auto).active
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("repeats=0", r"repeats=0 is not allowed; it must be an integer >= 1 .* or auto"),
+        ("repeats=sometimes", r"repeats='sometimes' is not allowed"),
+        ("measure.target_ci=0", r"measure.target_ci=0.0 is not allowed; it must be a number between 0 and 1"),
+        ("measure.max_repeats=0", r"measure.max_repeats=0 is not allowed"),
+        ("measure.min_solo_repeats=6", r"measure.min_solo_repeats=6 is not allowed; .*measure.max_repeats \(5\)"),
+        ("measure.statistic=best", r"measure.statistic='best' is not allowed; choose one of: mean, median, fastest"),
+    ],
+)
+def test_bad_repeats_and_measure_values_are_refused(override: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load([override])
+
+
+def test_bad_repeats_exit_2_before_ray(tmp_path: Path) -> None:
+    proc = run_cli(
+        ["-m", "degree=1,2", "workload=tiny_cnn", "cluster=local", "repeats=-1", f"out_dir={tmp_path}"],
+        cwd=ROOT,
+        timeout=120,
+        own_ray=True,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "repeats=-1 is not allowed" in proc.stderr + proc.stdout
+
+
+def test_a_dry_run_says_repeats_are_adaptive(tmp_path: Path) -> None:
+    proc = run_cli(
+        ["-m", "degree=1,2", "workload=tiny_cnn", "cluster=local", "+dry_run=true", f"out_dir={tmp_path}"],
+        cwd=ROOT,
+        timeout=120,
+        own_ray=True,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "repeats=auto: adaptive" in proc.stdout and "run 3 times" in proc.stdout
+
+
+@pytest.mark.slow  # one small sweep on the simulated backend, then its resume
+def test_a_sim_sweep_repeats_its_solo_baseline_and_resume_counts_the_repeats(tmp_path: Path) -> None:
+    out = tmp_path / "res"
+    # A target no run meets: the solo gets its 3 spread runs, then one re-run for the interval (cap 4);
+    # degree 2 has one run (no within-run interval on this branch's rows: unknown, not a solo).
+    args = [
+        "-m",
+        "degree=1,2",
+        "mode=naive",
+        "workload=tiny_cnn",
+        "cluster=local",
+        "epoch_samples=128",
+        "measure.target_ci=0.0001",
+        "measure.max_repeats=4",
+        "cluster.max_concurrent_cells=1",  # one lane: the order is the queue's
+        f"out_dir={out}",
+    ]
+    proc = run_cli(args, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cells = load_sweeps([out], all_results=True).table("cells").sort_values("started_at")
+    by_degree = cells.groupby("degree")["repeat"].apply(sorted).to_dict()
+    assert by_degree == {1: [0, 1, 2, 3], 2: [0]}, cells[["label", "repeat"]].to_string()
+    order = re.findall(r"^cell (tiny_cnn-naive-x\d(?:-r\d)?)-", proc.stdout, flags=re.M)
+    # The solo baseline first; its 2nd run once half the first pass is done; its last ones at the end.
+    assert order == [f"tiny_cnn-naive-x{s}" for s in ("1", "1-r1", "2", "1-r2", "1-r3")], (order, cells.to_string())
+    line = "repeats auto: 2 solo repeats, 1 re-runs for CI > 0.01%, 1 configuration(s) still wider (cap 4)"
+    assert line in proc.stdout, proc.stdout[-3000:]
+    assert (out.parent / "res").exists() and len(list(out.rglob("cells.parquet"))) == 5
+    again = run_cli(args, cwd=ROOT)  # resume: every run, the added ones too, found on disk
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert re.search(r"repeats auto: 2 solo repeats, 1 re-runs .* \(3 of them found on disk\)", again.stdout)
+    assert "result exists" in again.stdout and len(list(out.rglob("cells.parquet"))) == 5
