@@ -19,7 +19,7 @@ from raycolloc.config_checks import MAX_DEGREE, ConfigError, as_list, check_mode
 from raycolloc.config_checks import check_choice as _check_choice
 from raycolloc.config_checks import check_int as _check_int
 from raycolloc.config_checks import check_min as _check_min
-from raycolloc.config_checks import check_port, is_mem_limit
+from raycolloc.config_checks import check_port, check_reserved_cpus, is_mem_limit
 from raycolloc.config_groups import DataConfig, MeasureConfig, TelemetryConfig, TrainerConfig, check_repeats
 from raycolloc.workload_config import (
     MixJob,
@@ -105,6 +105,8 @@ class ClusterConfig:
     no ``address`` a local Ray instance starts with ``num_gpus`` fake GPUs of ``gpu_model``, whose
     state (MIG layouts, memory in use) lives under ``sim_root``. ``reuse_lease``: a sweep leases
     each GPU once and runs its cells on it one after the other (false: a lease per cell).
+    ``reserved_cpus``: cores of each node kept for Ray, the driver and the steward, never a job's
+    (``node/reserve.py``); ``isolate_measurement``: cells of one node measure one at a time.
     """
 
     backend: str = "auto"
@@ -121,9 +123,12 @@ class ClusterConfig:
     dashboard_host: str = "127.0.0.1"
     dashboard_port: int = 8265
     metrics_export_port: int | None = None
+    reserved_cpus: str = "auto"
+    isolate_measurement: bool = False
 
     def __post_init__(self) -> None:
         _check_choice("cluster.backend", self.backend, BACKENDS)
+        check_reserved_cpus("cluster.reserved_cpus", self.reserved_cpus)
         _check_choice("cluster.sim_mig_mode", self.sim_mig_mode, SIM_MIG_MODES)
         # gpu_model against the node's MIG tables: where the driver validates a cell (driver/cell_specs.py).
         _check_int("cluster.num_gpus", self.num_gpus, 1)
@@ -235,6 +240,8 @@ _NON_SEMANTIC = {
     ("cluster", "dashboard_host"),
     ("cluster", "dashboard_port"),
     ("cluster", "metrics_export_port"),
+    ("cluster", "reserved_cpus"),  # where the node's own processes run, as max_concurrent_cells: rows say
+    ("cluster", "isolate_measurement"),
     ("trainer", "setup_timeout_s"),
     ("trainer", "stall_timeout_s"),
     ("trainer", "epoch_timeout_s"),

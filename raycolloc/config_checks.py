@@ -19,9 +19,11 @@ __all__ = [
     "check_min",
     "check_mode_only",
     "check_port",
+    "check_reserved_cpus",
     "closest",
     "is_mem_limit",
     "listed",
+    "parse_cpu_list",
 ]
 
 
@@ -103,3 +105,33 @@ def is_mem_limit(value: Any) -> bool:
     """Whether ``value`` is a size such as 8G, 512M or a plain byte count."""
     text = str(value).strip().upper()
     return len(text) > 1 and text[:-1].isdigit() and text[-1] in "KMGT" or text.isdigit()
+
+
+def parse_cpu_list(text: str) -> tuple[int, ...]:
+    """``"0-1,4"`` -> ``(0, 1, 4)`` (the kernel's cpu-list format).
+
+    Raises:
+        ValueError: not a cpu list.
+    """
+    cores: set[int] = set()
+    for part in str(text).replace(" ", "").split(","):
+        first, _, last = part.partition("-")
+        if not first.isdigit() or (last and not last.isdigit()) or (last and int(last) < int(first)):
+            raise ValueError(f"not a cpu list: {text!r}")
+        cores.update(range(int(first), int(last or first) + 1))
+    return tuple(sorted(cores))
+
+
+def check_reserved_cpus(key: str, value: Any) -> None:
+    """``auto``, ``none``, a count of cores (``2``) or a cpu list (``0-1``, ``"0,2"``)."""
+    text = str(value).strip()
+    if text in ("auto", "none") or (text.isdigit() and int(text) >= 1):
+        return
+    try:
+        parse_cpu_list(text)
+    except ValueError:
+        raise ConfigError(
+            f"{key}={value!r} is not allowed; choose auto, none, a count of cores (2) or a cpu list (0-1, '0,2')"
+        ) from None
+    if "-" not in text and "," not in text:  # a bare 0 would be a count of no cores, not core 0
+        raise ConfigError(f"{key}={value!r} is not allowed; reserve no cores with none, core 0 alone with 0-0")

@@ -123,14 +123,15 @@ def format_cpus(cpus: tuple[int, ...] | list[int] | None) -> str | None:
     return ",".join(runs)
 
 
-def move_threads_off(cpus: tuple[int, ...]) -> set[int]:
+def move_threads_off(cpus: tuple[int, ...], onto: tuple[int, ...] | None = None) -> set[int]:
     """Move every thread of this process (a trainer actor: Ray's gRPC and event loops) off ``cpus``,
-    the cores of the job's training process, onto the node's other cores; returns those cores.
+    the cores of the job's training process, onto the node's other cores (``onto``: the node's
+    reserved cores, where its own processes run); returns those cores.
 
     The training process is pinned to ``cpus`` as a whole before it starts a thread (``raycolloc.
     jobproc``), so each of its threads, CUDA's included, stays with the training thread.
     """
-    others = (set(os.sched_getaffinity(0)) | _node_cpus()) - set(cpus)
+    others = set(onto) - set(cpus) if onto else (set(os.sched_getaffinity(0)) | _node_cpus()) - set(cpus)
     if not others:
         return set(os.sched_getaffinity(0))
     for task in Path("/proc/self/task").iterdir():

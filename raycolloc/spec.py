@@ -31,6 +31,7 @@ __all__ = [
     "JobStatus",
     "NodeInfo",
     "Release",
+    "Reservation",
     "Samples",
     "as_cell_status",
 ]
@@ -146,6 +147,20 @@ class Binding:
     mps_control: str | None = None
     cpus: tuple[int, ...] | None = None  # cores the job is pinned to (trainer.cpu_affinity=auto)
     device: JobDevice = CudaDevice()
+    # The node's reserved cores (its trainer actor's own threads go there) and, for a job not pinned,
+    # every other core (so it does not inherit the reserved set); None: the node reserves nothing.
+    reserved_cpus: tuple[int, ...] | None = None
+    shared_cpus: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """The cores of a node kept for its own processes (Ray, the driver, the steward), never a job's
+    (``raycolloc.node.reserve``); ``cores`` empty: none reserved, and ``note`` says why."""
+
+    cores: tuple[int, ...] = ()
+    setting: str = "none"
+    note: str = ""
 
 
 @dataclass
@@ -216,6 +231,7 @@ class NodeInfo:
     mem_available_mib: float
     leftovers: tuple[str, ...]  # what dead stewards left, found (and put right) at its start
     traits: BackendTraits  # what its GPU backend allows: host memory and cores per job, MIG, ...
+    reservation: Reservation = Reservation()  # its cores kept for Ray, the driver and the steward
 
     @property
     def backend(self) -> str:

@@ -72,6 +72,8 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     ("gpu-model", ["cluster.gpu_model=Z9000"], ["cluster.gpu_model='Z9000' is not allowed", "H100-80GB"]),
     ("sim-mig-mode", ["cluster.sim_mig_mode=maybe"], ["cluster.sim_mig_mode='maybe'", "auto, enabled, disabled"]),
     ("lease-timeout", ["cluster.lease_timeout_s=0"], ["cluster.lease_timeout_s=0.0 is not allowed"]),
+    ("reserved-cpus", ["cluster.reserved_cpus=lots"], ["cluster.reserved_cpus='lots' is not allowed", "auto, none"]),
+    ("reserved-cpus-zero", ["cluster.reserved_cpus=0"], ["cluster.reserved_cpus='0' is not allowed", "none"]),
     ("telemetry-source", ["telemetry.source=prometheus"], ["telemetry.source='prometheus'", "dcgm"]),
     ("telemetry-interval", ["telemetry.interval_ms=5"], ["telemetry.interval_ms=5"]),
     ("mps-option-on-naive", ["mode.active_thread_percentage=50"], ["applies to mode=mps only"]),

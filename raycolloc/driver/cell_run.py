@@ -29,7 +29,9 @@ from raycolloc.driver.progress import Board
 from raycolloc.driver.stall import StallWatch
 from raycolloc.driver.tabulate import CellRecord
 from raycolloc.driver.trainers import TrainerPool
+from raycolloc.driver.side_by_side import MeasureWindows
 from raycolloc.node.gpu.backend import GpuInfo
+from raycolloc.procs import format_cpus
 from raycolloc.spec import CellSpec, JobSpec, JobState, Samples
 
 __all__ = ["CellCancelled", "Lane", "run_cell"]
@@ -54,6 +56,7 @@ class Lane:
     cancel: threading.Event
     forkserver: str | None  # the node's warm parent of training processes, if it serves
     trainers: TrainerPool
+    windows: MeasureWindows  # the sweep's measured windows, per node (driver/side_by_side.py)
 
     def report(self, cell_id: str, state: str) -> None:
         """Set the cell's state on the progress board (fire and forget)."""
@@ -112,6 +115,7 @@ class _CellRun:
         t_prepare = time.perf_counter()
         bindings = ray.get(lane.steward.prepare.remote(cell, lane.gpu.uuid), timeout=300)
         self.prepared = True
+        rec.reserved_cpus = format_cpus(bindings[0].reserved_cpus) if bindings else None
         t_setup = time.perf_counter()
         rec.prepare_s = t_setup - t_prepare  # steward: MPS daemon or MIG layout, CPU cores
         forkserver = lane.forkserver if trainer_cfg.spawn == "fork" else None
@@ -133,14 +137,31 @@ class _CellRun:
             # study's mixed workloads did; no barrier holds a fast job back for a slow one. Scripts
             # run as written: they have no warm-up to wait for.
             lane.report(cell.cell_id, "training")
-            self._epochs(lambda job: (1, job.epochs))
+            self._measured(lambda job: (1, job.epochs))
             return
         # Warm-up epoch (1) on every live job; waiting for all of them is the barrier after which
         # the measured epochs start together, so they overlap on the GPU.
         lane.report(cell.cell_id, "warm-up")
         self._epochs(lambda job: (1, 1))
-        lane.report(cell.cell_id, "measuring")
-        self._epochs(lambda job: (2, job.epochs))
+        self._measured(lambda job: (2, job.epochs))
+
+    def _measured(self, span: Callable[[JobSpec], tuple[int, int]]) -> None:
+        """The measured epochs inside the cell's measured window (alone on its node with
+        ``cluster.isolate_measurement``: the wait is after the warm-up barrier)."""
+        cell, lane, isolate = self.cell, self.lane, self.cell.config.cluster.isolate_measurement
+
+        def waiting() -> None:
+            if lane.cancel.is_set():
+                raise CellCancelled
+
+        if isolate:
+            lane.report(cell.cell_id, "waiting to measure")
+        with lane.windows.measuring(lane.node_id, cell.cell_id, isolate, waiting) as window:
+            lane.report(cell.cell_id, "measuring")
+            self._epochs(span)
+        self.rec.isolated, self.rec.overlapping_cells = isolate, window.overlapping
+        if window.waited_s > 1.0:
+            log.info("cell=%s waited %.1fs for its node's other cells to measure", cell.cell_id, window.waited_s)
 
     def _live(self) -> list[int]:
         return [i for i, s in self.rec.states.items() if s.ok]

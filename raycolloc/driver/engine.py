@@ -46,6 +46,8 @@ from raycolloc.driver.summary import cell_summary
 from raycolloc.driver.tabulate import CellRecord, cell_row, job_rows
 from raycolloc.driver.teardown import note_pipe_root
 from raycolloc.driver.trainers import TrainerPool
+from raycolloc.driver.side_by_side import MeasureWindows
+from raycolloc.node.reserve import confine_process, widen
 from raycolloc.node.steward import NAMESPACE, get_steward, start_stewards
 from raycolloc.results.index import REFERENCE, register_sweeps, sweep_root
 from raycolloc.results.rows import CellRow
@@ -106,6 +108,7 @@ class _Sweep:
         self.results: dict[str, CellResult] = {}
         self.finished: list[threading.Event] = []
         self.lease_errors: list[str] = []
+        self.windows = MeasureWindows()
         self.write_error: ResultWriteError | None = None
         first = todo[0][0].config
         self.cluster, self.pipe_root = first.cluster, first.mode.pipe_root
@@ -235,7 +238,7 @@ class _Sweep:
             trainers.close()
             lease.release()
             raise
-        lane = Lane(lease, node_id, steward, gpu, self.board, self.cancel, forkserver, trainers)
+        lane = Lane(lease, node_id, steward, gpu, self.board, self.cancel, forkserver, trainers, self.windows)
         return lane, {"lease_wait_s": lease.waited_s, "lane_setup_s": time.monotonic() - t0}
 
     def _close(self, index: int, lane: Lane) -> None:
@@ -285,7 +288,11 @@ def run_cells(
         print(result.summary, flush=True)
     results = {r.cell.cell_id: r for r in reused}
     if todo:
-        results.update(_run(todo, pins or {}, regrow))
+        cores = os.sched_getaffinity(0)
+        try:
+            results.update(_run(todo, pins or {}, regrow))
+        finally:
+            widen(os.getpid(), cores)  # a driver kept to its node's reserved cores gets its own back
     if regrow is not None:
         print(regrow.summary(), flush=True)
     ordered = [results.pop(c.cell_id) for c, _ in cells if c.cell_id in results]
@@ -310,6 +317,9 @@ def _run(todo: list[tuple[CellSpec, Path]], pins: Mapping[str, int], regrow: Reg
     connect(first.cluster, max_jobs_per_cell=max(c.degree for c, _ in todo))
     nodes = gpu_nodes()
     infos = start_stewards(nodes, first.cluster, first.mode.pipe_root)
+    # Local mode: the driver runs on a GPU node, so it keeps to that node's reserved cores too.
+    here = next((i.reservation.cores for i in infos if i.node_id == ray.get_runtime_context().get_node_id()), ())
+    confine_process(os.getpid(), here)
     skips = check_cluster([c for c, _ in todo], infos)
     skips.update({k: v for k, v in _pin_skips(todo, pins, nodes).items() if k not in skips})
     check_nodes([c for c, _ in todo if c.cell_id not in skips], infos)
@@ -343,7 +353,7 @@ def _run(todo: list[tuple[CellSpec, Path]], pins: Mapping[str, int], regrow: Reg
     # state in CPython 3.11 (is_alive() turns False while it runs), and the lanes must outlive it.
     try:
         for done in sweep.finished:
-            while not done.wait(timeout=0.5):  # returns the moment the lane ends (a poll would lag)
+            while not done.wait(timeout=view.every_s):  # returns the moment the lane ends (a poll would lag)
                 view.refresh()
     except KeyboardInterrupt:
         log.warning(

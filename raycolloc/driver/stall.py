@@ -26,6 +26,9 @@ __all__ = ["STEPS_OF_SILENCE", "StallWatch"]
 
 log = logging.getLogger(__name__)
 STEPS_OF_SILENCE = 20  # warm-up steps a job may stay silent for, where that is longer than the timeout
+# How often the board is asked, as a share of the shortest limit (at most every 10 s, at least every
+# 2 s): each ask is a call to the board while jobs measure, and a limit is minutes by default.
+CHECK_SHARE, CHECK_MIN_S, CHECK_MAX_S = 0.1, 2.0, 10.0
 
 
 @dataclass
@@ -56,6 +59,9 @@ class StallWatch:
             step_s = warm.wall_s / max(1, warm.steps or 1) if warm else 0.0
             self._limits[job.index] = max(trainer.stall_timeout_s, STEPS_OF_SILENCE * step_s)
         self._first_limit = max(trainer.stall_timeout_s, trainer.setup_timeout_s) if self.warmup else 0.0
+        shortest = min(self._limits.values(), default=trainer.stall_timeout_s)
+        self._every = min(CHECK_MAX_S, max(CHECK_MIN_S, CHECK_SHARE * shortest))
+        self._checked = -float("inf")
 
     def _progress(self) -> dict[int, JobProgress]:
         try:
@@ -67,9 +73,13 @@ class StallWatch:
         return cell.jobs if cell is not None else {}
 
     def hung(self, waiting: Collection[int]) -> dict[int, str]:
-        """Jobs among ``waiting`` silent for longer than their limit -> why (for the job's row)."""
-        jobs = self._progress()
+        """Jobs among ``waiting`` silent for longer than their limit -> why (for the job's row); asks the
+        board at most every few seconds (a verdict is at most that late)."""
         now = time.monotonic()
+        if now - self._checked < self._every:
+            return {}
+        self._checked = now
+        jobs = self._progress()
         verdicts = {}
         for index in waiting:
             progress = jobs.get(index)

@@ -13,7 +13,7 @@ from raycolloc.workload_kinds import ScriptWorkload
 if TYPE_CHECKING:
     from raycolloc.driver.engine import CellResult
 
-__all__ = ["cell_summary", "print_sweep_summary"]
+__all__ = ["cell_summary", "conditions_lines", "print_sweep_summary"]
 
 log = logging.getLogger("raycolloc")
 
@@ -69,6 +69,8 @@ def print_sweep_summary(sweep_dir: Path, results: Sequence[CellResult]) -> None:
 
         data = load_sweeps([sweep_dir])
         print(f"\nsweep {sweep_dir}: {len(data.cells)} cells, {int((data.cells['status'] == 'ok').sum())} ok")
+        for line in conditions_lines([r.row for r in results if r.row is not None]):
+            print(line)
         gain = gain_table(data.cells, data.jobs)
         if not gain.empty:
             print(
@@ -87,3 +89,30 @@ def print_sweep_summary(sweep_dir: Path, results: Sequence[CellResult]) -> None:
             print(mixes[cols].to_string(index=False, na_rep="-", float_format=lambda v: f"{v:,.2f}"))
     except Exception as exc:  # noqa: BLE001 - the summary is a convenience; the results are on disk
         log.warning("sweep summary unavailable: %s", exc)
+
+
+def conditions_lines(rows: Sequence[CellRow]) -> list[str]:
+    """Under what conditions the cells run here measured: the cores kept for the node's own processes
+    (one line) and whether cells measured side by side on a node (one line); none without cells."""
+    ran = [r for r in rows if r.overlapping_cells is not None]
+    if not ran:
+        return []
+    kept = sorted({f"{r.reserved_cpus} on {r.hostname or r.node_id or '?'}" for r in ran if r.reserved_cpus})
+    lines = [
+        f"quiet cores: {', '.join(kept)} kept for Ray, the driver and the steward; no job ran there"
+        if kept
+        else "quiet cores: none reserved (cluster.reserved_cpus=none, or a node under 4 cores): Ray, the driver "
+        "and the steward shared the jobs' cores"
+    ]
+    beside = [r for r in ran if r.overlapping_cells]
+    if any(r.isolated for r in ran):
+        lines.append("side by side: none; each node measured one cell at a time (cluster.isolate_measurement=true)")
+    elif beside:
+        most = max(r.overlapping_cells or 0 for r in beside)
+        lines.append(
+            f"side by side: {len(beside)} of {len(ran)} cells measured while other cells of their node did (up to "
+            f"{most} others); for numbers taken alone: cluster.isolate_measurement=true"
+        )
+    else:
+        lines.append("side by side: none; no cell measured while another of its node did")
+    return lines

@@ -38,6 +38,9 @@ class CellRecord:
     setup_s: float | None = None
     sampler_start_s: float | None = None
     teardown_s: float | None = None
+    reserved_cpus: str | None = None  # the node's cores kept for its own processes (node/reserve.py)
+    overlapping_cells: int | None = None  # other cells of the node measuring meanwhile (driver/side_by_side.py)
+    isolated: bool | None = None  # measured with cluster.isolate_measurement
     states: dict[int, JobState] = field(default_factory=dict)
     telemetry: list[TelemetryRow] = field(default_factory=list)
 
@@ -351,6 +354,9 @@ def cell_row(rec: CellRecord, jobs: Sequence[JobRow], epochs: Sequence[EpochRow]
         else None,
         total_energy_j=window_energy(rec.telemetry, first, last)[0],
         resumed_from=None,
+        reserved_cpus=rec.reserved_cpus,
+        overlapping_cells=rec.overlapping_cells,
+        isolated=rec.isolated,
         config_json=json.dumps(dataclasses.asdict(cfg), default=str),
         env_json=json.dumps(environment(gpu), default=str),
         tags_json=json.dumps(cfg.tags),

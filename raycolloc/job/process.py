@@ -341,9 +341,9 @@ def run(conn: Connection, actor_pid: int, forked: bool) -> None:
     """Be the training process of the job the actor sends first; serve its commands."""
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     job, binding = conn.recv()
-    if binding.cpus:
-        # Before torch starts a thread: every thread of this process inherits the job's cores.
-        os.sched_setaffinity(0, binding.cpus)
+    if binding.cpus or binding.shared_cpus:
+        # Before torch starts a thread: its threads inherit the job's cores (unpinned: all but the reserved).
+        os.sched_setaffinity(0, binding.cpus or binding.shared_cpus or ())
     if forked:
         watch_parent(actor_pid)  # an exec'd process has PR_SET_PDEATHSIG instead
     normal_priority()

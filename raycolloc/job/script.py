@@ -126,8 +126,8 @@ class ScriptTrainer:
         """
         self.job, self.binding, self.board = job, binding, board
         self.workload: Any = job.workload
-        if binding.cpus:
-            move_threads_off(binding.cpus)
+        if binding.cpus or binding.reserved_cpus:
+            move_threads_off(binding.cpus or (), onto=binding.reserved_cpus)
         self._proc: subprocess.Popen[bytes] | None = None
         self._readers: list[threading.Thread] = []
         self._stderr: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
@@ -173,7 +173,8 @@ class ScriptTrainer:
     def setup(self) -> JobState:
         """Start the script; returns at once with its pid (the steward samples it from now on)."""
         info = self._state.info
-        cpus = ",".join(map(str, self.binding.cpus)) if self.binding.cpus else "-"
+        pin = self.binding.cpus or self.binding.shared_cpus  # not pinned: off the reserved cores
+        cpus = ",".join(map(str, pin)) if pin else "-"
         launcher = [
             sys.executable,
             "-m",

@@ -68,8 +68,8 @@ class Trainer:
             env["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
         cache_env(env, job.trainer.compile_cache)  # one compile cache per node
         self.job, self.board, self._state = job, board, JobState()
-        if binding.cpus:
-            move_threads_off(binding.cpus)
+        if binding.cpus or binding.reserved_cpus:
+            move_threads_off(binding.cpus or (), onto=binding.reserved_cpus)
         self._proc, self._conn = start_training_process(job, binding, python_env(env), forkserver)
         return self._proc.pid
 

@@ -7,7 +7,8 @@ for raycolloc's own degree-1 cells the difference was inside that machine's nois
 measurements.md). Pinning also keeps cells side by side on one node off each other's cores. The
 steward hands out cores per node, preferring the GPU's NVML CPU affinity (its NUMA-local cores). A
 cell that cannot have a free core per job is not pinned at all (``jobs.cpus`` is empty) and the
-scheduler shares.
+scheduler shares. The node's reserved cores (``raycolloc.node.reserve``: Ray, the driver, the
+steward) are never handed to a job.
 """
 
 from __future__ import annotations
@@ -30,7 +31,16 @@ class CpuPool:
 
     def __init__(self, cpus: set[int] | None = None) -> None:
         self.cpus = sorted(cpus if cpus is not None else os.sched_getaffinity(0))
+        self.reserved: frozenset[int] = frozenset()  # the node's own processes' cores: never a job's
         self._held: dict[str, list[tuple[int, ...]]] = {}
+
+    def reserve(self, cores: tuple[int, ...]) -> None:
+        """Keep ``cores`` from jobs from now on (cores already held stay with their cells)."""
+        self.reserved = frozenset(cores)
+
+    def shared(self) -> tuple[int, ...]:
+        """The cores jobs may use: where a job that is not pinned runs."""
+        return tuple(c for c in self.cpus if c not in self.reserved)
 
     def allocate(
         self, cell_id: str, counts: list[float], near: list[int] | None = None
@@ -43,9 +53,10 @@ class CpuPool:
         while the scheduler shares an overbooked node fairly.
         """
         self.release(cell_id)
-        used = {c for jobs in self._held.values() for cores in jobs for c in cores}
-        local = set(near or self.cpus) & set(self.cpus) or set(self.cpus)
-        free = [c for c in sorted(self.cpus, key=lambda c: (c not in local, c == 0, c)) if c not in used]
+        used = {c for jobs in self._held.values() for cores in jobs for c in cores} | self.reserved
+        shared = set(self.shared())
+        local = set(near or shared) & shared or shared
+        free = [c for c in sorted(shared, key=lambda c: (c not in local, c == 0, c)) if c not in used]
         wants = [max(1, math.ceil(count)) for count in counts]
         if sum(wants) > len(free):
             log.warning(
@@ -54,7 +65,7 @@ class CpuPool:
                 len(counts),
                 sum(wants),
                 len(free),
-                len(self.cpus),
+                len(shared),
             )
             return None
         out = []

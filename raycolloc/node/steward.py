@@ -47,10 +47,11 @@ from raycolloc.node.gpu.kinds import backend_traits
 from raycolloc.node.leftovers import claim, clean_leftovers, find_leftovers
 from raycolloc.node.modes import MODES, GpuSlot, Mode
 from raycolloc.node.modes.mig import MIG_RECORD
+from raycolloc.node.reserve import confine, plan_reservation, ray_processes, thread_siblings
 from raycolloc.node.telemetry import Sampler, gi_sm_shares, pick_source
 from raycolloc.procs import normal_priority, python_env
 from raycolloc.results.rows import TelemetryRow
-from raycolloc.spec import Binding, CellSpec, NodeInfo, Release, Samples
+from raycolloc.spec import Binding, CellSpec, NodeInfo, Release, Reservation, Samples
 
 __all__ = ["NAMESPACE", "Steward", "get_steward", "node_key", "start_stewards", "steward_name"]
 
@@ -99,6 +100,7 @@ class Steward:
         self._holder: dict[str, str] = {}  # gpu uuid -> cell id
         self._gauges: dict[str, Any] = {}
         self._cpus = CpuPool()  # the cores Ray may use on this node, handed to jobs per cell
+        self.reservation = Reservation()  # cores kept for the node's own processes (node/reserve.py)
         self.leftovers = self._clean_leftovers()
         self._forkserver: subprocess.Popen[bytes] | None = None
         self._forkserver_path = str(self.pipe_root / f"forkserver-{os.getpid()}.sock")
@@ -156,8 +158,11 @@ class Steward:
         return f"Steward({self.node_id[:12]}:{self.backend.kind})"
 
     # --- discovery -----------------------------------------------------------------------
-    def info(self) -> NodeInfo:
-        """The node, its backend and its GPUs (used by the sweep's pre-flight checks)."""
+    def info(self, reserved_cpus: str | None = None) -> NodeInfo:
+        """The node, its backend and its GPUs (used by the sweep's pre-flight checks), after keeping
+        ``reserved_cpus`` for its own processes (:meth:`reserve`) where given."""
+        if reserved_cpus is not None:
+            self.reserve(reserved_cpus)
         mem = psutil.virtual_memory()
         return NodeInfo(
             node_id=self.node_id,
@@ -169,7 +174,23 @@ class Steward:
             mem_available_mib=mem.available / (1 << 20),
             leftovers=tuple(self.leftovers),
             traits=self.backend.traits,
+            reservation=self.reservation,
         )
+
+    def reserve(self, setting: str) -> Reservation:
+        """Keep cores for the node's own processes (``cluster.reserved_cpus``), never a job's, and
+        move every Ray process of the node there (again: new workers start on every core)."""
+        with self._lock:
+            was = self.reservation.cores
+            if setting != self.reservation.setting:
+                gpus = self.backend.gpus()
+                near = self.backend.cpu_affinity(gpus[0].uuid) if gpus else None
+                self.reservation = plan_reservation(setting, self._cpus.cpus, near, thread_siblings())
+                self._cpus.reserve(self.reservation.cores)
+                log.info("reserved_cpus=%s %s", list(self.reservation.cores), self.reservation.note)
+            # Processes on an earlier sweep's reserved cores move to the new ones (or back to all).
+            confine(self.reservation.cores, ray_processes(os.getpid()), was, self._cpus.cpus)
+        return self.reservation
 
     def resolve_gpu(self, ray_gpu_id: str) -> GpuInfo:
         return self.backend.gpu_for_ray_id(ray_gpu_id)
@@ -207,6 +228,7 @@ class Steward:
             self._cells[cell.cell_id] = state
             self._holder[gpu_uuid] = cell.cell_id
         try:
+            self.reserve(cell.config.cluster.reserved_cpus)
             bindings = state.mode.prepare()
             env, device = self.backend.job_env(gpu_uuid), self.backend.job_device(gpu_uuid)
             bindings = [replace(b, env={**b.env, **env}, device=device) for b in bindings]
@@ -217,7 +239,11 @@ class Steward:
             raise
 
     def _pin_cpus(self, cell: CellSpec, gpu: GpuInfo, bindings: list[Binding]) -> list[Binding]:
-        """Give each job with ``trainer.cpu_affinity=auto`` cores of its own (see raycolloc.node.cpus)."""
+        """Give each job with ``trainer.cpu_affinity=auto`` cores of its own (see raycolloc.node.cpus), and
+        every job the node's reserved cores (its actor's place) and the others (an unpinned job's)."""
+        if self.reservation.cores:
+            kept, shared = self.reservation.cores, self._cpus.shared()
+            bindings = [replace(b, reserved_cpus=kept, shared_cpus=shared) for b in bindings]
         wanted = [job for job in cell.jobs if job.trainer.cpu_affinity == "auto"]
         if not wanted:
             return bindings
@@ -364,7 +390,7 @@ def start_stewards(
     docs/measurements.md, fourth session). Returns the ``info()`` of those that answered; one that
     does not is left to its first cell, which records the error."""
     handles = [_steward_actor(node, cluster, count, pipe_root) for node, count in nodes.items()]
-    refs = [h.info.remote() for h in handles]
+    refs = [h.info.remote(cluster.reserved_cpus) for h in handles]
     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
     if len(ready) < len(refs):
         log.warning("%d of %d stewards did not start within %gs", len(refs) - len(ready), len(refs), timeout)

@@ -234,6 +234,12 @@ class CellRow:
     pcie_rx_mean_bytes_s: float | None
     pcie_tx_mean_bytes_s: float | None
     resumed_from: str | None
+    # Quiet cores and side-by-side cells (issue 30): the node's cores kept for its own processes
+    # ("0-1"; None: none reserved), how many other cells of the node measured while this one did
+    # (None: it never measured), and whether cells of its node measured one at a time.
+    reserved_cpus: str | None
+    overlapping_cells: int | None
+    isolated: bool | None
     config_json: str
     env_json: str
     tags_json: str
