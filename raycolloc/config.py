@@ -19,7 +19,7 @@ from raycolloc.config_checks import AMP_MODES, COMPILE_MODES, MAX_DEGREE, Config
 from raycolloc.config_checks import check_choice as _check_choice
 from raycolloc.config_checks import check_int as _check_int
 from raycolloc.config_checks import check_min as _check_min
-from raycolloc.config_checks import check_port, is_mem_limit
+from raycolloc.config_checks import check_port, check_sim_inject, is_mem_limit
 from raycolloc.workload_config import (
     MixJob,
     WorkloadConfig,
@@ -142,9 +142,11 @@ class ClusterConfig:
     dashboard_host: str = "127.0.0.1"
     dashboard_port: int = 8265
     metrics_export_port: int | None = None
+    sim_inject: Any = field(default_factory=list)  # noise put into simulated cells (README, "sim_inject")
 
     def __post_init__(self) -> None:
         _check_choice("cluster.backend", self.backend, BACKENDS)
+        self.sim_inject = check_sim_inject(self.sim_inject, self.backend)
         _check_choice("cluster.sim_mig_mode", self.sim_mig_mode, SIM_MIG_MODES)
         # gpu_model against the node's MIG tables: where the driver validates a cell (driver/cell_specs.py).
         _check_int("cluster.num_gpus", self.num_gpus, 1)
@@ -349,7 +351,11 @@ def config_hash(cfg: Config) -> str:
     data["workload"] = workload_hash_view(cfg.workload)
     data["mix"]["jobs"] = [mix_job_hash_view(job) for job in cfg.mix.jobs]
     # Keys added after the first results: left out while at their defaults, so old hashes hold.
-    for entries, defaults in ((data, _LATER_KEYS), *((job, _LATER_MIX_JOB_KEYS) for job in data["mix"]["jobs"])):
+    later: tuple[tuple[dict[str, Any], dict[str, Any]], ...] = (
+        (data, _LATER_KEYS),
+        (data["cluster"], {"sim_inject": []}),
+    )
+    for entries, defaults in (*later, *((job, _LATER_MIX_JOB_KEYS) for job in data["mix"]["jobs"])):
         for key, default in defaults.items():
             if entries.get(key, default) == default:
                 entries.pop(key, None)

@@ -12,6 +12,7 @@ __all__ = [
     "COMPILE_MODES",
     "MAX_DEGREE",
     "MOST_LISTED",
+    "SIM_INJECTIONS",
     "ConfigError",
     "as_list",
     "check_choice",
@@ -19,6 +20,7 @@ __all__ = [
     "check_min",
     "check_mode_only",
     "check_port",
+    "check_sim_inject",
     "closest",
     "is_mem_limit",
     "listed",
@@ -32,6 +34,8 @@ MOST_LISTED = 20  # a plan of 132,197 bad rows printed 22 MB of errors; the firs
 # Each job of a naive cell holds 1/degree of its GPU, and Ray's smallest fraction of a resource is 0.0001:
 # a larger degree has no lease (and an integer past the index range crashed Python itself).
 MAX_DEGREE = 10_000
+# What ``cluster.sim_inject`` may put into a simulated cell's measured window (raycolloc.node.gpu.sim_inject).
+SIM_INJECTIONS = ("clock_drop", "cpu_hog", "foreign_process")
 
 
 class ConfigError(ValueError):
@@ -103,3 +107,21 @@ def is_mem_limit(value: Any) -> bool:
     """Whether ``value`` is a size such as 8G, 512M or a plain byte count."""
     text = str(value).strip().upper()
     return len(text) > 1 and text[:-1].isdigit() and text[-1] in "KMGT" or text.isdigit()
+
+
+def check_sim_inject(value: Any, backend: str) -> list[str]:
+    """``cluster.sim_inject`` as a list of injections: one name, a list, or none (null, "none", []).
+
+    Raises:
+        ConfigError: an unknown injection, or any on a backend other than the simulated one (a real
+            GPU's clocks and cores are not raycolloc's to disturb).
+    """
+    names = [str(v) for v in as_list(None if value in ("none", "") else value)]
+    for name in names:
+        check_choice("cluster.sim_inject", name, SIM_INJECTIONS)
+    if names and backend == "nvml":
+        raise ConfigError(
+            f"cluster.sim_inject={','.join(names)} applies to cluster.backend=sim only (simulated GPUs); "
+            "remove it on real GPUs"
+        )
+    return names

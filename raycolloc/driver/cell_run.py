@@ -140,6 +140,8 @@ class _CellRun:
         lane.report(cell.cell_id, "warm-up")
         self._epochs(lambda job: (1, 1))
         lane.report(cell.cell_id, "measuring")
+        if cell.config.cluster.sim_inject:  # noise into the measured window (simulated GPUs), started before it
+            ray.get(lane.steward.measuring.remote(cell.cell_id), timeout=60)
         self._epochs(lambda job: (2, job.epochs))
 
     def _live(self) -> list[int]:
