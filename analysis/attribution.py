@@ -95,7 +95,7 @@ def _cpu_cause(row: Mapping[str, object], median_mhz: float | None) -> list[tupl
         parts.append(f"waited for a core {wait:.0%} of epoch 2")
     if switches is not None:
         parts.append(f"{switches:,.0f} involuntary switches/s")
-    if mhz is not None and median_mhz:
+    if mhz is not None and median_mhz and abs(drop) >= 0.01:  # a core clock within 1% of the sweep's says nothing
         parts.append(f"core MHz {-drop:+.0%}")
     return [(max(weight, drop), f"CPU contention ({', '.join(parts)})")]
 

@@ -336,6 +336,7 @@ _HASHED_AS_DEFAULT = {
 # written before them keeps its hash (and its results are still found on resume).
 _LATER_KEYS: dict[str, Any] = {"repeat": 0, "epoch_time_s": None}
 _LATER_MIX_JOB_KEYS: dict[str, Any] = {"epoch_time_s": None}
+_LATER_CLUSTER_KEYS: dict[str, Any] = {"sim_inject": []}
 
 
 def config_hash(cfg: Config) -> str:
@@ -351,10 +352,7 @@ def config_hash(cfg: Config) -> str:
     data["workload"] = workload_hash_view(cfg.workload)
     data["mix"]["jobs"] = [mix_job_hash_view(job) for job in cfg.mix.jobs]
     # Keys added after the first results: left out while at their defaults, so old hashes hold.
-    later: tuple[tuple[dict[str, Any], dict[str, Any]], ...] = (
-        (data, _LATER_KEYS),
-        (data["cluster"], {"sim_inject": []}),
-    )
+    later = [(data, _LATER_KEYS), (data["cluster"], _LATER_CLUSTER_KEYS)]
     for entries, defaults in (*later, *((job, _LATER_MIX_JOB_KEYS) for job in data["mix"]["jobs"])):
         for key, default in defaults.items():
             if entries.get(key, default) == default:
