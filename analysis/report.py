@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import sections
+from analysis import attribution, sections
 from analysis.findings import Verdict, best_configs, claims
 from analysis.load import SweepData, SweepDirError, load_sweeps
 from analysis.meta import config_tables, environment_table, failed_cells_table
@@ -156,6 +156,7 @@ def render_html(
     parts += sections.mixed(tables["table2"], figures)
     if "baseline" in tables:
         parts += sections.baseline(tables["baseline"], baseline_paths)
+    parts.append(attribution.section(cells))  # why runs were noisy: each noisy cell's likely cause
     parts += sections.closing(data, tables, figures, skipped)
     parts.append("</body></html>")
     return "\n".join(p for p in parts if p)

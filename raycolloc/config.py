@@ -19,7 +19,7 @@ from raycolloc.config_checks import MAX_DEGREE, ConfigError, as_list, check_mode
 from raycolloc.config_checks import check_choice as _check_choice
 from raycolloc.config_checks import check_int as _check_int
 from raycolloc.config_checks import check_min as _check_min
-from raycolloc.config_checks import check_port, check_reserved_cpus, is_mem_limit
+from raycolloc.config_checks import check_port, check_reserved_cpus, check_sim_inject, is_mem_limit
 from raycolloc.config_groups import DataConfig, MeasureConfig, TelemetryConfig, TrainerConfig, check_repeats
 from raycolloc.workload_config import (
     MixJob,
@@ -125,10 +125,12 @@ class ClusterConfig:
     metrics_export_port: int | None = None
     reserved_cpus: str = "auto"
     isolate_measurement: bool = False
+    sim_inject: Any = field(default_factory=list)  # noise put into simulated cells (README, "sim_inject")
 
     def __post_init__(self) -> None:
         _check_choice("cluster.backend", self.backend, BACKENDS)
         check_reserved_cpus("cluster.reserved_cpus", self.reserved_cpus)
+        self.sim_inject = check_sim_inject(self.sim_inject, self.backend)
         _check_choice("cluster.sim_mig_mode", self.sim_mig_mode, SIM_MIG_MODES)
         # gpu_model against the node's MIG tables: where the driver validates a cell (driver/cell_specs.py).
         _check_int("cluster.num_gpus", self.num_gpus, 1)
@@ -263,6 +265,7 @@ _HASHED_AS_DEFAULT = {
 # written before them keeps its hash (and its results are still found on resume).
 _LATER_KEYS: dict[str, Any] = {"repeat": 0, "epoch_time_s": None}
 _LATER_MIX_JOB_KEYS: dict[str, Any] = {"epoch_time_s": None}
+_LATER_CLUSTER_KEYS: dict[str, Any] = {"sim_inject": []}
 
 
 def config_hash(cfg: Config) -> str:
@@ -278,7 +281,8 @@ def config_hash(cfg: Config) -> str:
     data["workload"] = workload_hash_view(cfg.workload)
     data["mix"]["jobs"] = [mix_job_hash_view(job) for job in cfg.mix.jobs]
     # Keys added after the first results: left out while at their defaults, so old hashes hold.
-    for entries, defaults in ((data, _LATER_KEYS), *((job, _LATER_MIX_JOB_KEYS) for job in data["mix"]["jobs"])):
+    later = [(data, _LATER_KEYS), (data["cluster"], _LATER_CLUSTER_KEYS)]
+    for entries, defaults in (*later, *((job, _LATER_MIX_JOB_KEYS) for job in data["mix"]["jobs"])):
         for key, default in defaults.items():
             if entries.get(key, default) == default:
                 entries.pop(key, None)

@@ -12,6 +12,7 @@ __all__ = [
     "COMPILE_MODES",
     "MAX_DEGREE",
     "MOST_LISTED",
+    "SIM_INJECTIONS",
     "ConfigError",
     "as_list",
     "check_choice",
@@ -20,6 +21,7 @@ __all__ = [
     "check_mode_only",
     "check_port",
     "check_reserved_cpus",
+    "check_sim_inject",
     "closest",
     "is_mem_limit",
     "listed",
@@ -34,6 +36,8 @@ MOST_LISTED = 20  # a plan of 132,197 bad rows printed 22 MB of errors; the firs
 # Each job of a naive cell holds 1/degree of its GPU, and Ray's smallest fraction of a resource is 0.0001:
 # a larger degree has no lease (and an integer past the index range crashed Python itself).
 MAX_DEGREE = 10_000
+# What ``cluster.sim_inject`` may put into a simulated cell's measured window (raycolloc.node.gpu.sim_inject).
+SIM_INJECTIONS = ("clock_drop", "cpu_hog", "foreign_process")
 
 
 class ConfigError(ValueError):
@@ -135,3 +139,21 @@ def check_reserved_cpus(key: str, value: Any) -> None:
         ) from None
     if "-" not in text and "," not in text:  # a bare 0 would be a count of no cores, not core 0
         raise ConfigError(f"{key}={value!r} is not allowed; reserve no cores with none, core 0 alone with 0-0")
+
+
+def check_sim_inject(value: Any, backend: str) -> list[str]:
+    """``cluster.sim_inject`` as a list of injections: one name, a list, or none (null, "none", []).
+
+    Raises:
+        ConfigError: an unknown injection, or any on a backend other than the simulated one (a real
+            GPU's clocks and cores are not raycolloc's to disturb).
+    """
+    names = [str(v) for v in as_list(None if value in ("none", "") else value)]
+    for name in names:
+        check_choice("cluster.sim_inject", name, SIM_INJECTIONS)
+    if names and backend == "nvml":
+        raise ConfigError(
+            f"cluster.sim_inject={','.join(names)} applies to cluster.backend=sim only (simulated GPUs); "
+            "remove it on real GPUs"
+        )
+    return names

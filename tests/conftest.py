@@ -70,6 +70,7 @@ END_TO_END = {
     "test_benchmarks.py",
     "test_dashboard.py",
     "test_report_e2e.py",
+    "test_noise_sim.py",
     "test_advise_cells.py",
     "test_mig_cells.py",
     "test_job_process.py",

@@ -26,10 +26,10 @@ import ray
 
 from raycolloc.driver.lease import GpuLease
 from raycolloc.driver.progress import Board
+from raycolloc.driver.side_by_side import MeasureWindows
 from raycolloc.driver.stall import StallWatch
 from raycolloc.driver.tabulate import CellRecord
 from raycolloc.driver.trainers import TrainerPool
-from raycolloc.driver.side_by_side import MeasureWindows
 from raycolloc.node.gpu.backend import GpuInfo
 from raycolloc.procs import format_cpus
 from raycolloc.spec import CellSpec, JobSpec, JobState, Samples
@@ -158,6 +158,8 @@ class _CellRun:
             lane.report(cell.cell_id, "waiting to measure")
         with lane.windows.measuring(lane.node_id, cell.cell_id, isolate, waiting) as window:
             lane.report(cell.cell_id, "measuring")
+            if cell.config.cluster.sim_inject:  # noise into the measured window (simulated GPUs), started before it
+                ray.get(lane.steward.measuring.remote(cell.cell_id), timeout=60)
             self._epochs(span)
         self.rec.isolated, self.rec.overlapping_cells = isolate, window.overlapping
         if window.waited_s > 1.0:

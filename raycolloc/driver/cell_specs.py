@@ -351,5 +351,5 @@ def check_config(cells: list[CellSpec]) -> None:
     Raises:
         ConfigError: naming the key.
     """
-    if len({repr(c.config.cluster) for c in cells}) > 1:
+    if len({repr(dataclasses.replace(c.config.cluster, sim_inject=[])) for c in cells}) > 1:  # injections: per cell
         raise ConfigError("cluster.* must be the same for every cell of a sweep")

@@ -42,11 +42,11 @@ from raycolloc.driver.progress import Board, ProgressView, open_board
 from raycolloc.driver.regrow import Growth, Regrow
 from raycolloc.driver.repeats import is_solo
 from raycolloc.driver.resume import CellResult, resume
+from raycolloc.driver.side_by_side import MeasureWindows
 from raycolloc.driver.summary import cell_summary
 from raycolloc.driver.tabulate import CellRecord, cell_row, job_rows
 from raycolloc.driver.teardown import note_pipe_root
 from raycolloc.driver.trainers import TrainerPool
-from raycolloc.driver.side_by_side import MeasureWindows
 from raycolloc.node.reserve import confine_process, widen
 from raycolloc.node.steward import NAMESPACE, get_steward, start_stewards
 from raycolloc.results.index import REFERENCE, register_sweeps, sweep_root

@@ -12,6 +12,7 @@ from typing import Any
 
 from raycolloc.config import config_hash
 from raycolloc.driver.environment import environment
+from raycolloc.driver.noise import cell_noise, job_noise
 from raycolloc.node.gpu.backend import GpuInfo
 from raycolloc.results.rows import CellRow, EpochRow, JobRow, TelemetryRow
 from raycolloc.results.stats import CV_UNSTABLE, Interval, sum_interval
@@ -130,6 +131,7 @@ def job_rows(rec: CellRecord) -> tuple[list[JobRow], list[EpochRow]]:
                 ended_ts=info.ended_ts,
                 exit_code=info.exit_code,
                 proc_sm_util_mean=procs[job.index][1],
+                **job_noise(rec.telemetry, job.index, e2),
                 compile=job.trainer.compile,
                 amp=job.trainer.amp,
                 channels_last=job.trainer.channels_last,
@@ -353,6 +355,7 @@ def cell_row(rec: CellRecord, jobs: Sequence[JobRow], epochs: Sequence[EpochRow]
         if energy_j is not None and measured_samples and not mixed
         else None,
         total_energy_j=window_energy(rec.telemetry, first, last)[0],
+        **cell_noise(rec.telemetry, jobs, start, end),
         resumed_from=None,
         reserved_cpus=rec.reserved_cpus,
         overlapping_cells=rec.overlapping_cells,

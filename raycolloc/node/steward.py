@@ -44,6 +44,7 @@ from raycolloc.mpsctl import CONTROL
 from raycolloc.node.cpus import CpuPool
 from raycolloc.node.gpu.backend import GpuBackend, GpuInfo
 from raycolloc.node.gpu.kinds import backend_traits
+from raycolloc.node.gpu.sim_inject import Injector, injector_for
 from raycolloc.node.leftovers import claim, clean_leftovers, find_leftovers
 from raycolloc.node.modes import MODES, GpuSlot, Mode
 from raycolloc.node.modes.mig import MIG_RECORD
@@ -66,6 +67,7 @@ class _CellState:
     mode: Mode
     bindings: list[Binding] = field(default_factory=list)
     sampler: Sampler | None = None
+    injector: Injector | None = None  # cluster.sim_inject's noise, simulated GPUs only
 
 
 def node_key(node_id: str) -> str:
@@ -268,6 +270,8 @@ class Steward:
             self._cpus.release(cell_id)
         if state.sampler is not None:
             state.sampler.stop()
+        if state.injector is not None:
+            state.injector.stop()
         try:
             done = replace(state.mode.release(), released=True)
         except Exception as exc:  # noqa: BLE001 - report it; the GPU is free for the next cell either way
@@ -316,7 +320,15 @@ class Steward:
             gi_sm_share=gi_sm_shares(state.slot.gpu.name, devices),
         )
         state.sampler.start()
+        visible = next((b.mig_uuid for b in state.bindings if b.mig_uuid), uuid)
+        state.injector = injector_for(self.backend, uuid, visible, state.cell.config.cluster.sim_inject, list(pids))
         return source
+
+    def measuring(self, cell_id: str) -> None:
+        """The cell's measured epochs begin: start the noise ``cluster.sim_inject`` puts into them."""
+        state = self._cells.get(cell_id)
+        if state is not None and state.injector is not None:
+            state.injector.measuring()
 
     def stop_sampling(self, cell_id: str) -> Samples:
         """Stop sampling the cell's GPU; the rows sampled since :meth:`start_sampling`."""
@@ -324,6 +336,8 @@ class Steward:
         if state is None or state.sampler is None:
             return Samples()
         sampler, state.sampler = state.sampler, None
+        if state.injector is not None:
+            state.injector.stop()  # the measured epochs are over
         rows = sampler.stop()
         return Samples(rows=tuple(rows), errors=tuple(sampler.errors))
 

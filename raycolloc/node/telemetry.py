@@ -12,6 +12,10 @@ Every source also gives memory used, power, the energy counter, and per job proc
 and SM utilisation (NVML's, summed over the process and its children: a script may start the
 process that uses the GPU), host CPU % and RSS (as the study sampled ``top`` beside the GPU). Each row names its
 ``source``; on the simulated backend sources are ``sim-gpm`` / ``sim-nvml``.
+
+What explains a noisy run is sampled beside it: each GPU row carries the SM and memory clocks, the
+temperature, the enforced power limit, NVML's clock-event reasons and the node's load average; once a
+second, the count of the GPU's processes that are not the cell's and each job's core clock.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from typing import Any
 import psutil
 
 from raycolloc.node.dcgm import DcgmFields, dcgm_available
-from raycolloc.node.gpu.backend import GpuBackend, MigDevice
+from raycolloc.node.gpu.backend import GpuBackend, MigDevice, ProcessUsage
+from raycolloc.node.hostclock import core_mhz, foreign_count, load_avg_1m, run_delay_s
 from raycolloc.node.mig.placement import gpu_model_of
 from raycolloc.results.rows import TelemetryRow
 
@@ -104,6 +109,7 @@ class Sampler:
         self._thread = threading.Thread(target=self._run, name=f"sampler-{cell_id}", daemon=True)
         self._gpm_prev: dict[int | None, Any] = {}
         self._procs: dict[int, psutil.Process] = {}
+        self._cores: dict[int, list[int]] = {}  # job pid -> the cores it may run on (pinned before sampling)
         self._tick = 0
         self._dcgm: DcgmFields | None = None
         self._process_every = max(1, round(1.0 / self.interval))
@@ -116,6 +122,7 @@ class Sampler:
                 proc = psutil.Process(pid)
                 proc.cpu_percent(None)  # first call primes the counter
                 self._procs[pid] = proc
+                self._cores[pid] = list(proc.cpu_affinity() or [])
             except psutil.NoSuchProcess:
                 pass
         self._thread.start()
@@ -183,6 +190,15 @@ class Sampler:
         # With GPM, PCIe comes from GPM; the basic counters would block ~40 ms per sample.
         values: dict[str, Any] = dict(self.backend.basic_sample(self.gpu_uuid, pcie=not gpm and self._dcgm is None))
         values["energy_mj"] = self.backend.energy_mj(self.gpu_uuid)
+        values["clock_events"] = self.backend.clock_events(self.gpu_uuid)
+        values["load_avg_1m"] = load_avg_1m()
+        # Job processes change slowly: sampled about once a second, not every tick.
+        process_tick = self.processes and not (self._tick - 1) % self._process_every
+        usage = {p.pid: p for p in self.backend.processes(self.gpu_uuid)} if process_tick else {}
+        families = {pid: _family(proc) for pid, proc in self._procs.items()} if process_tick else {}
+        if process_tick:
+            ours = {p for family in families.values() for p in family}
+            values["foreign_gpu_procs"] = foreign_count(list(usage), ours)
         if self._dcgm is not None:
             values.update({k: v for k, v in self._dcgm.sample(self.gpu_uuid).items() if v is not None})
         if gpm and not self.mig_devices:
@@ -199,10 +215,8 @@ class Sampler:
             self.on_row(gpu_row)
         for dev in self.mig_devices if gpm else []:
             self.rows.append(self._row(ts, "mig", mig_uuid=dev.uuid, gi_id=dev.gi_id, **by_gi[dev.gi_id]))
-        # Job processes change slowly: sampled about once a second, not every tick.
-        if not self.processes or (self._tick - 1) % self._process_every:
+        if not process_tick:
             return
-        usage = {p.pid: p for p in self.backend.processes(self.gpu_uuid)}
         for pid, job_index in self.pids.items():
             proc = self._procs.get(pid)
             if proc is None:
@@ -216,20 +230,33 @@ class Sampler:
                 continue
             if rss == 0:  # it is exiting: its memory goes before it turns zombie (a CI run sampled that)
                 continue
-            gpu_use: dict[str, Any] = _gpu_usage(proc, usage)  # TelemetryRow's proc_gpu_* columns only
+            gpu_use: dict[str, Any] = _gpu_usage(families.get(pid, [pid]), usage)  # proc_gpu_* columns only
+            mhz = core_mhz(self._cores.get(pid, ()))
             self.rows.append(
                 self._row(
-                    ts, "process", pid=pid, job_index=job_index, proc_cpu_percent=cpu, proc_rss_mib=rss, **gpu_use
+                    ts,
+                    "process",
+                    pid=pid,
+                    job_index=job_index,
+                    proc_cpu_percent=cpu,
+                    proc_rss_mib=rss,
+                    proc_core_mhz=mhz,
+                    proc_run_delay_s=run_delay_s(pid),
+                    **gpu_use,
                 )
             )
 
 
-def _gpu_usage(proc: psutil.Process, usage: dict[int, Any]) -> dict[str, float | None]:
-    """GPU memory and SM utilisation of a job's process and its descendants (None: NVML saw none)."""
+def _family(proc: psutil.Process) -> list[int]:
+    """A job's process and its descendants (a script may start the process that uses the GPU)."""
     try:
-        pids = [proc.pid, *(c.pid for c in proc.children(recursive=True))]
+        return [proc.pid, *(c.pid for c in proc.children(recursive=True))]
     except psutil.Error:
-        pids = [proc.pid]
+        return [proc.pid]
+
+
+def _gpu_usage(pids: list[int], usage: dict[int, ProcessUsage]) -> dict[str, float | None]:
+    """GPU memory and SM utilisation of a job's process and its descendants (None: NVML saw none)."""
     found = [usage[p] for p in pids if p in usage]
     mem = [u.used_mib for u in found if u.used_mib is not None]
     sm = [u.sm_util for u in found if u.sm_util is not None]

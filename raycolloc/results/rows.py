@@ -55,6 +55,12 @@ METRIC_COLUMNS = (
     "proc_cpu_percent",
     "proc_rss_mib",
     "proc_sm_util",
+    "mem_clock_mhz",
+    "power_limit_w",
+    "load_avg_1m",
+    "foreign_gpu_procs",
+    "proc_core_mhz",
+    "proc_run_delay_s",
 )
 
 
@@ -151,6 +157,13 @@ class JobRow:
     ended_ts: float | None
     exit_code: int | None
     proc_sm_util_mean: float | None
+    # What explains noise (README, "Why runs were noisy"): the mean clock of the job's cores over its
+    # epoch 2 (the steward's samples of them; None where the host shows no core frequency), how
+    # often its training thread was pre-empted per second of epoch 2 (EpochRow.involuntary_switches),
+    # and the share of epoch 2 it waited, runnable, for a core (the steward's schedstat samples).
+    epoch2_core_mhz: float | None
+    epoch2_invol_switches_per_s: float | None
+    epoch2_cpu_wait_share: float | None
     compile: str
     amp: str
     channels_last: bool
@@ -233,6 +246,22 @@ class CellRow:
     total_energy_j: float | None
     pcie_rx_mean_bytes_s: float | None
     pcie_tx_mean_bytes_s: float | None
+    # What explains noise, over the measured window (``raycolloc.driver.noise``): the GPU's SM clock
+    # (mean and lowest), the clock-event reasons seen and the share of samples a cap slowed, the
+    # hottest temperature, the lowest enforced power limit, the node's mean load average, the most
+    # GPU processes that were not the cell's (None: NVML hid them), and over the jobs the lowest
+    # core clock, the most pre-emptions per second and the largest share of time waiting for a core.
+    sm_clock_mean_mhz: float | None
+    sm_clock_min_mhz: float | None
+    clock_events: str | None
+    clock_event_share: float | None
+    temperature_max_c: float | None
+    power_limit_w: float | None
+    load_avg_mean: float | None
+    foreign_gpu_procs: int | None
+    core_mhz_min: float | None
+    invol_switches_per_s_max: float | None
+    cpu_wait_share_max: float | None
     resumed_from: str | None
     # Quiet cores and side-by-side cells (issue 30): the node's cores kept for its own processes
     # ("0-1"; None: none reserved), how many other cells of the node measured while this one did
@@ -278,6 +307,19 @@ class TelemetryRow:
     proc_cpu_percent: float | None = None
     proc_rss_mib: float | None = None
     proc_sm_util: float | None = None
+    # What explains noise. GPU rows: memory clock, enforced power limit, the node's 1-minute load
+    # average, and (on the once-a-second process tick) how many compute processes on the GPU are
+    # not the cell's (None where NVML hides the cell's own: MIG, MPS clients, another PID namespace).
+    # Process rows: the mean clock of the job's cores (MHz), and how long its training thread has
+    # waited, runnable, for a core (s, cumulative: /proc/PID/schedstat).
+    mem_clock_mhz: float | None = None
+    power_limit_w: float | None = None
+    load_avg_1m: float | None = None
+    foreign_gpu_procs: int | None = None
+    proc_core_mhz: float | None = None
+    proc_run_delay_s: float | None = None
+    # NVML's clock-event reasons ("sw_power_cap,hw_thermal_slowdown"; "" none; None unknown).
+    clock_events: str | None = None
 
 
 ROWS: dict[str, type] = {"cells": CellRow, "jobs": JobRow, "epochs": EpochRow, "telemetry": TelemetryRow}

@@ -23,6 +23,7 @@ from raycolloc.node.gpu.backend import (
     MigDevice,
     ProcessUsage,
 )
+from raycolloc.node.gpu.clock_events import reason_names
 from raycolloc.node.gpu.kinds import NVML
 
 __all__ = ["GPM_METRICS", "NvmlBackend", "nvml_gpu_count", "nvml_instances"]
@@ -209,7 +210,22 @@ class NvmlBackend:
             row["pcie_rx_bytes_s"] = _try(lambda: throughput(h, pynvml.NVML_PCIE_UTIL_RX_BYTES) * 1024.0)
         row["sm_clock_mhz"] = _try(lambda: float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)))
         row["temperature_c"] = _try(lambda: float(pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)))
+        row["mem_clock_mhz"] = _try(lambda: float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM)))
+        row["power_limit_w"] = _try(lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0)
         return row
+
+    def clock_events(self, uuid: str) -> str | None:
+        """Why the clocks are below their maximum now ("" none; None where NVML cannot say): the
+        clock-event reasons of drivers >= 535, else the throttle reasons older bindings name."""
+        for name in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
+            call = getattr(pynvml, name, None)
+            if call is None:
+                continue
+            try:
+                return reason_names(int(call(self._h(uuid))))
+            except pynvml.NVMLError:
+                continue  # e.g. NVML_ERROR_FUNCTION_NOT_FOUND in an older driver: try the older name
+        return None
 
     def energy_mj(self, uuid: str) -> float | None:
         return _try(lambda: float(pynvml.nvmlDeviceGetTotalEnergyConsumption(self._h(uuid))))
@@ -372,5 +388,5 @@ class NvmlBackend:
 def _try(fn: Any) -> float | None:
     try:
         return fn()
-    except pynvml.NVMLError:
+    except (pynvml.NVMLError, AttributeError):  # AttributeError: a binding too old to name the call
         return None

@@ -24,10 +24,12 @@ from raycolloc.node.gpu.sim_cuda import SimJobDevice
 from raycolloc.node.gpu.sim_mps import install_control
 from raycolloc.node.gpu.simdevice import STATE_ENV, SimDevices, SimGpu, SimNvmlError
 
-__all__ = ["STATE_ENV", "SimBackend", "SimNvmlError"]
+__all__ = ["SIM_MEM_CLOCK_MHZ", "SIM_SM_CLOCK_MHZ", "STATE_ENV", "SimBackend", "SimNvmlError"]
 
 _POWER_W = {"A100": (55.0, 400.0), "H100": (70.0, 700.0), "H200": (75.0, 700.0)}
 _SM_PER_BUSY_JOB = 0.55  # share of the SMs one fully busy job keeps active
+SIM_SM_CLOCK_MHZ = (345.0, 1980.0)  # idle and boost SM clocks (an H100 SXM's)
+SIM_MEM_CLOCK_MHZ = 2619.0  # HBM3's clock: it does not scale with load
 
 
 @dataclass
@@ -75,6 +77,7 @@ class SimBackend:
         self._lock = threading.RLock()
         self._clocks: dict[str, _Clock] = {}
         self._cpu: dict[int, tuple[float, float]] = {}  # pid -> (cpu seconds, busy fraction)
+        self._caps: dict[str, tuple[float, str]] = {}  # GPU -> (clock factor, reason) while a cap holds it
 
     # --- devices -------------------------------------------------------------------------
     def driver_version(self) -> str:
@@ -174,6 +177,8 @@ class SimBackend:
         g, clock, _, h2d = self._sample(uuid)
         idle, tdp = self._power()
         sm = clock.sm_active
+        low, high = SIM_SM_CLOCK_MHZ
+        factor = self._caps.get(uuid, (1.0, ""))[0]
         return {
             "mem_used_mib": sum(p.mem_mib for p in g.procs),
             "mem_total_mib": float(self.model.total_memory_mib),
@@ -183,9 +188,29 @@ class SimBackend:
             "power_w": idle + (tdp - idle) * sm / 100.0,
             "pcie_tx_bytes_s": h2d * 0.02,
             "pcie_rx_bytes_s": h2d,
-            "sm_clock_mhz": 1980.0 if sm > 1 else 345.0,
+            "sm_clock_mhz": max(low, high * factor) if sm > 1 else low,
             "temperature_c": 35.0 + sm * 0.3,
+            "mem_clock_mhz": SIM_MEM_CLOCK_MHZ,
+            "power_limit_w": tdp,
         }
+
+    def clock_events(self, uuid: str) -> str | None:
+        """A cap's reason while one holds the clocks (``cap_clocks``), ``gpu_idle`` when no job
+        keeps the SMs busy, else none."""
+        cap = self._caps.get(uuid)
+        if cap is not None:
+            return cap[1]
+        with self._lock:
+            clock = self._clocks.get(uuid)
+        return "gpu_idle" if clock is None or clock.sm_active <= 1 else ""
+
+    def cap_clocks(self, uuid: str, factor: float | None, reason: str = "sw_power_cap") -> None:
+        """Hold the GPU's SM clock at ``factor`` of its boost clock for ``reason`` (None: release),
+        as a power or thermal cap does (``cluster.sim_inject=clock_drop``, raycolloc.node.gpu.sim_inject)."""
+        if factor is None:
+            self._caps.pop(uuid, None)
+        else:
+            self._caps[uuid] = (factor, reason)
 
     def energy_mj(self, uuid: str) -> float | None:
         return self._sample(uuid)[1].energy_mj
