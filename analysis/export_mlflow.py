@@ -36,11 +36,11 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.gains import gain_cells
 from analysis.load import SweepData, SweepDirError, load_sweeps
 from analysis.meta import flatten, parse_json
 from analysis.mixed import mixed_table
 from analysis.report import build_report
-from analysis.tables import gain_cells
 
 __all__ = ["ExportError", "ExportResult", "export", "main"]
 

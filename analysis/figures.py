@@ -28,10 +28,11 @@ import matplotlib.pyplot as plt  # after matplotlib.use: the backend is chosen b
 import numpy as np
 import pandas as pd
 
+from analysis.gains import gain_cells
 from analysis.load import SweepData
 from analysis.mixed import mixed_table, table2
 from analysis.page import CONTENT_PX
-from analysis.tables import cell_metrics_table, cell_settings, epoch2_table, gain_cells
+from analysis.tables import cell_metrics_table, cell_settings, epoch2_table
 
 __all__ = ["MODE_ORDER", "make_figures"]
 

@@ -27,11 +27,12 @@ import pandas as pd
 
 from analysis import sections
 from analysis.findings import Verdict, best_configs, claims
+from analysis.gains import gain_table
 from analysis.load import SweepData, SweepDirError, load_sweeps
 from analysis.meta import config_tables, environment_table, failed_cells_table
 from analysis.mixed import mixed_table, table2
 from analysis.page import CSS
-from analysis.tables import baseline_table, cell_metrics_table, epoch2_table, gain_table
+from analysis.tables import baseline_table, cell_metrics_table, epoch2_table
 
 __all__ = ["Report", "build_report", "build_tables", "format_gain", "main", "render_html"]
 
