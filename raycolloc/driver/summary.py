@@ -7,9 +7,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from raycolloc.driver.summary_tables import gain_lines, mix_lines, read_runs
 from raycolloc.results.rows import CellRow, JobRow
 from raycolloc.results.stats import bounds, fmt_pm
+from raycolloc.results.summary_tables import gain_lines, mix_lines, read_runs
 from raycolloc.workload_kinds import ScriptWorkload
 
 if TYPE_CHECKING:
