@@ -71,8 +71,11 @@ class Run:
 
 def read_runs(cell_dirs: Iterable[Path]) -> list[Run]:
     """The rows of every cell directory that holds (or references) a complete result."""
-    import pyarrow as pa  # only here: a refused sweep never loads pyarrow
-    import pyarrow.parquet as pq
+    # Only here: a refused sweep never loads pyarrow. ``read_parquet``, not ``pq.read_table``: the
+    # latter goes through pyarrow.dataset, which loads pandas (the summary must not, issue 31).
+    import pyarrow as pa
+
+    from raycolloc.results.store import read_parquet
 
     runs = []
     for cell_dir in cell_dirs:
@@ -80,7 +83,7 @@ def read_runs(cell_dirs: Iterable[Path]) -> list[Run]:
             where = read_reference(cell_dir) or cell_dir
             if not (where / "cells.parquet").is_file():
                 continue  # interrupted: no result
-            tables = {n: pq.read_table(where / f"{n}.parquet").to_pylist() for n in ("cells", "jobs", "epochs")}
+            tables = {n: read_parquet(where / f"{n}.parquet").to_pylist() for n in ("cells", "jobs", "epochs")}
         except (OSError, ValueError, KeyError, pa.ArrowException):
             continue  # corrupt: raycolloc.ls and the report name it; a summary leaves it out
         runs.append(Run(tables["cells"][0], tuple(tables["jobs"]), tuple(tables["epochs"])))
