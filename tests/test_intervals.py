@@ -170,3 +170,19 @@ def test_bench_reproducibility_runs_the_sweep_twice_and_compares_each_configurat
         check=False,
     )
     assert bad.returncode == 2 and "after --" in bad.stderr
+
+
+def test_summarise_takes_the_statistic_and_keeps_one_runs_own_interval() -> None:
+    from raycolloc.results.stats import Interval, fmt_pm, summarise
+
+    runs = [10.0, 12.0, 11.0]
+    mean = summarise(runs, "mean")
+    assert mean.value == 11.0 and mean.half_width == pytest.approx(t_quantile(2) * 1.0 / math.sqrt(3))
+    fastest = summarise(runs, "fastest")
+    assert fastest.value == 12.0 and fastest.half_width == pytest.approx(mean.half_width)
+    assert summarise(runs, "fastest", lower_is_better=True).value == 10.0
+    own = Interval(5.0, 4.9, 5.1, 8, "windows")
+    assert summarise([5.0], "mean", own) is own and not summarise([5.0]).known
+    assert fmt_pm(Interval(5.31, 5.18, 5.44, 3, "repeats"), ".2f", "x") == "5.31x ±2.4%"
+    with pytest.raises(ValueError, match="measure.statistic"):
+        summarise(runs, "best")
