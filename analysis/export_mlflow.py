@@ -8,7 +8,8 @@ Usage::
 Each sweep becomes a parent run holding the report (``report.html``, its CSVs and PNGs) as
 artifacts; each cell a child run with the cell's configuration as params (flattened, as the report's
 configuration table), its summary numbers as metrics (throughput, gains and energy against its
-solo, a mix's change against sequential, per-job epoch-2 numbers) and its time series as metric
+solo, a mix's change against sequential, per-job epoch-2 numbers; a number's 95% bounds as
+``<metric>_low``/``<metric>_high`` where known) and its time series as metric
 steps (GPU telemetry per sample, per-epoch times per job). Tags name the result directory and config
 hash; a cell already exported to the experiment is skipped, so exporting again adds only new cells.
 
@@ -36,11 +37,11 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.gains import gain_cells
 from analysis.load import SweepData, SweepDirError, load_sweeps
 from analysis.meta import flatten, parse_json
 from analysis.mixed import mixed_table
 from analysis.report import build_report
-from analysis.tables import gain_cells
 
 __all__ = ["ExportError", "ExportResult", "export", "main"]
 
@@ -204,6 +205,10 @@ def _summary(data: SweepData, cell: pd.Series, ratios: pd.DataFrame, mixed: pd.D
     match = ratios[(ratios["sweep"] == cell["sweep"]) & (ratios["cell_id"] == cell["cell_id"])]
     for column in ("gain_vs_solo", "gain_vs_best_solo", "energy_vs_solo"):
         values[column] = match[column].iloc[0] if not match.empty else None
+    # The run's 95% bounds (issue 30): its within-run interval, a ratio's propagated with its reference's.
+    for column in ("agg_samples_per_s", "gain_vs_solo", "gain_vs_best_solo", "energy_vs_solo"):
+        for side in ("_low", "_high"):
+            values[column + side] = match[column + side].iloc[0] if not match.empty else None
     rows = mixed[(mixed["sweep"] == cell["sweep"]) & (mixed["cell_id"] == cell["cell_id"])]
     if not rows.empty:
         for column in (
@@ -212,6 +217,10 @@ def _summary(data: SweepData, cell: pd.Series, ratios: pd.DataFrame, mixed: pd.D
             "change_vs_sequential_pct",
             "serial_energy_j",
             "energy_vs_sequential",
+            "change_vs_sequential_pct_low",
+            "change_vs_sequential_pct_high",
+            "energy_vs_sequential_low",
+            "energy_vs_sequential_high",
         ):
             values[column] = rows[column].iloc[0]
     jobs = data.jobs[(data.jobs["sweep"] == cell["sweep"]) & (data.jobs["cell_id"] == cell["cell_id"])]

@@ -2,8 +2,9 @@
 
 Per workload of the uniform cells: throughput gain against the solo run (Fig. 1), epoch-2 time
 per job (Fig. 2), SM activity (Fig. 3), memory footprint (Fig. 4), energy per measured epoch
-(Fig. 6) and energy per sample (Fig. 10) as bars grouped by degree, one bar per mode (the median
-of a configuration's runs, with min-max bars); PCIe rx (Fig. 5) and power (Fig. 7) over time, one
+(Fig. 6) and energy per sample (Fig. 10) as bars grouped by degree, one bar per mode (Figs. 1 and
+10: a configuration's number with its 95% interval as the error bar; the others: the median of its
+runs with min-max bars); PCIe rx (Fig. 5) and power (Fig. 7) over time, one
 panel per degree, one line per mode, time relative to the cell's ``measured_start_ts``. Mixed
 cells: total time per mode against running the jobs one after the other (Fig. 8), and SM activity
 and memory over time (Fig. 9).
@@ -28,118 +29,23 @@ import matplotlib.pyplot as plt  # after matplotlib.use: the backend is chosen b
 import numpy as np
 import pandas as pd
 
+from analysis.gains import gain_table
 from analysis.load import SweepData
 from analysis.mixed import mixed_table, table2
 from analysis.page import CONTENT_PX
-from analysis.tables import cell_metrics_table, cell_settings, epoch2_table, gain_cells
+from analysis.plotting import DPI, MODE_ORDER, Writer, bars, mode_key, series_labels, slug
+from analysis.tables import cell_metrics_table, cell_settings, epoch2_table
 
 __all__ = ["MODE_ORDER", "make_figures"]
 
 log = logging.getLogger(__name__)
 
-MODE_ORDER = ("naive", "mps", "mig")
-_DPI = 110
 # Timelines are drawn at the report's full width in pixels, so the page shows them at their own size
 # (fonts as drawn) instead of shrinking a row of panels into a thumbnail.
-_WIDE_IN = CONTENT_PX / _DPI
+_WIDE_IN = CONTENT_PX / DPI
 
 
-def _slug(text: object) -> str:
-    return re.sub(r"[^A-Za-z0-9_.+-]+", "_", str(text)).strip("_") or "x"
-
-
-def _mode_key(mode: object) -> tuple[int, str]:
-    return (MODE_ORDER.index(mode) if mode in MODE_ORDER else len(MODE_ORDER), str(mode))
-
-
-def _short_settings(settings: object) -> str:
-    """``compile=default`` from ``compile=default amp=off channels_last=False`` (defaults dropped)."""
-    parts = [p for p in str(settings).split() if not p.endswith(("=off", "=False"))]
-    return " ".join(parts) or "defaults"
-
-
-def _series(frame: pd.DataFrame) -> pd.Series:
-    """The legend label of each row: its mode, plus the GPU model and trainer settings where they vary."""
-    label = frame["mode"].astype(str)
-    if frame["gpu_name"].nunique(dropna=True) > 1:
-        label = label + " (" + frame["gpu_name"].fillna("?").astype(str) + ")"
-    if "settings" in frame and frame["settings"].nunique(dropna=True) > 1:
-        label = label + " [" + frame["settings"].map(_short_settings) + "]"
-    return label
-
-
-class _Writer:
-    """Saves figures into one directory and records what was written and what was skipped."""
-
-    def __init__(self, out_dir: Path, skipped: list[str] | None) -> None:
-        self.out_dir, self.skipped = out_dir, skipped if skipped is not None else []
-        self.written: list[Path] = []
-
-    def skip(self, figure: str, reason: str) -> None:
-        log.info("figure=%s skipped=true reason=%r", figure, reason)
-        self.skipped.append(f"{figure}: {reason}")
-
-    def save(self, fig: plt.Figure, name: str) -> None:
-        path = self.out_dir / f"{name}.png"
-        fig.tight_layout()
-        fig.savefig(path, dpi=_DPI)
-        plt.close(fig)
-        log.info("figure=%s path=%s", name, path)
-        self.written.append(path)
-
-
-def _bars(
-    ax: plt.Axes,
-    frame: pd.DataFrame,
-    value: str,
-    ylabel: str,
-    *,
-    low: str | None = None,
-    high: str | None = None,
-    marker: str | None = None,
-) -> None:
-    """Bars of ``value`` grouped by degree, one per series; failed cells are labelled with their status."""
-    frame = frame.assign(series=_series(frame))
-    degrees = sorted(frame["degree"].dropna().unique())
-    series = sorted(frame["series"].unique(), key=lambda s: _mode_key(s.split(" ")[0]))
-    width = 0.8 / max(len(series), 1)
-    x = np.arange(len(degrees))
-    top = np.nanmax(frame[[c for c in (value, high, marker) if c]].to_numpy(dtype=float), initial=0.0)
-    for i, name in enumerate(series):
-        rows = (
-            frame[frame["series"] == name]
-            .groupby("degree")
-            .agg(
-                value=(value, "median"),
-                low=(low or value, "min"),
-                high=(high or value, "max"),
-                marker=(marker or value, "median"),
-                status=("status", lambda s: "ok" if (s == "ok").any() else s.iloc[0]),
-            )
-        )
-        rows = rows.reindex(degrees)
-        pos = x - 0.4 + width * (i + 0.5)
-        yerr = None
-        if low or high or frame.groupby(["series", "degree"]).size().max() > 1:  # repeats: their min-max
-            yerr = np.vstack(
-                [(rows["value"] - rows["low"]).clip(lower=0), (rows["high"] - rows["value"]).clip(lower=0)]
-            )
-        ax.bar(pos, rows["value"], width, yerr=yerr, capsize=3, label=name, color=f"C{i}")
-        if marker:
-            ax.plot(pos, rows["marker"], "v", color="black", markersize=5, label="max" if i == 0 else None)
-        for p, (_, row) in zip(pos, rows.iterrows(), strict=True):
-            if pd.isna(row["value"]) and isinstance(row["status"], str):
-                text = row["status"] if row["status"] != "ok" else "n/a"
-                ax.text(p, top * 0.02, text, rotation=90, ha="center", va="bottom", fontsize=8, color="red")
-    ax.set_xticks(x, [str(int(d)) for d in degrees])
-    ax.set_xlim(-0.5, len(degrees) - 0.5)
-    ax.set_xlabel("jobs per GPU (degree)")
-    ax.set_ylabel(ylabel)
-    ax.legend(fontsize=8)
-    ax.grid(axis="y", alpha=0.3)
-
-
-def _bar_figures(w: _Writer, data: SweepData) -> None:
+def _bar_figures(w: Writer, data: SweepData) -> None:
     metrics = cell_metrics_table(data.cells, data.epochs)
     metrics = metrics[metrics["mix"].isna()]
     jobs = epoch2_table(data.cells, data.jobs)
@@ -179,15 +85,15 @@ def _bar_figures(w: _Writer, data: SweepData) -> None:
         for name, value, ylabel, title, extra in specs:
             if frame[value].notna().sum() == 0:
                 w.skip(
-                    f"{name}_{_slug(workload)}",
+                    f"{name}_{slug(workload)}",
                     f"no {value} in any cell of {workload} "
                     f"(telemetry sources: {', '.join(sorted(frame['telemetry_source'].dropna().unique())) or '-'})",
                 )
                 continue
             fig, ax = plt.subplots(figsize=(6.4, 4.0))
-            _bars(ax, frame, value, ylabel, **extra)
+            bars(ax, frame, value, ylabel, **extra)
             ax.set_title(f"{title}: {workload}")
-            w.save(fig, f"{name}_{_slug(workload)}")
+            w.save(fig, f"{name}_{slug(workload)}")
 
 
 def _relative(data: SweepData, cells: pd.DataFrame, scope: str, column: str) -> pd.DataFrame:
@@ -204,7 +110,7 @@ def _first_runs(cells: pd.DataFrame) -> pd.DataFrame:
     return cells[cells["repeat"] == cells.groupby("repeat_group")["repeat"].transform("min")]
 
 
-def _timeline_figures(w: _Writer, data: SweepData) -> None:
+def _timeline_figures(w: Writer, data: SweepData) -> None:
     uniform = _first_runs(data.cells[data.cells["mix"].isna()])
     specs = [
         ("fig5_pcie_rx", "pcie_rx_bytes_s", 1e-6, "PCIe rx (MB/s)", "PCIe rx over time"),
@@ -228,10 +134,10 @@ def _timeline_figures(w: _Writer, data: SweepData) -> None:
             fig, axes = plt.subplots(nrows, ncols, figsize=(_WIDE_IN, 0.8 + 3.4 * nrows), squeeze=False, sharey=True)
             for ax in axes.flat[len(degrees) :]:
                 ax.set_visible(False)
-            frame = frame.assign(series=_series(frame))
+            frame = frame.assign(series=series_labels(frame))
             colours = {
                 s: f"C{i}"
-                for i, s in enumerate(sorted(frame["series"].unique(), key=lambda s: _mode_key(s.split(" ")[0])))
+                for i, s in enumerate(sorted(frame["series"].unique(), key=lambda s: mode_key(s.split(" ")[0])))
             }
             for ax, degree in zip(axes.flat, degrees, strict=False):
                 sub = frame[frame["degree"] == degree]
@@ -249,21 +155,22 @@ def _timeline_figures(w: _Writer, data: SweepData) -> None:
             for row in axes:
                 row[0].set_ylabel(ylabel)
             fig.suptitle(f"{title}: {workload} (dashed: measured start; dotted: end)", fontsize=12)
-            w.save(fig, f"{name}_{_slug(workload)}")
+            w.save(fig, f"{name}_{slug(workload)}")
 
 
-def _ratio_figures(w: _Writer, data: SweepData) -> None:
-    """Gain against the solo run (Fig. 1) and energy per sample (Fig. 10), one bar per mode and degree."""
-    runs = gain_cells(data.cells, data.jobs)
+def _ratio_figures(w: Writer, data: SweepData) -> None:
+    """Gain against the solo run (Fig. 1) and energy per sample (Fig. 10), one bar per configuration
+    (mode and degree), its error bar the 95% interval (:mod:`analysis.intervals`)."""
+    runs = gain_table(data.cells, data.jobs)
     specs = [
-        ("fig1_gain", "gain_vs_solo", "gain vs solo (x)", "Throughput gain vs the same settings alone", 1.0),
         (
-            "fig10_energy_per_sample",
-            "energy_per_sample_j",
-            "energy per sample (J)",
-            "Energy per sample (measured window)",
-            None,
+            "fig1_gain",
+            "gain_vs_solo",
+            "gain vs solo (x), 95% interval",
+            "Throughput gain vs the same settings alone",
+            1.0,
         ),
+        ("fig10_energy_per_sample", "energy_per_sample_j", "J per sample, 95% interval", "Energy per sample", None),
     ]
     for name, value, ylabel, title, line in specs:
         if runs.empty or runs[value].notna().sum() == 0:
@@ -275,17 +182,20 @@ def _ratio_figures(w: _Writer, data: SweepData) -> None:
             continue
         for workload, frame in runs.groupby("workload", sort=True):
             if frame[value].notna().sum() == 0:
-                w.skip(f"{name}_{_slug(workload)}", f"no {value} in any cell of {workload}")
+                w.skip(f"{name}_{slug(workload)}", f"no {value} in any cell of {workload}")
                 continue
             fig, ax = plt.subplots(figsize=(6.4, 4.0))
-            _bars(ax, frame, value, ylabel)
+            frame = frame.assign(_lo=frame[f"{value}_low"].fillna(frame[value]))
+            bars(
+                ax, frame.assign(_hi=frame[f"{value}_high"].fillna(frame[value])), value, ylabel, low="_lo", high="_hi"
+            )
             if line is not None:
                 ax.axhline(line, color="grey", linestyle="--", linewidth=0.8)
             ax.set_title(f"{title}: {workload}")
-            w.save(fig, f"{name}_{_slug(workload)}")
+            w.save(fig, f"{name}_{slug(workload)}")
 
 
-def _mixed_total_figure(w: _Writer, data: SweepData) -> None:
+def _mixed_total_figure(w: Writer, data: SweepData) -> None:
     table = table2(mixed_table(data.cells, data.jobs, data.epochs))
     if table.empty:
         w.skip("fig8_mixed_total", "no mixed cells (cells.mix is null everywhere)")
@@ -297,9 +207,9 @@ def _mixed_total_figure(w: _Writer, data: SweepData) -> None:
     for ax, mix in zip(axes[0], mixes, strict=True):
         sub = table[table["mix"] == mix].drop_duplicates("mode")
         x = np.arange(len(sub))
-        err = np.vstack(
-            [(sub["total_s"] - sub["total_s_min"]).clip(lower=0), (sub["total_s_max"] - sub["total_s"]).clip(lower=0)]
-        )
+        # The 95% interval where known (several runs, or the solos' spread), else the runs' min-max.
+        low, high = sub["total_s_low"].fillna(sub["total_s_min"]), sub["total_s_high"].fillna(sub["total_s_max"])
+        err = np.vstack([(sub["total_s"] - low).clip(lower=0), (high - sub["total_s"]).clip(lower=0)])
         ax.bar(x - 0.2, sub["total_s"], 0.4, yerr=err, capsize=3, label="collocated", color="C0")
         ax.bar(x + 0.2, sub["sequential_s"], 0.4, label="sequential (solo runs)", color="C7", hatch="//")
         for xi, (_, row) in zip(x, sub.iterrows(), strict=True):
@@ -318,20 +228,18 @@ def _mixed_total_figure(w: _Writer, data: SweepData) -> None:
         ax.set_ylabel("total time (s)")
         ax.grid(axis="y", alpha=0.3)
         ax.legend(fontsize=8, loc="best")
-    fig.suptitle(
-        "Mixed workloads: total time collocated vs sequential\n(median, min-max bars; change in %)", fontsize=10
-    )
+    fig.suptitle("Mixed workloads: total time collocated vs sequential\n(95% interval bars; change in %)", fontsize=10)
     w.save(fig, "fig8_mixed_total")
 
 
-def _mixed_timeline_figures(w: _Writer, data: SweepData) -> None:
+def _mixed_timeline_figures(w: Writer, data: SweepData) -> None:
     mixed = _first_runs(data.cells[data.cells["mix"].notna()])
     if mixed.empty:
         w.skip("fig9_mixed_timeline", "no mixed cells (cells.mix is null everywhere)")
         return
     for _, cell in mixed.sort_values(["mix", "mode", "sweep"]).iterrows():
         one = mixed[(mixed["sweep"] == cell["sweep"]) & (mixed["cell_id"] == cell["cell_id"])]
-        name = f"fig9_mixed_timeline_{_slug(cell['cell_id'])}"
+        name = f"fig9_mixed_timeline_{slug(cell['cell_id'])}"
         sm = pd.concat([_relative(data, one, scope, "sm_active") for scope in ("gpu", "mig")])
         mem_gpu = _relative(data, one, "gpu", "mem_used_mib")
         mem_proc = _relative(data, one, "process", "proc_gpu_mem_mib")
@@ -362,7 +270,7 @@ def _mixed_timeline_figures(w: _Writer, data: SweepData) -> None:
         w.save(fig, name)
 
 
-_FIGURES: tuple[Callable[[_Writer, SweepData], None], ...] = (
+_FIGURES: tuple[Callable[[Writer, SweepData], None], ...] = (
     _ratio_figures,
     _bar_figures,
     _timeline_figures,
@@ -384,7 +292,7 @@ def make_figures(data: SweepData, out_dir: str | Path, skipped: list[str] | None
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    writer = _Writer(out, skipped)
+    writer = Writer(out, skipped)
     for draw in _FIGURES:
         draw(writer, data)
     return sorted(writer.written, key=_figure_order)

@@ -3,8 +3,9 @@ claims, with the numbers behind it.
 
 Pure functions of the tables (:mod:`analysis.tables`, :mod:`analysis.mixed`). A claim the data
 cannot speak to says what is missing ("not enough data: no mixed cells in mode mig") instead of
-guessing. Thresholds are stated in each verdict's text; a ratio is judged on the median of a
-configuration's runs and the min-max spread is quoted beside it.
+guessing. Thresholds are stated in each verdict's text. A ratio is judged by its 95% interval
+(:func:`raycolloc.results.stats.verdict`): a case whose interval crosses the threshold cannot tell
+(``inconclusive``); the runs' min-max spread and the interval's half-width are quoted beside it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from analysis.intervals import bounds_of, pm_text
 from raycolloc.job.workloads.registry import create_workload
+from raycolloc.results.stats import Interval, point, ratio_interval, verdict
 
 __all__ = ["GREAT_GAIN", "LITTLE_GAIN", "MEMORY_TOLERANCE", "Verdict", "best_configs", "claims", "workload_size"]
 
@@ -46,19 +49,26 @@ def _judge(outcomes: list[bool | None]) -> str:
     return "inconclusive"
 
 
-def _side(median: float, low: float | None, high: float | None, threshold: float, above: bool) -> bool | None:
-    """Whether ``median`` is on the wanted side of ``threshold`` (``above`` or below it); None when
-    several runs' min..max spread reaches across it."""
-    if (
-        low is not None
-        and high is not None
-        and pd.notna(low)
-        and pd.notna(high)
-        and low <= threshold <= high
-        and high - low > 1e-12
-    ):
-        return None
-    return bool(median >= threshold) if above else bool(median < threshold)
+def _side(row: pd.Series, column: str, threshold: float, above: bool) -> bool | None:
+    """Whether ``row[column]`` is on the wanted side of ``threshold`` (``above`` or below it), by
+    its 95% interval (``<column>_low``/``_high``); None when the interval crosses the threshold."""
+    return _holds(_interval(row, column), threshold, above)
+
+
+def _interval(row: pd.Series, column: str) -> Interval:
+    found = bounds_of(row[column], row.get(f"{column}_low"), row.get(f"{column}_high"))
+    return found if found is not None else point(float("nan"))
+
+
+def _suffixed(row: pd.Series, column: str, suffix: str) -> Interval:
+    """``_interval`` of a merged row, whose columns got ``suffix`` (``<column>_low<suffix>``)."""
+    found = bounds_of(row[f"{column}{suffix}"], row.get(f"{column}_low{suffix}"), row.get(f"{column}_high{suffix}"))
+    return found if found is not None else point(float("nan"))
+
+
+def _holds(interval: Interval, threshold: float, above: bool) -> bool | None:
+    said = verdict(interval, threshold, above_is_yes=above)
+    return None if said == "inconclusive" else said == "yes"
 
 
 def workload_size(name: str) -> str | None:
@@ -69,10 +79,13 @@ def workload_size(name: str) -> str | None:
         return None
 
 
-def _x(value: float, low: float | None = None, high: float | None = None) -> str:
+def _x(value: float, low: float | None = None, high: float | None = None, ci: Interval | None = None) -> str:
+    """``1.50x (0.83-2.00) ±46.1%``: the value, the runs' min-max (several runs), the 95% interval."""
     text = f"{value:.2f}x"
     if low is not None and high is not None and pd.notna(low) and pd.notna(high) and abs(high - low) > 1e-9:
         text += f" ({low:.2f}-{high:.2f})"
+    if ci is not None and (pm := pm_text(ci.value, ci.low, ci.high)):
+        text += f" {pm}"
     return text
 
 
@@ -129,8 +142,9 @@ def _best_collocated(gain: pd.DataFrame, sizes: tuple[str, ...]) -> tuple[pd.Dat
 def _describe(row: pd.Series) -> str:
     low, high = row.get("gain_vs_best_solo_min"), row.get("gain_vs_best_solo_max")
     flag = " (runs reach across 1.0)" if pd.notna(low) and pd.notna(high) and low <= 1.0 <= high and high > low else ""
+    ci = _interval(row, "gain_vs_best_solo")
     return (
-        f"{row['workload']}: {_x(row['gain_vs_best_solo'], low, high)}"
+        f"{row['workload']}: {_x(row['gain_vs_best_solo'], low, high, ci)}"
         f" of its best solo at {row['mode']} x{int(row['degree'])}{flag}"
     )
 
@@ -146,19 +160,12 @@ def _small_models(gain: pd.DataFrame) -> Verdict:
             "efficientnetv2s_imagenet64; tiny CPU presets count as small)"
         )
         return Verdict(claim, "not enough data", missing)
-    verdict = _judge(
-        [
-            _side(
-                r["gain_vs_best_solo"], r["gain_vs_best_solo_min"], r["gain_vs_best_solo_max"], GREAT_GAIN, above=True
-            )
-            for _, r in best.iterrows()
-        ]
-    )
+    judged = _judge([_side(r, "gain_vs_best_solo", GREAT_GAIN, above=True) for _, r in best.iterrows()])
     evidence = "; ".join(_describe(r) for _, r in best.iterrows())
     evidence += f". Threshold: best collocation >= {GREAT_GAIN}x the workload's best solo."
     if lacking:
         evidence += f" No collocated cell of {', '.join(lacking)}."
-    return Verdict(claim, verdict, evidence)
+    return Verdict(claim, judged, evidence)
 
 
 def _large_models(gain: pd.DataFrame) -> Verdict:
@@ -178,15 +185,7 @@ def _large_models(gain: pd.DataFrame) -> Verdict:
         unfit = rows[rows["status"].str.contains("oom|unfit", regex=True)]
         if not ok.empty:
             top = ok.loc[ok["gain_vs_best_solo"].idxmax()]
-            holds.append(
-                _side(
-                    top["gain_vs_best_solo"],
-                    top["gain_vs_best_solo_min"],
-                    top["gain_vs_best_solo_max"],
-                    LITTLE_GAIN,
-                    above=False,
-                )
-            )
+            holds.append(_side(top, "gain_vs_best_solo", LITTLE_GAIN, above=False))
             parts.append(_describe(top))
         if not unfit.empty:
             holds.append(True)
@@ -196,8 +195,7 @@ def _large_models(gain: pd.DataFrame) -> Verdict:
         return Verdict(
             claim, "not enough data", "large workloads' collocated cells neither finished nor ran out of memory"
         )
-    verdict = _judge(holds)
-    return Verdict(claim, verdict, "; ".join(parts) + f". Threshold: below {LITTLE_GAIN}x the best solo.")
+    return Verdict(claim, _judge(holds), "; ".join(parts) + f". Threshold: below {LITTLE_GAIN}x the best solo.")
 
 
 def _memory(gain: pd.DataFrame, mixed: pd.DataFrame) -> Verdict:
@@ -226,7 +224,6 @@ def _memory(gain: pd.DataFrame, mixed: pd.DataFrame) -> Verdict:
         return Verdict(claim, "not enough data", "no ok collocated cell with GPU memory telemetry and its solo")
     values = pd.Series([r for _, r in ratios])
     near = (values - 1.0).abs() <= MEMORY_TOLERANCE
-    verdict = _judge([bool(n) for n in near])
     worst = sorted(ratios, key=lambda p: abs(p[1] - 1.0), reverse=True)[:3]
     evidence = (
         f"collocated / summed solo memory: median {values.median():.2f}, range {values.min():.2f}-"
@@ -234,7 +231,7 @@ def _memory(gain: pd.DataFrame, mixed: pd.DataFrame) -> Verdict:
         + ", ".join(f"{name} {r:.2f}" for name, r in worst)
         + f". Threshold: within {MEMORY_TOLERANCE:.0%} of the sum."
     )
-    return Verdict(claim, verdict, evidence)
+    return Verdict(claim, _judge([bool(n) for n in near]), evidence)
 
 
 def _mps_vs_naive(gain: pd.DataFrame, table2: pd.DataFrame) -> Verdict:
@@ -244,24 +241,18 @@ def _mps_vs_naive(gain: pd.DataFrame, table2: pd.DataFrame) -> Verdict:
     pairs = ok[ok["mode"] == "mps"].merge(ok[ok["mode"] == "naive"], on=idx, suffixes=("_mps", "_naive"))
     outcomes, parts = [], []
     for _, r in pairs.iterrows():
-        ratio = r["agg_samples_per_s_mps"] / r["agg_samples_per_s_naive"]
-        overlap = not (
-            r["agg_samples_per_s_max_mps"] < r["agg_samples_per_s_min_naive"]
-            or r["agg_samples_per_s_min_mps"] > r["agg_samples_per_s_max_naive"]
-        )
-        several = r["n_ok_mps"] > 1 or r["n_ok_naive"] > 1
-        outcomes.append(None if overlap and several and ratio < 1.0 else bool(ratio >= 1.0))
-        parts.append(f"{r['workload']} x{int(r['degree'])}: {ratio:.2f}x")
+        mps, naive = _suffixed(r, "agg_samples_per_s", "_mps"), _suffixed(r, "agg_samples_per_s", "_naive")
+        ratio = ratio_interval(mps, naive)
+        outcomes.append(_at_least(ratio))
+        parts.append(f"{r['workload']} x{int(r['degree'])}: {_x(ratio.value, ci=ratio)}")
     mixes = table2[table2["status"] == "ok"]
     for (mix, _gpu), rows in mixes.groupby(["mix", "gpu_name"]):
         by_mode = rows.set_index("mode")
         if {"mps", "naive"} <= set(by_mode.index):
             mps, naive = by_mode.loc["mps"], by_mode.loc["naive"]
-            ratio = naive["total_s"] / mps["total_s"]
-            overlap = not (mps["total_s_min"] > naive["total_s_max"] or mps["total_s_max"] < naive["total_s_min"])
-            several = mps["n_runs"] > 1 or naive["n_runs"] > 1
-            outcomes.append(None if overlap and several and ratio < 1.0 else bool(ratio >= 1.0))
-            parts.append(f"mix {mix}: {ratio:.2f}x")
+            ratio = ratio_interval(_interval(naive, "total_s"), _interval(mps, "total_s"))
+            outcomes.append(_at_least(ratio))
+            parts.append(f"mix {mix}: {_x(ratio.value, ci=ratio)}")
     if not parts:
         return Verdict(
             claim, "not enough data", "no configuration ran ok in both mps and naive at degree > 1 (or as a mix)"
@@ -270,9 +261,19 @@ def _mps_vs_naive(gain: pd.DataFrame, table2: pd.DataFrame) -> Verdict:
     behind = sum(o is False for o in outcomes)
     evidence = (
         f"MPS / naive throughput (mixes: naive / MPS total time): {'; '.join(parts)}. MPS ahead in {ahead} of "
-        f"{len(parts)}, behind in {behind}, behind within the runs' spread in {len(parts) - ahead - behind}."
+        f"{len(parts)}, behind in {behind}, behind within the noise (95% interval) in "
+        f"{len(parts) - ahead - behind}. Ahead: at or above 1 (an interval reaching below 1 is quoted beside it)."
     )
     return Verdict(claim, _judge(outcomes), evidence)
+
+
+def _at_least(ratio: Interval) -> bool | None:
+    """MPS / naive for "at least as well": behind beyond the noise (the interval below 1) refutes it;
+    behind within the noise cannot tell; at or above 1 holds (the claim is "not worse")."""
+    said = verdict(ratio, 1.0)
+    if said == "inconclusive":
+        return True if ratio.value >= 1.0 else None
+    return said == "yes"
 
 
 def _mig(gain: pd.DataFrame, epoch2: pd.DataFrame, table2: pd.DataFrame) -> Verdict:
@@ -308,11 +309,11 @@ def _mig(gain: pd.DataFrame, epoch2: pd.DataFrame, table2: pd.DataFrame) -> Verd
         return Verdict(claim, "not enough data", "; ".join(missing))
     holds: list[bool | None] = [bool(spread.median() <= 1.15)] if not spread.empty else []
     holds += under
-    verdict = _judge(holds)
+    judged = _judge(holds)
     text = "; ".join(parts) + "."
     if missing:
         text += " Missing: " + "; ".join(missing) + "."
-    return Verdict(claim, verdict if not missing else f"{verdict} (in part)", text)
+    return Verdict(claim, judged if not missing else f"{judged} (in part)", text)
 
 
 def _mixing_pays(table2: pd.DataFrame) -> Verdict:
@@ -329,10 +330,12 @@ def _mixing_pays(table2: pd.DataFrame) -> Verdict:
     holds: list[bool | None] = []
     for mix, rows in judged.groupby("mix"):
         best = rows.loc[rows["change_vs_sequential_pct"].idxmin()]
-        holds.append(None if best["change_uncertain"] else bool(best["change_vs_sequential_pct"] < 0))
+        holds.append(_side(best, "change_vs_sequential_pct", 0.0, above=False))
         flag = " (runs reach across 0)" if best["change_uncertain"] else ""
+        ci = _interval(best, "change_vs_sequential_pct")
+        pm = f" ±{ci.half_width:.0f}pt" if ci.known else ""
         parts.append(
-            f"{mix}: {best['change_vs_sequential_pct']:+.0f}% in {best['mode']} "
+            f"{mix}: {best['change_vs_sequential_pct']:+.0f}%{pm} in {best['mode']} "
             f"({best['total_s']:.2f} s vs {best['sequential_s']:.2f} s sequential){flag}"
         )
     return Verdict(claim, _judge(holds), "; ".join(parts) + ". Negative: collocation is faster.")
@@ -345,23 +348,15 @@ def _energy(gain: pd.DataFrame, table2: pd.DataFrame) -> Verdict:
     holds: list[bool | None] = []
     for workload, rows in ok.groupby("workload"):
         best = rows.loc[rows["energy_vs_solo"].idxmin()]
-        holds.append(
-            _side(best["energy_vs_solo"], best["energy_vs_solo_min"], best["energy_vs_solo_max"], 1.0, above=False)
-        )
-        energy = _x(best["energy_vs_solo"], best["energy_vs_solo_min"], best["energy_vs_solo_max"])
+        holds.append(_side(best, "energy_vs_solo", 1.0, above=False))
+        ci = _interval(best, "energy_vs_solo")
+        energy = _x(best["energy_vs_solo"], best["energy_vs_solo_min"], best["energy_vs_solo_max"], ci)
         parts.append(f"{workload}: {energy} the solo's J/sample at {best['mode']} x{int(best['degree'])}")
     for mix, rows in table2[(table2["status"] == "ok") & table2["energy_vs_sequential"].notna()].groupby("mix"):
         best = rows.loc[rows["energy_vs_sequential"].idxmin()]
-        holds.append(
-            _side(
-                best["energy_vs_sequential"],
-                best["energy_vs_sequential_min"],
-                best["energy_vs_sequential_max"],
-                1.0,
-                above=False,
-            )
-        )
-        parts.append(f"mix {mix}: {best['energy_vs_sequential']:.2f}x the sequential energy in {best['mode']}")
+        holds.append(_side(best, "energy_vs_sequential", 1.0, above=False))
+        energy = _x(best["energy_vs_sequential"], ci=_interval(best, "energy_vs_sequential"))
+        parts.append(f"mix {mix}: {energy} the sequential energy in {best['mode']}")
     if not parts:
         return Verdict(
             claim,

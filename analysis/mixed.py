@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.intervals import cell_statistic, group_intervals
 from analysis.stats import crosses, spread_columns
 from analysis.tables import CELL_KEY, epoch_span, jobs_with_cells
 
@@ -48,6 +49,8 @@ def _solo_refs(cells: pd.DataFrame, joined: pd.DataFrame) -> pd.DataFrame:
         j_per_sample=solo["total_energy_j"] / solo["samples"],
         solo_peak_mib=_job_peak(solo),
     )
+    spread = group_intervals(solo, _MATCH, ["s_per_sample", "j_per_sample"]).reset_index()
+    spread = spread.drop(columns=["s_per_sample", "j_per_sample"]).rename(columns=lambda c: f"solo_{c}")
     return (
         solo.groupby(_MATCH, dropna=False)
         .agg(
@@ -59,6 +62,7 @@ def _solo_refs(cells: pd.DataFrame, joined: pd.DataFrame) -> pd.DataFrame:
             solo_runs=("s_per_sample", "size"),
         )
         .reset_index()
+        .merge(spread.rename(columns={f"solo_{k}": k for k in _MATCH}), on=_MATCH, how="left")
     )
 
 
@@ -75,7 +79,10 @@ def mixed_table(cells: pd.DataFrame, jobs: pd.DataFrame, epochs: pd.DataFrame) -
     faster; the cell's ``sm_active_mean`` and ``mem_used_max_mib`` and ``total_energy_j``; the
     solo's ``solo_sm_active_mean``, ``solo_mem_used_max_mib`` and ``serial_energy_j`` (the jobs'
     samples at their solos' energy per sample, summed) and ``energy_vs_sequential`` (below 1:
-    collocation spends less energy than one job after the other).
+    collocation spends less energy than one job after the other). One run's bounds
+    ``change_vs_sequential_pct_low``/``_high`` and ``energy_vs_sequential_low``/``_high``: the solos'
+    spread over their runs (t-interval of time and energy per sample), summed over the jobs in
+    quadrature; ``statistic`` (the cell's ``measure.statistic``).
     """
     cols = [
         "sweep",
@@ -108,6 +115,11 @@ def mixed_table(cells: pd.DataFrame, jobs: pd.DataFrame, epochs: pd.DataFrame) -
         "serial_energy_j",
         "energy_vs_sequential",
         "solo_missing",
+        "change_vs_sequential_pct_low",
+        "change_vs_sequential_pct_high",
+        "energy_vs_sequential_low",
+        "energy_vs_sequential_high",
+        "statistic",
     ]
     mixed = cells[cells["mix"].notna()]
     if mixed.empty:
@@ -155,9 +167,31 @@ def mixed_table(cells: pd.DataFrame, jobs: pd.DataFrame, epochs: pd.DataFrame) -
     ok = out["status"] == "ok"
     out["change_vs_sequential_pct"] = (100.0 * (out["cell_total_s"] / out["serial_s"] - 1.0)).where(ok)
     out["energy_vs_sequential"] = (out["total_energy_j"] / out["serial_energy_j"]).where(ok)
+    _one_run_bounds(out)
+    out = out.merge(cells[CELL_KEY].assign(statistic=cells["config_json"].map(cell_statistic)), on=CELL_KEY)
     return out[cols].sort_values(
         ["mix", "gpu_name", "mode", "sweep", "repeat", "cell_id", "job_index"], ignore_index=True
     )
+
+
+def _one_run_bounds(out: pd.DataFrame) -> None:
+    """A mixed run's bounds, in place: its total is one measured time; its sequential time (and
+    energy) is the jobs' solos, each with its runs' relative half-width, summed in quadrature."""
+    for per, serial, ratio, scale in (
+        ("s_per_sample", "serial_s", "change_vs_sequential_pct", 100.0),
+        ("j_per_sample", "serial_energy_j", "energy_vs_sequential", 1.0),
+    ):
+        rel = (out[f"solo_{per}_high"] - out[f"solo_{per}_low"]) / 2 / out[f"solo_{per}"]
+        hw2 = (
+            ((out["job_samples"] * out[f"solo_{per}"] * rel) ** 2)
+            .groupby([out[k] for k in CELL_KEY])
+            .transform(lambda s: s.sum(min_count=len(s)))
+        )
+        rel_serial = np.sqrt(hw2) / out[serial]
+        # change = 100 (total / serial - 1): the ratio's relative half-width on (change + 100).
+        base = out[ratio] + 100.0 if scale == 100.0 else out[ratio]
+        out[f"{ratio}_low"] = out[ratio] - base * rel_serial
+        out[f"{ratio}_high"] = out[ratio] + base * rel_serial
 
 
 def _sequential(rows: pd.DataFrame) -> pd.Series:
@@ -194,6 +228,12 @@ _TABLE2_FIXED = [
     "energy_vs_sequential",
     "energy_vs_sequential_min",
     "energy_vs_sequential_max",
+    "total_s_low",
+    "total_s_high",
+    "change_vs_sequential_pct_low",
+    "change_vs_sequential_pct_high",
+    "energy_vs_sequential_low",
+    "energy_vs_sequential_high",
 ]
 
 
@@ -206,7 +246,9 @@ def table2(mixed: pd.DataFrame) -> pd.DataFrame:
     (with spread) and ``change_uncertain`` (the runs' change reaches across 0); ``sm_active_mean``,
     ``mem_used_max_gib`` (collocated, medians) and ``sequential_sm_active_mean``,
     ``sequential_mem_used_max_gib``; ``energy_vs_sequential`` (with spread). Job columns are those of
-    the row's mix (other mixes' are empty).
+    the row's mix (other mixes' are empty). ``total_s``, ``change_vs_sequential_pct`` and
+    ``energy_vs_sequential`` have ``_low``/``_high`` (95%: the runs' t-interval, or one run's solos'
+    spread; see :func:`mixed_table`) and are the runs' ``measure.statistic`` (median before it).
     """
     if mixed.empty:
         return pd.DataFrame(columns=_TABLE2_FIXED)
@@ -223,6 +265,9 @@ def table2(mixed: pd.DataFrame) -> pd.DataFrame:
         axis=1,
     )
     out = out.join(mixed.groupby(key, dropna=False, sort=False).apply(_sequential, include_groups=False))
+    summed = ["cell_total_s", "change_vs_sequential_pct", "energy_vs_sequential"]
+    intervals = group_intervals(cells, key, summed, lower_is_better=summed)
+    out = out.drop(columns=summed).join(intervals)
     for (name, _index), rows in mixed.groupby(["job_name", "job_index"], sort=True):
         per = rows.groupby(key, dropna=False, sort=False)
         times = spread_columns(per, ["job_total_s"]).rename(columns=lambda c, n=str(name): c.replace("job_total", n))
@@ -232,6 +277,8 @@ def table2(mixed: pd.DataFrame) -> pd.DataFrame:
             "cell_total_s": "total_s",
             "cell_total_s_min": "total_s_min",
             "cell_total_s_max": "total_s_max",
+            "cell_total_s_low": "total_s_low",
+            "cell_total_s_high": "total_s_high",
             "serial_s": "sequential_s",
         }
     )

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.intervals import pm_text
 from analysis.stats import fmt_spread
 
 __all__ = ["CONTENT_PX", "CSS", "Column", "details", "display", "figure_html", "number", "pair", "table_html", "wide"]
@@ -80,7 +81,9 @@ class Column:
 def display(frame: pd.DataFrame, columns: Sequence[Column], keep: Sequence[str] = ()) -> tuple[str, pd.DataFrame]:
     """The columns of ``frame`` as text for a report table, and the line of constant values.
 
-    A column with ``<source>_min``/``<source>_max`` beside it shows ``median (min–max)``. A column
+    A column with ``<source>_min``/``<source>_max`` beside it shows ``median (min–max)``; one with
+    ``<source>_low``/``<source>_high`` gets a column ``<label> ±`` after it (``±2.4%``: the 95%
+    interval's half-width, blank where no spread is known). A column
     whose text is the same in every row (and not in ``keep``) moves to the returned line as
     ``label: value``, unless the table has one row.
     """
@@ -98,6 +101,13 @@ def display(frame: pd.DataFrame, columns: Sequence[Column], keep: Sequence[str] 
             ]
         else:
             out[col.label] = [fmt(v) if col.fmt is not None and _number(v) else _plain(v) for v in frame[col.source]]
+        if f"{col.source}_low" in frame and f"{col.source}_high" in frame:
+            out[f"{col.label} ±"] = [
+                pm_text(v, lo, hi)
+                for v, lo, hi in zip(
+                    frame[col.source], frame[f"{col.source}_low"], frame[f"{col.source}_high"], strict=True
+                )
+            ]
     consts = []
     if len(out) > 1:
         labels = {c.label for c in columns if c.source in keep}

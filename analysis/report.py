@@ -27,15 +27,25 @@ import pandas as pd
 
 from analysis import attribution, sections
 from analysis.findings import Verdict, best_configs, claims
+from analysis.gains import gain_table
+from analysis.intervals import pm_text
 from analysis.load import SweepData, SweepDirError, load_sweeps
 from analysis.meta import config_tables, environment_table, failed_cells_table
 from analysis.mixed import mixed_table, table2
 from analysis.page import CSS
-from analysis.tables import baseline_table, cell_metrics_table, epoch2_table, gain_table
+from analysis.tables import baseline_table, cell_metrics_table, epoch2_table
 
 __all__ = ["Report", "build_report", "build_tables", "format_gain", "main", "render_html"]
 
 log = logging.getLogger(__name__)
+
+# How the report's ± is formed, said once in its header (docs/architecture.md, "How sure").
+HOW_SURE = (
+    "±: the 95% interval's half-width — over several runs the t-interval of the runs (each ratio's run "
+    "against the reference run of the same repeat), for one run its epochs timed in windows; ratios "
+    "propagate numerator's and reference's intervals; a claim whose interval crosses its threshold is "
+    "inconclusive; unstable: CV of 10% or more (pyperf's rule)"
+)
 
 GAIN_COLUMNS = [
     "workload",
@@ -91,7 +101,8 @@ def _verdicts(tables: dict[str, pd.DataFrame]) -> list[Verdict]:
 
 
 def format_gain(gain: pd.DataFrame) -> str:
-    """The gain table as fixed-width text (the stdout summary): medians, ``[min-max]`` of several runs."""
+    """The gain table as fixed-width text (stdout): each number ``value ±half-width%`` (95%) where a
+    spread is known, then ``[min-max]`` of several runs."""
     if gain.empty:
         return "no uniform cells: no throughput-gain table"
     cols = [c for c in GAIN_COLUMNS if c != "settings" or gain["settings"].nunique() > 1]
@@ -109,21 +120,38 @@ def format_gain(gain: pd.DataFrame) -> str:
                 else "{:.2f}"
             )
             text[column] = [
-                _spread_text(m, lo, hi, fmt)
-                for m, lo, hi in zip(gain[column], gain[f"{column}_min"], gain[f"{column}_max"], strict=True)
+                _spread_text(m, lo, hi, fmt, pm_text(m, a, b))
+                for m, lo, hi, a, b in zip(
+                    gain[column],
+                    gain[f"{column}_min"],
+                    gain[f"{column}_max"],
+                    gain.get(f"{column}_low", gain[column] * float("nan")),
+                    gain.get(f"{column}_high", gain[column] * float("nan")),
+                    strict=True,
+                )
             ]
         elif column.startswith("slowdown"):
-            text[column] = [("-" if pd.isna(v) else f"{v:.2f}") for v in gain[column]]
-    text["note"] = ["spread crosses 1" if flag else "" for flag in gain["gain_uncertain"]]
+            low, high = gain.get(f"{column}_low"), gain.get(f"{column}_high")
+            text[column] = [
+                "-" if pd.isna(v) else f"{v:.2f} {pm_text(v, lo, hi)}".rstrip()
+                for v, lo, hi in zip(
+                    gain[column],
+                    low if low is not None else [None] * len(gain),
+                    high if high is not None else [None] * len(gain),
+                    strict=True,
+                )
+            ]
+    text["note"] = [", ".join(filter(None, (sections.gain_note(r), sections.stability(r)))) for _, r in gain.iterrows()]
     return text.to_string(index=False, na_rep="-")
 
 
-def _spread_text(median: float, low: float, high: float, fmt: str) -> str:
+def _spread_text(median: float, low: float, high: float, fmt: str, pm: str = "") -> str:
     if pd.isna(median):
         return "-"
+    text = f"{fmt.format(median)} {pm}".rstrip()
     if pd.isna(low) or pd.isna(high) or abs(high - low) < 1e-12:
-        return fmt.format(median)
-    return f"{fmt.format(median)} [{fmt.format(low)}-{fmt.format(high)}]"
+        return text
+    return f"{text} [{fmt.format(low)}-{fmt.format(high)}]"
 
 
 def render_html(
@@ -148,7 +176,7 @@ def render_html(
         "<h1>raycolloc collocation report</h1>",
         f'<p class="note">{esc(", ".join(data.sweeps))} · {len(cells)} cells ({n_failed} failed) · {runs.size} '
         f"configurations, {repeats} run(s) each · metric: epoch 2 (epoch 1 is warm-up) · a configuration's runs "
-        f"are shown as median (min–max) · generated {stamp}</p>",
+        f"are shown as median (min–max) · {esc(HOW_SURE)} · generated {stamp}</p>",
         sections.simulated_banner(cells),
         sections.findings(tables["best"], verdicts),
     ]

@@ -18,7 +18,7 @@ from analysis.findings import Verdict
 from analysis.load import SweepData
 from analysis.page import Column, details, display, number, pair, table_html, wide
 
-__all__ = ["baseline", "closing", "findings", "mixed", "simulated_banner", "workloads"]
+__all__ = ["baseline", "closing", "findings", "gain_note", "mixed", "stability", "simulated_banner", "workloads"]
 
 _RATIO, _S, _PCT, _INT = number(".2f"), number(".2f"), number(".0f"), number(",.0f")
 _J = number(".3g")
@@ -112,12 +112,28 @@ def _config_rows(gain: pd.DataFrame) -> pd.DataFrame:
     rows = gain.assign(
         settings=gain["settings"].map(_short_settings),
         _o=gain["mode"].map(_MODE_ORDER).fillna(9),
-        note=[
-            ("spread crosses 1" if u else "1 run" if n == 1 and d > 1 else "")
-            for u, n, d in zip(gain["gain_uncertain"], gain["n_ok"], gain["degree"], strict=True)
-        ],
+        note=[gain_note(r) for _, r in gain.iterrows()],
+        stability=[stability(r) for _, r in gain.iterrows()],
     )
     return rows.sort_values(["workload", "degree", "_o", "settings"]).drop(columns="_o")
+
+
+def gain_note(row: pd.Series) -> str:
+    """What to keep in mind reading a configuration's gain: its runs' spread crosses 1, the gain is
+    within the noise (its 95% interval crosses 1), or one run only."""
+    if row.get("gain_uncertain"):
+        return "spread crosses 1"
+    if row.get("gain_verdict") == "inconclusive":
+        return "gain within noise"
+    return "1 run" if row.get("n_ok") == 1 and row.get("degree", 1) > 1 else ""
+
+
+def stability(row: pd.Series) -> str:
+    """``unstable (CV 12%)`` for a configuration whose rate's CV is 10% or more (pyperf's rule)."""
+    if not bool(row.get("unstable")) or pd.isna(row.get("unstable")):
+        return ""
+    cv = row.get("rate_cv")
+    return f"unstable (CV {100 * cv:.0f}%)" if pd.notna(cv) else "unstable"
 
 
 _KEY = [
@@ -146,6 +162,7 @@ def workloads(gain: pd.DataFrame, figures: Sequence[Path]) -> list[str]:
                 Column("gain_vs_solo", "gain vs solo", _RATIO),
                 Column("gain_vs_best_solo", "vs best solo", _RATIO),
                 Column("note", "note"),
+                Column("stability", "stability"),
             ],
             keep,
         )

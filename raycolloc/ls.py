@@ -27,7 +27,9 @@ from pathlib import Path
 import yaml
 
 from raycolloc.results.index import REFERENCE, read_reference
+from raycolloc.results.stats import bounds, fmt_pm
 from raycolloc.results.store import InvalidResult, UnknownSchemaVersion, read_cell
+from raycolloc.results.summary_tables import gain_lines, read_runs
 
 __all__ = ["CellEntry", "SweepEntry", "find_sweeps", "list_cells", "main"]
 
@@ -42,6 +44,8 @@ _COLUMNS = [
     "repeat",
     "started_at",
     "agg_samples_per_s",
+    "agg_rate_low",
+    "agg_rate_high",
     "energy_per_sample_j",
     "total_s",
     "total_energy_j",
@@ -144,9 +148,10 @@ def _entry(cell_dir: Path) -> CellEntry:
         headline = f"total {_fmt(row['total_s'], '.2f')} s, {_fmt(row['total_energy_j'], ',.1f')} J"
     else:
         what = str(row["workload"])
-        headline = (
-            f"{_fmt(row['agg_samples_per_s'], ',.0f')} samples/s, {_fmt(row['energy_per_sample_j'], '.3g')} J/sample"
-        )
+        rate = "-"
+        if row["agg_samples_per_s"] is not None:  # with its within-run interval where the row has one
+            rate = fmt_pm(bounds(row["agg_samples_per_s"], row["agg_rate_low"], row["agg_rate_high"]), ",.0f")
+        headline = f"{rate} samples/s, {_fmt(row['energy_per_sample_j'], '.3g')} J/sample"
     return CellEntry(
         cell_dir.name,
         str(row["status"]),
@@ -195,6 +200,11 @@ def list_cells(sweep: SweepEntry) -> str:
         lines.append(
             f"  {c.name:<{width}}  {c.status:<8}{c.mode or '-':<7}{c.degree or 0:>4}  {c.what:<22}{c.headline}{note}"
         )
+    readable = [sweep.path / c.name for c in sweep.cells if c.status not in (CORRUPT, "unreadable")]
+    gains = gain_lines(read_runs(readable))
+    if gains:
+        lines += ["", "  gains (±: 95% interval; several runs: their t-interval, one run: its epochs timed in windows)"]
+        lines += [f"  {line}" for line in gains]
     return "\n".join(lines)
 
 

@@ -17,11 +17,12 @@ import pandas as pd
 import pytest
 
 from analysis.figures import make_figures
+from analysis.gains import gain_table
 from analysis.load import SweepDirError, load_sweeps
 from analysis.meta import config_tables, environment_table, failed_cells_table
 from analysis.mixed import mixed_table
 from analysis.report import build_report, main
-from analysis.tables import baseline_table, cell_metrics_table, epoch2_table, gain_table
+from analysis.tables import baseline_table, cell_metrics_table, epoch2_table
 from raycolloc.results import rows as result_rows
 
 from .conftest import write_fixture_cell

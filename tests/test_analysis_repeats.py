@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from analysis.findings import best_configs, claims
+from analysis.gains import gain_table
 from analysis.load import load_sweeps
 from analysis.mixed import mixed_table, table2
 from analysis.report import build_report
-from analysis.tables import epoch2_table, gain_table
+from analysis.tables import epoch2_table
 
 from .test_analysis import T0, cell, epochs_of, job, row
 

@@ -233,3 +233,16 @@ def test_an_unmarked_test_that_reaches_for_ray_fails_before_ray_starts() -> None
 
     with pytest.raises(pytest.fail.Exception, match="uses Ray: mark it `slow`"):
         conftest.session_ray()  # refused before it looks for (or starts) the session's instance
+
+
+def test_the_sweep_summary_imports_neither_pandas_nor_the_analysis_package() -> None:
+    """Issue 30/31: the runtime keeps to its edges; its end-of-run summary is built from the rows."""
+    graph, outside = _import_graph()
+    reached, todo = set(), ["raycolloc.driver.summary", "raycolloc.results.summary_tables"]
+    while todo:
+        module = todo.pop()
+        if module not in reached:
+            reached.add(module)
+            todo += graph.get(module, set())
+    assert not [m for m in reached if m.split(".")[0] == "analysis"], sorted(reached)
+    assert not {p for m in reached for p in outside.get(m, set())} & {"pandas", "numpy", "matplotlib"}

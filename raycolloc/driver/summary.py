@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from raycolloc.results.rows import CellRow, JobRow
+from raycolloc.results.stats import bounds, fmt_pm
+from raycolloc.results.summary_tables import gain_lines, mix_lines, read_runs
 from raycolloc.workload_kinds import ScriptWorkload
 
 if TYPE_CHECKING:
     from raycolloc.driver.engine import CellResult
 
-__all__ = ["cell_summary", "conditions_lines", "print_sweep_summary"]
+__all__ = ["cell_summary", "conditions_lines", "print_sweep_summary", "sweep_tables"]
 
 log = logging.getLogger("raycolloc")
 
@@ -22,13 +24,18 @@ def _fmt(value: Any, spec: str = ",.0f") -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _rate(cell: CellRow) -> str:
+    """The aggregate with its within-run interval where the row has one (``12,345 ±2.1%``)."""
+    if cell.agg_samples_per_s is None:
+        return "-"
+    found = bounds(cell.agg_samples_per_s, cell.agg_rate_low, cell.agg_rate_high)
+    return fmt_pm(found, ",.0f")
+
+
 def cell_summary(cell: CellRow, jobs: Sequence[JobRow]) -> str:
     """A few lines: the cell's aggregate, then one line per job."""
     if cell.mix is None:
-        rate = (
-            f"aggregate={_fmt(cell.agg_samples_per_s)} samples/s  "
-            f"energy={_fmt(cell.energy_per_sample_j, '.3g')} J/sample"
-        )
+        rate = f"aggregate={_rate(cell)} samples/s  energy={_fmt(cell.energy_per_sample_j, '.3g')} J/sample"
     else:  # a mix's samples are unlike: its headline is its total time (against serial: the sweep's summary)
         rate = f"total={_fmt(cell.total_s, ',.2f')} s  energy={_fmt(cell.total_energy_j, ',.1f')} J"
     head = (
@@ -58,37 +65,43 @@ def cell_summary(cell: CellRow, jobs: Sequence[JobRow]) -> str:
     return "\n".join(lines)
 
 
-def print_sweep_summary(sweep_dir: Path, results: Sequence[CellResult]) -> None:
-    """The sweep's gain table (against degree 1 and against the best solo run; a configuration's
-    repeats as median [min-max]) and its mixes against running their jobs one after the other."""
-    try:
-        from analysis.load import load_sweeps
-        from analysis.mixed import mixed_table, table2
-        from analysis.report import format_gain
-        from analysis.tables import gain_table
+def sweep_tables(cell_dirs: Iterable[Path]) -> list[str]:
+    """The sweep's tables as lines: the cells' count, the gain table of the uniform cells and the
+    mixes against one job after the other (every number ``value ±half-width%``, 95%)."""
+    runs = read_runs(cell_dirs)
+    n_ok = sum(r.ok for r in runs)
+    lines = [f"{len(runs)} cells, {n_ok} ok"]
+    gains = gain_lines(runs)
+    if gains:
+        lines += [
+            "throughput gain (gain_vs_solo: same settings at degree 1; gain_vs_best_solo: fastest degree-1 "
+            f"configuration of the workload in the sweep; ±: 95% interval, {_HOW})",
+            *gains,
+        ]
+    mixes = mix_lines(runs)
+    if mixes:
+        lines += [
+            "mixed cells against their jobs run one after the other (vs sequential: change of the total time, "
+            "negative is faster; note: each job's time collocated/alone in s, first run)",
+            *mixes,
+        ]
+    return lines
 
-        data = load_sweeps([sweep_dir])
-        print(f"\nsweep {sweep_dir}: {len(data.cells)} cells, {int((data.cells['status'] == 'ok').sum())} ok")
-        for line in conditions_lines([r.row for r in results if r.row is not None]):
-            print(line)
-        gain = gain_table(data.cells, data.jobs)
-        if not gain.empty:
-            print(
-                "throughput gain (gain_vs_solo: same settings at degree 1; gain_vs_best_solo: fastest degree-1 "
-                "run of the workload in the sweep; several runs: median [min-max])"
-            )
-            print(format_gain(gain))
-        mixes = table2(mixed_table(data.cells, data.jobs, data.epochs))
-        if not mixes.empty:
-            jobs = [c for c in mixes.columns if c.endswith("_s") and not c.startswith(("total", "sequential"))]
-            cols = ["mix", "mode", "n_runs", "status", *jobs, "total_s", "sequential_s", "change_vs_sequential_pct"]
-            print(
-                "mixed cells against their jobs run one after the other (<job>_s: collocated; <job>_alone_s: its "
-                "solo cell; medians of the runs)"
-            )
-            print(mixes[cols].to_string(index=False, na_rep="-", float_format=lambda v: f"{v:,.2f}"))
+
+# How the ± was formed, said once under the table's title.
+_HOW = "across runs the t-interval of the runs, for one run its epochs timed in windows"
+
+
+def print_sweep_summary(sweep_dir: Path, results: Sequence[CellResult]) -> None:
+    """The sweep's summary after its last cell: :func:`sweep_tables` under the sweep's directory."""
+    try:
+        lines = sweep_tables(r.cell_dir for r in results)
     except Exception as exc:  # noqa: BLE001 - the summary is a convenience; the results are on disk
         log.warning("sweep summary unavailable: %s", exc)
+        return
+    print(f"\nsweep {sweep_dir}: {lines[0]}")
+    for line in [*conditions_lines([r.row for r in results if r.row is not None]), *lines[1:]]:
+        print(line)
 
 
 def conditions_lines(rows: Sequence[CellRow]) -> list[str]:

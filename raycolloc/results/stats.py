@@ -26,14 +26,20 @@ from typing import Literal
 
 __all__ = [
     "CV_UNSTABLE",
+    "STATISTICS",
     "Interval",
     "Verdict",
+    "bounds",
     "cv",
+    "fmt_pm",
     "is_unstable",
     "mean_interval",
+    "overlap",
     "point",
     "ratio_interval",
+    "scaled",
     "sum_interval",
+    "summarise",
     "t_quantile",
     "verdict",
     "window_interval",
@@ -167,3 +173,70 @@ def verdict(interval: Interval, threshold: float, *, above_is_yes: bool = True) 
     if above is None:
         return "inconclusive"
     return "yes" if above == above_is_yes else "no"
+
+
+# How a configuration's runs become one number (``measure.statistic``): the mean (default), the
+# median, or the fastest run (pyperf's and timeit's choice for CPU-bound code: noise only slows).
+STATISTICS = ("mean", "median", "fastest")
+
+
+def _statistic_value(values: Sequence[float], statistic: str, lower_is_better: bool) -> float:
+    if statistic == "mean":
+        return statistics.fmean(values)
+    if statistic == "median":
+        return statistics.median(values)
+    if statistic == "fastest":
+        return min(values) if lower_is_better else max(values)
+    raise ValueError(f"measure.statistic must be one of {', '.join(STATISTICS)}, got {statistic!r}")
+
+
+def summarise(
+    values: Sequence[float],
+    statistic: str = "mean",
+    within: Interval | None = None,
+    *,
+    lower_is_better: bool = False,
+) -> Interval:
+    """A configuration's runs as one number with its 95% interval.
+
+    Two or more runs: the ``statistic`` of the runs (``fastest`` is the largest value, or the
+    smallest with ``lower_is_better``: a time, joules per sample) with the half-width of the runs'
+    t-interval (the between-run spread, which contains the within-run noise). One run: ``within``
+    (its within-run interval) where known, else a point.
+    """
+    if not values:
+        raise ValueError("no values to summarise")
+    if len(values) == 1:
+        return within if within is not None and within.known else point(values[0])
+    value = _statistic_value(values, statistic, lower_is_better)
+    hw = mean_interval(values).half_width
+    return Interval(value, value - hw, value + hw, len(values), "repeats")
+
+
+def bounds(value: float, low: float | None, high: float | None, n: int = 1, method: str = "windows") -> Interval:
+    """An :class:`Interval` from a value and optional bounds (a point where either is missing or NaN)."""
+    if low is None or high is None or math.isnan(low) or math.isnan(high):
+        return point(value)
+    return Interval(value, low, high, n, method)
+
+
+def scaled(interval: Interval, value: float) -> Interval:
+    """``interval``'s relative half-width around another ``value`` (the same uncertainty, reported
+    around the number a table shows)."""
+    if not interval.known:
+        return point(value)
+    hw = abs(value) * interval.rel_half_width
+    return Interval(value, value - hw, value + hw, interval.n, interval.method)
+
+
+def overlap(a: Interval, b: Interval) -> bool:
+    """Whether two intervals share a value (points compare their values as degenerate intervals)."""
+    return a.low <= b.high and b.low <= a.high
+
+
+def fmt_pm(interval: Interval, spec: str = ".4g", unit: str = "") -> str:
+    """``5.31x ±2.4%`` (with ``unit="x"``); the bare value for a point."""
+    text = f"{format(interval.value, spec)}{unit}"
+    if not interval.known:
+        return text
+    return f"{text} ±{100 * interval.rel_half_width:.1f}%"

@@ -1,0 +1,343 @@
+"""The sweep summary's tables, from the rows the sweep wrote: no pandas, no ``analysis`` package
+(the runtime keeps to its edges, issue 31), every number with its 95% interval (issue 30).
+
+The rows are read back from each cell's directory with pyarrow (a reused cell's result lives in
+another sweep's directory; a job's settings and a mix's epochs are only on disk). The rules are the
+report's (:mod:`analysis.gains`, :mod:`analysis.mixed`) in their plain form: a configuration's runs
+summarised by its ``measure.statistic`` with the runs' t-interval; one run with its within-run
+interval; each run against the solo run of the same repeat where there is one, else against the
+solo configuration; a gain of one run propagates both intervals
+(:func:`~raycolloc.results.stats.ratio_interval`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from raycolloc.results.index import read_reference
+from raycolloc.results.stats import Interval, bounds, fmt_pm, point, ratio_interval, scaled, sum_interval, summarise
+
+__all__ = ["Run", "gain_lines", "mix_lines", "read_runs", "text_table"]
+
+Row = Mapping[str, Any]
+_MODE_ORDER = {"naive": 0, "mps": 1, "mig": 2}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One cell's rows: its ``cells`` row, its jobs' rows and its epochs' rows (as read back)."""
+
+    cell: Row
+    jobs: tuple[Row, ...]
+    epochs: tuple[Row, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return self.cell.get("status") == "ok"
+
+    @property
+    def statistic(self) -> str:
+        """The config's ``measure.statistic`` (the median for results written before it)."""
+        try:
+            measure = json.loads(self.cell.get("config_json") or "{}").get("measure") or {}
+        except (json.JSONDecodeError, AttributeError):
+            return "median"
+        return str(measure.get("statistic") or "median")
+
+    @property
+    def settings(self) -> str:
+        """The trainer settings of its jobs (one configuration of a workload, as the report groups)."""
+        parts = {
+            f"compile={j.get('compile') or 'off'} amp={j.get('amp') or 'off'} "
+            f"channels_last={bool(j.get('channels_last'))}"
+            for j in self.jobs
+        }
+        return " | ".join(sorted(parts))
+
+    @property
+    def agg(self) -> Interval | None:
+        """The aggregate rate with its within-run interval (a point where the row has none)."""
+        value = self.cell.get("agg_samples_per_s")
+        if value is None:
+            return None
+        return bounds(value, self.cell.get("agg_rate_low"), self.cell.get("agg_rate_high"))
+
+
+def read_runs(cell_dirs: Iterable[Path]) -> list[Run]:
+    """The rows of every cell directory that holds (or references) a complete result."""
+    # Only here: a refused sweep never loads pyarrow. ``read_parquet``, not ``pq.read_table``: the
+    # latter goes through pyarrow.dataset, which loads pandas (the summary must not, issue 31).
+    import pyarrow as pa
+
+    from raycolloc.results.store import read_parquet
+
+    runs = []
+    for cell_dir in cell_dirs:
+        try:
+            where = read_reference(cell_dir) or cell_dir
+            if not (where / "cells.parquet").is_file():
+                continue  # interrupted: no result
+            tables = {n: read_parquet(where / f"{n}.parquet").to_pylist() for n in ("cells", "jobs", "epochs")}
+        except (OSError, ValueError, KeyError, pa.ArrowException):
+            continue  # corrupt: raycolloc.ls and the report name it; a summary leaves it out
+        runs.append(Run(tables["cells"][0], tuple(tables["jobs"]), tuple(tables["epochs"])))
+    return runs
+
+
+def _config(run: Run) -> tuple[Any, ...]:
+    c = run.cell
+    return (c.get("repeat_group") or c.get("config_hash"), c["workload"], c.get("gpu_name"), c["mode"], c["degree"])
+
+
+def _solo_key(run: Run) -> tuple[Any, ...]:
+    return run.cell["workload"], run.cell.get("gpu_name"), run.cell["mode"], run.settings
+
+
+def _summary(values: Sequence[Interval], statistic: str) -> Interval | None:
+    """Runs' values as one interval (one run keeps its own interval)."""
+    if not values:
+        return None
+    return summarise([v.value for v in values], statistic, values[0] if len(values) == 1 else None)
+
+
+def _reference(run: Run, solos: Sequence[Run]) -> tuple[float, Interval] | None:
+    """The run's solo: (the solo run of the same repeat, else the solos' statistic; the solo
+    configuration's interval)."""
+    rates = [a for s in solos if (a := s.agg) is not None]
+    whole = _summary(rates, solos[0].statistic) if rates else None
+    if whole is None or whole.value == 0:
+        return None
+    paired = [s.agg.value for s in solos if s.cell.get("repeat") == run.cell.get("repeat") and s.agg is not None]
+    return (paired[0] if paired else whole.value), whole
+
+
+def _gain(runs: Sequence[Run], solos: Sequence[Run]) -> Interval | None:
+    """The configuration's gain over its solo: several runs, each against its paired solo, with the
+    runs' t-interval; one run, its interval and the solo configuration's propagated."""
+    per_run: list[Interval] = []
+    for run in runs:
+        ref, agg = _reference(run, solos), run.agg
+        if ref is None or agg is None or not run.ok or ref[0] == 0:
+            continue
+        gain = agg.value / ref[0]
+        per_run.append(scaled(ratio_interval(agg, ref[1]), gain))
+    return _summary(per_run, runs[0].statistic)
+
+
+def _slowdown(run: Run, solo_e2: Mapping[tuple[Any, ...], float]) -> float | None:
+    """The mean over the run's ok jobs of their epoch-2 time against the solo's."""
+    ratios = [
+        j["epoch2_s"] / ref
+        for j in run.jobs
+        if j.get("status") == "ok" and j.get("epoch2_s") and (ref := solo_e2.get(_solo_key(run)))
+    ]
+    return sum(ratios) / len(ratios) if ratios else None
+
+
+def _cell_text(value: Interval | None, spec: str, unit: str = "") -> str:
+    return "-" if value is None or math.isnan(value.value) else fmt_pm(value, spec, unit)
+
+
+def _status(runs: Sequence[Run]) -> str:
+    statuses = [str(r.cell.get("status")) for r in runs]
+    if all(s == "ok" for s in statuses):
+        return "ok"
+    n_ok = statuses.count("ok")
+    bad = "/".join(sorted({s for s in statuses if s != "ok"}))
+    return f"ok {n_ok}/{len(statuses)}, {bad}" if n_ok else bad
+
+
+def gain_lines(runs: Sequence[Run]) -> list[str]:
+    """The throughput-gain table of the uniform cells: per configuration its aggregate rate, gain
+    against its solo (degree 1, same mode and settings) and the best solo, slowdown and energy per
+    sample, each ``value ±half-width%`` (95%); a note for unstable ones and gains within the noise."""
+    uniform = [r for r in runs if r.cell.get("mix") is None]
+    if not uniform:
+        return []
+    solos: dict[tuple[Any, ...], list[Run]] = defaultdict(list)
+    for r in uniform:
+        if r.cell["degree"] == 1 and r.ok and r.agg is not None:
+            solos[_solo_key(r)].append(r)
+    solo_e2 = {
+        key: sum(e2) / len(e2)
+        for key, group in solos.items()
+        if (e2 := [j["epoch2_s"] for r in group for j in r.jobs if j.get("epoch2_s") and j.get("status") == "ok"])
+    }
+    best = _best_solos(solos)
+    configs: dict[tuple[Any, ...], list[Run]] = defaultdict(list)
+    for r in uniform:
+        configs[(*_config(r), r.settings)].append(r)
+    rows = []
+    for key, group in sorted(configs.items(), key=lambda kv: (kv[0][1], kv[0][2] or "", _order(kv[0]))):
+        rows.append(_gain_row(key, group, solos, best, solo_e2))
+    headers = ["workload", "mode", "degree", "runs", "status", "samples/s", "gain_vs_solo", "gain_vs_best_solo"]
+    headers += ["slowdown", "J/sample", "note"]
+    return text_table(headers, rows)
+
+
+def _order(key: tuple[Any, ...]) -> tuple[int, int, str]:
+    return int(key[4]), _MODE_ORDER.get(str(key[3]), 9), str(key[5])
+
+
+def _best_solos(solos: Mapping[tuple[Any, ...], list[Run]]) -> dict[tuple[Any, Any], list[Run]]:
+    """Per workload and GPU model, the runs of its fastest solo configuration."""
+    best: dict[tuple[Any, Any], list[Run]] = {}
+    for key, group in solos.items():
+        rate = _summary([r.agg for r in group if r.agg is not None], group[0].statistic)
+        top = best.get(key[:2])
+        top_rate = _summary([r.agg for r in top if r.agg is not None], top[0].statistic) if top else None
+        if rate is not None and (top_rate is None or rate.value > top_rate.value):
+            best[key[:2]] = group
+    return best
+
+
+def _gain_row(
+    key: tuple[Any, ...],
+    group: Sequence[Run],
+    solos: Mapping[tuple[Any, ...], list[Run]],
+    best: Mapping[tuple[Any, Any], list[Run]],
+    solo_e2: Mapping[tuple[Any, ...], float],
+) -> list[str]:
+    statistic = group[0].statistic
+    agg = _summary([a for r in group if (a := r.agg) is not None], statistic)
+    own = solos.get(_solo_key(group[0]), [])
+    gain = _gain(group, own) if own else None
+    top = best.get((key[1], key[2]), [])
+    vs_best = _gain(group, top) if top else None
+    slow = [point(s) for r in group if r.ok and (s := _slowdown(r, solo_e2)) is not None]
+    energy = [point(e) for r in group if (e := _energy_per_sample(r)) is not None]
+    notes = []
+    if any(r.cell.get("unstable") for r in group) or (agg is not None and _cv([r.agg for r in group]) >= 0.10):
+        notes.append("unstable")
+    if gain is not None and key[4] > 1 and gain.known and gain.low <= 1.0 <= gain.high:
+        notes.append("gain within noise")
+    return [
+        str(key[1]),
+        str(key[3]),
+        str(key[4]),
+        str(len(group)),
+        _status(group),
+        _cell_text(agg, ",.0f"),
+        _cell_text(gain, ".2f", "x"),
+        _cell_text(vs_best, ".2f", "x"),
+        _cell_text(_summary(slow, statistic), ".2f"),
+        _cell_text(_summary(energy, statistic), ".3g"),
+        ", ".join(notes),
+    ]
+
+
+def _energy_per_sample(run: Run) -> float | None:
+    """J/sample as the row has it, else its energy over its measured samples (older rows)."""
+    c = run.cell
+    if c.get("energy_per_sample_j") is not None:
+        return float(c["energy_per_sample_j"])
+    samples = c.get("measured_samples") or sum(e.get("samples") or 0 for e in run.epochs if not e.get("warmup"))
+    return float(c["energy_j"]) / samples if c.get("energy_j") is not None and samples else None
+
+
+def _cv(rates: Sequence[Interval | None]) -> float:
+    values = [r.value for r in rates if r is not None]
+    if len(values) < 2:
+        return 0.0
+    mean = sum(values) / len(values)
+    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+    return math.sqrt(var) / mean if mean else 0.0
+
+
+def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """Fixed-width lines: text left-aligned, the rest right-aligned, two spaces apart."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+    left = {"workload", "mode", "status", "note", "mix"}
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if h in left else c.rjust(w) for c, w, h in zip(cells, widths, headers, strict=True)
+        )
+
+    return [line(headers).rstrip(), *(line(r).rstrip() for r in rows)]
+
+
+_MATCH = ("workload", "batch_size", "epochs", "epoch_samples", "epoch_time_s", "compile", "amp", "channels_last")
+
+
+def _job_key(run: Run, job: Row) -> tuple[Any, ...]:
+    return (run.cell["mode"], run.cell.get("gpu_name"), *(job.get(k) for k in _MATCH))
+
+
+def _samples(job: Row, run: Run) -> float:
+    if job.get("samples") is not None:
+        return float(job["samples"])
+    return float(sum(e.get("samples") or 0 for e in run.epochs if e.get("job_index") == job.get("job_index")))
+
+
+def _span(run: Run) -> float | None:
+    """First epoch start to last epoch end (warm-up included); the cell's total where no epochs."""
+    starts = [e["start_ts"] for e in run.epochs if e.get("start_ts") is not None]
+    ends = [e["end_ts"] for e in run.epochs if e.get("end_ts") is not None]
+    return max(ends) - min(starts) if starts and ends else run.cell.get("total_s")
+
+
+def _alone(runs: Sequence[Run]) -> dict[tuple[Any, ...], Interval]:
+    """Per solo job configuration: its time per sample (every epoch), over its ok runs."""
+    per: dict[tuple[Any, ...], list[Interval]] = defaultdict(list)
+    for run in runs:
+        if run.cell.get("mix") is None and run.cell["degree"] == 1 and run.ok:
+            for job in run.jobs:
+                samples = _samples(job, run)
+                if job.get("status") == "ok" and job.get("total_s") and samples > 0:
+                    per[_job_key(run, job)].append(point(job["total_s"] / samples))
+    return {k: s for k, v in per.items() if (s := _summary(v, "median")) is not None}
+
+
+def _mix_run(run: Run, alone: Mapping[tuple[Any, ...], Interval]) -> tuple[Interval, list[str]] | None:
+    """One mixed run's change against one job after the other (%), and its jobs' times."""
+    total = _span(run)
+    parts, serial_parts = [], []
+    for job in sorted(run.jobs, key=lambda j: j.get("job_index") or 0):
+        ref = alone.get(_job_key(run, job))
+        own = ref.value * _samples(job, run) if ref is not None else None
+        if ref is not None and own is not None:
+            serial_parts.append(scaled(ref, own))
+        parts.append(f"{job.get('job_name')} {_num(job.get('total_s'))}/{_num(own)}")
+    if total is None or not run.ok or len(serial_parts) != len(run.jobs):
+        return None
+    ratio = ratio_interval(point(total), sum_interval(serial_parts))
+    change = Interval(100 * (ratio.value - 1), 100 * (ratio.low - 1), 100 * (ratio.high - 1), ratio.n, ratio.method)
+    return change, parts
+
+
+def _num(value: object) -> str:
+    return f"{value:.2f}" if isinstance(value, int | float) else "-"
+
+
+def mix_lines(runs: Sequence[Run]) -> list[str]:
+    """The mixed cells against their jobs run one after the other: per mix configuration its runs'
+    change in total time (``-12% ±3%``: negative is faster collocated) and each job's time
+    collocated / alone (s, first run)."""
+    alone = _alone(runs)
+    configs: dict[tuple[Any, ...], list[Run]] = defaultdict(list)
+    for r in runs:
+        if r.cell.get("mix") is not None:
+            configs[(r.cell["mix"], r.cell["mode"], r.cell.get("repeat_group"))].append(r)
+    rows = []
+    for (mix, mode, _), group in sorted(configs.items(), key=lambda kv: (kv[0][0], _MODE_ORDER.get(kv[0][1], 9))):
+        measured = [m for r in group if (m := _mix_run(r, alone)) is not None]
+        change = _summary([m[0] for m in measured], group[0].statistic)
+        totals = [point(t) for r in group if (t := _span(r)) is not None]
+        total = _summary(totals, group[0].statistic)
+        text = (
+            "-"
+            if change is None
+            else f"{change.value:+.0f}%" + (f" ±{change.half_width:.0f}pt" if change.known else "")
+        )
+        jobs = ", ".join(measured[0][1]) if measured else "-"
+        rows.append([str(mix), str(mode), str(len(group)), _status(group), _cell_text(total, ".2f"), text, jobs])
+    if not rows:
+        return []
+    return text_table(["mix", "mode", "runs", "status", "total_s", "vs sequential", "note"], rows)
