@@ -142,7 +142,7 @@ def main() -> None:
 
     import ray
 
-    from raycolloc.node.steward import get_steward
+    from raycolloc.node.steward_handles import get_steward
 
     cell = _cell(args)
     cfg = cell.config

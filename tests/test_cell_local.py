@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import ray
 
-from raycolloc.node.steward import NAMESPACE, steward_name
+from raycolloc.node.steward_handles import NAMESPACE, steward_name
 from raycolloc.results.schema import SCHEMA_VERSION
 
 from .conftest import load, run_one

@@ -30,7 +30,7 @@ import pandas as pd
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from raycolloc.node.steward import NAMESPACE, steward_name
+from raycolloc.node.steward_handles import NAMESPACE, steward_name
 
 from .conftest import CPU_OVERRIDES, ROOT, load
 

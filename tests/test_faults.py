@@ -31,7 +31,7 @@ from analysis.load import load_sweeps
 from raycolloc.doctor import orphan_trainers
 from raycolloc.node.gpu.sim import SimBackend
 from raycolloc.node.modes.mps import find_control_daemons
-from raycolloc.node.steward import NAMESPACE, steward_name
+from raycolloc.node.steward_handles import NAMESPACE, steward_name
 from raycolloc.results.store import read_cell
 
 from .conftest import ROOT, load, run_cli, run_one, sweep_command

@@ -211,7 +211,7 @@ def test_each_backend_carries_the_traits_of_its_name_and_its_jobs_device() -> No
     from raycolloc.node.gpu.nvml import NvmlBackend
     from raycolloc.node.gpu.sim import SimBackend
     from raycolloc.node.gpu.sim_cuda import SimJobDevice
-    from raycolloc.node.steward import steward_name
+    from raycolloc.node.steward_handles import steward_name
 
     assert NvmlBackend.traits is backend_traits("nvml") and SimBackend.traits is backend_traits("sim")
     assert NvmlBackend.kind == "nvml" and SimBackend.kind == "sim"

@@ -22,7 +22,7 @@ from raycolloc.driver.preflight import check_cluster
 from raycolloc.node.mig.profiles import get_gpu_model
 from raycolloc.node.modes import ModeError
 from raycolloc.node.modes.mig import apply_instances
-from raycolloc.node.steward import get_steward
+from raycolloc.node.steward_handles import get_steward
 
 from .conftest import ROOT, load, run_cli, run_one, sim_backend
 

@@ -165,7 +165,7 @@ def test_the_nodes_own_processes_run_on_the_reserved_cores(tmp_path: Path) -> No
     """Ray's raylet and GCS, the steward and its fork server on core 0; the job on core 1."""
     import ray
 
-    from raycolloc.node.steward import get_steward
+    from raycolloc.node.steward_handles import get_steward
 
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < 2:

@@ -18,7 +18,7 @@ import ray
 from raycolloc.node.gpu.sim import SimBackend
 from raycolloc.node.gpu.sim_mps import install_control
 from raycolloc.node.modes.mps import MpsDaemon, find_control_daemons
-from raycolloc.node.steward import get_steward
+from raycolloc.node.steward_handles import get_steward
 from raycolloc.node.telemetry import Sampler, pick_source
 from raycolloc.results.schema import METRIC_COLUMNS, SCHEMAS
 
@@ -184,7 +184,7 @@ def test_cells_side_by_side_get_disjoint_cores_and_release_returns_them(tmp_path
 @pytest.mark.usefixtures("ray_local")
 def test_start_stewards_starts_the_steward_of_every_gpu_node_before_any_cell() -> None:
     from raycolloc.driver.preflight import gpu_nodes
-    from raycolloc.node.steward import NAMESPACE, start_stewards, steward_name
+    from raycolloc.node.steward_handles import NAMESPACE, start_stewards, steward_name
 
     job = load(["degree=1"])
     nodes = gpu_nodes()

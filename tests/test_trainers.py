@@ -15,7 +15,7 @@ from raycolloc.driver.lease import acquire_gpu
 from raycolloc.driver.progress import open_board
 from raycolloc.driver.tabulate import job_rows
 from raycolloc.driver.trainers import TrainerPool
-from raycolloc.node.steward import NAMESPACE, get_steward
+from raycolloc.node.steward_handles import NAMESPACE, get_steward
 
 from .conftest import load
 

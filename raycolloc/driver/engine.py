@@ -48,7 +48,7 @@ from raycolloc.driver.tabulate import CellRecord, cell_row, job_rows
 from raycolloc.driver.teardown import note_pipe_root
 from raycolloc.driver.trainers import TrainerPool
 from raycolloc.node.reserve import confine_process, widen
-from raycolloc.node.steward import NAMESPACE, get_steward, start_stewards
+from raycolloc.node.steward_handles import NAMESPACE, get_steward, start_stewards
 from raycolloc.results.index import REFERENCE, register_sweeps, sweep_root
 from raycolloc.results.rows import CellRow
 from raycolloc.results.store import ResultWriteError, write_cell

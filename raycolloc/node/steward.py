@@ -35,7 +35,6 @@ from typing import Any
 
 import psutil
 import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from raycolloc.config import ClusterConfig
 from raycolloc.devices import JobDevice
@@ -43,7 +42,6 @@ from raycolloc.gauges import make_gauge
 from raycolloc.mpsctl import CONTROL
 from raycolloc.node.cpus import CpuPool
 from raycolloc.node.gpu.backend import GpuBackend, GpuInfo
-from raycolloc.node.gpu.kinds import backend_traits
 from raycolloc.node.gpu.sim_inject import Injector, injector_for
 from raycolloc.node.leftovers import claim, clean_leftovers, find_leftovers
 from raycolloc.node.modes import MODES, GpuSlot, Mode
@@ -54,7 +52,7 @@ from raycolloc.procs import normal_priority, python_env
 from raycolloc.results.rows import TelemetryRow
 from raycolloc.spec import Binding, CellSpec, NodeInfo, Release, Reservation, Samples
 
-__all__ = ["NAMESPACE", "Steward", "get_steward", "node_key", "start_stewards", "steward_name"]
+__all__ = ["NAMESPACE", "RemoteSteward", "Steward", "node_key"]
 
 log = logging.getLogger(__name__)
 NAMESPACE = "raycolloc"
@@ -367,45 +365,3 @@ class Steward:
 # Passed as a mapping: ray.remote's typed overloads list task options only, and max_concurrency is an actor's.
 _ACTOR_OPTIONS: dict[str, Any] = {"num_cpus": 0, "max_concurrency": 32}
 RemoteSteward = ray.remote(**_ACTOR_OPTIONS)(Steward)
-
-
-def steward_name(node_id: str, cluster: ClusterConfig) -> str:
-    """The steward's actor name: one per node and set of GPUs there (the backend's ``steward_keys``)."""
-    keys = backend_traits(cluster.backend).steward_keys
-    kind = "-".join([cluster.backend, *(str(getattr(cluster, key)) for key in keys)])
-    return f"raycolloc:steward:{node_id[:12]}:{kind}"
-
-
-def _steward_actor(node_id: str, cluster: ClusterConfig, num_gpus: int, pipe_root: str) -> Any:
-    """The steward actor of ``node_id``, created unless one runs (detached: it outlives any one
-    sweep); not waited for."""
-    return RemoteSteward.options(
-        name=steward_name(node_id, cluster),
-        namespace=NAMESPACE,
-        get_if_exists=True,
-        lifetime="detached",
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-    ).remote(node_id, cluster, num_gpus, pipe_root)
-
-
-def get_steward(node_id: str, cluster: ClusterConfig, pipe_root: str, timeout: float = 60.0) -> Any:
-    """The steward of ``node_id``, created on first use, once it answers."""
-    gpus = next((int(n["Resources"].get("GPU", 0)) for n in ray.nodes() if n["NodeID"] == node_id), 0)
-    handle = _steward_actor(node_id, cluster, gpus, pipe_root)
-    ray.get(handle.held.remote(), timeout=timeout)  # wait until it is up
-    return handle
-
-
-def start_stewards(
-    nodes: dict[str, int], cluster: ClusterConfig, pipe_root: str, timeout: float = 60.0
-) -> list[NodeInfo]:
-    """Start the steward of every GPU node (node id -> GPU count) at once, before a sweep's first
-    cells, so they do not each wait for it inside their set-up (2.6-2.8 s on 4 x H200,
-    docs/measurements.md, fourth session). Returns the ``info()`` of those that answered; one that
-    does not is left to its first cell, which records the error."""
-    handles = [_steward_actor(node, cluster, count, pipe_root) for node, count in nodes.items()]
-    refs = [h.info.remote(cluster.reserved_cpus) for h in handles]
-    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
-    if len(ready) < len(refs):
-        log.warning("%d of %d stewards did not start within %gs", len(refs) - len(ready), len(refs), timeout)
-    return ray.get(ready, timeout=timeout)
