@@ -168,6 +168,7 @@ def sweep(args: argparse.Namespace, out_dir: Path, overrides: list[str]) -> pd.D
         "+rerun=true",
         f"cluster.address={args.ray_address}",
         f"cluster.backend={args.backend}",
+        "repeats=1",  # each raw/raycolloc pair once; --repeats N runs N pairs
         *overrides,
     ]
     print("$", " ".join(cmd[1:]), flush=True)

@@ -37,7 +37,8 @@ from bench_collocation import _fmt  # noqa: E402 - a sibling script, not a packa
 
 
 def run_sweep(overrides: list[str], out_dir: Path, env: dict[str, str]) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "raycolloc.sweep", "-m", *overrides, f"out_dir={out_dir}", "+rerun=true"]
+    # repeats=1: the benchmark times the cells it names, once (repeats=auto would add runs as it saw noise).
+    cmd = [sys.executable, "-m", "raycolloc.sweep", "-m", "repeats=1", *overrides, f"out_dir={out_dir}", "+rerun=true"]
     print("$", " ".join(cmd[1:]), flush=True)
     t0 = time.time()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)

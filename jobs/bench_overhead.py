@@ -79,6 +79,7 @@ def run_variant(name: str, overrides: list[str], out_dir: Path, before_tree: Pat
         *VARIANTS[name],
         f"out_dir={out_dir}",
         "+rerun=true",
+        "repeats=1",  # the benchmark times the cells it names, once (its own repeats are its variants' pairs)
     ]
     print(f"$ {' '.join(cmd[1:])}" + (f"   (in {tree})" if name == "before" else ""), flush=True)
     t0 = time.time()

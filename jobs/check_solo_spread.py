@@ -79,12 +79,15 @@ def main() -> None:
     p.add_argument("--raw-runs", type=int, default=3, help="raw runs before the sweep, and again after")
     p.add_argument("--backend", default="nvml", choices=["nvml", "sim"], help="sim: plumbing test only")
     p.add_argument("--out", required=True)
+    p.add_argument("--work", default=None, help="where the sweep writes (default: a new temporary directory)")
     p.add_argument("overrides", nargs="*", help="more sweep overrides")
     args = p.parse_args()
     if args.backend == "sim":
         args.overrides.append("cluster.backend=sim")
     before = raw_runs(args, args.raw_runs)
-    cells = raycolloc_runs(args, Path(tempfile.mkdtemp(prefix="solo-spread-")))
+    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="solo-spread-"))
+    work.mkdir(parents=True, exist_ok=True)
+    cells = raycolloc_runs(args, work)
     after = raw_runs(args, args.raw_runs)
     raw = before + after
     out: dict[str, Any] = {

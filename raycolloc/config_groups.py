@@ -115,15 +115,17 @@ class MeasureConfig:
     ``target_ci``: the relative half-width of the 95% interval a configuration's rate should reach
     (0.03 = ±3%); one wider is run again, interleaved, up to ``max_repeats`` runs.
     ``min_solo_repeats``: runs of every degree-1 cell (the baselines every gain divides by), spread
-    over the sweep (start, middle, end). ``statistic``: how the analysis forms a configuration's
-    headline rate from its runs (``mean``, ``median`` or ``fastest``). None of it changes what a
-    cell measures, so none of it is in the config hash.
+    over the sweep (start, middle, end). ``budget``: the GPU time the added runs may take, as a share
+    of the first pass's (1.0: the sweep takes at most twice its first pass). ``statistic``: how the
+    analysis forms a configuration's headline rate from its runs (``median``, ``mean`` or
+    ``fastest``). None of it changes what a cell measures, so none of it is in the config hash.
     """
 
     target_ci: float = 0.03
     max_repeats: int = 5
     min_solo_repeats: int = 3
-    statistic: str = "mean"
+    budget: float = 1.0
+    statistic: str = "median"
 
     def __post_init__(self) -> None:
         target = self.target_ci
@@ -133,6 +135,11 @@ class MeasureConfig:
                 "(0.03 = a 95% interval of ±3%)"
             )
         _check_int("measure.max_repeats", self.max_repeats, 1)
+        if isinstance(self.budget, bool) or not isinstance(self.budget, int | float) or self.budget < 0:
+            raise ConfigError(
+                f"measure.budget={self.budget!r} is not allowed; it must be a number >= 0 (the added runs' GPU "
+                "time as a share of the first pass's: 1.0 = as much again)"
+            )
         _check_int("measure.min_solo_repeats", self.min_solo_repeats, 1)
         if self.min_solo_repeats > self.max_repeats:
             raise ConfigError(

@@ -176,7 +176,30 @@ def test_cell_and_job_noise_summarise_the_measured_window() -> None:
         proc(1.0, 10.0),
         proc(3.0, 11.0),
     ]
-    e2 = EpochRow("c", 0, 2, False, 1.0, 4.0, 3.0, 300, 100.0, 3, None, None, None, None, 450, None, None, None)
+    e2 = EpochRow(
+        "c",
+        0,
+        2,
+        False,
+        1.0,
+        4.0,
+        3.0,
+        300,
+        100.0,
+        None,
+        None,
+        None,
+        None,
+        3,
+        None,
+        None,
+        None,
+        None,
+        450,
+        None,
+        None,
+        None,
+    )
     job = job_noise(rows, 0, e2)
     assert job == {"epoch2_core_mhz": 2500.0, "epoch2_invol_switches_per_s": 150.0, "epoch2_cpu_wait_share": 0.5}
     assert job_noise(rows, 0, None)["epoch2_cpu_wait_share"] is None

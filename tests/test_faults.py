@@ -353,6 +353,7 @@ def test_driver_sigint_releases_everything_and_a_rerun_completes(tmp_path: Path)
         "epoch_samples=1000000",
         "epoch_time_s=4",
         "cluster.max_concurrent_cells=1",
+        "repeats=1",
     ]
     proc = _popen(args, env, tmp_path / "first.log")
     try:

@@ -70,6 +70,33 @@ def test_solo_baselines_run_at_start_middle_and_end_and_wide_cells_are_rerun_int
     )
 
 
+def _timed(rate: float, low: float, high: float, gpu_s: float) -> SimpleNamespace:
+    return SimpleNamespace(
+        status="ok", agg_samples_per_s=rate, agg_rate_low=low, agg_rate_high=high, started_at=0.0, finished_at=gpu_s
+    )
+
+
+def test_the_budget_caps_the_added_runs_gpu_time_at_a_share_of_the_first_pass() -> None:
+    # Every interval ±10% (a noisy host): without a budget every configuration would go to the cap.
+    cells = [load([f"degree={d}", "measure.budget=0.5"]) for d in (1, 2, 3, 7)]
+    x2 = cells[1]
+    policy = RepeatPolicy(cells)
+    times = (5.0, 8.0, 10.0, 17.0)  # first pass: 40 s; budget 0.5: 20 s of added runs
+    added = []
+    for cell, gpu_s in zip(cells, times, strict=True):
+        added += policy.recorded(cell, _timed(100.0, 90.0, 110.0, gpu_s))
+    granted = [(a.base.degree, a.reason) for a in added]
+    # The solo's middle run (5 s), x2 (8 s) and the solo's last (5 s): 18 s; x3 (10 s) and x7 (17 s) do not fit.
+    assert granted == [(1, "solo"), (2, "ci"), (1, "solo")]
+    assert policy.refused == 2
+    assert "2 run(s) not added: the budget (measure.budget=0.5) was spent" in policy.summary()
+    # A granted run that took less than its estimate gives the difference back.
+    x2_r1 = dataclasses.replace(x2, config=dataclasses.replace(x2.config, repeat=1))
+    # 18 s granted, 8 of them x2's: it took 1 s, so 9 s are left and x2's third run (8 s) fits.
+    (again,) = policy.recorded(x2_r1, _timed(130.0, 117.0, 143.0, 1.0))
+    assert (again.base.degree, again.repeat, again.reason) == (2, 2, "ci") and policy.refused == 2
+
+
 def test_fixed_repeats_are_exact_and_not_adaptive() -> None:
     specs = [load(["degree=1", "repeats=3"]), load(["degree=2", "repeats=3"])]
     cells = sweep_cells(specs)
@@ -85,6 +112,7 @@ def test_fixed_repeats_are_exact_and_not_adaptive() -> None:
         ("repeats=0", r"repeats=0 is not allowed; it must be an integer >= 1 .* or auto"),
         ("repeats=sometimes", r"repeats='sometimes' is not allowed"),
         ("measure.target_ci=0", r"measure.target_ci=0.0 is not allowed; it must be a number between 0 and 1"),
+        ("measure.budget=-1", "measure.budget=-1.0 is not allowed; it must be a number >= 0"),
         ("measure.max_repeats=0", r"measure.max_repeats=0 is not allowed"),
         ("measure.min_solo_repeats=6", r"measure.min_solo_repeats=6 is not allowed; .*measure.max_repeats \(5\)"),
         ("measure.statistic=best", r"measure.statistic='best' is not allowed; choose one of: mean, median, fastest"),

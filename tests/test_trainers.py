@@ -13,6 +13,7 @@ import ray
 from raycolloc.driver.cell_run import Lane, run_cell
 from raycolloc.driver.lease import acquire_gpu
 from raycolloc.driver.progress import open_board
+from raycolloc.driver.side_by_side import MeasureWindows
 from raycolloc.driver.tabulate import job_rows
 from raycolloc.driver.trainers import TrainerPool
 from raycolloc.node.steward_handles import NAMESPACE, get_steward
@@ -29,7 +30,9 @@ def _lane(spec) -> Lane:  # noqa: ANN001
     steward = get_steward(node_id, spec.config.cluster, spec.config.mode.pipe_root)
     gpu = ray.get(steward.resolve_gpu.remote(ray_gpu_id), timeout=60)
     forkserver = ray.get(steward.forkserver.remote(), timeout=180)
-    return Lane(lease, node_id, steward, gpu, open_board(NAMESPACE), threading.Event(), forkserver, trainers)
+    return Lane(
+        lease, node_id, steward, gpu, open_board(NAMESPACE), threading.Event(), forkserver, trainers, MeasureWindows()
+    )
 
 
 def test_a_lane_lends_the_same_actors_to_its_next_cell_and_they_carry_nothing_over(tmp_path: Path) -> None:

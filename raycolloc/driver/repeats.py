@@ -14,7 +14,13 @@ the engine asks :class:`RepeatPolicy` which runs to add:
 - a configuration's interval: with two runs or more, the t-interval of their ``agg_samples_per_s``
   (:func:`raycolloc.results.stats.mean_interval`); with one, the run's own within-run interval, where
   the row has one (:func:`observe`); unknown, only a solo baseline is run again;
-- a failed, skipped or unfit run ends its configuration's repeats; runs found on disk (resume) count.
+- a failed, skipped or unfit run ends its configuration's repeats; runs found on disk (resume) count;
+- **a budget**: the added runs may take at most ``measure.budget`` times the first pass's GPU time (a
+  run's GPU time: its cell's wall time; the first pass's is estimated from the first runs recorded so
+  far). On a noisy host every interval is wider than the target and the re-runs would go to the cap
+  (3.2x the first pass on 2 x H200, docs/measurements.md, sixteenth session); the budget keeps the
+  sweep within twice its first pass by default. Runs are granted in the order results arrive, the
+  solo baselines' first (they come first and are the cheapest).
 
 Pure bookkeeping: it reads specs and rows and returns :class:`Addition` records; the engine makes
 them cells (:mod:`raycolloc.driver.regrow`).
@@ -45,6 +51,7 @@ class Observation:
     rate: float | None
     low: float | None = None
     high: float | None = None
+    gpu_s: float | None = None  # the run's GPU time: its cell's wall time
 
 
 def observe(row: Any) -> Observation:
@@ -57,7 +64,14 @@ def observe(row: Any) -> Observation:
         rate=getattr(row, "agg_samples_per_s", None),
         low=getattr(row, "agg_rate_low", None),
         high=getattr(row, "agg_rate_high", None),
+        gpu_s=_gpu_s(row),
     )
+
+
+def _gpu_s(row: Any) -> float | None:
+    """A run's GPU time (its cell holds its GPU from start to finish); None where the row lacks it."""
+    start, end = getattr(row, "started_at", None), getattr(row, "finished_at", None)
+    return max(0.0, float(end) - float(start)) if start is not None and end is not None else None
 
 
 def interval(runs: Sequence[Observation]) -> Interval | None:
@@ -112,6 +126,7 @@ class _Group:
     pending: int = 0
     next_repeat: int = 1
     first_done: bool = False
+    refused: bool = False  # the budget refused it a solo run: none is asked for again
 
     @property
     def ok(self) -> bool:
@@ -134,6 +149,9 @@ class RepeatPolicy:
             group.next_repeat = max(group.next_repeat, cell.config.repeat + 1)
         self.first_pass = len(self.groups)
         self.added: dict[Reason, int] = {"solo": 0, "ci": 0}
+        self.refused = 0  # runs the budget did not grant
+        self._first_gpu_s: list[float] = []  # GPU time of each first run recorded
+        self._spent_gpu_s = 0.0  # GPU time of the added runs recorded, plus the estimate of those pending
 
     @property
     def active(self) -> bool:
@@ -146,16 +164,45 @@ class RepeatPolicy:
         group = self.groups.get(group_key(cell))
         if group is None:
             return []
+        seen = observe(row) if row is not None else Observation("error", None)
         if cell.config.repeat == group.base.config.repeat and not group.first_done:
             group.first_done = True
+            if seen.gpu_s is not None:
+                self._first_gpu_s.append(seen.gpu_s)
         else:
             group.pending = max(0, group.pending - 1)
-        group.runs.append(observe(row) if row is not None else Observation("error", None))
+            # The estimate made when the run was granted gives way to what it took.
+            self._spent_gpu_s += (seen.gpu_s or 0.0) - self._estimate(group)
+        group.runs.append(seen)
         out = [*self._solo_due()]
         if group.pending == 0 and (not group.solo or len(group.runs) >= self._solo_runs(group)):
             if needs_rerun(group.runs, group.base.config, group.solo):
-                out.append(self._add(group, front=False, reason="ci"))
+                out += self._grant(group, front=False, reason="ci")
         return out
+
+    def _estimate(self, group: _Group) -> float:
+        """What one more run of ``group`` should take: its first run's GPU time (else the mean first run's)."""
+        own = next((r.gpu_s for r in group.runs if r.gpu_s is not None), None)
+        if own is not None:
+            return own
+        return sum(self._first_gpu_s) / len(self._first_gpu_s) if self._first_gpu_s else 0.0
+
+    def _budget_left(self, group: _Group) -> float:
+        """GPU seconds the added runs may still take: ``measure.budget`` x the first pass (estimated
+        from the first runs recorded so far), less what they took and are expected to take."""
+        if not self._first_gpu_s:
+            return math.inf
+        first_pass = sum(self._first_gpu_s) / len(self._first_gpu_s) * self.first_pass
+        return group.base.config.measure.budget * first_pass - self._spent_gpu_s
+
+    def _grant(self, group: _Group, front: bool, reason: Reason) -> list[Addition]:
+        """One more run of ``group`` if the budget holds it (else none, counted in ``refused``)."""
+        cost = self._estimate(group)
+        if cost > self._budget_left(group):
+            self.refused += 1
+            return []
+        self._spent_gpu_s += cost
+        return [self._add(group, front, reason)]
 
     def _solo_runs(self, group: _Group) -> int:
         return group.base.config.measure.min_solo_repeats
@@ -173,10 +220,12 @@ class RepeatPolicy:
             if not group.solo or not group.ok or want < 2:
                 continue
             due = 1 + self._checkpoints_passed(want)
-            while len(group.runs) + group.pending < due:
+            while len(group.runs) + group.pending < due and not group.refused:
                 # The last of a solo's runs goes to the queue's end (after the first pass), the others
                 # to its front: they run now, in the middle of the sweep.
-                out.append(self._add(group, front=len(group.runs) + group.pending < want - 1, reason="solo"))
+                granted = self._grant(group, front=len(group.runs) + group.pending < want - 1, reason="solo")
+                group.refused = not granted
+                out += granted
         return out
 
     def _add(self, group: _Group, front: bool, reason: Reason) -> Addition:
@@ -208,5 +257,10 @@ class RepeatPolicy:
         parts.append(f"{wide} configuration(s) still wider (cap {'/'.join(map(str, caps))})")
         if unknown:
             parts.append(f"{unknown} with one run and no within-run interval")
+        if self.refused:
+            budgets = sorted({g.base.config.measure.budget for g in self.groups.values()})
+            parts.append(
+                f"{self.refused} run(s) not added: the budget (measure.budget={'/'.join(map(str, budgets))}) was spent"
+            )
         found = f" ({reused} of them found on disk)" if reused else ""
         return f"repeats auto: {', '.join(parts)}{found}"
