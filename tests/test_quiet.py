@@ -218,3 +218,20 @@ def test_cells_side_by_side_are_counted_and_isolation_stops_it(tmp_path: Path) -
     a, b = alone.sort_values("measured_start_ts").to_dict("records")
     assert a["measured_end_ts"] <= b["measured_start_ts"]
     assert "each node measured one cell at a time" in alone["stdout"].iloc[0]
+
+
+def test_finding_mps_daemons_does_not_trust_a_shared_process_info(monkeypatch: pytest.MonkeyPatch) -> None:
+    """psutil keeps one Process object per pid across process_iter calls; the quiet cores' scan in
+    another steward thread rewrote its ``info`` while the naive mode looked for MPS daemons, and a
+    naive x7 cell on 2 x H200 failed with KeyError: 'pid'. The lookups read the process itself."""
+    import psutil
+
+    from raycolloc.node import reserve
+    from raycolloc.node.modes import mps
+
+    me = psutil.Process()
+    me.info = {"cmdline": me.cmdline()}  # what the other thread's iteration left there: no pid, no name
+    monkeypatch.setattr(psutil, "process_iter", lambda attrs=None: iter([me]))
+    assert mps.find_control_daemons() == []  # this process is no MPS daemon; before: KeyError: 'pid'
+    me.info = {"pid": me.pid}  # and the other way round: the scan read a cmdline that was not there
+    assert reserve._names("session_2026", me) is False

@@ -138,7 +138,7 @@ def ray_processes(anchor: int) -> list[int]:
     except psutil.Error:
         return [anchor]
     if found is not None:
-        for proc in psutil.process_iter(["cmdline"]):
+        for proc in psutil.process_iter():  # not ``info``: see find_control_daemons (node/modes/mps.py)
             if _names(found.group(0), proc):
                 pids.add(proc.pid)
     return sorted(pids)
@@ -146,7 +146,10 @@ def ray_processes(anchor: int) -> list[int]:
 
 def _names(session: str, proc: psutil.Process) -> bool:
     """Whether a process's command line names ``session`` (as a path part: ``.../session_X/...``)."""
-    line = " ".join(proc.info["cmdline"] or ()) + " "
+    try:
+        line = " ".join(proc.cmdline() or ()) + " "
+    except psutil.Error:
+        return False
     return session + "/" in line or session + " " in line
 
 

@@ -35,20 +35,24 @@ log = logging.getLogger(__name__)
 def find_control_daemons() -> list[dict[str, Any]]:
     """Every MPS control daemon on this node with its pipe directory and visible devices."""
     found = []
-    for proc in psutil.process_iter(["pid", "name", "cmdline"]):
+    # Not process_iter's ``proc.info``: psutil (6+) keeps one Process object per pid across calls, and
+    # another thread of the steward iterating at the same time (the quiet cores' scan, node/reserve.py)
+    # rewrites ``info`` with its own attributes: a KeyError: 'pid' here once failed a naive cell.
+    for proc in psutil.process_iter():
         try:
-            name = proc.info["name"] or ""
-            cmd = " ".join(proc.info["cmdline"] or [])
+            name = proc.name() or ""
+            argv = proc.cmdline() or []
+            cmd = " ".join(argv)
             if CONTROL not in name and CONTROL not in cmd:
                 continue
-            if "-d" not in (proc.info["cmdline"] or []) and not name.startswith(CONTROL[:15]):
+            if "-d" not in argv and not name.startswith(CONTROL[:15]):
                 continue
             env = proc.environ()
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
         found.append(
             {
-                "pid": proc.info["pid"],
+                "pid": proc.pid,
                 "pipe_dir": env.get("CUDA_MPS_PIPE_DIRECTORY", DEFAULT_PIPE),
                 "visible": env.get("CUDA_VISIBLE_DEVICES"),
             }
