@@ -261,19 +261,16 @@ def _mps_vs_naive(gain: pd.DataFrame, table2: pd.DataFrame) -> Verdict:
     behind = sum(o is False for o in outcomes)
     evidence = (
         f"MPS / naive throughput (mixes: naive / MPS total time): {'; '.join(parts)}. MPS ahead in {ahead} of "
-        f"{len(parts)}, behind in {behind}, behind within the noise (95% interval) in "
-        f"{len(parts) - ahead - behind}. Ahead: at or above 1 (an interval reaching below 1 is quoted beside it)."
+        f"{len(parts)}, behind in {behind}, within the noise (95% interval across 1) in "
+        f"{len(parts) - ahead - behind}."
     )
     return Verdict(claim, _judge(outcomes), evidence)
 
 
 def _at_least(ratio: Interval) -> bool | None:
-    """MPS / naive for "at least as well": behind beyond the noise (the interval below 1) refutes it;
-    behind within the noise cannot tell; at or above 1 holds (the claim is "not worse")."""
-    said = verdict(ratio, 1.0)
-    if said == "inconclusive":
-        return True if ratio.value >= 1.0 else None
-    return said == "yes"
+    """MPS / naive for "at least as well": its 95% interval above 1 holds, below 1 refutes it, and one
+    that crosses 1 cannot tell (``inconclusive``), whichever side its value is on."""
+    return _holds(ratio, 1.0, True)
 
 
 def _mig(gain: pd.DataFrame, epoch2: pd.DataFrame, table2: pd.DataFrame) -> Verdict:
