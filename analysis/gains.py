@@ -267,15 +267,17 @@ def _slowdowns(epoch2: pd.DataFrame) -> pd.DataFrame:
 
 
 def _stability(grouped: pd.core.groupby.DataFrameGroupBy) -> pd.DataFrame:
-    """Per configuration: ``rate_cv`` (between runs where several ran, else the run's own) and
-    ``unstable`` (pyperf's rule on it, or any run flagged unstable by its windows)."""
+    """Per configuration: ``rate_cv`` (between runs where several ran, else the run's own, of its
+    windows) and ``unstable`` (pyperf's rule on that same CV, so the flag and the CV shown beside it
+    agree: a run's jittery windows do not flag runs that agree with each other)."""
 
     def one(rows: pd.DataFrame) -> pd.Series:
         rates = rows["agg_samples_per_s"].dropna()
+        if len(rates) > 1 and rates.mean():
+            value = float(rates.std() / rates.mean())
+            return pd.Series({"rate_cv": value, "unstable": value >= CV_UNSTABLE})
         own = rows["rate_cv"].dropna() if "rate_cv" in rows else pd.Series(dtype=float)
-        value = (
-            float(rates.std() / rates.mean()) if len(rates) > 1 and rates.mean() else own.max() if len(own) else np.nan
-        )
+        value = float(own.max()) if len(own) else np.nan
         flagged = bool(rows["unstable"].fillna(False).astype(bool).any()) if "unstable" in rows else False
         return pd.Series({"rate_cv": value, "unstable": flagged or bool(pd.notna(value) and value >= CV_UNSTABLE)})
 

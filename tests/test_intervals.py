@@ -72,6 +72,22 @@ def test_several_runs_take_the_statistic_and_the_t_interval_of_the_paired_gains(
     assert pair["rate_cv"] == pytest.approx(rates.std() / rates.mean()) and pair["unstable"]  # CV 15%
 
 
+def test_unstable_follows_the_cv_shown_beside_it(tmp_path: Path) -> None:
+    """Runs that agree (CV 1%) are not flagged for one run's jittery windows; one run is judged by
+    its windows (the stability column prints the CV that flagged it)."""
+    for k, pair in enumerate((200.0, 202.0, 198.0)):
+        jobs = [job(i, "tiny_cnn", 1.5) for i in range(2)]
+        cell(tmp_path, f"p{k}", "tiny_cnn", "naive", jobs, agg=pair, repeat=k, repeat_group="p")
+    cell(tmp_path, "s", "tiny_cnn", "naive", [job(0, "tiny_cnn", 1.5)], agg=100.0)
+    data = load_sweeps([tmp_path])
+    data.cells["rate_cv"] = data.cells["degree"].map({1: 0.25, 2: 0.25})  # every run's windows jitter 25%
+    data.cells["unstable"] = True
+    gain = gain_table(data.cells, data.jobs)
+    pair, solo = row(gain, degree=2), row(gain, degree=1)
+    assert pair["rate_cv"] == pytest.approx(0.01) and not pair["unstable"]
+    assert solo["rate_cv"] == pytest.approx(0.25) and solo["unstable"]
+
+
 def _small_claim(gain: pd.DataFrame, data: SweepData) -> str:
     mixed = mixed_table(data.cells, data.jobs, data.epochs)
     return claims(gain, epoch2_table(data.cells, data.jobs), mixed, table2(mixed))[0].verdict
