@@ -14,7 +14,7 @@ import pytest
 from analysis.load import load_sweeps
 from raycolloc.config import ConfigError
 from raycolloc.driver.cell_specs import sweep_cells
-from raycolloc.driver.repeats import Observation, RepeatPolicy, interval, needs_rerun
+from raycolloc.driver.repeats import Observation, RepeatPolicy, interval, needs_rerun, observe
 
 from .conftest import ROOT, load, run_cli
 
@@ -79,22 +79,28 @@ def _timed(rate: float, low: float, high: float, gpu_s: float) -> SimpleNamespac
 def test_the_budget_caps_the_added_runs_gpu_time_at_a_share_of_the_first_pass() -> None:
     # Every interval ±10% (a noisy host): without a budget every configuration would go to the cap.
     cells = [load([f"degree={d}", "measure.budget=0.5"]) for d in (1, 2, 3, 7)]
-    x2 = cells[1]
+    solo = cells[0]
     policy = RepeatPolicy(cells)
     times = (5.0, 8.0, 10.0, 17.0)  # first pass: 40 s; budget 0.5: 20 s of added runs
     added = []
     for cell, gpu_s in zip(cells, times, strict=True):
         added += policy.recorded(cell, _timed(100.0, 90.0, 110.0, gpu_s))
-    granted = [(a.base.degree, a.reason) for a in added]
-    # The solo's middle run (5 s), x2 (8 s) and the solo's last (5 s): 18 s; x3 (10 s) and x7 (17 s) do not fit.
-    assert granted == [(1, "solo"), (2, "ci"), (1, "solo")]
-    assert policy.refused == 2
-    assert "2 run(s) not added: the budget (measure.budget=0.5) was spent" in policy.summary()
-    # A granted run that took less than its estimate gives the difference back.
-    x2_r1 = dataclasses.replace(x2, config=dataclasses.replace(x2.config, repeat=1))
-    # 18 s granted, 8 of them x2's: it took 1 s, so 9 s are left and x2's third run (8 s) fits.
-    (again,) = policy.recorded(x2_r1, _timed(130.0, 117.0, 143.0, 1.0))
-    assert (again.base.degree, again.repeat, again.reason) == (2, 2, "ci") and policy.refused == 2
+    # The solo baseline's two runs come first (every gain divides by it): the re-runs for an interval
+    # only get what its runs still to come leave, and then what the budget leaves.
+    assert [(a.base.degree, a.reason) for a in added] == [(1, "solo"), (1, "solo")]
+    assert policy.refused == 3
+    assert "3 run(s) not added: the budget (measure.budget=0.5) was spent" in policy.summary()
+    # Granted runs that took less than estimated (1 s, not 5) give the difference back: the solo,
+    # its three runs far apart, gets a re-run for its interval.
+    for k, rate in ((1, 130.0), (2, 70.0)):
+        run = dataclasses.replace(solo, config=dataclasses.replace(solo.config, repeat=k))
+        more = policy.recorded(run, _timed(rate, rate * 0.9, rate * 1.1, 1.0))
+    assert [(a.base.degree, a.repeat, a.reason) for a in more] == [(1, 3, "ci")]
+
+
+def test_a_runs_gpu_time_leaves_out_its_wait_for_the_lease() -> None:
+    row = SimpleNamespace(status="ok", agg_samples_per_s=1.0, started_at=10.0, finished_at=20.0, lease_wait_s=4.0)
+    assert observe(row).gpu_s == 6.0
 
 
 def test_fixed_repeats_are_exact_and_not_adaptive() -> None:

@@ -69,9 +69,12 @@ def observe(row: Any) -> Observation:
 
 
 def _gpu_s(row: Any) -> float | None:
-    """A run's GPU time (its cell holds its GPU from start to finish); None where the row lacks it."""
+    """A run's GPU time (its cell holds its GPU from start to finish, less the wait for its lease);
+    None where the row lacks it."""
     start, end = getattr(row, "started_at", None), getattr(row, "finished_at", None)
-    return max(0.0, float(end) - float(start)) if start is not None and end is not None else None
+    if start is None or end is None:
+        return None
+    return max(0.0, float(end) - float(start) - float(getattr(row, "lease_wait_s", None) or 0.0))
 
 
 def interval(runs: Sequence[Observation]) -> Interval | None:
@@ -195,10 +198,22 @@ class RepeatPolicy:
         first_pass = sum(self._first_gpu_s) / len(self._first_gpu_s) * self.first_pass
         return group.base.config.measure.budget * first_pass - self._spent_gpu_s
 
+    def _owed_to_solos(self) -> float:
+        """GPU seconds of the solo baselines' runs still to come (due later in the sweep): a re-run
+        for an interval leaves them room, since every gain divides by a solo."""
+        owed = 0.0
+        for g in self.groups.values():
+            if g.solo and g.ok and not g.refused:
+                missing = self._solo_runs(g) - len(g.runs) - g.pending
+                owed += max(0, missing) * self._estimate(g)
+        return owed
+
     def _grant(self, group: _Group, front: bool, reason: Reason) -> list[Addition]:
-        """One more run of ``group`` if the budget holds it (else none, counted in ``refused``)."""
+        """One more run of ``group`` if the budget holds it (else none, counted in ``refused``); a
+        re-run for an interval only from what the solo baselines' remaining runs leave."""
         cost = self._estimate(group)
-        if cost > self._budget_left(group):
+        reserved = self._owed_to_solos() if reason == "ci" else 0.0
+        if cost > self._budget_left(group) - reserved:
             self.refused += 1
             return []
         self._spent_gpu_s += cost
