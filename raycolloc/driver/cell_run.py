@@ -158,9 +158,14 @@ class _CellRun:
             lane.report(cell.cell_id, "waiting to measure")
         with lane.windows.measuring(lane.node_id, cell.cell_id, isolate, waiting) as window:
             lane.report(cell.cell_id, "measuring")
-            if cell.config.cluster.sim_inject:  # noise into the measured window (simulated GPUs), started before it
+            inject = bool(cell.config.cluster.sim_inject)  # noise into the measured window (simulated GPUs)
+            if inject:
                 ray.get(lane.steward.measuring.remote(cell.cell_id), timeout=60)
-            self._epochs(span)
+            try:
+                self._epochs(span)
+            finally:
+                if inject:  # stopped inside the window: an isolated node's next cell measures without it
+                    ray.get(lane.steward.measured.remote(cell.cell_id), timeout=60)
         self.rec.isolated, self.rec.overlapping_cells = isolate, window.overlapping
         if window.waited_s > 1.0:
             log.info("cell=%s waited %.1fs for its node's other cells to measure", cell.cell_id, window.waited_s)

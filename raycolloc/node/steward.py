@@ -328,6 +328,13 @@ class Steward:
         if state is not None and state.injector is not None:
             state.injector.measuring()
 
+    def measured(self, cell_id: str) -> None:
+        """The cell's measured epochs are over: stop its injected noise before the node's next cell
+        measures (``cluster.isolate_measurement`` releases the node as this returns)."""
+        state = self._cells.get(cell_id)
+        if state is not None and state.injector is not None:
+            state.injector.stop()
+
     def stop_sampling(self, cell_id: str) -> Samples:
         """Stop sampling the cell's GPU; the rows sampled since :meth:`start_sampling`."""
         state = self._cells.get(cell_id)
