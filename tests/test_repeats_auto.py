@@ -98,6 +98,16 @@ def test_the_budget_caps_the_added_runs_gpu_time_at_a_share_of_the_first_pass() 
     assert [(a.base.degree, a.repeat, a.reason) for a in more] == [(1, 3, "ci")]
 
 
+def test_a_run_found_on_disk_is_taken_whatever_the_budget() -> None:
+    """A resumed sweep finds the runs its first invocation added, though its estimates differ."""
+    cells = [load([f"degree={d}", "measure.budget=0"]) for d in (1, 2)]
+    spent = RepeatPolicy(cells)
+    assert sum((spent.recorded(c, _timed(100.0, 90.0, 110.0, 5.0)) for c in cells), []) == []
+    found = RepeatPolicy(cells, on_disk=lambda base, repeat: base.degree == 1 and repeat == 1)
+    added = sum((found.recorded(c, _timed(100.0, 90.0, 110.0, 5.0)) for c in cells), [])
+    assert [(a.base.degree, a.repeat) for a in added] == [(1, 1)]  # on disk: taken; repeat 2 is not
+
+
 def test_a_runs_gpu_time_leaves_out_its_wait_for_the_lease() -> None:
     row = SimpleNamespace(status="ok", agg_samples_per_s=1.0, started_at=10.0, finished_at=20.0, lease_wait_s=4.0)
     assert observe(row).gpu_s == 6.0
@@ -165,6 +175,7 @@ def test_a_sim_sweep_repeats_its_solo_baseline_and_resume_counts_the_repeats(tmp
         "epoch_samples=128",
         "measure.target_ci=0.0001",
         "measure.max_repeats=4",
+        "measure.budget=100",  # this test is of the spread and the resume: no run may depend on timings
         "cluster.max_concurrent_cells=1",  # one lane: the order is the queue's
         f"out_dir={out}",
     ]

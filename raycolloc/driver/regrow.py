@@ -16,6 +16,7 @@ from typing import Any
 from raycolloc.driver.cell_specs import validate_cell
 from raycolloc.driver.repeats import RepeatPolicy
 from raycolloc.driver.resume import CellResult, resume
+from raycolloc.results.index import ResultIndex
 from raycolloc.spec import CellSpec
 
 __all__ = ["Growth", "Regrow"]
@@ -54,10 +55,17 @@ class Regrow:
     """
 
     def __init__(self, cells: Sequence[CellSpec], place: Callable[[CellSpec], Path], rerun: bool) -> None:
-        self.policy = RepeatPolicy(cells)
+        self.policy = RepeatPolicy(cells, on_disk=self._on_disk)
         self.place, self.rerun = place, rerun
         self.reused = 0
         self._lock = threading.Lock()
+
+    def _on_disk(self, base: CellSpec, repeat: int) -> bool:
+        """Whether run ``repeat`` of ``base``'s configuration has a valid result (``out_dir``'s index)."""
+        if self.rerun:
+            return False
+        spec = validate_cell(dataclasses.replace(base.config, repeat=repeat))
+        return ResultIndex(spec.config.out_dir).find(spec.config_hash) is not None
 
     def expand(self, results: Sequence[CellResult]) -> Growth:
         """The cells ``results`` bring (repeats found on disk are read in turn, and may bring more)."""

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -143,7 +143,11 @@ class RepeatPolicy:
         cells: the sweep's first pass (each configuration's first run).
     """
 
-    def __init__(self, cells: Sequence[CellSpec]) -> None:
+    def __init__(self, cells: Sequence[CellSpec], on_disk: Callable[[CellSpec, int], bool] | None = None) -> None:
+        # on_disk(base, repeat): whether that run's result exists already (resume). Such a run is
+        # granted whatever the budget says: it costs nothing now, and a resumed sweep must find the
+        # same runs its first invocation added, though its estimates (all first runs at once) differ.
+        self.on_disk = on_disk
         self.groups: dict[str, _Group] = {}
         for cell in cells:
             if cell.config.repeats != "auto":
@@ -213,7 +217,8 @@ class RepeatPolicy:
         re-run for an interval only from what the solo baselines' remaining runs leave."""
         cost = self._estimate(group)
         reserved = self._owed_to_solos() if reason == "ci" else 0.0
-        if cost > self._budget_left(group) - reserved:
+        found = self.on_disk is not None and self.on_disk(group.base, group.next_repeat)
+        if not found and cost > self._budget_left(group) - reserved:
             self.refused += 1
             return []
         self._spent_gpu_s += cost
