@@ -24,20 +24,16 @@ from typing import Any
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_reproducibility import KEY, measured, run_sweep  # a sibling script: jobs/ is not a package
+from bench_reproducibility import KEY, _interval, measured, run_sweep  # a sibling script: jobs/ is not a package
 
 from analysis.load import load_sweeps
-from raycolloc.results.stats import Interval, bounds, ratio_interval, verdict
+from raycolloc.results.stats import ratio_interval, verdict
 
 WAYS = {
     "alone": ["cluster.max_concurrent_cells=1"],
     "together": [],
     "isolated": ["cluster.isolate_measurement=true"],
 }
-
-
-def _rate(row: pd.Series) -> Interval:
-    return bounds(float(row["agg_samples_per_s"]), row.get("agg_samples_per_s_low"), row.get("agg_samples_per_s_high"))
 
 
 def main() -> None:
@@ -62,7 +58,9 @@ def main() -> None:
         for key, r in tables[way].set_index(KEY).iterrows():
             if key not in alone.index or pd.isna(r["agg_samples_per_s"]):
                 continue
-            base, here = _rate(alone.loc[key]), _rate(r)
+            base, here = _interval(alone.loc[key], "agg_samples_per_s"), _interval(r, "agg_samples_per_s")
+            if base is None or here is None:
+                continue
             ratio = ratio_interval(here, base)
             rows.append(
                 {
