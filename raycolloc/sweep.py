@@ -21,6 +21,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -30,14 +31,17 @@ from raycolloc import conf_dir
 from raycolloc.config import ConfigError, register_configs
 from raycolloc.config_checks import listed
 from raycolloc.driver import signals
-from raycolloc.driver.hydra_errors import as_config_error
+from raycolloc.driver.cell_specs import cell_dir_names, split_options, sweep_cells, validate_cell
+from raycolloc.driver.dryrun import DryRunLine
+from raycolloc.driver.hydra_errors import as_config_error, check_group_choices
 from raycolloc.driver.outcome import EXIT_CONFIG, EXIT_WRITE, SweepEnded
-from raycolloc.driver.plan import CellsRefused, run
+from raycolloc.driver.plan import CellsRefused, PlannedCell, Step, SweepPlan, repeat_cells, run
+from raycolloc.driver.radt_runner import csv_plan
 from raycolloc.driver.rundirs import discard_run, forget
 from raycolloc.driver.teardown import begin, shut_down
 from raycolloc.results.errors import ResultWriteError, free_space
 
-__all__ = ["main", "task"]
+__all__ = ["main", "single_run_plan", "task"]
 
 log = logging.getLogger("raycolloc")
 # Errors of Hydra creating its run directory (out_dir a file, read-only): config errors.
@@ -55,8 +59,6 @@ def task(dcfg: DictConfig) -> None:
     Raises:
         SweepEnded: the sweep's exit status is not 0, or what ended it (:func:`_run_task` unwraps it).
     """
-    from raycolloc.driver.single import single_run_plan
-
     hydra_cfg = HydraConfig.get()
     try:
         outcome = run(single_run_plan(dcfg, Path(hydra_cfg.runtime.output_dir), hydra_cfg.runtime.choices))
@@ -64,6 +66,31 @@ def task(dcfg: DictConfig) -> None:
         raise SweepEnded() from exc
     if outcome.code:
         raise SweepEnded(outcome)
+
+
+def single_run_plan(dcfg: DictConfig, run_dir: Path, choices: Any) -> SweepPlan:
+    """The plan of ``python -m raycolloc.sweep ARGS`` without ``-m``: its one cell (a mix's solo cells
+    and repeats beside it, each in its own directory), or the radT plan ``+plan=PATH.csv`` names.
+
+    Raises:
+        ConfigError: the cell (or the plan) is invalid.
+    """
+    options = split_options(dcfg)
+    check_group_choices(choices)
+    if options.plan:
+        return csv_plan(dcfg, options, run_dir)
+    specs = sweep_cells([validate_cell(dcfg)])
+    dirs = [run_dir] if len(specs) == 1 else [run_dir / name for name in cell_dir_names(specs)]
+    cells = tuple(PlannedCell(s, d) for s, d in zip(specs, dirs, strict=True))
+    return SweepPlan(
+        run_dir,
+        specs[0].config.out_dir,
+        (Step(cells, repeat=repeat_cells(cells)),),
+        rerun=options.rerun,
+        dry_run=options.dry_run,
+        lines=tuple(DryRunLine(s.label, s) for s in specs),
+        summary=len(specs) > 1,
+    )
 
 
 def _run_task() -> None:

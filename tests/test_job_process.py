@@ -141,7 +141,9 @@ def test_forked_jobs_bind_their_own_gpu_pipe_and_cores_and_inherit_nothing_else(
     for i, core in enumerate((FIRST_CORE, LAST_CORE)):
         env = {"CUDA_VISIBLE_DEVICES": f"GPU-{i}", "CUDA_MPS_PIPE_DIRECTORY": f"/tmp/pipe-{i}"}
         binding = Binding(job_index=i, gpu_uuid=f"GPU-{i}", env=env, cpus=(core,))
-        procs.append(start_training_process(job, binding, {**base, **env}, FORKSERVER))
+        p, conn = start_training_process(job.name, {**base, **env}, FORKSERVER)
+        conn.send((job, binding))
+        procs.append((p, conn))
     for p, conn in procs:
         assert conn.recv()[0] == "ready"
         tasks = os.listdir(f"/proc/{p.pid}/task")

@@ -1,6 +1,8 @@
 """The multirun launcher's work: compose and validate every cell of a sweep, then run them all.
 
-``hydra_plugins/raycolloc_launcher`` registers the launcher with Hydra and calls :func:`launch`.
+:class:`SweepLauncher` is Hydra's launcher; ``hydra_plugins/raycolloc_launcher`` only registers it under
+its name (Hydra takes plugins from that package alone), so a multirun's config goes from Hydra straight
+to this module.
 Every Hydra job of the sweep is composed and validated here, once, before any cell starts: one
 bad cell stops the sweep with exit 2 before any GPU state changes. The sweep then adds the solo
 cells of its mixes and its repeats (:func:`raycolloc.driver.cell_specs.sweep_cells`), and every cell
@@ -17,8 +19,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hydra.core.utils import JobReturn, JobStatus, filter_overrides
-from hydra.types import HydraContext
+from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
 from raycolloc.config import ConfigError, config_hash
@@ -43,7 +46,7 @@ from raycolloc.spec import CellSpec
 if TYPE_CHECKING:
     from raycolloc.driver.engine import CellResult
 
-__all__ = ["launch", "multirun_plan"]
+__all__ = ["SweepLauncher", "launch", "multirun_plan"]
 
 
 def _compose(
@@ -178,3 +181,23 @@ def launch(
         _job_return(cfg, overrides, by_hash[spec.config_hash])
         for (cfg, spec, _), overrides in zip(composed, job_overrides, strict=True)
     ]
+
+
+class SweepLauncher(Launcher):
+    """Hydra's launcher for ``-m``: every cell of the sweep planned here and run on the GPUs of a Ray
+    cluster (registered as ``hydra/launcher=raycolloc`` by ``hydra_plugins/raycolloc_launcher``)."""
+
+    def __init__(self) -> None:
+        self.config: DictConfig | None = None
+        self.hydra_context: HydraContext | None = None
+
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        # The task function is not called: each cell's work is raycolloc's own (the entry point's
+        # single-run path and this launcher share raycolloc.driver.plan.run).
+        self.config, self.hydra_context = config, hydra_context
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        assert self.config is not None and self.hydra_context is not None
+        setup_globals()
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        return launch(self.hydra_context, self.config, job_overrides, initial_job_idx)

@@ -1,7 +1,7 @@
 """One sweep plan from any entry, and the one path that runs it.
 
 Every entry builds a :class:`SweepPlan`: a Hydra multirun (:func:`raycolloc.driver.launcher.multirun_plan`),
-a single run (:func:`raycolloc.driver.single.single_run_plan`), a radT plan
+a single run (:func:`raycolloc.sweep.single_run_plan`), a radT plan
 (:func:`raycolloc.driver.radt_runner.csv_plan`), the advisor's profiles
 (:func:`raycolloc.advise.run.run_profiles`; the sweeps it emits are command lines of the first three).
 :func:`run` then does what every entry did its own way before: the dry run, the output lock (held once,

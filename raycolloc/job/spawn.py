@@ -20,8 +20,6 @@ from multiprocessing import reduction
 from multiprocessing.connection import Client, Connection
 from typing import Protocol
 
-from raycolloc.spec import Binding, JobSpec
-
 __all__ = ["ForkedProcess", "TrainingProcess", "start_training_process"]
 
 log = logging.getLogger(__name__)
@@ -88,11 +86,13 @@ def _fork(server_path: str, env: dict[str, str], job_end: socket.socket) -> Fork
 
 
 def start_training_process(
-    job: JobSpec, binding: Binding, env: dict[str, str], forkserver: str | None
+    name: str, env: dict[str, str], forkserver: str | None
 ) -> tuple[TrainingProcess, Connection]:
-    """Start the job's training process and send it the job; returns it and its connection.
+    """Start a training process; returns it and its connection, on which the caller sends the job
+    (the process knows nothing before that: this module never sees a job's settings).
 
     Args:
+        name: the job's name, for the log.
         env: the whole environment of the process (the actor's plus the binding's).
         forkserver: the node's fork server socket (``trainer.spawn=fork``), or None to exec.
     """
@@ -105,7 +105,7 @@ def start_training_process(
             except (OSError, EOFError, TimeoutError, RuntimeError) as exc:
                 log.warning(
                     "job=%s fork server %s unusable (%s): starting the training process afresh",
-                    job.name,
+                    name,
                     forkserver,
                     exc,
                 )
@@ -115,6 +115,4 @@ def start_training_process(
                 env=env,
                 pass_fds=(theirs.fileno(),),
             )
-    conn = Connection(ours.detach())
-    conn.send((job, binding))
-    return proc, conn
+    return proc, Connection(ours.detach())

@@ -70,7 +70,8 @@ class Trainer:
         self.job, self.board, self._state = job, board, JobState()
         if binding.cpus or binding.reserved_cpus:
             move_threads_off(binding.cpus or (), onto=binding.reserved_cpus)
-        self._proc, self._conn = start_training_process(job, binding, python_env(env), forkserver)
+        self._proc, self._conn = start_training_process(job.name, python_env(env), forkserver)
+        self._conn.send((job, binding))  # the protocol's first message (raycolloc.job.process)
         return self._proc.pid
 
     def __repr__(self) -> str:
