@@ -21,6 +21,7 @@ from pathlib import Path
 
 from raycolloc.config import ConfigError
 from raycolloc.queue.catalog import NoProfile
+from raycolloc.queue.state import TraceMismatch
 from raycolloc.queue.trace import TraceError
 
 __all__ = ["main"]
@@ -61,13 +62,14 @@ def _trace(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
+    from raycolloc.queue.replay import format_summary, replay
     from raycolloc.queue.settings import compose_settings
-    from raycolloc.queue.trace import read_trace
 
-    compose_settings(args.words)
-    read_trace(args.trace)
-    print("replay: not built yet (the trace is well formed)", file=sys.stderr)
-    return 1
+    settings = compose_settings(args.words)
+    outcome = replay(args.trace, settings)
+    print(format_summary(outcome.summary), flush=True)
+    print(f"wrote {outcome.jobs_file}")
+    return 0 if outcome.summary.complete else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return _trace(args) if args.command == "trace" else _replay(args)
-    except (ConfigError, TraceError, NoProfile) as exc:
+    except (ConfigError, TraceError, NoProfile, TraceMismatch) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2
 
