@@ -67,7 +67,10 @@ def test_a_malformed_trace_is_refused_by_line_and_field_with_exit_2(
     trace.write_text("\n".join([HEADER, *rows]) + "\n")
     with pytest.raises(TraceError, match=rf"bad.csv:{line}: {field}:"):
         read_trace(trace)
-    # REPLAY-CHECK
+    out = tmp_path / "out"
+    assert main(["replay", str(trace), f"out_dir={out}", "cluster=local"]) == 2
+    assert f"bad.csv:{line}: {field}:" in capsys.readouterr().err
+    assert not out.exists()  # nothing queued: no state database was even made
 
 
 @pytest.mark.parametrize(
@@ -87,6 +90,28 @@ def test_a_trace_with_a_bad_header_or_no_rows_is_refused(tmp_path: Path, text: s
 
 
 def test_a_missing_trace_file_and_a_bad_override_exit_2(tmp_path: Path) -> None:
+    assert main(["replay", str(tmp_path / "none.csv"), f"out_dir={tmp_path}"]) == 2
     assert main(["trace", "--jobs", "3", "--out", str(tmp_path / "t.csv"), "queue.policy=fifo"]) == 2
     assert main(["trace", "--jobs", "0", "--out", str(tmp_path / "t.csv")]) == 2
     assert not (tmp_path / "t.csv").exists()
+
+
+def test_a_job_the_simulated_cluster_has_no_profile_of_is_refused_with_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text(f"{HEADER}\n{GOOD}\nj2,1,timm,resnet9000,imagenet64,,,10,\n")
+    assert main(["replay", str(trace), f"out_dir={tmp_path / 'out'}", "cluster=local"]) == 2
+    assert "job j2: model: no profile of resnet9000/imagenet64" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_replay_prints_the_summary_and_writes_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "t.csv"
+    assert main(["trace", "--jobs", "12", "--out", str(trace), "cluster=local", "cluster.num_gpus=2"]) == 0
+    words = ["cluster=local", "cluster.num_gpus=2", f"out_dir={tmp_path}", "queue.policy=carma"]
+    assert main(["replay", str(trace), *words]) == 0
+    out = capsys.readouterr().out
+    assert "queue policy=carma: 12/12 jobs ended" in out and "makespan" in out and "p95" in out and "OOMs" in out
+    run = tmp_path / "queue" / "t-carma"
+    assert {"queue.sqlite", "jobs.parquet", "gpus.parquet", "summary.json"} <= {p.name for p in run.iterdir()}
