@@ -145,3 +145,26 @@ def test_aging_stops_later_jobs_overtaking(tmp_path: Path, trace: Path) -> None:
     arrival = sorted(order("0"))  # job ids are in order of arrival
     assert order("0") == arrival  # waited >= 0 s: every head is aged, nothing overtakes it
     assert order("100000") != arrival  # never aged: later jobs backfill past one that does not fit
+
+
+def test_the_queue_benchmark_runs_the_three_policies_and_writes_its_table_and_json(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "bench.json"
+    args = ["--jobs", "24", "--nodes", "1", "--gpus-per-node", "4", "--work-dir", str(tmp_path), "--out", str(out)]
+    proc = subprocess.run(
+        [sys.executable, "jobs/bench_queue_sim.py", *args],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert set(result["policies"]) == set(QUEUE_POLICIES)
+    for summary in result["policies"].values():
+        assert summary["complete"] and summary["jobs"] == 24 and summary["command_wall_s"] > 0
+    assert "makespan s" in proc.stdout and "raycolloc" in proc.stdout

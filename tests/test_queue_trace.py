@@ -3,6 +3,7 @@ whole, by line and field, with exit 2 (issue 33)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,8 @@ def test_replay_prints_the_summary_and_writes_rows(tmp_path: Path, capsys: pytes
     assert "queue policy=carma: 12/12 jobs ended" in out and "makespan" in out and "p95" in out and "OOMs" in out
     run = tmp_path / "queue" / "t-carma"
     assert {"queue.sqlite", "jobs.parquet", "gpus.parquet", "summary.json"} <= {p.name for p in run.iterdir()}
+    first = json.loads((run / "summary.json").read_text())
+    assert main(["replay", str(trace), *words]) == 0  # over already: nothing runs, nothing is lost
+    again = json.loads((run / "summary.json").read_text())
+    assert {k: v for k, v in again.items() if k != "wall_s"} == {k: v for k, v in first.items() if k != "wall_s"}
+    assert first["energy_j"] > 0

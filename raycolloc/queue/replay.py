@@ -8,7 +8,8 @@ running are re-queued, since their runners died with it — so every job ends ex
 moves virtual time from one thing that happens to the next: an arrival, an end or an OOM on a GPU, or
 a wake-up the policy asked for. Written beside the database: ``jobs.parquet`` (one row per job),
 ``gpus.parquet`` (each GPU's mode, jobs, SM activity, power and memory from each change on) and
-``summary.json``. Energy and GPU rows count from the last (re)start.
+``summary.json``. Energy adds up over restarts (less what a killed run had not recorded: its part
+since its last start); GPU rows are the last run's.
 """
 
 from __future__ import annotations
@@ -92,21 +93,27 @@ def replay(trace: Path, settings: QueueSettings, open_store: Callable[[Path], St
         queue = Queue(
             store, create_policy(config.queue, gpu, predictor), cluster, config.queue, gpu, lambda j: profiles[j.job_id]
         )
-        if store.jobs():
+        counts = store.counts()
+        over = sum(counts.values()) > 0 and counts["ended"] + counts["cancelled"] == sum(counts.values())
+        if sum(counts.values()):
             queue.resume(now)
         else:
             store.add(jobs, [profiles[j.job_id].job_mem_mib for j in jobs], now)
         start = time.perf_counter()
         _run(queue, cluster, store, now)
         wall = time.perf_counter() - start
+        # Energy of every (re)start that ran to here; a killed run's part since its last start is lost.
+        energy = float(store.meta("energy_j") or 0.0) + cluster.energy_j
+        store.put("energy_j", repr(energy))
 
         def alone(job: TraceJob) -> float | None:
             return (job.length_samples or 0) / profiles[job.job_id].samples_per_s
 
         rows = job_rows(config.queue.policy, store.jobs(), alone, config.queue.max_slowdown)
-        summary = summarise(config.queue.policy, rows, cluster.energy_j, wall)
+        summary = summarise(config.queue.policy, rows, energy, wall)
         jobs_file = write_parquet(directory / "jobs.parquet", rows)
-        write_parquet(directory / "gpus.parquet", cluster.telemetry)
+        if not over:  # a run found already over ran nothing: the GPU rows of the run that did stay
+            write_parquet(directory / "gpus.parquet", cluster.telemetry)
         write_summary(directory / "summary.json", summary)
     finally:
         store.close()

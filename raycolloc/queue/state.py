@@ -142,6 +142,14 @@ class Store:
             elif found != value:
                 raise TraceMismatch(f"{self.path} holds {key}={found}, not {value}: give another queue.db or out_dir")
 
+    def put(self, key: str, value: str) -> None:
+        """Record ``key=value`` for this database, replacing what was there."""
+        with self.transaction() as db:
+            db.execute(
+                "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value=?",
+                (key, value, value),
+            )
+
     def clock(self) -> float:
         """The time of the last event (a restarted simulation resumes from it)."""
         row = self._db.execute("SELECT MAX(t) FROM events").fetchone()
