@@ -170,14 +170,16 @@ class QueueConfig:
     """``queue/``: the collocation-aware job queue (``python -m raycolloc.queue``).
 
     ``policy``: how jobs are placed. ``db``: its SQLite state (null: under ``out_dir``, one per trace
-    and policy). ``sim_nodes`` x ``sim_gpus_per_node``: the simulated cluster of a replay (null: one
-    node of ``cluster.num_gpus``). ``max_slowdown``: the bound of a job that names none. ``modes``:
-    the sharing modes the ``raycolloc`` policy chooses among per GPU; ``carma_mode`` the one CARMA
-    collocates under. ``aging_s``: a job waiting this long stops others from overtaking it.
+    and policy; a live queue's in ``out_dir/queue/live/``). ``sim_nodes`` x ``sim_gpus_per_node``: the
+    simulated cluster (null: one node of ``cluster.num_gpus``). ``max_slowdown``: the bound of a job
+    that names none. ``modes``: the sharing modes the ``raycolloc`` policy chooses among per GPU;
+    ``carma_mode`` the one CARMA collocates under. ``aging_s``: a job waiting this long stops others
+    from overtaking it.
     ``backfill_depth``: queued jobs a placement pass looks at. ``oom_backoff``: an OOM multiplies the
     job's memory estimate by it. ``sim_mem_error``: a simulated job's true memory is its estimate
-    times a factor within +-this. ``trace_*``: the trace generator's mean gap between arrivals (s),
-    median length of a job alone (s), and light/medium/heavy shares.
+    times a factor within +-this. ``sim_speed``: a live queue's simulated seconds per wall second.
+    ``trace_*``: the trace generator's mean gap between arrivals (s), median length of a job alone
+    (s), and light/medium/heavy shares.
     """
 
     policy: str = "raycolloc"
@@ -192,6 +194,7 @@ class QueueConfig:
     oom_backoff: float = 1.5
     sim_mem_error: float = 0.15
     sim_oom_after_s: float = 5.0
+    sim_speed: float = 1.0
     trace_gap_s: float = 2.0
     trace_job_s: float = 25.0
     trace_mix: list[float] = field(default_factory=lambda: [0.4, 0.35, 0.25])
@@ -214,6 +217,7 @@ class QueueConfig:
         if not 0 <= self.sim_mem_error <= 0.9:
             raise ConfigError(f"queue.sim_mem_error={self.sim_mem_error!r} is not allowed; it must be a number 0..0.9")
         _check_min("queue.sim_oom_after_s", self.sim_oom_after_s, 0)
+        _check_min("queue.sim_speed", self.sim_speed, 0.001)
         _check_min("queue.trace_gap_s", self.trace_gap_s, 0.001)
         _check_min("queue.trace_job_s", self.trace_job_s, 0.001)
         mix = self.trace_mix

@@ -5,11 +5,17 @@
     python -m raycolloc.queue trace --jobs N --seed S --out FILE.csv [cluster=...] [queue.trace_*=...]
     python -m raycolloc.queue replay FILE.csv [queue.policy=exclusive|carma|raycolloc] [cluster=...]
         [queue.sim_nodes=N queue.sim_gpus_per_node=G] [out_dir=...]
+    python -m raycolloc.queue serve [queue.*=...] [cluster=...] [out_dir=...]
+    python -m raycolloc.queue submit --job-id ID --model M --dataset D --samples N [--max-slowdown B] [out_dir=...]
+    python -m raycolloc.queue status | cancel ID | drain [--wait]   [out_dir=...]
 
 ``trace`` writes a Philly-like trace; ``replay`` runs one on the simulated cluster (virtual time) to
 the end, through the queue's state database (resumed if the same command ran before and was
-stopped), prints a summary and writes one row per job as Parquet. Exit status: 0; 2 for a config
-error or a malformed trace (named, nothing queued); 1 for a replay that did not end every job.
+stopped), prints a summary and writes one row per job as Parquet. ``serve`` runs a live queue (a
+detached Ray actor, simulated GPUs in wall-clock time) until it is drained; ``submit``, ``status``,
+``cancel`` and ``drain`` talk to it. Exit status: 0; 2 for a config error, a malformed trace or a
+refused submission (named, nothing queued); 1 for a replay that did not end every job, a cancel of
+no such job, or no live queue to talk to.
 """
 
 from __future__ import annotations
@@ -21,12 +27,17 @@ from pathlib import Path
 
 from raycolloc.config import ConfigError
 from raycolloc.queue.catalog import NoProfile
+from raycolloc.queue.commands import live_command, replay_command, trace_command
 from raycolloc.queue.state import TraceMismatch
 from raycolloc.queue.trace import TraceError
 
 __all__ = ["main"]
 
 log = logging.getLogger("raycolloc")
+
+
+def _words(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("words", nargs="*", help="overrides: queue.*=..., cluster=..., out_dir=...")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -40,36 +51,23 @@ def _parser() -> argparse.ArgumentParser:
     trace.add_argument("--jobs", type=int, required=True, help="how many jobs")
     trace.add_argument("--seed", type=int, default=0, help="the same seed writes the same trace")
     trace.add_argument("--out", type=Path, required=True, help="the CSV file to write")
-    trace.add_argument("words", nargs="*", help="overrides: cluster=..., queue.trace_*=...")
+    _words(trace)
     replay = sub.add_parser("replay", help="run a trace on the simulated cluster")
     replay.add_argument("trace", type=Path, help="the trace (CSV)")
-    replay.add_argument("words", nargs="*", help="overrides: queue.policy=..., cluster=..., out_dir=...")
+    _words(replay)
+    _words(sub.add_parser("serve", help="run a live queue until it is drained"))
+    submit = sub.add_parser("submit", help="queue one job on the live queue")
+    for field in ("job-id", "kind", "model", "dataset", "entry", "epochs", "samples", "max-slowdown"):
+        submit.add_argument(f"--{field}", default=None)
+    _words(submit)
+    _words(sub.add_parser("status", help="the live queue's jobs and GPUs"))
+    cancel = sub.add_parser("cancel", help="cancel a job of the live queue")
+    cancel.add_argument("job_id")
+    _words(cancel)
+    drain = sub.add_parser("drain", help="the live queue takes no new job and runs empty")
+    drain.add_argument("--wait", action="store_true", help="wait until it is drained")
+    _words(drain)
     return p
-
-
-def _trace(args: argparse.Namespace) -> int:
-    from raycolloc.queue.settings import compose_settings
-    from raycolloc.queue.trace import write_trace
-    from raycolloc.queue.tracegen import generate
-
-    if args.jobs < 1:
-        raise ConfigError(f"--jobs={args.jobs} is not allowed; it must be an integer >= 1")
-    settings = compose_settings(args.words)
-    jobs = generate(args.jobs, args.seed, settings.config.queue, settings.gpu)
-    path = write_trace(args.out, jobs)
-    print(f"wrote {path}: {len(jobs)} jobs over {jobs[-1].submit_s:.1f} s (GPU model {settings.gpu.name})")
-    return 0
-
-
-def _replay(args: argparse.Namespace) -> int:
-    from raycolloc.queue.replay import format_summary, replay
-    from raycolloc.queue.settings import compose_settings
-
-    settings = compose_settings(args.words)
-    outcome = replay(args.trace, settings)
-    print(format_summary(outcome.summary), flush=True)
-    print(f"wrote {outcome.jobs_file}")
-    return 0 if outcome.summary.complete else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -77,7 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
     args = _parser().parse_args(argv)
     try:
-        return _trace(args) if args.command == "trace" else _replay(args)
+        if args.command == "trace":
+            return trace_command(args)
+        if args.command == "replay":
+            return replay_command(args)
+        return live_command(args)
     except (ConfigError, TraceError, NoProfile, TraceMismatch) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 2

@@ -165,6 +165,15 @@ class SimCluster:
                 reports += self._settle(g, t)
         return sorted(reports, key=lambda r: (r.t, r.job_id))
 
+    def stop(self, job_id: str, now: float) -> None:
+        """Stop a job where it runs (a cancel): its GPU's others go on without it from ``now``."""
+        for g in self._gpus:
+            if any(r.job_id == job_id for r in g.runs):
+                self._run_until(g, now)
+                g.runs = [r for r in g.runs if r.job_id != job_id]
+                g.mode = g.mode if g.runs else None
+                self._refresh(g, now)
+
     def running(self) -> frozenset[tuple[str, int]]:
         return frozenset((r.job_id, r.attempt) for g in self._gpus for r in g.runs)
 
