@@ -178,6 +178,7 @@ class QueueConfig:
     ``backfill_depth``: queued jobs a placement pass looks at. ``oom_backoff``: an OOM multiplies the
     job's memory estimate by it. ``sim_mem_error``: a simulated job's true memory is its estimate
     times a factor within +-this. ``sim_speed``: a live queue's simulated seconds per wall second.
+    ``sim_node_loss``: ``NODE@SECONDS`` entries, simulated nodes lost during a replay.
     ``trace_*``: the trace generator's mean gap between arrivals (s), median length of a job alone
     (s), and light/medium/heavy shares.
     """
@@ -195,6 +196,7 @@ class QueueConfig:
     sim_mem_error: float = 0.15
     sim_oom_after_s: float = 5.0
     sim_speed: float = 1.0
+    sim_node_loss: list[str] = field(default_factory=list)
     trace_gap_s: float = 2.0
     trace_job_s: float = 25.0
     trace_mix: list[float] = field(default_factory=lambda: [0.4, 0.35, 0.25])
@@ -218,6 +220,13 @@ class QueueConfig:
             raise ConfigError(f"queue.sim_mem_error={self.sim_mem_error!r} is not allowed; it must be a number 0..0.9")
         _check_min("queue.sim_oom_after_s", self.sim_oom_after_s, 0)
         _check_min("queue.sim_speed", self.sim_speed, 0.001)
+        for loss in self.sim_node_loss:
+            node, at, when = str(loss).partition("@")
+            if not (at and node.isdigit() and when.replace(".", "", 1).isdigit()):
+                raise ConfigError(
+                    f"queue.sim_node_loss entry {loss!r} is not allowed; write NODE@SECONDS (e.g. 1@120: "
+                    "simulated node 1 is lost 120 s into the run)"
+                )
         _check_min("queue.trace_gap_s", self.trace_gap_s, 0.001)
         _check_min("queue.trace_job_s", self.trace_job_s, 0.001)
         mix = self.trace_mix

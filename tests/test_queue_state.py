@@ -152,3 +152,27 @@ def test_a_database_of_another_trace_or_policy_is_refused(tmp_path: Path, small_
     assert main(["replay", str(small_trace), "cluster=local", f"queue.db={db}", "queue.policy=exclusive"]) == 0
     assert main(["replay", str(small_trace), "cluster=local", f"queue.db={db}", "queue.policy=carma"]) == 2
     assert main(["replay", str(small_trace), "cluster=local", f"queue.db={db}", "queue.policy=exclusive"]) == 0
+
+
+def test_a_node_lost_mid_trace_has_its_jobs_requeued_and_each_job_ends_once(tmp_path: Path, small_trace: Path) -> None:
+    import pandas as pd
+
+    words = ["cluster=local", "queue.sim_nodes=2", "queue.sim_gpus_per_node=1", f"out_dir={tmp_path}"]
+    outcome = replay(small_trace, compose_settings([*words, "queue.sim_node_loss=[1@15]"]))
+    assert outcome.summary.complete
+    store = _check_each_job_ended_once(outcome.directory / "queue.sqlite", small_trace)
+    lost = [j for t, j, _, _ in store.events("requeued") if t == 15.0]
+    assert lost and outcome.summary.requeues == len(lost)
+    rows = pd.read_parquet(outcome.jobs_file)
+    late = rows[rows["start_s"] >= 15.0]
+    assert not late.empty and (late["gpu"] == "n0-g0").all()  # nothing runs on the lost node after
+    store.close()
+
+
+@pytest.mark.parametrize("loss", ["[x@10]", "[1@]", "[1@-5]", "[7@10]"])
+def test_a_bad_node_loss_exits_2_and_queues_nothing(tmp_path: Path, small_trace: Path, loss: str) -> None:
+    from raycolloc.queue.__main__ import main
+
+    words = ["cluster=local", "queue.sim_nodes=2", f"out_dir={tmp_path}", f"queue.sim_node_loss={loss}"]
+    assert main(["replay", str(small_trace), *words]) == 2
+    assert not (tmp_path / "queue").exists()

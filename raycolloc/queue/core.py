@@ -25,7 +25,8 @@ __all__ = ["Queue", "Report", "Runners", "largest_estimate"]
 
 @dataclass(frozen=True)
 class Report:
-    """What a runner reports: a job's attempt ``ended`` or ran out of memory (``oom``) at ``t``."""
+    """What a runner reports: a job's attempt ``ended``, ran out of memory (``oom``) or was ``lost``
+    with its node, at ``t``."""
 
     job_id: str
     attempt: int
@@ -85,10 +86,14 @@ class Queue:
         return self.store.recover(now, self.runners.running())
 
     def handle(self, reports: Sequence[Report]) -> None:
-        """Record what the runners reported: an end (once per job), or an OOM (re-queued, estimate grown)."""
+        """Record what the runners reported: an end (once per job), an OOM (re-queued, estimate grown),
+        or a job lost with its node (re-queued as it was)."""
         for r in reports:
             if r.kind == "ended":
                 self.store.end(r.job_id, r.attempt, r.t, r.co_residents)
+                continue
+            if r.kind == "lost":
+                self.store.requeue(r.job_id, r.attempt, r.t, "node lost")
                 continue
             record = self.store.job(r.job_id)
             if record is None:

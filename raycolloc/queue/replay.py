@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from raycolloc.advise.profile import Profile
+from raycolloc.config import ConfigError
 from raycolloc.queue.catalog import NoProfile, catalog_profile, sim_params
 from raycolloc.queue.core import Queue
 from raycolloc.queue.policies import create_policy
@@ -81,6 +82,10 @@ def replay(trace: Path, settings: QueueSettings, open_store: Callable[[Path], St
     profiles = _profiles(trace, jobs, settings)
     config, gpu = settings.config, settings.gpu
     directory = run_dir(trace, settings)
+    losses = sorted((float(w), int(n)) for n, _, w in (str(x).partition("@") for x in config.queue.sim_node_loss))
+    for _, node in losses:
+        if node >= settings.nodes:
+            raise ConfigError(f"queue.sim_node_loss: node {node} is not allowed; nodes are 0..{settings.nodes - 1}")
     db = Path(config.queue.db) if config.queue.db else directory / "queue.sqlite"
     store = open_store(db)
     try:
@@ -100,7 +105,7 @@ def replay(trace: Path, settings: QueueSettings, open_store: Callable[[Path], St
         else:
             store.add(jobs, [profiles[j.job_id].job_mem_mib for j in jobs], now)
         start = time.perf_counter()
-        _run(queue, cluster, store, now)
+        _run(queue, cluster, store, now, losses)
         wall = time.perf_counter() - start
         # Energy of every (re)start that ran to here; a killed run's part since its last start is lost.
         energy = float(store.meta("energy_j") or 0.0) + cluster.energy_j
@@ -120,12 +125,17 @@ def replay(trace: Path, settings: QueueSettings, open_store: Callable[[Path], St
     return ReplayOutcome(summary, directory, jobs_file)
 
 
-def _run(queue: Queue, cluster: SimCluster, store: Store, now: float) -> None:
-    """Virtual time from ``now`` until nothing is left to happen."""
+def _run(queue: Queue, cluster: SimCluster, store: Store, now: float, losses: list[tuple[float, int]]) -> None:
+    """Virtual time from ``now`` until nothing is left to happen; ``losses``: (time, node) to lose."""
+    pending = list(losses)  # a resumed run's fresh cluster loses the earlier ones again, at once
     while True:
         queue.handle(cluster.advance(now))
+        while pending and pending[0][0] <= now:
+            queue.handle(cluster.lose_node(pending.pop(0)[1], now))
         retry = queue.schedule(now)
-        upcoming = [t for t in (store.next_arrival(now), cluster.next_event(), retry) if t is not None]
+        work_left = store.next_arrival(now) is not None or cluster.next_event() is not None or retry is not None
+        lose = pending[0][0] if pending and work_left else None
+        upcoming = [t for t in (store.next_arrival(now), cluster.next_event(), retry, lose) if t is not None]
         if not upcoming:
             return
         now = max(now, min(upcoming))

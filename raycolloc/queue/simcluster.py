@@ -67,6 +67,8 @@ class _Gpu:
     history: deque[tuple[float, tuple[float, float, float]]] = field(default_factory=deque)
     last_t: float = 0.0
     last_placed_s: float | None = None
+    node: int = 0
+    down: bool = False
 
 
 def true_memory_factor(job_id: str, seed: int, error: float) -> float:
@@ -90,7 +92,9 @@ class SimCluster:
         self.energy_j = 0.0
         self.telemetry: list[TelemetryRow] = []
         self._gpus = [
-            _Gpu(f"n{n}-g{g}", idle_power_w(gpu), last_t=now) for n in range(nodes) for g in range(gpus_per_node)
+            _Gpu(f"n{n}-g{g}", idle_power_w(gpu), last_t=now, node=n)
+            for n in range(nodes)
+            for g in range(gpus_per_node)
         ]
         self._by_id = {g.gpu_id: g for g in self._gpus}
         for g in self._gpus:
@@ -101,6 +105,8 @@ class SimCluster:
         """Every GPU as a policy sees it at ``now``."""
         out = []
         for g in self._gpus:
+            if g.down:
+                continue
             sm, occ, dram = self._window(g, now)
             residents = tuple(Resident(r.job_id, r.profile, r.estimate_mib, r.max_slowdown) for r in g.runs)
             out.append(
@@ -164,6 +170,18 @@ class SimCluster:
                     break
                 reports += self._settle(g, t)
         return sorted(reports, key=lambda r: (r.t, r.job_id))
+
+    def lose_node(self, node: int, now: float) -> list[Report]:
+        """Node ``node`` is gone at ``now``: its jobs are ``lost`` and its GPUs leave the cluster."""
+        reports = []
+        for g in self._gpus:
+            if g.node == node and not g.down:
+                self._run_until(g, now)
+                reports += [Report(r.job_id, r.attempt, "lost", now, tuple(sorted(r.co))) for r in g.runs]
+                g.runs, g.mode, g.down = [], None, True
+                self._refresh(g, now)
+                g.power_w = 0.0  # a lost node draws nothing the run can count
+        return reports
 
     def stop(self, job_id: str, now: float) -> None:
         """Stop a job where it runs (a cancel): its GPU's others go on without it from ``now``."""

@@ -226,16 +226,24 @@ class Store:
     def recover(self, t: float, alive: frozenset[tuple[str, int]] = frozenset()) -> list[str]:
         """Re-queue every ``placed`` or ``started`` job whose runner is gone (not in ``alive``, as
         ``(job_id, attempt)``); returns their ids. A restarted queue calls it before anything else."""
-        with self.transaction() as db:
-            rows = db.execute("SELECT job_id, attempt FROM jobs WHERE state IN ('placed', 'started')").fetchall()
-            lost = [(str(j), int(a)) for j, a in rows if (str(j), int(a)) not in alive]
-            for job_id, attempt in lost:
-                db.execute(
-                    "UPDATE jobs SET state='queued', requeues=requeues+1, gpu=NULL, mode=NULL WHERE job_id=?",
-                    (job_id,),
-                )
-                self._event(db, t, job_id, "requeued", attempt, None, "runner lost (queue restarted)")
+        rows = self._db.execute("SELECT job_id, attempt FROM jobs WHERE state IN ('placed', 'started')").fetchall()
+        lost = [(str(j), int(a)) for j, a in rows if (str(j), int(a)) not in alive]
+        for job_id, attempt in lost:
+            self.requeue(job_id, attempt, t, "runner lost (queue restarted)")
         return [j for j, _ in lost]
+
+    def requeue(self, job_id: str, attempt: int, t: float, reason: str) -> bool:
+        """This attempt's runner is gone (its node lost, the queue restarted): back to ``queued``,
+        counted as a re-queue. False for a stale report."""
+        with self.transaction() as db:
+            cur = db.execute(
+                "UPDATE jobs SET state='queued', requeues=requeues+1, gpu=NULL, mode=NULL "
+                "WHERE job_id=? AND state IN ('placed', 'started') AND attempt=?",
+                (job_id, attempt),
+            )
+            if cur.rowcount == 1:
+                self._event(db, t, job_id, "requeued", attempt, None, reason)
+        return cur.rowcount == 1
 
     def cancel(self, job_id: str, t: float) -> str | None:
         """Cancel a job not yet ended; returns the state it was in (None: no such job, or already over)."""
