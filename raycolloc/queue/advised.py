@@ -8,6 +8,10 @@ alone, after less before; an empty GPU adds a whole job). An empty GPU's mode is
 job: the mode (of ``queue.modes``) in which two such jobs would do best together; the GPU keeps it
 while jobs are on it (an MPS client cannot join a GPU's daemon mid-run, nor leave it).
 
+Memory is counted as the monitor sees it per process where it can be: a job on a GPU by its own
+measured memory, a newcomer by the largest any job of its workload was seen to use (the profile is
+reused from past runs, as the advisor reuses solo cells), else by its estimate (grown after an OOM).
+
 Jobs are looked at in queue order (re-queued after an OOM first), up to ``queue.backfill_depth`` of
 them: a later job may take a place an earlier one cannot use (backfilling). Aging: once the job at
 the head has waited ``queue.aging_s``, no later job overtakes it, so the GPUs drain until it fits —
@@ -41,9 +45,15 @@ class AdvisedPolicy:
         self.predictor = predictor
         self._sized: dict[tuple[str, float], Profile] = {}
         self._alone_mode: dict[str, str] = {}
+        self._seen_mib: dict[str, float] = {}  # workload -> the most memory a job of it was seen to use
 
     def place(self, waiting: Sequence[QueuedJob], gpus: Sequence[GpuView], now: float) -> Decision:
         views = list(gpus)
+        for gpu in views:
+            for r in gpu.residents:
+                if r.mem_used_mib is not None:
+                    seen = self._seen_mib.get(r.profile.workload, 0.0)
+                    self._seen_mib[r.profile.workload] = max(seen, r.mem_used_mib)
         out: list[Placement] = []
         aged = bool(waiting) and waiting[0].waited_s >= self.aging_s
         for job in waiting[: self.depth]:
@@ -78,8 +88,11 @@ class AdvisedPolicy:
         """What ``job`` adds to ``gpu``'s summed rate (relative to alone); None where its memory would
         not fit or a job would pass its slowdown bound."""
         mode = str(gpu.mode)
-        sized = [self._with_estimate(r.profile, r.mem_estimate_mib) for r in gpu.residents]
-        sized.append(self._with_estimate(job.profile, job.mem_estimate_mib))
+        sized = [
+            self._with_estimate(r.profile, r.mem_used_mib if r.mem_used_mib is not None else r.mem_estimate_mib)
+            for r in gpu.residents
+        ]
+        sized.append(self._with_estimate(job.profile, self._seen_mib.get(job.profile.workload, job.mem_estimate_mib)))
         if not memory_need(Candidate(mode, tuple(sized), (Slot(),) * len(sized)), self.gpu)[0]:
             return None
         profiles = [r.profile for r in gpu.residents]

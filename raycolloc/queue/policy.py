@@ -49,12 +49,14 @@ class QueuedJob:
 
 @dataclass(frozen=True)
 class Resident:
-    """A job on a GPU, as a policy sees it."""
+    """A job on a GPU, as a policy sees it: ``mem_used_mib`` is its own memory as the monitor sees
+    it per process (None: not seen yet, e.g. placed in this very pass)."""
 
     job_id: str
     profile: Profile
     mem_estimate_mib: float
     max_slowdown: float
+    mem_used_mib: float | None = None
 
 
 @dataclass(frozen=True)

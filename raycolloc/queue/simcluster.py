@@ -4,9 +4,11 @@ Each GPU runs its jobs at the rates the advisor's model predicts for them togeth
 mode (a job's rate alone over its slowdown), draws the model's power (idle when empty), and reports
 what a monitor would: memory in use and SM activity, occupancy and DRAM activity as means over a
 rolling window. Nothing sleeps: :meth:`SimCluster.advance` moves the clock to the next thing that
-happens. A job's true memory is its estimate times a factor within ``1 +- queue.sim_mem_error``
-(fixed per job and seed): a job that lands where the true memory no longer fits runs out of memory
-``queue.sim_oom_after_s`` after it starts, as a training job does in its first steps.
+happens. A job's true memory is its profile's times a factor within ``1 +- queue.sim_mem_error``, fixed per
+workload and seed (the same model and settings take the same memory; an estimator errs the same way
+on it each time), and the monitor sees it per process once the job runs. A job that lands where the
+true memory no longer fits runs out of memory ``queue.sim_oom_after_s`` after it starts, as a
+training job does in its first steps.
 """
 
 from __future__ import annotations
@@ -71,9 +73,9 @@ class _Gpu:
     down: bool = False
 
 
-def true_memory_factor(job_id: str, seed: int, error: float) -> float:
-    """A job's true memory over its estimate: fixed per job and seed, within ``1 +- error``."""
-    digest = hashlib.sha256(f"{seed}:{job_id}".encode()).digest()
+def true_memory_factor(workload: str, seed: int, error: float) -> float:
+    """A workload's true memory over its profile's: fixed per workload and seed, within ``1 +- error``."""
+    digest = hashlib.sha256(f"{seed}:{workload}".encode()).digest()
     u = int.from_bytes(digest[:8], "big") / 2**64
     return 1.0 + error * (2.0 * u - 1.0)
 
@@ -108,7 +110,7 @@ class SimCluster:
             if g.down:
                 continue
             sm, occ, dram = self._window(g, now)
-            residents = tuple(Resident(r.job_id, r.profile, r.estimate_mib, r.max_slowdown) for r in g.runs)
+            residents = tuple(Resident(r.job_id, r.profile, r.estimate_mib, r.max_slowdown, r.true_mib) for r in g.runs)
             out.append(
                 GpuView(
                     g.gpu_id, self.gpu.memory_mib, g.mode, residents, self._mem_used(g), sm, occ, dram, g.last_placed_s
@@ -136,7 +138,7 @@ class SimCluster:
             attempt,
             profile,
             estimate_mib,
-            catalogue * true_memory_factor(job_id, self.seed, self.error),
+            catalogue * true_memory_factor(profile.workload, self.seed, self.error),
             max_slowdown,
             samples,
             samples,
