@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 from raycolloc.advise.model import MEM_HEADROOM_MIB, MEM_MARGIN, MPS_SERVER_MIB, Gpu
 from raycolloc.advise.profile import Profile
@@ -30,7 +30,7 @@ class Report:
 
     job_id: str
     attempt: int
-    kind: str
+    kind: Literal["ended", "oom", "lost"]
     t: float
     co_residents: tuple[str, ...]
 
