@@ -166,3 +166,25 @@ def test_serve_submit_status_cancel_drain_through_a_detached_ray_actor(tmp_path:
         if serve.poll() is None:
             serve.kill()
             serve.wait()
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.values: dict[tuple[tuple[str, str], ...], float] = {}
+
+    def set(self, value: float, tags: dict[str, str] | None = None) -> None:
+        self.values[tuple(sorted((tags or {}).items()))] = value
+
+
+def test_the_dashboard_gauges_show_the_jobs_per_state_and_each_gpu(tmp_path: Path) -> None:
+    from raycolloc.queue.live import QueueGauges
+
+    service = _service(tmp_path, Clock())
+    for name in ("a", "b", "c"):
+        service.submit(_job(name, samples=200_000))
+    gauges = QueueGauges(_Recorder(), _Recorder(), _Recorder())
+    gauges.publish(service.status())
+    assert gauges.jobs.values[(("state", "started"),)] == 3.0 and gauges.jobs.values[(("state", "ended"),)] == 0.0
+    assert sorted(gauges.gpu_jobs.values.values()) == [1.0, 2.0]  # three jobs on two GPUs
+    assert all(0 < v <= 1 for v in gauges.gpu_sm_active.values.values())
+    service.close()

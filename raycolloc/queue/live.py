@@ -3,7 +3,10 @@
 ``serve`` connects to Ray (``cluster.address``, or a new local instance), starts the actor by name
 (or finds it: ``get_if_exists``) and writes the cluster's address beside the queue's database, where
 ``submit``, ``status``, ``cancel`` and ``drain`` find it. The actor ticks its service on a thread of
-its own every ``TICK_S`` and answers calls between ticks (one lock). Answers cross the actor boundary
+its own every ``TICK_S`` and answers calls between ticks (one lock). In Ray's dashboard it is the actor
+``raycolloc:queue``, and every ``GAUGE_S`` it sets ``raycolloc_queue_jobs{state}`` (jobs per state),
+``raycolloc_queue_gpu_jobs{gpu}`` and ``raycolloc_queue_gpu_sm_active{gpu}`` (each GPU's jobs and
+SM activity). Answers cross the actor boundary
 as dataclasses; a refused submission comes back as its message, never as a Ray error to unwrap.
 """
 
@@ -18,6 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import ray
 
+from raycolloc.gauges import make_gauge
 from raycolloc.queue.report import Summary
 from raycolloc.queue.service import QueueClosed, QueueService, QueueStatus
 from raycolloc.queue.settings import QueueSettings
@@ -30,8 +34,10 @@ __all__ = [
     "ACTOR_NAME",
     "NAMESPACE",
     "TICK_S",
+    "GAUGE_S",
     "NoLiveQueue",
     "QueueActor",
+    "QueueGauges",
     "Submitted",
     "address_file",
     "find_actor",
@@ -44,6 +50,32 @@ __all__ = [
 NAMESPACE = "raycolloc"
 ACTOR_NAME = "raycolloc:queue"
 TICK_S = 0.1  # how often the actor catches its runners up (a simulated job's end is seen this late at most)
+GAUGE_S = 1.0  # how often it sets its dashboard gauges (a status of every job and GPU is not free)
+
+
+@dataclass(frozen=True)
+class QueueGauges:
+    """The live queue's dashboard gauges (``raycolloc.gauges``: no-ops where Ray exports no metrics)."""
+
+    jobs: Any
+    gpu_jobs: Any
+    gpu_sm_active: Any
+
+    @classmethod
+    def create(cls) -> QueueGauges:
+        return cls(
+            make_gauge("raycolloc_queue_jobs", "the live queue's jobs in each state", ["state"]),
+            make_gauge("raycolloc_queue_gpu_jobs", "jobs on each GPU of the live queue", ["gpu"]),
+            make_gauge("raycolloc_queue_gpu_sm_active", "SM activity (0..1) of each GPU of the live queue", ["gpu"]),
+        )
+
+    def publish(self, status: QueueStatus) -> None:
+        """Set every gauge from one status."""
+        for state, count in status.counts.items():
+            self.jobs.set(float(count), tags={"state": state})
+        for gpu in status.gpus:
+            self.gpu_jobs.set(float(len(gpu.jobs)), tags={"gpu": gpu.gpu_id})
+            self.gpu_sm_active.set(gpu.sm_active, tags={"gpu": gpu.gpu_id})
 
 
 class NoLiveQueue(RuntimeError):
@@ -81,9 +113,13 @@ class QueueActor:
         self._thread.start()
 
     def _loop(self) -> None:
+        gauges, published = QueueGauges.create(), 0.0
         while not self._stop.wait(TICK_S):
             with self._lock:
                 self._service.tick()
+                if time.monotonic() - published >= GAUGE_S:
+                    gauges.publish(self._service.status())
+                    published = time.monotonic()
 
     def submit(self, fields: dict[str, str]) -> Submitted:
         with self._lock:
