@@ -13,6 +13,7 @@ cluster's (the advisor's model on round-number profiles): they rank policies, th
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import subprocess
 import sys
@@ -20,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from raycolloc.queue.report import Summary, format_policies
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICIES = ("exclusive", "carma", "raycolloc")
@@ -34,25 +37,14 @@ def _run(args: list[str]) -> str:
     return proc.stdout
 
 
-def _ratio(value: float | None, base: float | None) -> str:
-    return f"{value / base:.2f}x" if value is not None and base else "-"
-
-
 def table(results: dict[str, dict[str, Any]]) -> str:
-    base = results.get("exclusive", {})
-    head = (
-        f"{'policy':<10} {'makespan s':>10} {'vs excl':>7} {'JCT mean s':>10} {'JCT p95 s':>9} {'energy kWh':>10} "
-        f"{'vs excl':>7} {'OOMs':>5} {'max slowdown':>12} {'over bound':>10} {'wall s':>7} {'sim s':>6}"
-    )
-    lines = [head, "-" * len(head)]
-    for policy, r in results.items():
-        lines.append(
-            f"{policy:<10} {r['makespan_s']:>10,.1f} {_ratio(r['makespan_s'], base.get('makespan_s')):>7} "
-            f"{r['jct_mean_s']:>10,.1f} {r['jct_p95_s']:>9,.1f} {r['energy_j'] / 3.6e6:>10.3f} "
-            f"{_ratio(r['energy_j'], base.get('energy_j')):>7} {r['ooms']:>5} {r['max_slowdown']:>12.2f} "
-            f"{r['over_bound']:>10} {r['command_wall_s']:>7.1f} {r['wall_s']:>6.1f}"
-        )
-    return "\n".join(lines)
+    """The report's side-by-side table, and each command's wall time and its simulation's."""
+    fields = {f.name for f in dataclasses.fields(Summary)}
+    summaries = [Summary(**{k: v for k, v in r.items() if k in fields}) for r in results.values()]
+    walls = [f"{'policy':<10} {'wall s':>7} {'sim s':>6}"] + [
+        f"{p:<10} {r['command_wall_s']:>7.1f} {r['wall_s']:>6.1f}" for p, r in results.items()
+    ]
+    return format_policies(summaries) + "\n\n" + "\n".join(walls)
 
 
 def main() -> int:

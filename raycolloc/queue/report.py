@@ -21,7 +21,16 @@ from typing import Any
 from raycolloc.queue.state import JobRecord
 from raycolloc.queue.trace import TraceJob
 
-__all__ = ["JobRow", "Summary", "format_summary", "job_rows", "summarise", "write_parquet", "write_summary"]
+__all__ = [
+    "JobRow",
+    "Summary",
+    "format_policies",
+    "format_summary",
+    "job_rows",
+    "summarise",
+    "write_parquet",
+    "write_summary",
+]
 
 
 @dataclass(frozen=True)
@@ -155,6 +164,36 @@ def format_summary(s: Summary) -> str:
             f"{s.over_bound} over their bound   wall {s.wall_s:.1f} s",
         ]
     )
+
+
+def _ratio(value: float | None, base: float | None) -> str:
+    return f"{value / base:.2f}x" if value is not None and base else "-"
+
+
+def format_policies(summaries: Sequence[Summary]) -> str:
+    """Runs side by side (e.g. one per policy on one trace): makespan, JCT, energy (each against the
+    ``exclusive`` run where there is one), OOMs, the slowest job, jobs over their bound."""
+
+    def num(value: float | None, spec: str) -> str:
+        return "-" if value is None else format(value, spec)
+
+    base = next((s for s in summaries if s.policy == "exclusive"), None)
+    base_makespan = base.makespan_s if base is not None else None
+    base_energy = base.energy_j if base is not None else None
+    head = (
+        f"{'policy':<10} {'makespan s':>10} {'vs excl':>7} {'JCT mean s':>10} {'JCT p95 s':>9} {'energy kWh':>10} "
+        f"{'vs excl':>7} {'OOMs':>5} {'max slowdown':>12} {'over bound':>10} {'ended':>9}"
+    )
+    lines = [head, "-" * len(head)]
+    for s in summaries:
+        energy = None if s.energy_j is None else s.energy_j / 3.6e6
+        lines.append(
+            f"{s.policy:<10} {num(s.makespan_s, ',.1f'):>10} {_ratio(s.makespan_s, base_makespan):>7} "
+            f"{num(s.jct_mean_s, ',.1f'):>10} {num(s.jct_p95_s, ',.1f'):>9} {num(energy, '.3f'):>10} "
+            f"{_ratio(s.energy_j, base_energy):>7} {s.ooms:>5} {num(s.max_slowdown, '.2f'):>12} "
+            f"{s.over_bound:>10} {f'{s.ended}/{s.jobs}':>9}"
+        )
+    return "\n".join(lines)
 
 
 def write_parquet(path: Path, rows: Sequence[Any]) -> Path:
