@@ -20,7 +20,14 @@ from raycolloc.config_checks import check_choice as _check_choice
 from raycolloc.config_checks import check_int as _check_int
 from raycolloc.config_checks import check_min as _check_min
 from raycolloc.config_checks import check_port, check_reserved_cpus, check_sim_inject, is_mem_limit
-from raycolloc.config_groups import DataConfig, MeasureConfig, TelemetryConfig, TrainerConfig, check_repeats
+from raycolloc.config_groups import (
+    DataConfig,
+    MeasureConfig,
+    QueueConfig,
+    TelemetryConfig,
+    TrainerConfig,
+    check_repeats,
+)
 from raycolloc.workload_config import (
     MixJob,
     WorkloadConfig,
@@ -45,6 +52,7 @@ __all__ = [
     "MixConfig",
     "MixJob",
     "ModeConfig",
+    "QueueConfig",
     "TelemetryConfig",
     "TrainerConfig",
     "WorkloadConfig",
@@ -163,6 +171,7 @@ class Config:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     telemetry: TelemetryConfig = field(default_factory=TelemetryConfig)
     measure: MeasureConfig = field(default_factory=MeasureConfig)
+    queue: QueueConfig = field(default_factory=QueueConfig)
     degree: int = 1
     epochs: int = 2
     epoch_samples: int | None = None
@@ -232,6 +241,7 @@ _NON_SEMANTIC = {
     ("tags",),
     ("repeats",),
     ("measure",),
+    ("queue",),  # the job queue's settings: a cell measures the same whatever they are
     ("cluster", "address"),
     ("cluster", "sim_root"),
     ("cluster", "reuse_lease"),
@@ -344,5 +354,6 @@ def register_configs() -> None:
         ("mig", MigConfig),
         ("mix", MixConfig),
         ("measure", MeasureConfig),
+        ("queue", QueueConfig),
     ):
         cs.store(group=group, name=f"base_{group}", node=node)

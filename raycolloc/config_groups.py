@@ -1,12 +1,13 @@
 """The config groups of a cell that do not choose what it trains or where: ``data``, ``trainer``,
-``telemetry`` and ``measure`` (how many runs a configuration gets). Part of the config contract
+``telemetry``, ``measure`` (how many runs a configuration gets) and ``queue`` (the job queue's
+policy and its simulated cluster). Part of the config contract
 (:mod:`raycolloc.config` re-exports them): typed, checked in ``__post_init__``, importing nothing
 that needs torch, Ray or Hydra.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from raycolloc.config_checks import AMP_MODES, COMPILE_MODES, ConfigError
 from raycolloc.config_checks import check_choice as _check_choice
@@ -17,6 +18,7 @@ __all__ = [
     "STATISTICS",
     "DataConfig",
     "MeasureConfig",
+    "QueueConfig",
     "TelemetryConfig",
     "TrainerConfig",
     "check_repeats",
@@ -29,6 +31,9 @@ SPAWN_METHODS = ("fork", "exec")
 SOURCES = ("synthetic", "real")
 PLACEMENTS = ("host", "device")
 TELEMETRY_SOURCES = ("auto", "dcgm", "gpm", "nvml")
+# The queue's placement policies (raycolloc.queue.policy's registry; a test keeps the two in step).
+QUEUE_POLICIES = ("exclusive", "carma", "raycolloc")
+QUEUE_MODES = ("naive", "mps")
 # How a configuration's headline rate is formed from its runs (the analysis reads it from the config).
 STATISTICS = ("mean", "median", "fastest")
 
@@ -158,3 +163,78 @@ def check_repeats(value: object) -> None:
             f"repeats={value!r} is not allowed; it must be an integer >= 1 (exactly that many runs) "
             "or auto (adaptive: measure.target_ci, measure.max_repeats, measure.min_solo_repeats)"
         )
+
+
+@dataclass
+class QueueConfig:
+    """``queue/``: the collocation-aware job queue (``python -m raycolloc.queue``).
+
+    ``policy``: how jobs are placed. ``db``: its SQLite state (null: under ``out_dir``, one per trace
+    and policy; a live queue's in ``out_dir/queue/live/``). ``sim_nodes`` x ``sim_gpus_per_node``: the
+    simulated cluster (null: one node of ``cluster.num_gpus``). ``max_slowdown``: the bound of a job
+    that names none. ``modes``: the sharing modes the ``raycolloc`` policy chooses among per GPU;
+    ``carma_mode`` the one CARMA collocates under. ``aging_s``: a job waiting this long stops others
+    from overtaking it.
+    ``backfill_depth``: queued jobs a placement pass looks at. ``oom_backoff``: an OOM multiplies the
+    job's memory estimate by it. ``sim_mem_error``: a simulated job's true memory is its estimate
+    times a factor within +-this. ``sim_speed``: a live queue's simulated seconds per wall second.
+    ``sim_node_loss``: ``NODE@SECONDS`` entries, simulated nodes lost during a replay.
+    ``trace_*``: the trace generator's mean gap between arrivals (s), median length of a job alone
+    (s), and light/medium/heavy shares.
+    """
+
+    policy: str = "raycolloc"
+    db: str | None = None
+    sim_nodes: int | None = None
+    sim_gpus_per_node: int | None = None
+    max_slowdown: float = 2.0
+    modes: list[str] = field(default_factory=lambda: list(QUEUE_MODES))
+    carma_mode: str = "mps"
+    aging_s: float = 300.0
+    backfill_depth: int = 16
+    oom_backoff: float = 1.5
+    sim_mem_error: float = 0.15
+    sim_oom_after_s: float = 5.0
+    sim_speed: float = 1.0
+    sim_node_loss: list[str] = field(default_factory=list)
+    trace_gap_s: float = 2.0
+    trace_job_s: float = 25.0
+    trace_mix: list[float] = field(default_factory=lambda: [0.4, 0.35, 0.25])
+
+    def __post_init__(self) -> None:
+        _check_choice("queue.policy", self.policy, QUEUE_POLICIES)
+        _check_int("queue.sim_nodes", self.sim_nodes, 1, optional=True)
+        _check_int("queue.sim_gpus_per_node", self.sim_gpus_per_node, 1, optional=True)
+        _check_min("queue.max_slowdown", self.max_slowdown, 1.0)
+        if not self.modes:
+            raise ConfigError(f"queue.modes=[] is not allowed; give one or more of: {', '.join(QUEUE_MODES)}")
+        for mode in self.modes:
+            _check_choice("queue.modes", mode, QUEUE_MODES)
+        _check_choice("queue.carma_mode", self.carma_mode, QUEUE_MODES)
+        _check_min("queue.aging_s", self.aging_s, 0)
+        _check_int("queue.backfill_depth", self.backfill_depth, 1)
+        _check_min("queue.oom_backoff", self.oom_backoff, 1.01)
+        if isinstance(self.sim_mem_error, bool) or not isinstance(self.sim_mem_error, int | float):
+            raise ConfigError(f"queue.sim_mem_error={self.sim_mem_error!r} is not allowed; it must be a number 0..0.9")
+        if not 0 <= self.sim_mem_error <= 0.9:
+            raise ConfigError(f"queue.sim_mem_error={self.sim_mem_error!r} is not allowed; it must be a number 0..0.9")
+        _check_min("queue.sim_oom_after_s", self.sim_oom_after_s, 0)
+        _check_min("queue.sim_speed", self.sim_speed, 0.001)
+        for loss in self.sim_node_loss:
+            node, at, when = str(loss).partition("@")
+            if not (at and node.isdigit() and when.replace(".", "", 1).isdigit()):
+                raise ConfigError(
+                    f"queue.sim_node_loss entry {loss!r} is not allowed; write NODE@SECONDS (e.g. 1@120: "
+                    "simulated node 1 is lost 120 s into the run)"
+                )
+        _check_min("queue.trace_gap_s", self.trace_gap_s, 0.001)
+        _check_min("queue.trace_job_s", self.trace_job_s, 0.001)
+        mix = self.trace_mix
+        if (
+            len(mix) != 3
+            or any(isinstance(w, bool) or not isinstance(w, int | float) or w < 0 for w in mix)
+            or not sum(mix)
+        ):
+            raise ConfigError(
+                f"queue.trace_mix={mix!r} is not allowed; give three shares >= 0 (light, medium, heavy), not all 0"
+            )

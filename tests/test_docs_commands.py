@@ -170,6 +170,8 @@ def _run(module: str, args: list[str], capfd: pytest.CaptureFixture[str]) -> tup
         from raycolloc.advise.__main__ import main
     elif module == "raycolloc.doctor":
         from raycolloc.doctor import main
+    elif module == "raycolloc.queue":
+        from raycolloc.queue.__main__ import main
     else:
         pytest.fail(f"no way to run {module}: add it here or to SKIPPED with the reason")
     argv = sys.argv

@@ -1,0 +1,89 @@
+"""``python -m raycolloc.queue``: a collocation-aware job queue.
+
+::
+
+    python -m raycolloc.queue trace --jobs N --seed S --out FILE.csv [cluster=...] [queue.trace_*=...]
+    python -m raycolloc.queue replay FILE.csv [queue.policy=exclusive|carma|raycolloc] [cluster=...]
+        [queue.sim_nodes=N queue.sim_gpus_per_node=G] [out_dir=...]
+    python -m raycolloc.queue serve [queue.*=...] [cluster=...] [out_dir=...]
+    python -m raycolloc.queue submit --job-id ID --model M --dataset D --samples N [--max-slowdown B] [out_dir=...]
+    python -m raycolloc.queue status | cancel ID | drain [--wait]   [out_dir=...]
+
+``trace`` writes a Philly-like trace; ``replay`` runs one on the simulated cluster (virtual time) to
+the end, through the queue's state database (resumed if the same command ran before and was
+stopped), prints a summary and writes one row per job as Parquet. ``serve`` runs a live queue (a
+detached Ray actor, simulated GPUs in wall-clock time) until it is drained; ``submit``, ``status``,
+``cancel`` and ``drain`` talk to it. Exit status: 0; 2 for a config error, a malformed trace or a
+refused submission (named, nothing queued); 1 for a replay that did not end every job, a cancel of
+no such job, or no live queue to talk to.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from raycolloc.config import ConfigError
+from raycolloc.queue.catalog import NoProfile
+from raycolloc.queue.commands import live_command, replay_command, trace_command
+from raycolloc.queue.state import TraceMismatch
+from raycolloc.queue.trace import TraceError
+
+__all__ = ["main"]
+
+log = logging.getLogger("raycolloc")
+
+
+def _words(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("words", nargs="*", help="overrides: queue.*=..., cluster=..., out_dir=...")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m raycolloc.queue",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = p.add_subparsers(dest="command", required=True)
+    trace = sub.add_parser("trace", help="write a Philly-like trace")
+    trace.add_argument("--jobs", type=int, required=True, help="how many jobs")
+    trace.add_argument("--seed", type=int, default=0, help="the same seed writes the same trace")
+    trace.add_argument("--out", type=Path, required=True, help="the CSV file to write")
+    _words(trace)
+    replay = sub.add_parser("replay", help="run a trace on the simulated cluster")
+    replay.add_argument("trace", type=Path, help="the trace (CSV)")
+    _words(replay)
+    _words(sub.add_parser("serve", help="run a live queue until it is drained"))
+    submit = sub.add_parser("submit", help="queue one job on the live queue")
+    for field in ("job-id", "kind", "model", "dataset", "entry", "epochs", "samples", "max-slowdown"):
+        submit.add_argument(f"--{field}", default=None)
+    _words(submit)
+    _words(sub.add_parser("status", help="the live queue's jobs and GPUs"))
+    cancel = sub.add_parser("cancel", help="cancel a job of the live queue")
+    cancel.add_argument("job_id")
+    _words(cancel)
+    drain = sub.add_parser("drain", help="the live queue takes no new job and runs empty")
+    drain.add_argument("--wait", action="store_true", help="wait until it is drained")
+    _words(drain)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one queue command; returns the exit status."""
+    logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "trace":
+            return trace_command(args)
+        if args.command == "replay":
+            return replay_command(args)
+        return live_command(args)
+    except (ConfigError, TraceError, NoProfile, TraceMismatch) as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

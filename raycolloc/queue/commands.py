@@ -1,0 +1,91 @@
+"""What each ``python -m raycolloc.queue`` command does, from its parsed arguments to its exit status
+(the parser and the mapping of errors to exit 2 are in ``__main__``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from raycolloc.config import ConfigError
+from raycolloc.queue.report import format_summary
+from raycolloc.queue.settings import compose_settings
+
+__all__ = ["live_command", "replay_command", "trace_command"]
+
+_SUBMIT_FIELDS = ("job_id", "kind", "model", "dataset", "entry", "epochs", "samples", "max_slowdown")
+
+
+def trace_command(args: argparse.Namespace) -> int:
+    from raycolloc.queue.trace import write_trace
+    from raycolloc.queue.tracegen import generate
+
+    if args.jobs < 1:
+        raise ConfigError(f"--jobs={args.jobs} is not allowed; it must be an integer >= 1")
+    settings = compose_settings(args.words)
+    jobs = generate(args.jobs, args.seed, settings.config.queue, settings.gpu)
+    path = write_trace(args.out, jobs)
+    print(f"wrote {path}: {len(jobs)} jobs over {jobs[-1].submit_s:.1f} s (GPU model {settings.gpu.name})")
+    return 0
+
+
+def replay_command(args: argparse.Namespace) -> int:
+    from raycolloc.queue.replay import replay
+
+    outcome = replay(args.trace, compose_settings(args.words))
+    print(format_summary(outcome.summary), flush=True)
+    print(f"wrote {outcome.jobs_file}")
+    return 0 if outcome.summary.complete else 1
+
+
+def _print_status(status: object) -> None:
+    from raycolloc.queue.service import QueueStatus
+
+    assert isinstance(status, QueueStatus)
+    counts = " ".join(f"{k}={v}" for k, v in status.counts.items())
+    drain = " (draining)" if status.draining else ""
+    print(f"queue policy={status.policy} t={status.now:,.1f} s  {counts}{drain}", flush=True)
+
+
+def live_command(args: argparse.Namespace) -> int:
+    """``serve``, ``submit``, ``status``, ``cancel``, ``drain``."""
+    import ray
+
+    from raycolloc.queue import live
+
+    settings = compose_settings(args.words)
+    if args.command == "serve":
+        print(f"queue serving: db={live.live_db(settings)} policy={settings.config.queue.policy}", flush=True)
+        print(format_summary(live.serve(settings, _print_status)), flush=True)
+        return 0
+    try:
+        actor = live.find_actor(settings)
+    except live.NoLiveQueue as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    if args.command == "submit":
+        fields = {k: str(v) for k in _SUBMIT_FIELDS if (v := getattr(args, k)) is not None}
+        fields.setdefault("kind", "timm")
+        answer = ray.get(actor.submit.remote(fields), timeout=60)
+        if answer.error is not None:
+            print(f"error: {answer.error}", file=sys.stderr, flush=True)
+            return 2
+        print(f"queued {answer.job_id}")
+        return 0
+    if args.command == "status":
+        status = ray.get(actor.status.remote(), timeout=60)
+        _print_status(status)
+        for gpu in status.gpus:
+            print(f"  {gpu.gpu_id}  {gpu.mode or '-':<5} {gpu.mem_used_mib / 1024:6.1f} GiB  {', '.join(gpu.jobs)}")
+        for job in status.jobs:
+            if job.state != "ended":
+                print(f"  {job.job_id}  {job.workload}  {job.state}  {job.gpu or ''}")
+        return 0
+    if args.command == "cancel":
+        was = ray.get(actor.cancel.remote(args.job_id), timeout=60)
+        print(f"cancelled {args.job_id} (was {was})" if was else f"{args.job_id}: no such job, or already over")
+        return 0 if was else 1
+    ray.get(actor.drain.remote(), timeout=60)
+    print("draining: the queue takes no new job")
+    if args.wait:
+        _print_status(live.wait_drained(actor))
+    return 0

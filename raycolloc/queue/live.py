@@ -1,0 +1,215 @@
+"""The live queue on Ray: one detached actor holding a :class:`~raycolloc.queue.service.QueueService`.
+
+``serve`` connects to Ray (``cluster.address``, or a new local instance), starts the actor by name
+(or finds it: ``get_if_exists``) and writes the cluster's address beside the queue's database, where
+``submit``, ``status``, ``cancel`` and ``drain`` find it. The actor ticks its service on a thread of
+its own every ``TICK_S`` and answers calls between ticks (one lock). In Ray's dashboard it is the actor
+``raycolloc:queue``, and every ``GAUGE_S`` it sets ``raycolloc_queue_jobs{state}`` (jobs per state),
+``raycolloc_queue_gpu_jobs{gpu}`` and ``raycolloc_queue_gpu_sm_active{gpu}`` (each GPU's jobs and
+SM activity). Answers cross the actor boundary
+as dataclasses; a refused submission comes back as its message, never as a Ray error to unwrap.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import ray
+
+from raycolloc.gauges import make_gauge
+from raycolloc.queue.report import Summary
+from raycolloc.queue.service import QueueClosed, QueueService, QueueStatus
+from raycolloc.queue.settings import QueueSettings
+from raycolloc.queue.trace import TraceError
+
+if TYPE_CHECKING:
+    from ray.actor import ActorClass
+
+__all__ = [
+    "ACTOR_NAME",
+    "NAMESPACE",
+    "TICK_S",
+    "GAUGE_S",
+    "NoLiveQueue",
+    "QueueActor",
+    "QueueGauges",
+    "Submitted",
+    "address_file",
+    "find_actor",
+    "live_db",
+    "serve",
+    "start_actor",
+    "wait_drained",
+]
+
+NAMESPACE = "raycolloc"
+ACTOR_NAME = "raycolloc:queue"
+TICK_S = 0.1  # how often the actor catches its runners up (a simulated job's end is seen this late at most)
+GAUGE_S = 1.0  # how often it sets its dashboard gauges (a status of every job and GPU is not free)
+
+
+@dataclass(frozen=True)
+class QueueGauges:
+    """The live queue's dashboard gauges (``raycolloc.gauges``: no-ops where Ray exports no metrics)."""
+
+    jobs: Any
+    gpu_jobs: Any
+    gpu_sm_active: Any
+
+    @classmethod
+    def create(cls) -> QueueGauges:
+        return cls(
+            make_gauge("raycolloc_queue_jobs", "the live queue's jobs in each state", ["state"]),
+            make_gauge("raycolloc_queue_gpu_jobs", "jobs on each GPU of the live queue", ["gpu"]),
+            make_gauge("raycolloc_queue_gpu_sm_active", "SM activity (0..1) of each GPU of the live queue", ["gpu"]),
+        )
+
+    def publish(self, status: QueueStatus) -> None:
+        """Set every gauge from one status."""
+        for state, count in status.counts.items():
+            self.jobs.set(float(count), tags={"state": state})
+        for gpu in status.gpus:
+            self.gpu_jobs.set(float(len(gpu.jobs)), tags={"gpu": gpu.gpu_id})
+            self.gpu_sm_active.set(gpu.sm_active, tags={"gpu": gpu.gpu_id})
+
+
+class NoLiveQueue(RuntimeError):
+    """No live queue answers where the command looked (no ``serve`` running for this ``out_dir``)."""
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """A submission's answer: the job's id, or why it was refused (nothing queued)."""
+
+    job_id: str | None
+    error: str | None
+
+
+def live_db(settings: QueueSettings) -> Path:
+    """The live queue's database: ``queue.db``, else ``out_dir/queue/live/queue.sqlite``."""
+    db = settings.config.queue.db
+    return Path(db) if db else settings.out_dir / "queue" / "live" / "queue.sqlite"
+
+
+def address_file(settings: QueueSettings) -> Path:
+    """Where ``serve`` writes the Ray cluster's address for the other commands."""
+    return live_db(settings).with_name("ray-address")
+
+
+@ray.remote(num_cpus=0)
+class QueueActor:
+    """The live queue: its service, ticked on a thread; every call under one lock."""
+
+    def __init__(self, settings: QueueSettings, db: str) -> None:
+        self._service = QueueService(settings, Path(db))
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="queue-tick", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        gauges, published = QueueGauges.create(), 0.0
+        while not self._stop.wait(TICK_S):
+            with self._lock:
+                self._service.tick()
+                if time.monotonic() - published >= GAUGE_S:
+                    gauges.publish(self._service.status())
+                    published = time.monotonic()
+
+    def submit(self, fields: dict[str, str]) -> Submitted:
+        with self._lock:
+            try:
+                return Submitted(self._service.submit(fields), None)
+            except (TraceError, QueueClosed) as exc:
+                return Submitted(None, str(exc))
+
+    def status(self) -> QueueStatus:
+        with self._lock:
+            return self._service.status()
+
+    def cancel(self, job_id: str) -> str | None:
+        with self._lock:
+            return self._service.cancel(job_id)
+
+    def drain(self) -> None:
+        with self._lock:
+            self._service.drain()
+
+    def summary(self) -> Summary:
+        with self._lock:
+            return self._service.summary()
+
+    def shutdown(self) -> None:
+        """Stop ticking and close the database (the actor is killed after)."""
+        self._stop.set()
+        self._thread.join(timeout=5)
+        with self._lock:
+            self._service.close()
+
+
+def start_actor(settings: QueueSettings) -> Any:
+    """The live queue's actor on the connected cluster: started, or the running one found."""
+    db = live_db(settings)
+    db.parent.mkdir(parents=True, exist_ok=True)
+    options = {"name": ACTOR_NAME, "namespace": NAMESPACE, "lifetime": "detached", "get_if_exists": True}
+    # cast: what @ray.remote made of the class (mypy sees the class itself through the decorator's stub).
+    actor_class = cast("ActorClass[QueueActor]", QueueActor)
+    actor: Any = actor_class.options(**options).remote(settings, str(db))
+    ray.get(actor.status.remote(), timeout=120)  # up, and its database open
+    address_file(settings).write_text(ray.get_runtime_context().gcs_address)
+    return actor
+
+
+def wait_drained(actor: Any, poll_s: float = 1.0, report: Callable[[QueueStatus], None] | None = None) -> QueueStatus:
+    """Poll until the queue is drained; ``report`` sees each status whose counts changed."""
+    last: dict[str, int] | None = None
+    while True:
+        status: QueueStatus = ray.get(actor.status.remote(), timeout=60)
+        if report is not None and status.counts != last:
+            report(status)
+            last = status.counts
+        if status.drained:
+            return status
+        time.sleep(poll_s)
+
+
+def find_actor(settings: QueueSettings) -> Any:
+    """The running live queue's actor, through the address ``serve`` wrote (or ``cluster.address``).
+
+    Raises:
+        NoLiveQueue: no address written and none given, or no queue actor on that cluster.
+    """
+    from raycolloc.driver.cluster import connect
+
+    path = address_file(settings)
+    address = settings.config.cluster.address or (path.read_text().strip() if path.is_file() else None)
+    if not address:
+        raise NoLiveQueue(f"no live queue: {path} does not exist (start one with `serve`, same out_dir)")
+    try:
+        connect(replace(settings.config.cluster, address=address))
+        return ray.get_actor(ACTOR_NAME, namespace=NAMESPACE)
+    except (ConnectionError, ValueError) as exc:
+        raise NoLiveQueue(f"no live queue at {address}: {type(exc).__name__}: {exc}") from None
+
+
+def serve(settings: QueueSettings, report: Callable[[QueueStatus], None], poll_s: float = 1.0) -> Summary:
+    """Start the live queue on a Ray cluster and run it until it is drained (``drain``); returns its
+    summary. Ctrl-C stops it with its database kept: ``serve`` again resumes it."""
+    from raycolloc.driver.cluster import connect
+
+    connect(settings.config.cluster)
+    actor = start_actor(settings)
+    try:
+        wait_drained(actor, poll_s, report=report)
+        summary: Summary = ray.get(actor.summary.remote(), timeout=60)
+        return summary
+    finally:
+        try:
+            ray.get(actor.shutdown.remote(), timeout=30)
+        finally:
+            ray.kill(actor)

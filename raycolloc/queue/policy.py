@@ -1,0 +1,168 @@
+"""Placement policies as plugins: what a policy sees, what it decides, and the registry of them.
+
+A policy is asked, whenever something changes (a job arrives or ends, an OOM, a wake-up it asked
+for), where to put the jobs waiting: it sees them in queue order (re-queued after an OOM first, then
+by arrival) and every GPU as a :class:`GpuView` (its mode, its residents, the memory in use and the
+activity a monitor would report), and returns a :class:`Decision`. Adding a policy is one class with a
+``place`` method and ``@register_policy("name")``, as timm registers models; ``queue.policy`` picks it
+(:func:`raycolloc.queue.policies.create_policy`).
+:class:`Predictor` is the advisor's model as every policy and the simulated cluster ask it: cached per
+mode and set of workloads (the same few mixes come back thousands of times in a long trace).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from raycolloc.advise.model import Candidate, Gpu, Params, Slot, predict
+from raycolloc.advise.profile import Profile
+from raycolloc.config_groups import QueueConfig
+
+__all__ = [
+    "POLICIES",
+    "Decision",
+    "GpuView",
+    "Outlook",
+    "Placement",
+    "Policy",
+    "PolicyFactory",
+    "Predictor",
+    "QueuedJob",
+    "Resident",
+    "register_policy",
+]
+
+
+@dataclass(frozen=True)
+class QueuedJob:
+    """A job waiting: its profile alone, memory estimate (MiB), slowdown bound and time waited."""
+
+    job_id: str
+    workload: str
+    profile: Profile
+    mem_estimate_mib: float
+    max_slowdown: float
+    waited_s: float
+
+
+@dataclass(frozen=True)
+class Resident:
+    """A job on a GPU, as a policy sees it: ``mem_used_mib`` is its own memory as the monitor sees
+    it per process (None: not seen yet, e.g. placed in this very pass)."""
+
+    job_id: str
+    profile: Profile
+    mem_estimate_mib: float
+    max_slowdown: float
+    mem_used_mib: float | None = None
+
+
+@dataclass(frozen=True)
+class GpuView:
+    """One GPU now: ``mode`` None while it is empty; ``mem_used_mib`` and the activities (0..1, means
+    over the monitor's rolling window) are what a monitor reports; ``last_placed_s``: when a job last
+    landed on it."""
+
+    gpu_id: str
+    memory_mib: float
+    mode: str | None
+    residents: tuple[Resident, ...]
+    mem_used_mib: float
+    sm_active: float
+    sm_occupancy: float
+    dram_active: float
+    last_placed_s: float | None
+
+    @property
+    def empty(self) -> bool:
+        return not self.residents
+
+    def with_job(self, job: QueuedJob, mode: str, now: float) -> GpuView:
+        """This GPU once ``job`` lands on it (its memory counted at the estimate until a monitor sees it)."""
+        resident = Resident(job.job_id, job.profile, job.mem_estimate_mib, job.max_slowdown)
+        return replace(
+            self,
+            mode=mode,
+            residents=(*self.residents, resident),
+            mem_used_mib=self.mem_used_mib + job.mem_estimate_mib,
+            last_placed_s=now,
+        )
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Put ``job_id`` on ``gpu_id`` under ``mode``."""
+
+    job_id: str
+    gpu_id: str
+    mode: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A policy's answer: placements, in order, and when to ask again if nothing else happens first
+    (None: only when something changes)."""
+
+    placements: tuple[Placement, ...]
+    retry_at: float | None = None
+
+
+class Policy(Protocol):
+    """A placement rule."""
+
+    name: str
+
+    def place(self, waiting: Sequence[QueuedJob], gpus: Sequence[GpuView], now: float) -> Decision: ...
+
+
+PolicyFactory = Callable[[QueueConfig, Gpu, "Predictor"], Policy]
+POLICIES: dict[str, PolicyFactory] = {}
+
+
+def register_policy(name: str) -> Callable[[PolicyFactory], PolicyFactory]:
+    """Register a policy's factory under ``name`` (what ``queue.policy`` says)."""
+
+    def add(factory: PolicyFactory) -> PolicyFactory:
+        POLICIES[name] = factory
+        return factory
+
+    return add
+
+
+@dataclass(frozen=True)
+class Outlook:
+    """The advisor's prediction for a GPU's jobs: each job's slowdown (in the order given), the power,
+    and the GPU's SM activity, occupancy and DRAM activity (0..1)."""
+
+    slowdowns: tuple[float, ...]
+    power_w: float | None
+    sm_active: float
+    sm_occupancy: float
+    dram_active: float
+
+
+class Predictor:
+    """The advisor's model on one GPU model, cached by mode and the multiset of workloads."""
+
+    def __init__(self, gpu: Gpu, params: Params) -> None:
+        self.gpu = gpu
+        self.params = params
+        self._cache: dict[tuple[str, tuple[str, ...]], tuple[dict[str, float], Outlook]] = {}
+
+    def outlook(self, mode: str, profiles: Sequence[Profile]) -> Outlook:
+        """Each job's slowdown under ``mode`` beside the others, and the GPU's activity and power."""
+        ordered = sorted(profiles, key=lambda p: p.workload)
+        key = (mode, tuple(p.workload for p in ordered))
+        if key not in self._cache:
+            pred = predict(Candidate(mode, tuple(ordered), (Slot(),) * len(ordered)), self.gpu, self.params)
+            # Jobs of one workload are alike to the model: one slowdown per workload.
+            slowdown = {p.workload: j.slowdown for p, j in zip(ordered, pred.jobs, strict=True)}
+            rates = [1.0 / j.slowdown for j in pred.jobs]
+            occ = sum((p.sm_occupancy or 0.0) * r for p, r in zip(ordered, rates, strict=True))
+            dram = sum((p.dram_active or 0.0) * r for p, r in zip(ordered, rates, strict=True))
+            base = Outlook((), pred.power_w, pred.sm_active / 100.0, min(1.0, occ), min(1.0, dram))
+            self._cache[key] = (slowdown, base)
+        slowdown, base = self._cache[key]
+        return replace(base, slowdowns=tuple(slowdown[p.workload] for p in profiles))

@@ -1,0 +1,141 @@
+"""A trace run to its end on the simulated cluster, through the queue's own code (virtual time).
+
+The trace is read and every job's profile found first: a malformed trace or a job the simulated
+cluster has no profile of is refused before any state exists. Then the queue's database (under
+``out_dir/queue/<trace>-<policy>/``, or ``queue.db``) is opened: a new one takes the trace's jobs; one
+left by an earlier run of the same trace and policy (stopped or killed) is resumed — jobs it had
+running are re-queued, since their runners died with it — so every job ends exactly once. The loop
+moves virtual time from one thing that happens to the next: an arrival, an end or an OOM on a GPU, or
+a wake-up the policy asked for. Written beside the database: ``jobs.parquet`` (one row per job),
+``gpus.parquet`` (each GPU's mode, jobs, SM activity, power and memory from each change on) and
+``summary.json``. Energy adds up over restarts (less what a killed run had not recorded: its part
+since its last start); GPU rows are the last run's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from raycolloc.advise.profile import Profile
+from raycolloc.config import ConfigError
+from raycolloc.queue.catalog import NoProfile, catalog_profile, sim_params
+from raycolloc.queue.core import Queue
+from raycolloc.queue.policies import create_policy
+from raycolloc.queue.policy import Predictor
+from raycolloc.queue.report import Summary, format_summary, job_rows, summarise, write_parquet, write_summary
+from raycolloc.queue.settings import QueueSettings
+from raycolloc.queue.simcluster import SimCluster
+from raycolloc.queue.state import Store
+from raycolloc.queue.trace import TraceError, TraceJob, read_trace
+
+__all__ = ["ReplayOutcome", "format_summary", "replay", "run_dir"]
+
+
+@dataclass(frozen=True)
+class ReplayOutcome:
+    """Where a replay wrote, and its summary."""
+
+    summary: Summary
+    directory: Path
+    jobs_file: Path
+
+
+def run_dir(trace: Path, settings: QueueSettings) -> Path:
+    """Where a replay of ``trace`` keeps its database and results."""
+    queue = settings.config.queue
+    if queue.db:
+        return Path(queue.db).parent
+    return settings.out_dir / "queue" / f"{trace.stem}-{queue.policy}"
+
+
+def _profiles(trace: Path, jobs: list[TraceJob], settings: QueueSettings) -> dict[str, Profile]:
+    """Every job's profile on the simulated GPU model; refuses the trace at its first unknown job."""
+    out = {}
+    for job in jobs:
+        try:
+            out[job.job_id] = catalog_profile(job.workload, settings.gpu)
+        except NoProfile as exc:
+            raise TraceError(f"{trace}: job {job.job_id}", "model", str(exc)) from None
+        if job.length_samples is None:
+            raise TraceError(f"{trace}: job {job.job_id}", "epochs", "its dataset's size is unknown; give samples")
+    return out
+
+
+def _digest(jobs: list[TraceJob]) -> str:
+    return hashlib.sha256(json.dumps([j.__dict__ for j in jobs], sort_keys=True).encode()).hexdigest()[:16]
+
+
+def replay(trace: Path, settings: QueueSettings, open_store: Callable[[Path], Store] = Store) -> ReplayOutcome:
+    """Run ``trace`` on the simulated cluster to its end (or resume it); ``open_store`` opens the
+    database (tests pass one that dies part way).
+
+    Raises:
+        TraceError: a malformed trace, or a job without a profile or length (nothing is queued).
+        TraceMismatch: the database holds another trace, policy or cluster.
+    """
+    jobs = read_trace(trace)
+    profiles = _profiles(trace, jobs, settings)
+    config, gpu = settings.config, settings.gpu
+    directory = run_dir(trace, settings)
+    losses = sorted((float(w), int(n)) for n, _, w in (str(x).partition("@") for x in config.queue.sim_node_loss))
+    for _, node in losses:
+        if node >= settings.nodes:
+            raise ConfigError(f"queue.sim_node_loss: node {node} is not allowed; nodes are 0..{settings.nodes - 1}")
+    db = Path(config.queue.db) if config.queue.db else directory / "queue.sqlite"
+    store = open_store(db)
+    try:
+        shape = f"{settings.nodes}x{settings.gpus_per_node} {gpu.name} seed={config.seed}"
+        for key, value in (("trace", _digest(jobs)), ("policy", config.queue.policy), ("cluster", shape)):
+            store.claim(key, value)
+        predictor = Predictor(gpu, sim_params(gpu))
+        now = store.clock()
+        cluster = SimCluster(settings.nodes, settings.gpus_per_node, gpu, predictor, config.queue, config.seed, now)
+        queue = Queue(
+            store, create_policy(config.queue, gpu, predictor), cluster, config.queue, gpu, lambda j: profiles[j.job_id]
+        )
+        counts = store.counts()
+        over = sum(counts.values()) > 0 and counts["ended"] + counts["cancelled"] == sum(counts.values())
+        if sum(counts.values()):
+            queue.resume(now)
+        else:
+            store.add(jobs, [profiles[j.job_id].job_mem_mib for j in jobs], now)
+        start = time.perf_counter()
+        _run(queue, cluster, store, now, losses)
+        wall = time.perf_counter() - start
+        # Energy of every (re)start that ran to here; a killed run's part since its last start is lost.
+        energy = float(store.meta("energy_j") or 0.0) + cluster.energy_j
+        store.put("energy_j", repr(energy))
+
+        def alone(job: TraceJob) -> float | None:
+            return (job.length_samples or 0) / profiles[job.job_id].samples_per_s
+
+        rows = job_rows(config.queue.policy, store.jobs(), alone, config.queue.max_slowdown)
+        summary = summarise(config.queue.policy, rows, energy, wall)
+        jobs_file = write_parquet(directory / "jobs.parquet", rows)
+        if not over:  # a run found already over ran nothing: the GPU rows of the run that did stay
+            write_parquet(directory / "gpus.parquet", cluster.telemetry)
+        write_summary(directory / "summary.json", summary)
+    finally:
+        store.close()
+    return ReplayOutcome(summary, directory, jobs_file)
+
+
+def _run(queue: Queue, cluster: SimCluster, store: Store, now: float, losses: list[tuple[float, int]]) -> None:
+    """Virtual time from ``now`` until nothing is left to happen; ``losses``: (time, node) to lose."""
+    pending = list(losses)  # a resumed run's fresh cluster loses the earlier ones again, at once
+    while True:
+        queue.handle(cluster.advance(now))
+        while pending and pending[0][0] <= now:
+            queue.handle(cluster.lose_node(pending.pop(0)[1], now))
+        retry = queue.schedule(now)
+        work_left = store.next_arrival(now) is not None or cluster.next_event() is not None or retry is not None
+        lose = pending[0][0] if pending and work_left else None
+        upcoming = [t for t in (store.next_arrival(now), cluster.next_event(), retry, lose) if t is not None]
+        if not upcoming:
+            return
+        now = max(now, min(upcoming))

@@ -1,0 +1,217 @@
+"""A queue's results: one row per job (written as Parquet), and the summary printed at the end.
+
+Per job: when it arrived, first started, started its last attempt and ended; its JCT (end - submit),
+queueing delay (the JCT less its last attempt's run: waiting, and attempts lost to OOMs or restarts),
+slowdown against running alone (its last run over its length at its rate alone), the GPU, mode and
+co-residents of its last attempt, its OOMs and re-queues. The summary: makespan (first arrival to
+last end), mean and 95th-percentile JCT, GPU energy (every GPU, idle ones included, over the run),
+OOMs, the slowest job's slowdown and how many jobs passed their bound.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from raycolloc.queue.state import JobRecord
+from raycolloc.queue.trace import TraceJob
+
+__all__ = [
+    "JobRow",
+    "Summary",
+    "format_policies",
+    "format_summary",
+    "job_rows",
+    "summarise",
+    "write_parquet",
+    "write_summary",
+]
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """One job of a queue run (the columns of ``jobs.parquet``)."""
+
+    policy: str
+    job_id: str
+    workload: str
+    state: str
+    submit_s: float
+    first_start_s: float | None
+    start_s: float | None
+    end_s: float | None
+    jct_s: float | None
+    queue_delay_s: float | None
+    run_s: float | None
+    alone_s: float | None
+    slowdown: float | None
+    max_slowdown: float
+    gpu: str | None
+    mode: str | None
+    co_residents: str
+    ooms: int
+    requeues: int
+
+
+@dataclass(frozen=True)
+class Summary:
+    """A queue run in a few numbers (``summary.json``)."""
+
+    policy: str
+    jobs: int
+    ended: int
+    complete: bool
+    makespan_s: float | None
+    jct_mean_s: float | None
+    jct_p95_s: float | None
+    energy_j: float | None
+    ooms: int
+    requeues: int
+    max_slowdown: float | None
+    over_bound: int
+    wall_s: float
+
+
+def job_rows(
+    policy: str, records: Sequence[JobRecord], alone_s: Callable[[TraceJob], float | None], default_bound: float
+) -> list[JobRow]:
+    """The rows of ``records``; ``alone_s`` gives a job's length in seconds alone on its GPU model."""
+    rows = []
+    for r in records:
+        ended = r.state == "ended" and r.end_s is not None and r.start_s is not None
+        jct = r.end_s - r.job.submit_s if ended and r.end_s is not None else None
+        run = r.end_s - r.start_s if ended and r.end_s is not None and r.start_s is not None else None
+        alone = alone_s(r.job)
+        rows.append(
+            JobRow(
+                policy=policy,
+                job_id=r.job.job_id,
+                workload=r.job.workload,
+                state=r.state,
+                submit_s=r.job.submit_s,
+                first_start_s=r.first_start_s,
+                start_s=r.start_s,
+                end_s=r.end_s,
+                jct_s=jct,
+                queue_delay_s=jct - run if jct is not None and run is not None else None,
+                run_s=run,
+                alone_s=alone,
+                slowdown=run / alone if run is not None and alone else None,
+                max_slowdown=r.job.max_slowdown or default_bound,
+                gpu=r.gpu,
+                mode=r.mode,
+                co_residents=",".join(r.co_residents),
+                ooms=r.ooms,
+                requeues=r.requeues,
+            )
+        )
+    return rows
+
+
+def _p95(values: Sequence[float]) -> float | None:
+    """The 95th percentile, linear between order statistics (numpy's default)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    k = 0.95 * (len(ordered) - 1)
+    lo, hi = math.floor(k), math.ceil(k)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def summarise(policy: str, rows: Sequence[JobRow], energy_j: float | None, wall_s: float) -> Summary:
+    """The summary of a run's rows."""
+    done = [r for r in rows if r.jct_s is not None]
+    jcts = [r.jct_s for r in done if r.jct_s is not None]
+    slow = [r.slowdown for r in done if r.slowdown is not None]
+    ends = [r.end_s for r in done if r.end_s is not None]
+    first = min((r.submit_s for r in rows), default=0.0)
+    return Summary(
+        policy=policy,
+        jobs=len(rows),
+        ended=len(done),
+        complete=bool(rows) and all(r.state in ("ended", "cancelled") for r in rows),
+        makespan_s=max(ends) - first if ends else None,
+        jct_mean_s=sum(jcts) / len(jcts) if jcts else None,
+        jct_p95_s=_p95(jcts),
+        energy_j=energy_j,
+        ooms=sum(r.ooms for r in rows),
+        requeues=sum(r.requeues for r in rows),
+        max_slowdown=max(slow) if slow else None,
+        # A tolerance for floating point: a job exactly at its bound is within it.
+        over_bound=sum(1 for r in done if r.slowdown is not None and r.slowdown > r.max_slowdown * (1 + 1e-6)),
+        wall_s=wall_s,
+    )
+
+
+def format_summary(s: Summary) -> str:
+    """The summary as printed."""
+
+    def num(value: float | None, spec: str) -> str:
+        return "-" if value is None else format(value, spec)
+
+    energy = "-" if s.energy_j is None else f"{s.energy_j / 3.6e6:.3f} kWh"
+    return "\n".join(
+        [
+            f"queue policy={s.policy}: {s.ended}/{s.jobs} jobs ended{'' if s.complete else ' (NOT all: see jobs)'}",
+            f"  makespan {num(s.makespan_s, ',.1f')} s   JCT mean {num(s.jct_mean_s, ',.1f')} s, "
+            f"p95 {num(s.jct_p95_s, ',.1f')} s   energy {energy}",
+            f"  OOMs {s.ooms} (re-queues {s.requeues})   slowest job {num(s.max_slowdown, '.2f')}x alone, "
+            f"{s.over_bound} over their bound   wall {s.wall_s:.1f} s",
+        ]
+    )
+
+
+def _ratio(value: float | None, base: float | None) -> str:
+    return f"{value / base:.2f}x" if value is not None and base else "-"
+
+
+def format_policies(summaries: Sequence[Summary]) -> str:
+    """Runs side by side (e.g. one per policy on one trace): makespan, JCT, energy (each against the
+    ``exclusive`` run where there is one), OOMs, the slowest job, jobs over their bound."""
+
+    def num(value: float | None, spec: str) -> str:
+        return "-" if value is None else format(value, spec)
+
+    base = next((s for s in summaries if s.policy == "exclusive"), None)
+    base_makespan = base.makespan_s if base is not None else None
+    base_energy = base.energy_j if base is not None else None
+    head = (
+        f"{'policy':<10} {'makespan s':>10} {'vs excl':>7} {'JCT mean s':>10} {'JCT p95 s':>9} {'energy kWh':>10} "
+        f"{'vs excl':>7} {'OOMs':>5} {'max slowdown':>12} {'over bound':>10} {'ended':>9}"
+    )
+    lines = [head, "-" * len(head)]
+    for s in summaries:
+        energy = None if s.energy_j is None else s.energy_j / 3.6e6
+        lines.append(
+            f"{s.policy:<10} {num(s.makespan_s, ',.1f'):>10} {_ratio(s.makespan_s, base_makespan):>7} "
+            f"{num(s.jct_mean_s, ',.1f'):>10} {num(s.jct_p95_s, ',.1f'):>9} {num(energy, '.3f'):>10} "
+            f"{_ratio(s.energy_j, base_energy):>7} {s.ooms:>5} {num(s.max_slowdown, '.2f'):>12} "
+            f"{s.over_bound:>10} {f'{s.ended}/{s.jobs}':>9}"
+        )
+    return "\n".join(lines)
+
+
+def write_parquet(path: Path, rows: Sequence[Any]) -> Path:
+    """Rows of one dataclass as a Parquet file (atomically: a temp file renamed); returns the path."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pylist([dataclasses.asdict(r) for r in rows])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(table, tmp)
+    tmp.replace(path)
+    return path
+
+
+def write_summary(path: Path, summary: Summary) -> Path:
+    """The summary as JSON (atomically)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(dataclasses.asdict(summary), indent=1))
+    tmp.replace(path)
+    return path

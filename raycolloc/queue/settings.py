@@ -1,0 +1,67 @@
+"""The queue's settings: the real ``conf/`` tree composed with the command line's overrides.
+
+``queue.*`` (the ``queue/`` group), ``cluster=...`` (its GPU model and count), ``out_dir`` and ``seed``
+are the keys a queue reads; every group is validated as a sweep's would be, so a typo or a bad value
+exits 2 before anything is queued.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from raycolloc import conf_dir
+from raycolloc.advise.model import Gpu
+from raycolloc.config import Config, ConfigError, load_config, register_configs
+from raycolloc.node.mig.profiles import UnknownGpuModel
+from raycolloc.queue.catalog import sim_gpu
+
+__all__ = ["QueueSettings", "compose_settings"]
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    """What a queue command runs with: the whole validated config and the simulated cluster's shape."""
+
+    config: Config
+    nodes: int
+    gpus_per_node: int
+    gpu: Gpu
+
+    @property
+    def out_dir(self) -> Path:
+        return Path(self.config.out_dir)
+
+
+def compose_settings(words: Sequence[str]) -> QueueSettings:
+    """Compose ``conf/config.yaml`` with ``words`` (Hydra overrides) and validate it.
+
+    Raises:
+        ConfigError: an override Hydra cannot compose, a bad value (named), an unknown GPU model.
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    register_configs()
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+            composed = compose(config_name="config", overrides=list(words))
+    except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        lines = str(exc).splitlines()
+        options = [x.strip() for x in lines[1:] if x.startswith("\t") and not x.strip().startswith("base_")]
+        allowed = f"; allowed: {', '.join(options)}" if options else ""
+        raise ConfigError(f"{' '.join(words)}: {lines[0]}{allowed}") from None
+    config = load_config(composed)
+    queue, cluster = config.queue, config.cluster
+    try:
+        gpu = sim_gpu(cluster.gpu_model)
+    except UnknownGpuModel as exc:
+        raise ConfigError(f"cluster.gpu_model={cluster.gpu_model!r}: {exc}") from None
+    return QueueSettings(
+        config=config,
+        nodes=queue.sim_nodes or 1,
+        gpus_per_node=queue.sim_gpus_per_node or cluster.num_gpus,
+        gpu=gpu,
+    )

@@ -1,0 +1,187 @@
+"""A trace: training jobs and the times they arrive, one CSV row each, read strictly.
+
+Columns (a header line first; ``job_id``, ``submit_s`` and ``kind`` are required, the others may be
+left out or empty where they do not apply):
+
+* ``job_id``: unique, letters, digits, ``_.-``;
+* ``submit_s``: seconds after the trace starts (>= 0);
+* ``kind``: ``timm`` (``model`` x ``dataset``), ``python`` (``entry`` = ``module:function``) or
+  ``script`` (``entry`` = the command line);
+* ``epochs`` or ``samples``: the job's length (exactly one, an integer >= 1);
+* ``max_slowdown``: the job's bound on its slowdown against running alone (>= 1; empty: the queue's
+  ``queue.max_slowdown``).
+
+A malformed trace is refused whole (:class:`TraceError` names the line and the field), before
+anything is queued from it.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from raycolloc.datasets import DATASETS
+
+__all__ = ["FIELDS", "KINDS", "TraceError", "TraceJob", "parse_row", "read_trace", "write_trace"]
+
+FIELDS = ("job_id", "submit_s", "kind", "model", "dataset", "entry", "epochs", "samples", "max_slowdown")
+REQUIRED = ("job_id", "submit_s", "kind")
+KINDS = ("timm", "python", "script")
+_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+
+
+class TraceError(ValueError):
+    """A trace (or a submitted job) that cannot be queued; the message names the line and the field."""
+
+    def __init__(self, where: str, field: str, message: str) -> None:
+        super().__init__(f"{where}: {field}: {message}")
+        self.where = where
+        self.field = field
+
+
+@dataclass(frozen=True)
+class TraceJob:
+    """One job of a trace (or one submission): what it trains, how long, when it arrives."""
+
+    job_id: str
+    submit_s: float
+    kind: str
+    model: str | None
+    dataset: str | None
+    entry: str | None
+    epochs: int | None
+    samples: int | None
+    max_slowdown: float | None
+
+    @property
+    def workload(self) -> str:
+        """A short name of what it trains: ``model/dataset``, or the entry."""
+        return f"{self.model}/{self.dataset}" if self.kind == "timm" else f"{self.kind}:{self.entry}"
+
+    @property
+    def length_samples(self) -> int | None:
+        """Its length in samples (epochs times the dataset's size where that is known)."""
+        if self.samples is not None:
+            return self.samples
+        size = DATASETS[self.dataset].size if self.dataset in DATASETS else None
+        return self.epochs * size if self.epochs is not None and size is not None else None
+
+
+def _number(where: str, field: str, text: str, kind: type, minimum: float) -> float | int:
+    try:
+        value = kind(text)
+    except ValueError:
+        raise TraceError(where, field, f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+    if not value >= minimum:  # also refuses NaN
+        raise TraceError(where, field, f"{text!r} is not allowed; it must be >= {minimum:g}")
+    return value
+
+
+def parse_row(row: dict[str, str], where: str) -> TraceJob:
+    """One row (column -> text) as a job.
+
+    Raises:
+        TraceError: a missing, malformed or inconsistent field, named.
+    """
+    get = {k: (row.get(k) or "").strip() for k in FIELDS}
+    for field in REQUIRED:
+        if not get[field]:
+            raise TraceError(where, field, "missing (every job needs job_id, submit_s and kind)")
+    if not _ID.match(get["job_id"]):
+        raise TraceError(where, "job_id", f"{get['job_id']!r} is not allowed; use 1-64 letters, digits, '_', '.', '-'")
+    submit = float(_number(where, "submit_s", get["submit_s"], float, 0.0))
+    if submit == float("inf"):
+        raise TraceError(where, "submit_s", "inf is not a time")
+    kind = get["kind"]
+    if kind not in KINDS:
+        raise TraceError(where, "kind", f"{kind!r} is not allowed; choose one of: {', '.join(KINDS)}")
+    if kind == "timm":
+        for field in ("model", "dataset"):
+            if not get[field]:
+                raise TraceError(where, field, "missing (kind=timm trains a model on a dataset)")
+        if get["dataset"] not in DATASETS:
+            raise TraceError(
+                where, "dataset", f"{get['dataset']!r} is not allowed; choose one of: {', '.join(DATASETS)}"
+            )
+    elif not get["entry"]:
+        what = "module:function" if kind == "python" else "the command line"
+        raise TraceError(where, "entry", f"missing (kind={kind} runs {what})")
+    elif kind == "python" and not re.match(r"^[\w.]+:\w+$", get["entry"]):
+        raise TraceError(where, "entry", f"{get['entry']!r} is not module:function")
+    if bool(get["epochs"]) == bool(get["samples"]):
+        raise TraceError(where, "epochs/samples", "give exactly one of them (the job's length)")
+    epochs = int(_number(where, "epochs", get["epochs"], int, 1)) if get["epochs"] else None
+    samples = int(_number(where, "samples", get["samples"], int, 1)) if get["samples"] else None
+    if epochs is not None and (kind != "timm" or DATASETS[get["dataset"]].size is None):
+        raise TraceError(where, "epochs", "a length in epochs needs a dataset of known size; give samples")
+    bound = float(_number(where, "max_slowdown", get["max_slowdown"], float, 1.0)) if get["max_slowdown"] else None
+    return TraceJob(
+        job_id=get["job_id"],
+        submit_s=submit,
+        kind=kind,
+        model=get["model"] or None,
+        dataset=get["dataset"] or None,
+        entry=get["entry"] or None,
+        epochs=epochs,
+        samples=samples,
+        max_slowdown=bound,
+    )
+
+
+def read_trace(path: str | Path) -> list[TraceJob]:
+    """Every job of the trace at ``path``, in order of arrival (ties: file order).
+
+    Raises:
+        TraceError: the file is missing or empty, has an unknown or missing column, a malformed row,
+            or a job id twice (the first such line is named).
+    """
+    where = str(path)
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceError(where, "file", f"cannot be read ({type(exc).__name__}: {exc})") from None
+    reader = csv.DictReader(text.splitlines())
+    header = reader.fieldnames or []
+    if not header:
+        raise TraceError(f"{where}:1", "header", f"empty trace; the first line names the columns: {', '.join(FIELDS)}")
+    for name in header:
+        if name not in FIELDS:
+            raise TraceError(f"{where}:1", name, f"unknown column; a trace has: {', '.join(FIELDS)}")
+    for name in REQUIRED:
+        if name not in header:
+            raise TraceError(f"{where}:1", name, "missing column (required: job_id, submit_s, kind)")
+    jobs: list[TraceJob] = []
+    seen: dict[str, int] = {}
+    for row in reader:
+        line = reader.line_num
+        if None in row:  # more cells than the header has columns
+            raise TraceError(
+                f"{where}:{line}", "row", f"{len(header) + len(row[None])} cells; the header has {len(header)}"
+            )
+        job = parse_row(row, f"{where}:{line}")
+        if job.job_id in seen:
+            raise TraceError(f"{where}:{line}", "job_id", f"{job.job_id!r} is already line {seen[job.job_id]}'s")
+        seen[job.job_id] = line
+        jobs.append(job)
+    if not jobs:
+        raise TraceError(where, "rows", "the trace has a header and no job")
+    return sorted(jobs, key=lambda j: j.submit_s)  # sorted() is stable: ties keep the file's order
+
+
+def write_trace(path: str | Path, jobs: Iterable[TraceJob]) -> Path:
+    """Write ``jobs`` as a trace (atomically: a temp file renamed); returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(FIELDS)
+        for j in jobs:
+            values = (j.job_id, f"{j.submit_s:.3f}", j.kind, j.model, j.dataset, j.entry, j.epochs, j.samples)
+            bound = f"{j.max_slowdown:g}" if j.max_slowdown is not None else ""
+            out.writerow(["" if v is None else v for v in values] + [bound])
+    tmp.replace(path)
+    return path

@@ -1,0 +1,50 @@
+"""The queue's runs side by side (issue 33's report): the timeline of SM activity and jobs, and the CLI's
+table, CSVs and figures from real replays."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis.queue import main, timeline
+from raycolloc.queue.replay import replay
+from raycolloc.queue.settings import compose_settings
+from raycolloc.queue.trace import write_trace
+from raycolloc.queue.tracegen import generate
+
+
+def test_the_timeline_holds_each_gpus_value_until_its_next_row() -> None:
+    gpus = pd.DataFrame(
+        {
+            "t": [0.0, 0.0, 5.0, 10.0, 10.0],
+            "gpu": ["g0", "g1", "g1", "g0", "g1"],
+            "sm_active": [0.5, 0.0, 1.0, 0.0, 0.0],
+            "jobs": [1, 0, 2, 0, 0],
+        }
+    )
+    line = timeline(gpus, points=11)  # t = 0, 1, ..., 10
+    at = line.set_index("t")
+    assert at.loc[2.0, "sm_active"] == pytest.approx(0.25) and at.loc[2.0, "jobs"] == 1
+    assert at.loc[7.0, "sm_active"] == pytest.approx(0.75) and at.loc[7.0, "jobs"] == 3
+    assert at.loc[10.0, "sm_active"] == 0.0 and at.loc[10.0, "jobs"] == 0
+
+
+@pytest.mark.slow
+def test_the_policies_side_by_side_from_their_replays(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    words = ["cluster=local", "cluster.num_gpus=2", f"out_dir={tmp_path}"]
+    settings = compose_settings(words)
+    trace = write_trace(tmp_path / "t.csv", generate(12, 5, settings.config.queue, settings.gpu))
+    for policy in ("exclusive", "carma", "raycolloc"):
+        replay(trace, compose_settings([*words, f"queue.policy={policy}"]))
+    out = tmp_path / "report"
+    assert main([str(tmp_path / "queue"), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "exclusive" in printed and "raycolloc" in printed and "1.00x" in printed
+    table = pd.read_csv(out / "queue_policies.csv")
+    assert sorted(table["policy"]) == ["carma", "exclusive", "raycolloc"] and (table["ended"] == 12).all()
+    line = pd.read_csv(out / "queue_timeline.csv")
+    assert set(line["policy"]) == {"carma", "exclusive", "raycolloc"} and line["sm_active"].between(0, 1).all()
+    assert (out / "queue_sm_activity.png").stat().st_size > 0 and (out / "queue_jct.png").stat().st_size > 0
+    assert main([str(tmp_path / "nothing"), "--out", str(out)]) == 2

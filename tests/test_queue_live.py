@@ -1,0 +1,190 @@
+"""The live queue (issue 33): jobs submitted while it runs (the Python API, on a clock the test moves),
+a bad submission refused by name with nothing queued, cancel, drain, a restart that loses and repeats
+no job; and the same through a detached Ray actor and the command line (slow)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from raycolloc.queue.service import QueueClosed, QueueService
+from raycolloc.queue.settings import compose_settings
+from raycolloc.queue.trace import TraceError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Clock:
+    """Wall time the test moves."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _service(tmp_path: Path, clock: Clock, *extra: str) -> QueueService:
+    settings = compose_settings(["cluster=local", "cluster.num_gpus=2", "queue.sim_speed=10", *extra])
+    return QueueService(settings, tmp_path / "live.sqlite", clock)
+
+
+def _job(job_id: str, samples: int = 50_000, model: str = "resnet50") -> dict[str, str]:
+    return {"job_id": job_id, "kind": "timm", "model": model, "dataset": "imagenet64", "samples": str(samples)}
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({**_job("a"), "dataset": "mnist"}, "dataset"),
+        ({**_job("a"), "samples": "-3"}, "samples"),
+        ({**_job("a"), "epochs": "2"}, "epochs/samples"),
+        ({**_job("a"), "colour": "red"}, "colour"),
+        ({**_job("a"), "submit_s": "5"}, "submit_s"),
+        ({**_job("a"), "model": "resnet9000"}, "model"),
+        ({**_job("a"), "job_id": "a b"}, "job_id"),
+    ],
+)
+def test_a_bad_submission_is_refused_by_its_field_and_nothing_is_queued(
+    tmp_path: Path, fields: dict[str, str], field: str
+) -> None:
+    service = _service(tmp_path, Clock())
+    with pytest.raises(TraceError, match=rf"^submission: {field}:"):
+        service.submit(fields)
+    assert sum(service.store.counts().values()) == 0
+    service.submit(_job("a"))
+    with pytest.raises(TraceError, match="submission: job_id: 'a' is already in the queue"):
+        service.submit(_job("a"))
+    assert service.store.counts()["queued"] == 1
+    service.close()
+
+
+def test_jobs_submitted_while_it_runs_end_and_a_cancel_frees_the_gpu(tmp_path: Path) -> None:
+    clock = Clock()
+    service = _service(tmp_path, clock)
+    for name in ("a", "b", "c"):
+        service.submit(_job(name, samples=200_000))
+    service.tick()
+    running = {j.job_id: j.gpu for j in service.status().jobs if j.state == "started"}
+    assert set(running) == {"a", "b", "c"}  # collocated on two GPUs
+    assert service.cancel("b") == "started" and service.cancel("b") is None
+    assert all("b" not in g.jobs for g in service.status().gpus)
+    clock.t = 1000.0
+    status = service.status()
+    assert status.counts["ended"] == 2 and status.counts["cancelled"] == 1
+    service.drain()
+    assert service.status().drained
+    with pytest.raises(QueueClosed):
+        service.submit(_job("d"))
+    assert service.summary().ended == 2
+    service.close()
+
+
+def test_a_live_queue_started_again_resumes_and_each_job_ends_once(tmp_path: Path) -> None:
+    clock = Clock()
+    first = _service(tmp_path, clock)
+    first.submit(_job("a", samples=200_000))
+    first.submit(_job("b", samples=200_000))
+    clock.t = 1.0
+    first.tick()
+    assert first.store.counts()["started"] == 2
+    # The process dies: no close, no drain. Another starts on the same database.
+    later = Clock()
+    again = _service(tmp_path, later)
+    counts = again.store.counts()
+    assert (counts["queued"], counts["started"]) == (2, 0)  # its runners died with it: re-queued
+    again.drain()
+    later.t = 1000.0
+    assert again.status().drained
+    ended = Counter(job for _, job, _, _ in again.store.events("ended"))
+    assert ended == {"a": 1, "b": 1} and len(again.store.events("requeued")) == 2
+    again.close()
+
+
+def _cli(args: list[str], timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "raycolloc.queue", *args],
+        cwd=ROOT,
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.mark.slow
+def test_serve_submit_status_cancel_drain_through_a_detached_ray_actor(tmp_path: Path) -> None:
+    words = [f"out_dir={tmp_path}", "cluster=local", "cluster.num_gpus=2", "queue.sim_speed=20"]
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "raycolloc.queue", "serve", *words],
+        cwd=ROOT,
+        env=dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        address = tmp_path / "queue" / "live" / "ray-address"
+        deadline = time.monotonic() + 180
+        while not address.exists() and serve.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert address.exists(), serve.stdout.read() if serve.stdout else ""
+        ok = _cli(
+            [
+                "submit",
+                "--job-id",
+                "a",
+                "--model",
+                "resnet50",
+                "--dataset",
+                "imagenet64",
+                "--samples",
+                "2000000",
+                *words,
+            ]
+        )
+        assert ok.returncode == 0 and "queued a" in ok.stdout, ok.stderr[-2000:]
+        bad = _cli(["submit", "--job-id", "b", "--model", "resnet50", "--dataset", "mnist", "--samples", "9", *words])
+        assert bad.returncode == 2 and "submission: dataset:" in bad.stderr, bad.stderr[-2000:]
+        status = _cli(["status", *words])
+        assert status.returncode == 0 and "queued=" in status.stdout and " b " not in status.stdout, status.stderr
+        cancel = _cli(["cancel", "a", *words])
+        assert cancel.returncode == 0 and "cancelled a" in cancel.stdout, cancel.stderr[-2000:]
+        assert _cli(["cancel", "a", *words]).returncode == 1
+        drain = _cli(["drain", "--wait", *words])
+        assert drain.returncode == 0 and "draining" in drain.stdout, drain.stderr[-2000:]
+        out, _ = serve.communicate(timeout=120)
+        assert serve.returncode == 0 and "queue policy=raycolloc: 0/1 jobs ended" in out, out[-3000:]
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait()
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.values: dict[tuple[tuple[str, str], ...], float] = {}
+
+    def set(self, value: float, tags: dict[str, str] | None = None) -> None:
+        self.values[tuple(sorted((tags or {}).items()))] = value
+
+
+def test_the_dashboard_gauges_show_the_jobs_per_state_and_each_gpu(tmp_path: Path) -> None:
+    from raycolloc.queue.live import QueueGauges
+
+    service = _service(tmp_path, Clock())
+    for name in ("a", "b", "c"):
+        service.submit(_job(name, samples=200_000))
+    gauges = QueueGauges(_Recorder(), _Recorder(), _Recorder())
+    gauges.publish(service.status())
+    assert gauges.jobs.values[(("state", "started"),)] == 3.0 and gauges.jobs.values[(("state", "ended"),)] == 0.0
+    assert sorted(gauges.gpu_jobs.values.values()) == [1.0, 2.0]  # three jobs on two GPUs
+    assert all(0 < v <= 1 for v in gauges.gpu_sm_active.values.values())
+    service.close()
