@@ -1,4 +1,4 @@
-"""Entry point of the ``raycolloc`` command: ``raycolloc sweep|ls|doctor|advise ARGS...``.
+"""Entry point of the ``raycolloc`` command: ``raycolloc sweep|ls|doctor|advise|queue ARGS...``.
 
 ``raycolloc NAME ARGS...`` is ``python -m raycolloc.NAME ARGS...``: the arguments go unchanged to
 that module's ``main``, and its exit status is the command's. Any other first word exits 2 with
@@ -20,6 +20,7 @@ COMMANDS = {
     "ls": "raycolloc.ls",
     "doctor": "raycolloc.doctor",
     "advise": "raycolloc.advise.__main__",
+    "queue": "raycolloc.queue.__main__",
 }
 USAGE = f"usage: raycolloc {{{','.join(COMMANDS)}}} [ARGS...]  (raycolloc NAME --help: that command's help)"
 

@@ -50,13 +50,13 @@ def test_raycolloc_without_a_known_command_exits_2_naming_them(
 ) -> None:
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
-    assert "choose one of: sweep, ls, doctor, advise" in err
+    assert "choose one of: sweep, ls, doctor, advise, queue" in err
     assert (f"unknown command {argv[0]!r}" if argv else "no command given") in err
 
 
 def test_raycolloc_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["--help"]) == 0
-    assert "raycolloc {sweep,ls,doctor,advise}" in capsys.readouterr().out
+    assert "raycolloc {sweep,ls,doctor,advise,queue}" in capsys.readouterr().out
 
 
 def test_raycolloc_ls_is_python_m_raycolloc_ls(
