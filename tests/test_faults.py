@@ -58,17 +58,26 @@ def orphans(root: Path) -> list[int]:
     return [p.pid for p in orphan_trainers(root)]
 
 
+def _sim_left(sim_root: Path | None) -> dict[str, Any]:
+    """The simulated GPUs with a MIG instance or a (live) process still on them."""
+    if sim_root is None:
+        return {}
+    return {uuid: state for uuid, state in sim_state(sim_root).items() if state[1] or state[2]}
+
+
 def assert_clean(root: Path, sim_root: Path | None = None) -> None:
     """No MPS daemon, no GPU directory under the pipe root, no training process without its trainer,
     and (``sim_root``) no simulated GPU with a process or a MIG instance left."""
     deadline = time.monotonic() + 20
-    while (daemons_under(root) or gpu_dirs(root) or orphans(root)) and time.monotonic() < deadline:
-        time.sleep(0.5)  # a lane may still be releasing its GPU
+    while (daemons_under(root) or gpu_dirs(root) or orphans(root) or _sim_left(sim_root)) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.5)  # a lane may still be releasing its GPU; a killed trainer's process still dying
     assert not daemons_under(root), daemons_under(root)
     assert not gpu_dirs(root), gpu_dirs(root)
     assert not orphans(root), orphans(root)
     if sim_root is not None:  # a sweep of its own (its steward is gone): nothing of it may be left
-        left = {uuid: state for uuid, state in sim_state(sim_root).items() if state[1] or state[2]}
+        left = _sim_left(sim_root)
         assert not left, left
         shutil.rmtree(root, ignore_errors=True)  # the simulated control, its fork server's stale files
 
