@@ -32,9 +32,17 @@ the GPU's base reservation, the MPS server, and headroom must fit the GPU (MIG: 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from raycolloc.advise.profile import Profile
+from raycolloc.advise.shapes import (
+    DEFAULT_PARAMS,
+    Candidate,
+    Gpu,
+    JobPrediction,
+    ModeParams,
+    Params,
+    Prediction,
+    Slot,
+)
 
 __all__ = [
     "ASSUMPTIONS",
@@ -62,11 +70,6 @@ MEM_HEADROOM_MIB = 256.0  # per GPU (or GPU instance): allocator fragmentation a
 # resnet26_cifar10, two sweeps); counted twice over to stay on the safe side.
 MPS_SERVER_MIB = 128.0
 MPS_MAX_CLIENTS = 48  # client CUDA contexts one MPS server takes on Volta and newer (NVIDIA MPS documentation)
-# Host-to-device bandwidth a job's copies can reach over the GPU's PCIe link (pinned memory,
-# measured ~ 80% of the theoretical 32 GB/s for Gen4 x16 and 64 GB/s for Gen5 x16).
-_PCIE_BYTES_S = (("A100", 25e9), ("H100", 50e9), ("H200", 50e9), ("B200", 50e9))
-_PCIE_DEFAULT = 25e9
-
 ASSUMPTIONS = (
     "a job alone is the profile measured (its epoch-2 samples/s, SM activity, GPU time busy, DRAM and PCIe "
     "activity, CPU time per step of its launching thread, peak memory); collocated jobs are alike to it",
@@ -84,137 +87,6 @@ ASSUMPTIONS = (
     "parameters (capacity, sharpness per mode, power slope) are fitted on measured sweeps of other workloads "
     "on the same GPU model, never on the workload predicted",
 )
-
-
-@dataclass(frozen=True)
-class ModeParams:
-    """One mode's fitted parameters: the share of a resource it can serve, and how sharply it saturates."""
-
-    capacity: float
-    sharpness: float
-
-
-@dataclass(frozen=True)
-class Params:
-    """Everything the model fits. ``power_slope_w``: watts per unit (0..1) of SM activity (None:
-    power held at the solo's). ``source`` says what they were fitted on."""
-
-    naive: ModeParams
-    mps: ModeParams
-    mig: ModeParams
-    power_slope_w: float | None
-    source: str
-
-    def mode(self, name: str) -> ModeParams:
-        return {"naive": self.naive, "mps": self.mps, "mig": self.mig}[name]
-
-
-# Before any fit (no measured sweep of another workload on the GPU model): round values, fitted on
-# nothing. A fit starts from them and a tie between grid points goes to them.
-DEFAULT_PARAMS = Params(ModeParams(0.9, 4.0), ModeParams(0.9, 4.0), ModeParams(0.9, 4.0), None, "defaults (no fit)")
-
-
-@dataclass(frozen=True)
-class Gpu:
-    """The GPU (and its node) a cell would run on."""
-
-    name: str
-    memory_mib: float
-    base_mib: float = 0.0
-    cores: int | None = None  # None: not known (results do not record the node's cores): no CPU limit
-
-    @property
-    def pcie_bytes_s(self) -> float:
-        return next((bw for key, bw in _PCIE_BYTES_S if key in self.name), _PCIE_DEFAULT)
-
-
-@dataclass(frozen=True)
-class Slot:
-    """Where one job runs: a share of the SMs (MIG compute instance, MPS active-thread percentage),
-    of the memory bandwidth (its MIG GPU instance) and of memory (``memory_mib``; None: the GPU's);
-    jobs with the same ``group`` share a MIG GPU instance's memory and bandwidth."""
-
-    sm_fraction: float = 1.0
-    mem_fraction: float = 1.0
-    memory_mib: float | None = None
-    group: int = 0
-    name: str = ""
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One configuration to predict: a mode and its jobs, each with its slot."""
-
-    mode: str
-    jobs: tuple[Profile, ...]
-    slots: tuple[Slot, ...]
-    active_thread_percentage: tuple[int, ...] | None = None
-    mig_profiles: tuple[str, ...] | None = None
-
-    @property
-    def degree(self) -> int:
-        return len(self.jobs)
-
-    @property
-    def uniform(self) -> bool:
-        return len({(p.workload, p.settings) for p in self.jobs}) == 1
-
-    @property
-    def workloads(self) -> str:
-        names = [p.workload for p in self.jobs]
-        return names[0] if self.uniform else "+".join(names)
-
-    @property
-    def label(self) -> str:
-        extra = (
-            f" atp={'/'.join(map(str, self.active_thread_percentage))}"
-            if self.active_thread_percentage
-            else f" [{','.join(self.mig_profiles)}]"
-            if self.mig_profiles
-            else ""
-        )
-        size = f"x{self.degree}" if self.uniform else f"{self.degree} jobs"
-        return f"{self.workloads} {self.mode} {size}{extra}"
-
-
-@dataclass(frozen=True)
-class JobPrediction:
-    """One job of a predicted cell."""
-
-    workload: str
-    samples_per_s: float
-    slowdown: float
-    bound: str
-    mem_mib: float
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """A predicted cell. ``gain`` = the sum of the jobs' rates relative to alone (a uniform cell's
-    aggregate over its solo); ``energy_vs_alone`` = its energy per unit of work over the jobs' alone.
-    ``mem_need_mib`` (safe side) must fit ``mem_capacity_mib`` (the GPU's, or under MIG the fullest GPU
-    instance's); ``mem_expected_mib`` is the GPU memory expected in use (``cells.mem_used_max_mib``)."""
-
-    label: str
-    mode: str
-    degree: int
-    workloads: str
-    fits: bool
-    why_not: str | None
-    mem_need_mib: float
-    mem_expected_mib: float
-    mem_capacity_mib: float
-    gain: float
-    agg_samples_per_s: float | None
-    max_slowdown: float
-    sm_active: float
-    power_w: float | None
-    energy_per_sample_j: float | None
-    energy_vs_alone: float | None
-    bound: str
-    active_thread_percentage: tuple[int, ...] | None = None
-    mig_profiles: tuple[str, ...] | None = None
-    jobs: tuple[JobPrediction, ...] = field(default_factory=tuple)
 
 
 def served(offered: float, capacity: float, k: float) -> float:
