@@ -198,6 +198,7 @@ def fit(observations: list[Observation], exclude: frozenset[str] = frozenset(), 
     cells when given); a mode without such cells keeps its default (MIG: the fitted MPS values)."""
     usable = [o for o in observations if not (o.workloads & exclude) and (gpu_name is None or o.gpu.name == gpu_name)]
     fitted: dict[str, ModeParams] = {}
+    degrees: dict[str, tuple[int, ...]] = {}
     notes = []
     for mode in ("naive", "mps", "mig"):
         cells = [o for o in usable if o.candidate.mode == mode and o.candidate.degree > 1 and o.status == "ok"]
@@ -208,6 +209,7 @@ def fit(observations: list[Observation], exclude: frozenset[str] = frozenset(), 
                 notes.append("mig: as mps (no mig cell)")
             continue
         fitted[mode], rms = _fit_mode(cells, mode, start)
+        degrees[mode] = tuple(sorted({o.candidate.degree for o in cells}))
         notes.append(f"{mode}: {len(cells)} cells, rms log error {rms:.3f}")
     slope = _power_slope(usable)
     names = sorted({w for o in usable for w in o.workloads})
@@ -222,4 +224,5 @@ def fit(observations: list[Observation], exclude: frozenset[str] = frozenset(), 
         mig=fitted.get("mig", DEFAULT_PARAMS.mig),
         power_slope_w=slope,
         source=source,
+        degrees=tuple(degrees.items()),
     )

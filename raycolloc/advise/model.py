@@ -255,6 +255,7 @@ def predict(c: Candidate, gpu: Gpu, params: Params) -> Prediction:
         active_thread_percentage=c.active_thread_percentage,
         mig_profiles=c.mig_profiles,
         jobs=jobs,
+        extrapolated=params.extrapolated(c.mode, c.degree),
     )
 
 

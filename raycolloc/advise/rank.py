@@ -121,10 +121,11 @@ def format_ranking(r: Ranking) -> str:
     cap = f"max_slowdown={r.max_slowdown:g}" if r.max_slowdown is not None else "no max_slowdown"
     lines = [
         f"{r.group}: configurations ranked by throughput gain (T: best throughput, E: best energy per sample, "
-        f"C: best throughput within {cap})"
+        f"C: best throughput within {cap}; ext *: extrapolated, beyond the degrees or modes the parameters "
+        f"were fitted on)"
     ]
     head = (
-        f"{'#':>3} {'pick':<4} {'mode':<5} {'jobs':>4} {'layout / limit':<24} {'fits':<4} {'mem GiB':>13} "
+        f"{'#':>3} {'pick':<4} {'mode':<5} {'jobs':>4} {'ext':<3} {'layout / limit':<24} {'fits':<4} {'mem GiB':>13} "
         f"{'samples/s':>10} {'gain':>5} {'slowdown':>8} {'J/sample':>9} {'E/alone':>7}  bound"
     )
     lines += [head, "-" * len(head)]
@@ -145,9 +146,10 @@ def format_ranking(r: Ranking) -> str:
         rate = f"{p.agg_samples_per_s:,.0f}" if p.agg_samples_per_s else "-"
         eps = f"{p.energy_per_sample_j:.4g}" if p.energy_per_sample_j else "-"
         eva = f"{p.energy_vs_alone:.2f}" if p.energy_vs_alone else "-"
+        ext = "*" if p.extrapolated else ""
         note = p.bound if p.fits else f"does not fit: {p.why_not}"
         lines.append(
-            f"{i:>3} {marks:<4} {p.mode:<5} {p.degree:>4} {layout[:24]:<24} {'yes' if p.fits else 'no':<4} "
+            f"{i:>3} {marks:<4} {p.mode:<5} {p.degree:>4} {ext:<3} {layout[:24]:<24} {'yes' if p.fits else 'no':<4} "
             f"{mem:>13} {rate:>10} {p.gain:>5.2f} {p.max_slowdown:>8.2f} {eps:>9} {eva:>7}  {note}"
         )
     return "\n".join(lines)

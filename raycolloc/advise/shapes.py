@@ -37,16 +37,29 @@ class ModeParams:
 @dataclass(frozen=True)
 class Params:
     """Everything the model fits. ``power_slope_w``: watts per unit (0..1) of SM activity (None:
-    power held at the solo's). ``source`` says what they were fitted on."""
+    power held at the solo's). ``source`` says what they were fitted on. ``degrees``: per mode, the
+    degrees of the measured cells the mode's parameters were fitted on (a mode absent: fitted on no
+    cell of its own): a prediction beyond them is an extrapolation."""
 
     naive: ModeParams
     mps: ModeParams
     mig: ModeParams
     power_slope_w: float | None
     source: str
+    degrees: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
     def mode(self, name: str) -> ModeParams:
         return {"naive": self.naive, "mps": self.mps, "mig": self.mig}[name]
+
+    def fitted_degrees(self, mode: str) -> tuple[int, ...]:
+        """The degrees the mode's parameters saw (empty: none of its own)."""
+        return dict(self.degrees).get(mode, ())
+
+    def extrapolated(self, mode: str, degree: int) -> bool:
+        """Whether a configuration lies outside what the fit saw: a degree above the largest fitted
+        degree of its mode, or a mode fitted on no cell of its own. Degree 1 is the profile itself."""
+        seen = self.fitted_degrees(mode)
+        return degree > 1 and (not seen or degree > max(seen))
 
 
 # Before any fit (no measured sweep of another workload on the GPU model): round values, fitted on
@@ -155,3 +168,4 @@ class Prediction:
     active_thread_percentage: tuple[int, ...] | None = None
     mig_profiles: tuple[str, ...] | None = None
     jobs: tuple[JobPrediction, ...] = field(default_factory=tuple)
+    extrapolated: bool = False  # outside the degrees (or modes) the parameters were fitted on
