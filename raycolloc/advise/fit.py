@@ -21,6 +21,7 @@ import pandas as pd
 from raycolloc.advise.model import DEFAULT_PARAMS, Candidate, Gpu, ModeParams, Params, Slot, predict
 from raycolloc.advise.profile import GpuCosts, Profile, finite, profile_key, settings_of
 from raycolloc.advise.slots import mig_slots, mps_slots
+from raycolloc.results.stats import t_quantile
 
 __all__ = ["Observation", "fit", "observations_in"]
 
@@ -155,26 +156,26 @@ def _log_error(o: Observation, params: Params) -> float | None:
     return sum(errs) / len(errs) if errs else None
 
 
-def _fit_mode(obs: list[Observation], mode: str, start: ModeParams) -> tuple[ModeParams, float]:
+def _fit_mode(obs: list[Observation], mode: str, start: ModeParams) -> tuple[ModeParams, float, int]:
     """Grid search of one mode's (capacity, sharpness), then a finer capacity around the best; returns
     them and the RMS log error."""
 
-    def loss(mp: ModeParams) -> tuple[float, float]:
+    def loss(mp: ModeParams) -> tuple[float, float, int]:
         pick = {name: mp if name == mode else DEFAULT_PARAMS.mode(name) for name in ("naive", "mps", "mig")}
         params = replace(DEFAULT_PARAMS, naive=pick["naive"], mps=pick["mps"], mig=pick["mig"])
         errs = [e for o in obs if (e := _log_error(o, params)) is not None]
         if not errs:
-            return math.inf, math.nan
+            return math.inf, math.nan, 0
         mse = sum(errs) / len(errs)
         prior = _PRIOR * ((mp.capacity - start.capacity) ** 2 + math.log(mp.sharpness / start.sharpness) ** 2)
-        return mse + prior, math.sqrt(mse)
+        return mse + prior, math.sqrt(mse), len(errs)
 
     coarse = [ModeParams(c, k) for c in _CAPACITIES for k in _SHARPNESS]
     best = min(coarse, key=lambda mp: loss(mp)[0])
     fine = [ModeParams(round(best.capacity + 0.0025 * i, 4), best.sharpness) for i in range(-8, 9)]
     best = min([best, *fine], key=lambda mp: loss(mp)[0])
-    value, rms = loss(best)
-    return (best, rms) if math.isfinite(value) else (start, math.nan)
+    value, rms, n = loss(best)
+    return (best, rms, n) if math.isfinite(value) else (start, math.nan, 0)
 
 
 def _power_slope(obs: Iterable[Observation]) -> float | None:
@@ -199,6 +200,7 @@ def fit(observations: list[Observation], exclude: frozenset[str] = frozenset(), 
     usable = [o for o in observations if not (o.workloads & exclude) and (gpu_name is None or o.gpu.name == gpu_name)]
     fitted: dict[str, ModeParams] = {}
     degrees: dict[str, tuple[int, ...]] = {}
+    residual: dict[str, float] = {}
     notes = []
     for mode in ("naive", "mps", "mig"):
         cells = [o for o in usable if o.candidate.mode == mode and o.candidate.degree > 1 and o.status == "ok"]
@@ -208,8 +210,10 @@ def fit(observations: list[Observation], exclude: frozenset[str] = frozenset(), 
                 fitted[mode] = fitted["mps"]
                 notes.append("mig: as mps (no mig cell)")
             continue
-        fitted[mode], rms = _fit_mode(cells, mode, start)
+        fitted[mode], rms, n = _fit_mode(cells, mode, start)
         degrees[mode] = tuple(sorted({o.candidate.degree for o in cells}))
+        if n >= 2:  # a 95% half-width of the relative error: the t-quantile (n - 1 dof) times the RMS
+            residual[mode] = t_quantile(n - 1) * rms
         notes.append(f"{mode}: {len(cells)} cells, rms log error {rms:.3f}")
     slope = _power_slope(usable)
     names = sorted({w for o in usable for w in o.workloads})
@@ -225,4 +229,5 @@ def fit(observations: list[Observation], exclude: frozenset[str] = frozenset(), 
         power_slope_w=slope,
         source=source,
         degrees=tuple(degrees.items()),
+        residual_rel=tuple(residual.items()),
     )

@@ -43,6 +43,7 @@ from raycolloc.advise.shapes import (
     Prediction,
     Slot,
 )
+from raycolloc.advise.spread import with_intervals
 
 __all__ = [
     "ASSUMPTIONS",
@@ -234,7 +235,7 @@ def predict(c: Candidate, gpu: Gpu, params: Params) -> Prediction:
     agg = sum(j.samples_per_s for j in jobs) if c.uniform else None
     alone = sum(r * p.power_w for p, r in zip(c.jobs, rates.ratio, strict=True) if p.power_w is not None)
     worst = max(range(c.degree), key=lambda i: jobs[i].slowdown)
-    return Prediction(
+    pred = Prediction(
         label=c.label,
         mode=c.mode,
         degree=c.degree,
@@ -257,6 +258,7 @@ def predict(c: Candidate, gpu: Gpu, params: Params) -> Prediction:
         jobs=jobs,
         extrapolated=params.extrapolated(c.mode, c.degree),
     )
+    return with_intervals(pred, params, [p.rate_rel_hw for p in c.jobs])
 
 
 def _power(jobs: tuple[Profile, ...], sm: float, slope: float | None) -> float | None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from raycolloc.advise.model import Candidate, Gpu, Params, Prediction, Slot, max_degree, predict
 from raycolloc.advise.profile import Profile
 from raycolloc.advise.slots import equal_share, mig_slots, mps_slots
+from raycolloc.results.stats import Interval
 
 __all__ = ["DEFAULT_DEGREES", "Ranking", "format_ranking", "mix_candidates", "rank", "uniform_candidates"]
 
@@ -116,17 +117,26 @@ def rank(
     )
 
 
+def _pm(value: float | None, interval: Interval | None, spec: str) -> str:
+    """``36,524 ±12%``: the value and its interval's relative half-width (the value alone without one)."""
+    if not value:
+        return "-"
+    if interval is None or not interval.known or interval.half_width == 0:
+        return format(value, spec)
+    return f"{format(value, spec)} ±{100 * interval.rel_half_width:.0f}%"
+
+
 def format_ranking(r: Ranking) -> str:
     """A ranked table, as printed."""
     cap = f"max_slowdown={r.max_slowdown:g}" if r.max_slowdown is not None else "no max_slowdown"
     lines = [
         f"{r.group}: configurations ranked by throughput gain (T: best throughput, E: best energy per sample, "
         f"C: best throughput within {cap}; ext *: extrapolated, beyond the degrees or modes the parameters "
-        f"were fitted on)"
+        f"were fitted on; ±: the 95% interval from the fit's residuals and the solo profile's spread)"
     ]
     head = (
         f"{'#':>3} {'pick':<4} {'mode':<5} {'jobs':>4} {'ext':<3} {'layout / limit':<24} {'fits':<4} {'mem GiB':>13} "
-        f"{'samples/s':>10} {'gain':>5} {'slowdown':>8} {'J/sample':>9} {'E/alone':>7}  bound"
+        f"{'samples/s (95%)':>17} {'gain':>5} {'slowdown (95%)':>14} {'J/sample':>9} {'E/alone':>7}  bound"
     )
     lines += [head, "-" * len(head)]
     for i, p in enumerate(r.rows, 1):
@@ -143,13 +153,14 @@ def format_ranking(r: Ranking) -> str:
             else "-"
         )
         mem = f"{p.mem_need_mib / 1024:.1f}/{p.mem_capacity_mib / 1024:.0f}"
-        rate = f"{p.agg_samples_per_s:,.0f}" if p.agg_samples_per_s else "-"
+        rate = _pm(p.agg_samples_per_s, p.agg_interval, ",.0f")
+        slow = _pm(p.max_slowdown, p.slowdown_interval, ".2f")
         eps = f"{p.energy_per_sample_j:.4g}" if p.energy_per_sample_j else "-"
         eva = f"{p.energy_vs_alone:.2f}" if p.energy_vs_alone else "-"
         ext = "*" if p.extrapolated else ""
         note = p.bound if p.fits else f"does not fit: {p.why_not}"
         lines.append(
             f"{i:>3} {marks:<4} {p.mode:<5} {p.degree:>4} {ext:<3} {layout[:24]:<24} {'yes' if p.fits else 'no':<4} "
-            f"{mem:>13} {rate:>10} {p.gain:>5.2f} {p.max_slowdown:>8.2f} {eps:>9} {eva:>7}  {note}"
+            f"{mem:>13} {rate:>17} {p.gain:>5.2f} {slow:>14} {eps:>9} {eva:>7}  {note}"
         )
     return "\n".join(lines)

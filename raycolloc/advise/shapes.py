@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from raycolloc.advise.profile import Profile
+from raycolloc.results.stats import Interval
 
 __all__ = [
     "DEFAULT_PARAMS",
@@ -47,6 +48,8 @@ class Params:
     power_slope_w: float | None
     source: str
     degrees: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    # Per mode, the 95% relative half-width of the fit's residuals (t-quantile x RMS log error).
+    residual_rel: tuple[tuple[str, float], ...] = ()
 
     def mode(self, name: str) -> ModeParams:
         return {"naive": self.naive, "mps": self.mps, "mig": self.mig}[name]
@@ -54,6 +57,10 @@ class Params:
     def fitted_degrees(self, mode: str) -> tuple[int, ...]:
         """The degrees the mode's parameters saw (empty: none of its own)."""
         return dict(self.degrees).get(mode, ())
+
+    def residual(self, mode: str) -> float | None:
+        """The mode's 95% relative half-width from its fit's residuals (None: not fitted on two cells)."""
+        return dict(self.residual_rel).get(mode)
 
     def extrapolated(self, mode: str, degree: int) -> bool:
         """Whether a configuration lies outside what the fit saw: a degree above the largest fitted
@@ -169,3 +176,6 @@ class Prediction:
     mig_profiles: tuple[str, ...] | None = None
     jobs: tuple[JobPrediction, ...] = field(default_factory=tuple)
     extrapolated: bool = False  # outside the degrees (or modes) the parameters were fitted on
+    # 95% intervals of ``agg_samples_per_s`` and ``max_slowdown`` (:mod:`raycolloc.advise.spread`).
+    agg_interval: Interval | None = None
+    slowdown_interval: Interval | None = None
