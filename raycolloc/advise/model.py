@@ -14,7 +14,9 @@ depends on the mode:
 * **mig**: each job has its instance's SMs (SM activity is scaled by the instance's share of the
   GPU's SMs), the jobs of one GPU instance share its memory bandwidth.
 * every mode: the host's cores (each job's launching thread needs its CPU time per step; the node
-  has ``cores``) and the PCIe link (each job's host-to-device bytes per second).
+  gives the cell ``cores``, of which ``cpu_capacity``, fitted, serve launching: past them every
+  job's CPU-side time per step stretches by the demand over them) and the PCIe link (each job's
+  host-to-device bytes per second).
 
 A resource of capacity ``C`` that is offered ``O`` serves ``W(O) = (O^-k + C^-k)^(-1/k)``: close
 to ``O`` when it is lightly loaded, close to ``C`` when it is saturated; the sharpness ``k`` sets how
@@ -217,7 +219,11 @@ def _rates(c: Candidate, gpu: Gpu, params: Params) -> _Rates:
     else:
         raise ValueError(f"mode={c.mode!r}: the advisor predicts naive, mps and mig")
     if gpu.cores is not None:
-        rates.hard([j.cpu_busy for j in jobs], float(gpu.cores), "CPU cores")
+        # Many clients: each job's launching thread needs its share of a core per step; past the cores
+        # the cell is given, every job's CPU-side time per step stretches by about demand / cores.
+        # ``cpu_capacity`` (fitted) is how many cores' worth of launching the node's cores deliver
+        # (below 1: the MPS server, the steward and the data loaders take some; above: SMT).
+        rates.hard([j.cpu_busy for j in jobs], params.cpu_capacity * gpu.cores, "CPU cores")
     rates.hard([(j.pcie_rx_bytes_s or 0.0) for j in jobs], gpu.pcie_bytes_s, "PCIe")
     return rates
 

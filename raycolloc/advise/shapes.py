@@ -13,6 +13,7 @@ from raycolloc.results.stats import Interval
 __all__ = [
     "DEFAULT_PARAMS",
     "Candidate",
+    "Measurement",
     "Gpu",
     "JobPrediction",
     "ModeParams",
@@ -50,6 +51,8 @@ class Params:
     degrees: tuple[tuple[str, tuple[int, ...]], ...] = ()
     # Per mode, the 95% relative half-width of the fit's residuals (t-quantile x RMS log error).
     residual_rel: tuple[tuple[str, float], ...] = ()
+    # Cores' worth of launching threads per core the node gives a cell (fitted where cells were CPU-bound).
+    cpu_capacity: float = 1.0
 
     def mode(self, name: str) -> ModeParams:
         return {"naive": self.naive, "mps": self.mps, "mig": self.mig}[name]
@@ -179,3 +182,17 @@ class Prediction:
     # 95% intervals of ``agg_samples_per_s`` and ``max_slowdown`` (:mod:`raycolloc.advise.spread`).
     agg_interval: Interval | None = None
     slowdown_interval: Interval | None = None
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One configuration measured while confirming the advice (:mod:`raycolloc.advise.confirm`):
+    at which rung, its cells' length relative to the profile's, its aggregate samples/s (None: the
+    cell measured none), where its cell is, and whether that cell existed already (reused)."""
+
+    label: str
+    rung: int
+    scale: int
+    samples_per_s: float | None
+    cell_dir: str
+    reused: bool
