@@ -158,6 +158,7 @@ def format_advice(a: Advice) -> str:
         f"{fit.mps.capacity:.2f} k={fit.mps.sharpness:g}; mig capacity={fit.mig.capacity:.2f} "
         f"k={fit.mig.sharpness:g}; power slope="
         f"{'-' if fit.power_slope_w is None else f'{fit.power_slope_w:.0f} W per unit SM activity'}; "
+        f"cpu capacity={fit.cpu_capacity:g} per core; "
         f"{fit.source}"
     )
     for r in a.rankings:

@@ -78,7 +78,8 @@ ASSUMPTIONS = (
     "activity, CPU time per step of its launching thread, peak memory); collocated jobs are alike to it",
     "naive: the jobs' shares of GPU time add up, served up to `capacity` (time-slicing); mps: SM and DRAM "
     "activity add up, served up to `capacity` (concurrent kernels until the SMs or DRAM saturate); mig: each job "
-    "has its instance's share of the SMs and of the memory bandwidth; every mode: the node's cores and PCIe",
+    "has its instance's share of the SMs and of the memory bandwidth; every mode: the cores the node gives the cell "
+    "(times a fitted cpu_capacity) and PCIe",
     "a loaded resource serves W(O) = (O^-k + C^-k)^(-1/k) of an offer O (capacity C, sharpness k); a job's rate "
     "is bound by its tightest resource, and the jobs sharing a resource slow down in proportion",
     "samples per unit of SM activity stay as alone; power is linear in SM activity (slope fitted); "
@@ -223,7 +224,9 @@ def _rates(c: Candidate, gpu: Gpu, params: Params) -> _Rates:
         # the cell is given, every job's CPU-side time per step stretches by about demand / cores.
         # ``cpu_capacity`` (fitted) is how many cores' worth of launching the node's cores deliver
         # (below 1: the MPS server, the steward and the data loaders take some; above: SMT).
-        rates.hard([j.cpu_busy for j in jobs], params.cpu_capacity * gpu.cores, "CPU cores")
+        # A job alone is as measured (its profile already ran on these cores): never below its own demand.
+        cpu_pool = max(params.cpu_capacity * gpu.cores, max(j.cpu_busy for j in jobs))
+        rates.hard([j.cpu_busy for j in jobs], cpu_pool, "CPU cores")
     rates.hard([(j.pcie_rx_bytes_s or 0.0) for j in jobs], gpu.pcie_bytes_s, "PCIe")
     return rates
 

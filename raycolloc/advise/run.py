@@ -291,11 +291,12 @@ def run_cells(run_dir: Path, cells: list[tuple[str, tuple[str, ...]]], request: 
     out = []
     for (key, _), spec in zip(cells, specs, strict=True):
         result = results[spec.config_hash]
-        where = Path(result.reused_from or result.cell_dir)
-        rate = None
+        where, rate = str(Path(result.reused_from or result.cell_dir).resolve()), None
         if result.status == "ok":
-            rate = finite(load_sweeps([where]).cells.iloc[0].get("agg_samples_per_s"))
-        out.append(CellRun(key, result.status, str(where), result.reused_from is not None, rate))
+            row = load_sweeps([where]).cells.iloc[0]
+            # The directory as the loaded tables name it (the fit keeps a probe by it).
+            where, rate = str(row.get("cell_dir", where)), finite(row.get("agg_samples_per_s"))
+        out.append(CellRun(key, result.status, where, result.reused_from is not None, rate))
     return out
 
 
