@@ -109,7 +109,7 @@ def _advise(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run the advisor; returns the exit status."""
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
-    args = _parser().parse_args(argv)
+    args = _parser().parse_intermixed_args(argv)  # words may follow a flag (--no-confirm x=y)
     from raycolloc.advise.advice import NothingProfiled
 
     try:

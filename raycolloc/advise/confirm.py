@@ -6,9 +6,11 @@ left; the pick is the best *measured* configuration, the last rung's best. Each 
 through the engine as a sweep (:func:`raycolloc.advise.run.run_cells`), which reuses any valid cell
 of the same configuration hash under ``out_dir``: a rung-0 degree-1 naive cell is the profile.
 
-The schedule is planned within ``confirm_budget_s`` from an estimate of one short cell's cost (the
-profile cell's own time); before each rung the time already spent is checked again, and a rung
-that would overrun the budget is not started (the pick is then the best of the last rung measured).
+The schedule is planned within ``confirm_budget_s`` from an estimate of one short cell's cost
+(``unit_s``: 60 s before any cell is timed, ``measure.UNIT_S``); cells run one at a time, the
+estimate corrected upwards by each cell that runs, and a cell whose estimate would take the time
+spent past the budget is not started (the pick is then the best at the highest rung measured).
+
 Why not Ray Tune's ASHA: see docs/architecture.md ("Confirming the advice").
 """
 
