@@ -88,8 +88,9 @@ ASSUMPTIONS = (
     f"context overhead) + {MEM_MARGIN:.0%}, the GPU's base reservation, {MPS_SERVER_MIB:.0f} MiB for an MPS "
     f"server and {MEM_HEADROOM_MIB:.0f} MiB headroom must fit (MIG: per GPU instance); at most "
     f"{MPS_MAX_CLIENTS} MPS clients",
-    "parameters (capacity, sharpness per mode, power slope) are fitted on measured sweeps of other workloads "
-    "on the same GPU model, never on the workload predicted",
+    "parameters (capacity, sharpness per mode, cpu capacity, power slope) are fitted on measured sweeps of "
+    "other workloads on the same GPU model and on the advisor's short probes of the workload itself at high "
+    "degrees (probe_degrees), never on its other cells",
 )
 
 
