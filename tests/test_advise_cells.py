@@ -62,6 +62,8 @@ def test_advise_emits_a_sweep_that_runs_unchanged(tmp_path: Path) -> None:
             "degrees=1,2",
             "epoch_samples=256",
             "--emit-sweep",
+            "--no-confirm",  # this test checks the emitted sweep; confirming is test_advise_confirms_its_pick
+            "probe_degrees=none",
         ],
         tmp_path,
     )
@@ -212,7 +214,9 @@ def test_mix_predicted_not_to_fit_is_not_run_as_fitting(tmp_path: Path) -> None:
         f"out_dir={out}",
     ]
     _write_big_profile(out, parse_request(words, (1,)).common)
-    assert main([*words, "degrees=1,2", "--out", str(tmp_path / "advice.json")]) == 0
+    assert (
+        main([*words, "degrees=1,2", "probe_degrees=none", "--no-confirm", "--out", str(tmp_path / "advice.json")]) == 0
+    )
     advice = json.loads((tmp_path / "advice.json").read_text())
     assert {p["workload"] for p in advice["profiles"]} == {"tiny_cnn", "resnet18_synthetic_64px"}
     mix = next(r for r in advice["rankings"] if r["mix"])
@@ -240,3 +244,45 @@ def test_mix_predicted_not_to_fit_is_not_run_as_fitting(tmp_path: Path) -> None:
     (mixed,) = [c for c in checked.checks if "+" in c.predicted.workloads]
     assert not mixed.predicted.fits and not mixed.unsafe_fit
     assert not checked.unsafe_fits
+
+
+def test_advise_confirms_its_pick_by_measuring(tmp_path: Path) -> None:
+    """Confirming on simulated GPUs: the printed pick is a measured configuration, the table marks what
+    was measured, and --no-confirm measures nothing."""
+    out = tmp_path / "out"
+    words = [
+        "workload=tiny_cnn",
+        "cluster=local",
+        f"cluster.address={session_ray()}",
+        f"out_dir={out}",
+        "degrees=1,2",
+        "epoch_samples=256",
+        "confirm_k=2",
+    ]
+    plain = subprocess_advise([*words, "--no-confirm", "--out", str(tmp_path / "plain.json")], tmp_path)
+    assert plain.returncode == 0, plain.stderr[-4000:]
+    plain_advice = json.loads((tmp_path / "plain.json").read_text())
+    (ranking,) = plain_advice["rankings"]
+    # The probes (degree 8 and the largest ranked, capped at a core per job: 2 here) entered the fit.
+    assert dict(plain_advice["params"]["degrees"]).get("mps") == [2]
+    assert not next(r for r in ranking["rows"] if r["label"] == "tiny_cnn mps x2")["extrapolated"]
+    assert ranking["confirmed"] is None and ranking["measured"] == [] and "confirmed pick (" not in plain.stdout
+    assert all("extrapolated" in r and r["agg_interval"] for r in ranking["rows"] if r["agg_samples_per_s"])
+    proc = subprocess_advise(
+        [*words, "confirm_budget_s=600", "--emit-sweep", "--out", str(tmp_path / "a.json")], tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    (ranking,) = json.loads((tmp_path / "a.json").read_text())["rankings"]
+    measured = {m["label"]: m for m in ranking["measured"]}
+    assert len({m["label"] for m in ranking["measured"] if m["rung"] == 0}) == 2  # the top two, briefly
+    pick = ranking["confirmed"]
+    assert pick in measured and measured[pick]["samples_per_s"] > 0  # the pick is a measured one
+    top = max(m["rung"] for m in ranking["measured"])
+    last = [m for m in ranking["measured"] if m["rung"] == top]
+    assert measured[pick]["samples_per_s"] == max(m["samples_per_s"] or 0 for m in last)  # the best measured
+    assert f"confirmed pick (best measured): {pick}: measured" in proc.stdout
+    assert "within" in ranking["confirm_note"] or "done" in ranking["confirm_note"]
+    assert sum(m["scale"] for m in ranking["measured"] if not m["reused"]) <= 4  # 2 short + 1 longer at most
+    row = next(r for r in ranking["rows"] if r["label"] == pick)
+    sweep = (Path(sorted(out.rglob("sweep.txt"))[0])).read_text()
+    assert f"mode={row['mode']}" in sweep and str(row["degree"]) in sweep  # --emit-sweep carries the pick

@@ -3,15 +3,19 @@
 ::
 
     python -m raycolloc.advise workload=resnet26_cifar10 [workload=... for a mix] [cluster=...]
-        [epoch_samples=...] [max_slowdown=1.5] [degrees=1,2,3,7] [cores=N] [--fit DIR ...]
-        [--emit-sweep] [--out FILE.json]
+        [epoch_samples=...] [max_slowdown=1.5] [degrees=1,2,3,7] [cores=N] [probe_degrees=8,48|none]
+        [confirm_budget_s=900] [confirm_k=4] [--no-confirm] [--fit DIR ...] [--emit-sweep] [--out FILE.json]
     python -m raycolloc.advise --validate SWEEP_DIR [SWEEP_DIR ...] [--fit DIR ...] [cores=N] [--out FILE.json]
 
 The first form profiles each workload alone (one short degree-1 cell each, or an existing one with
-the same settings), fits the model's parameters on the measured sweeps under ``out_dir`` (or
-``--fit``) of *other* workloads, and prints a ranked table per workload (and for the mix) with
-memory fit, aggregate throughput, each job's slowdown and energy per sample; ``advice.json`` holds
-it all, and ``--emit-sweep`` writes the recommended cells as a sweep and as a radT plan. The second
+the same settings) and probes it at high degrees (naive and MPS at ``probe_degrees``: 8 and the
+largest ranked by default), fits the model's parameters on the measured sweeps under ``out_dir``
+(or ``--fit``) of *other* workloads and on those probes, prints a ranked table per workload (and
+for the mix) with memory fit, aggregate throughput and each job's slowdown with their 95%
+intervals, energy per sample and which lines are extrapolated, then confirms: the top
+``confirm_k`` candidates measured by successive halving within ``confirm_budget_s`` (``--no-confirm``:
+skip), the pick the best measured. ``advice.json`` holds it all, and ``--emit-sweep`` writes the
+recommended cells (the confirmed pick among them) as a sweep and as a radT plan. The second
 form compares the model with a measured sweep (leave-one-out). Exit status: 0; 2 for a config error
 (nothing has run) or a sweep directory that is missing, empty or corrupt; 1 for a validation that misses a target or
 a cell predicted to fit that ran out
@@ -49,6 +53,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="measured sweeps to fit the parameters on (default: out_dir)",
     )
+    p.add_argument("--no-confirm", action="store_true", help="advise from the predictions alone (measure no candidate)")
     p.add_argument("--emit-sweep", action="store_true", help="write the recommended cells as a sweep and a radT plan")
     p.add_argument("--out", type=Path, help="where the JSON goes (default: the advice directory / validation.json)")
     return p
@@ -73,17 +78,24 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _advise(args: argparse.Namespace) -> int:
-    from raycolloc.advise.advice import advise, format_advice, write_json
+    from raycolloc.advise.advice import advise, format_advice, gpu_of, write_json
     from raycolloc.advise.emit import emit_sweep
+    from raycolloc.advise.measure import confirm_rankings, run_probes
     from raycolloc.advise.rank import DEFAULT_DEGREES
     from raycolloc.advise.run import node_cores, parse_request, run_profiles
 
-    request = parse_request(args.words, DEFAULT_DEGREES)
+    request = dataclasses.replace(parse_request(args.words, DEFAULT_DEGREES), confirm=not args.no_confirm)
     profiled, advice_dir = run_profiles(request)
     out_dir = Path(profiled[0].spec.config.out_dir).absolute()
     fit_dirs = [Path(d) for d in args.fit] or [out_dir]
     backend = next((p.profile.backend for p in profiled if p.profile is not None), "nvml")
-    advice = advise(profiled, request, fit_dirs, out_dir, node_cores(request.cores, backend))
+    cores = node_cores(request.cores, backend)
+    probes = run_probes(profiled, request, gpu_of(profiled, out_dir, cores), advice_dir)
+    if probes and not any(advice_dir.is_relative_to(d.absolute()) for d in fit_dirs):
+        fit_dirs.append(advice_dir / "probe")  # the probes are fitted on wherever the other cells are
+    advice = advise(profiled, request, fit_dirs, out_dir, cores, keep=probes)
+    if request.confirm:
+        advice = confirm_rankings(advice, profiled, request, advice_dir)
     if args.emit_sweep:
         advice = dataclasses.replace(
             advice, emitted=emit_sweep(advice_dir, list(advice.rankings), profiled, request.common)
@@ -97,7 +109,7 @@ def _advise(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run the advisor; returns the exit status."""
     logging.basicConfig(level=logging.INFO, format="[%(asctime)s][%(name)s][%(levelname)s] - %(message)s")
-    args = _parser().parse_args(argv)
+    args = _parser().parse_intermixed_args(argv)  # words may follow a flag (--no-confirm x=y)
     from raycolloc.advise.advice import NothingProfiled
 
     try:

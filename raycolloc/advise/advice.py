@@ -51,9 +51,12 @@ class Measured:
     dirs: tuple[str, ...]
 
 
-def measured(fit_dirs: Sequence[Path], exclude: frozenset[str], gpu_name: str, cores: int) -> Measured:
+def measured(
+    fit_dirs: Sequence[Path], exclude: frozenset[str], gpu_name: str, cores: int, keep: frozenset[str] = frozenset()
+) -> Measured:
     """Parameters fitted on the measured sweeps under ``fit_dirs`` (cells of ``gpu_name`` whose
-    workloads are not in ``exclude``; the defaults where there are none) and the profiles there."""
+    workloads are not in ``exclude``, and the cells in ``keep``: the probes; the defaults where there
+    are none) and the profiles there."""
     from analysis.load import SweepDirError, load_sweeps
 
     dirs = [d for d in fit_dirs if Path(d).is_dir()]
@@ -67,7 +70,8 @@ def measured(fit_dirs: Sequence[Path], exclude: frozenset[str], gpu_name: str, c
     costs = gpu_costs_in(data.cells, data.jobs)
     profiles = profiles_in(data.cells, data.jobs, data.epochs, data.telemetry, costs)
     observations = observations_in(data.cells, data.jobs, profiles, costs, cores)
-    return Measured(fit(observations, exclude=exclude, gpu_name=gpu_name), profiles, tuple(map(str, dirs)))
+    params = fit(observations, exclude=exclude, gpu_name=gpu_name, keep=keep)
+    return Measured(params, profiles, tuple(map(str, dirs)))
 
 
 def _with_history(p: Profile, found: dict[tuple[str, str, str], Profile]) -> Profile:
@@ -79,21 +83,38 @@ def _with_history(p: Profile, found: dict[tuple[str, str, str], Profile]) -> Pro
     return known if set(p.cell_dirs) <= set(known.cell_dirs) else combine([p, known])
 
 
-def advise(profiled: list[Profiled], request: Request, fit_dirs: Sequence[Path], out_dir: Path, cores: int) -> Advice:
-    """Fit, predict and rank for the profiled workloads (and their mix, when there are several).
+def gpu_of(profiled: list[Profiled], out_dir: Path, cores: int) -> Gpu:
+    """The GPU the profiles ran on (its base memory from the GPU model's cached costs).
 
     Raises:
         NothingProfiled: no workload could be profiled.
     """
     new = [p.profile for p in profiled if p.profile is not None]
-    missing = {p.spec.jobs[0].workload.name: str(p.reason) for p in profiled if p.profile is None}
     if not new:
-        reasons = "; ".join(f"{k}: {v}" for k, v in missing.items())
+        reasons = "; ".join(f"{p.spec.jobs[0].workload.name}: {p.reason}" for p in profiled)
         raise NothingProfiled(f"advise: no workload could be profiled: {reasons}")
-    first = new[0]
-    costs = load_costs(out_dir, first.gpu_name)
-    gpu = Gpu(first.gpu_name, first.gpu_memory_mib, costs.base_mib if costs else 0.0, cores)
-    history = measured(fit_dirs, frozenset(p.workload for p in new), first.gpu_name, cores)
+    costs = load_costs(out_dir, new[0].gpu_name)
+    return Gpu(new[0].gpu_name, new[0].gpu_memory_mib, costs.base_mib if costs else 0.0, cores)
+
+
+def advise(
+    profiled: list[Profiled],
+    request: Request,
+    fit_dirs: Sequence[Path],
+    out_dir: Path,
+    cores: int,
+    keep: frozenset[str] = frozenset(),
+) -> Advice:
+    """Fit (on other workloads' cells, and the probe cells in ``keep``), predict and rank for the
+    profiled workloads (and their mix, when there are several).
+
+    Raises:
+        NothingProfiled: no workload could be profiled.
+    """
+    gpu = gpu_of(profiled, out_dir, cores)
+    new = [p.profile for p in profiled if p.profile is not None]
+    missing = {p.spec.jobs[0].workload.name: str(p.reason) for p in profiled if p.profile is None}
+    history = measured(fit_dirs, frozenset(p.workload for p in new), gpu.name, cores, keep)
     profiles = [_with_history(p, history.profiles) for p in new]
     params = history.params
     rankings = [
@@ -137,6 +158,7 @@ def format_advice(a: Advice) -> str:
         f"{fit.mps.capacity:.2f} k={fit.mps.sharpness:g}; mig capacity={fit.mig.capacity:.2f} "
         f"k={fit.mig.sharpness:g}; power slope="
         f"{'-' if fit.power_slope_w is None else f'{fit.power_slope_w:.0f} W per unit SM activity'}; "
+        f"cpu capacity={fit.cpu_capacity:g} per core; "
         f"{fit.source}"
     )
     for r in a.rankings:
@@ -152,6 +174,7 @@ def format_advice(a: Advice) -> str:
             ),
         ):
             lines.append(f"  {tag}: {best or 'none fits'}")
+        lines += _confirmed(r)
     lines += ["", "the model assumes:"] + [f"  - {text}" for text in a.assumptions]
     if a.emitted is not None:
         lines += [
@@ -163,6 +186,24 @@ def format_advice(a: Advice) -> str:
         if a.emitted.not_in_plan:
             lines.append(f"  (not in the plan: {'; '.join(a.emitted.not_in_plan)})")
     return "\n".join(lines)
+
+
+def _confirmed(r: Ranking) -> list[str]:
+    """The confirmed pick's lines: its measured number beside its prediction, and how the halving went."""
+    if r.confirm_note is None:
+        return []
+    seen = r.latest(r.confirmed) if r.confirmed else None
+    if seen is None or seen.samples_per_s is None:
+        return [f"  confirmed pick: none measured ({r.confirm_note}); the picks above are predictions"]
+    pred = next(p for p in r.rows if p.label == r.confirmed)
+    interval = pred.agg_interval
+    band = f" [{interval.low:,.0f}, {interval.high:,.0f}]" if interval is not None and interval.known else ""
+    return [
+        f"  confirmed pick (best measured): {r.confirmed}: measured {seen.samples_per_s:,.0f} samples/s at rung "
+        f"{seen.rung} ({'reused' if seen.reused else 'ran'} {seen.cell_dir}); predicted "
+        f"{pred.agg_samples_per_s or 0:,.0f}{band}",
+        f"  confirming: {r.confirm_note}",
+    ]
 
 
 def _pct(value: float | None) -> str:

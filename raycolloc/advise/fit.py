@@ -21,11 +21,14 @@ import pandas as pd
 from raycolloc.advise.model import DEFAULT_PARAMS, Candidate, Gpu, ModeParams, Params, Slot, predict
 from raycolloc.advise.profile import GpuCosts, Profile, finite, profile_key, settings_of
 from raycolloc.advise.slots import mig_slots, mps_slots
+from raycolloc.config_checks import parse_cpu_list
+from raycolloc.results.stats import t_quantile
 
-__all__ = ["Observation", "fit", "observations_in"]
+__all__ = ["Observation", "fit", "given_cores", "observations_in"]
 
 _CAPACITIES = tuple(round(0.30 + 0.02 * i, 2) for i in range(46))  # 0.30 .. 1.20
 _SHARPNESS = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0)
+_CPU_CAPACITIES = tuple(round(0.25 + 0.05 * i, 2) for i in range(26))  # 0.25 .. 1.50
 _PRIOR = 1e-4  # a tie between grid points (a resource no fit cell saturated) goes to the defaults
 
 
@@ -46,6 +49,7 @@ class Observation:
     sm_active: float | None
     energy_per_sample_j: float | None
     profile_cell: bool
+    cell_dir: str = ""
 
     @property
     def workloads(self) -> frozenset[str]:
@@ -119,7 +123,7 @@ def observations_in(
             continue
         cost = costs.get(gpu_name)
         memory = finite(cell.get("gpu_memory_mib")) or candidate.jobs[0].gpu_memory_mib
-        gpu = Gpu(gpu_name, memory, cost.base_mib if cost else 0.0, cores)
+        gpu = Gpu(gpu_name, memory, cost.base_mib if cost else 0.0, given_cores(cores, cell.get("reserved_cpus")))
         ordered = rows.sort_values("job_index")
         rates = tuple(finite(r["epoch2_samples_per_s"]) if r["status"] == "ok" else None for _, r in ordered.iterrows())
         sm = finite(cell.get("sm_active_mean"))
@@ -138,9 +142,21 @@ def observations_in(
                 sm_active=None if sm is None else sm / 100.0,
                 energy_per_sample_j=finite(cell.get("energy_per_sample_j")),
                 profile_cell=(gpu_name, str(cell.get("cell_dir", ""))) in profile_cells,
+                cell_dir=str(cell.get("cell_dir", "")),
             )
         )
     return out
+
+
+def given_cores(cores: int | None, reserved: Any) -> int | None:
+    """The cores the node gives a cell: its cores less those it keeps for its own processes
+    (``cells.reserved_cpus``, a cpu list such as ``"0-1"``)."""
+    if cores is None or not isinstance(reserved, str) or not reserved.strip():
+        return cores
+    try:
+        return max(1, cores - len(parse_cpu_list(reserved)))
+    except ValueError:
+        return cores
 
 
 def _log_error(o: Observation, params: Params) -> float | None:
@@ -155,26 +171,38 @@ def _log_error(o: Observation, params: Params) -> float | None:
     return sum(errs) / len(errs) if errs else None
 
 
-def _fit_mode(obs: list[Observation], mode: str, start: ModeParams) -> tuple[ModeParams, float]:
+def _fit_mode(obs: list[Observation], mode: str, start: ModeParams, cpu: float) -> tuple[ModeParams, float, int]:
     """Grid search of one mode's (capacity, sharpness), then a finer capacity around the best; returns
-    them and the RMS log error."""
+    them, the RMS log error and the number of cells scored (``cpu``: the CPU term's capacity)."""
 
-    def loss(mp: ModeParams) -> tuple[float, float]:
+    def loss(mp: ModeParams) -> tuple[float, float, int]:
         pick = {name: mp if name == mode else DEFAULT_PARAMS.mode(name) for name in ("naive", "mps", "mig")}
-        params = replace(DEFAULT_PARAMS, naive=pick["naive"], mps=pick["mps"], mig=pick["mig"])
+        params = replace(DEFAULT_PARAMS, naive=pick["naive"], mps=pick["mps"], mig=pick["mig"], cpu_capacity=cpu)
         errs = [e for o in obs if (e := _log_error(o, params)) is not None]
         if not errs:
-            return math.inf, math.nan
+            return math.inf, math.nan, 0
         mse = sum(errs) / len(errs)
         prior = _PRIOR * ((mp.capacity - start.capacity) ** 2 + math.log(mp.sharpness / start.sharpness) ** 2)
-        return mse + prior, math.sqrt(mse)
+        return mse + prior, math.sqrt(mse), len(errs)
 
     coarse = [ModeParams(c, k) for c in _CAPACITIES for k in _SHARPNESS]
     best = min(coarse, key=lambda mp: loss(mp)[0])
     fine = [ModeParams(round(best.capacity + 0.0025 * i, 4), best.sharpness) for i in range(-8, 9)]
     best = min([best, *fine], key=lambda mp: loss(mp)[0])
-    value, rms = loss(best)
-    return (best, rms) if math.isfinite(value) else (start, math.nan)
+    value, rms, n = loss(best)
+    return (best, rms, n) if math.isfinite(value) else (start, math.nan, 0)
+
+
+def _fit_cpu(obs: list[Observation], params: Params) -> float:
+    """The cores' worth of launching per core given (``cpu_capacity``) that best explains the cells,
+    with the modes' parameters already fitted; the default where no cell was CPU-bound (a tie)."""
+
+    def loss(capacity: float) -> float:
+        trial = replace(params, cpu_capacity=capacity)
+        errs = [e for o in obs if (e := _log_error(o, trial)) is not None]
+        return sum(errs) / len(errs) + _PRIOR * (capacity - 1.0) ** 2 if errs else math.inf
+
+    return min(_CPU_CAPACITIES, key=loss)
 
 
 def _power_slope(obs: Iterable[Observation]) -> float | None:
@@ -193,11 +221,11 @@ def _power_slope(obs: Iterable[Observation]) -> float | None:
     return sxy / sxx if sxx > 1e-4 else None
 
 
-def fit(observations: list[Observation], exclude: frozenset[str] = frozenset(), gpu_name: str | None = None) -> Params:
-    """Parameters fitted on the observations of workloads not in ``exclude`` (and of ``gpu_name``'s
-    cells when given); a mode without such cells keeps its default (MIG: the fitted MPS values)."""
-    usable = [o for o in observations if not (o.workloads & exclude) and (gpu_name is None or o.gpu.name == gpu_name)]
+def _fit_modes(usable: list[Observation], cpu: float) -> Params:
+    """Each mode's parameters, fitted degrees and residual spread, with the CPU term at ``cpu``."""
     fitted: dict[str, ModeParams] = {}
+    degrees: dict[str, tuple[int, ...]] = {}
+    residual: dict[str, float] = {}
     notes = []
     for mode in ("naive", "mps", "mig"):
         cells = [o for o in usable if o.candidate.mode == mode and o.candidate.degree > 1 and o.status == "ok"]
@@ -207,12 +235,14 @@ def fit(observations: list[Observation], exclude: frozenset[str] = frozenset(), 
                 fitted[mode] = fitted["mps"]
                 notes.append("mig: as mps (no mig cell)")
             continue
-        fitted[mode], rms = _fit_mode(cells, mode, start)
+        fitted[mode], rms, n = _fit_mode(cells, mode, start, cpu)
+        degrees[mode] = tuple(sorted({o.candidate.degree for o in cells}))
+        if n >= 2:  # a 95% half-width of the relative error: the t-quantile (n - 1 dof) times the RMS
+            residual[mode] = t_quantile(n - 1) * rms
         notes.append(f"{mode}: {len(cells)} cells, rms log error {rms:.3f}")
-    slope = _power_slope(usable)
     names = sorted({w for o in usable for w in o.workloads})
     source = (
-        f"fitted on {', '.join(names)} ({'; '.join(notes)})"
+        f"fitted on {', '.join(names)} ({'; '.join(notes)}; cpu capacity {cpu:g})"
         if fitted
         else "defaults (no measured collocated cell of another workload on this GPU)"
     )
@@ -220,6 +250,34 @@ def fit(observations: list[Observation], exclude: frozenset[str] = frozenset(), 
         naive=fitted.get("naive", DEFAULT_PARAMS.naive),
         mps=fitted.get("mps", DEFAULT_PARAMS.mps),
         mig=fitted.get("mig", DEFAULT_PARAMS.mig),
-        power_slope_w=slope,
+        power_slope_w=_power_slope(usable),
         source=source,
+        degrees=tuple(degrees.items()),
+        residual_rel=tuple(residual.items()),
+        cpu_capacity=cpu,
     )
+
+
+def fit(
+    observations: list[Observation],
+    exclude: frozenset[str] = frozenset(),
+    gpu_name: str | None = None,
+    keep: frozenset[str] = frozenset(),
+) -> Params:
+    """Parameters fitted on the observations of workloads not in ``exclude`` (and of ``gpu_name``'s
+    cells when given); a mode without such cells keeps its default (MIG: the fitted MPS values).
+    Cells whose directory is in ``keep`` enter whatever their workload (the advisor's own probes of
+    the workload it ranks, at high degrees: the fit then covers the degrees it ranks).
+
+    The CPU term's capacity is fitted after the modes' parameters, on every collocated cell, and the
+    modes are fitted again with it where it binds (two passes: a CPU-bound cell would otherwise
+    pull a mode's capacity down)."""
+    usable = [
+        o
+        for o in observations
+        if (o.cell_dir in keep or not (o.workloads & exclude)) and (gpu_name is None or o.gpu.name == gpu_name)
+    ]
+    params = _fit_modes(usable, 1.0)
+    collocated = [o for o in usable if o.candidate.degree > 1 and o.status == "ok" and o.gpu.cores]
+    cpu = _fit_cpu(collocated, params) if collocated else 1.0
+    return params if cpu == 1.0 else _fit_modes(usable, cpu)

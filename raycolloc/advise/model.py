@@ -14,7 +14,9 @@ depends on the mode:
 * **mig**: each job has its instance's SMs (SM activity is scaled by the instance's share of the
   GPU's SMs), the jobs of one GPU instance share its memory bandwidth.
 * every mode: the host's cores (each job's launching thread needs its CPU time per step; the node
-  has ``cores``) and the PCIe link (each job's host-to-device bytes per second).
+  gives the cell ``cores``, of which ``cpu_capacity``, fitted, serve launching: past them every
+  job's CPU-side time per step stretches by the demand over them) and the PCIe link (each job's
+  host-to-device bytes per second).
 
 A resource of capacity ``C`` that is offered ``O`` serves ``W(O) = (O^-k + C^-k)^(-1/k)``: close
 to ``O`` when it is lightly loaded, close to ``C`` when it is saturated; the sharpness ``k`` sets how
@@ -32,9 +34,18 @@ the GPU's base reservation, the MPS server, and headroom must fit the GPU (MIG: 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from raycolloc.advise.profile import Profile
+from raycolloc.advise.shapes import (
+    DEFAULT_PARAMS,
+    Candidate,
+    Gpu,
+    JobPrediction,
+    ModeParams,
+    Params,
+    Prediction,
+    Slot,
+)
+from raycolloc.advise.spread import with_intervals
 
 __all__ = [
     "ASSUMPTIONS",
@@ -62,17 +73,13 @@ MEM_HEADROOM_MIB = 256.0  # per GPU (or GPU instance): allocator fragmentation a
 # resnet26_cifar10, two sweeps); counted twice over to stay on the safe side.
 MPS_SERVER_MIB = 128.0
 MPS_MAX_CLIENTS = 48  # client CUDA contexts one MPS server takes on Volta and newer (NVIDIA MPS documentation)
-# Host-to-device bandwidth a job's copies can reach over the GPU's PCIe link (pinned memory,
-# measured ~ 80% of the theoretical 32 GB/s for Gen4 x16 and 64 GB/s for Gen5 x16).
-_PCIE_BYTES_S = (("A100", 25e9), ("H100", 50e9), ("H200", 50e9), ("B200", 50e9))
-_PCIE_DEFAULT = 25e9
-
 ASSUMPTIONS = (
     "a job alone is the profile measured (its epoch-2 samples/s, SM activity, GPU time busy, DRAM and PCIe "
     "activity, CPU time per step of its launching thread, peak memory); collocated jobs are alike to it",
     "naive: the jobs' shares of GPU time add up, served up to `capacity` (time-slicing); mps: SM and DRAM "
     "activity add up, served up to `capacity` (concurrent kernels until the SMs or DRAM saturate); mig: each job "
-    "has its instance's share of the SMs and of the memory bandwidth; every mode: the node's cores and PCIe",
+    "has its instance's share of the SMs and of the memory bandwidth; every mode: the cores the node gives the cell "
+    "(times a fitted cpu_capacity) and PCIe",
     "a loaded resource serves W(O) = (O^-k + C^-k)^(-1/k) of an offer O (capacity C, sharpness k); a job's rate "
     "is bound by its tightest resource, and the jobs sharing a resource slow down in proportion",
     "samples per unit of SM activity stay as alone; power is linear in SM activity (slope fitted); "
@@ -81,140 +88,10 @@ ASSUMPTIONS = (
     f"context overhead) + {MEM_MARGIN:.0%}, the GPU's base reservation, {MPS_SERVER_MIB:.0f} MiB for an MPS "
     f"server and {MEM_HEADROOM_MIB:.0f} MiB headroom must fit (MIG: per GPU instance); at most "
     f"{MPS_MAX_CLIENTS} MPS clients",
-    "parameters (capacity, sharpness per mode, power slope) are fitted on measured sweeps of other workloads "
-    "on the same GPU model, never on the workload predicted",
+    "parameters (capacity, sharpness per mode, cpu capacity, power slope) are fitted on measured sweeps of "
+    "other workloads on the same GPU model and on the advisor's short probes of the workload itself at high "
+    "degrees (probe_degrees), never on its other cells",
 )
-
-
-@dataclass(frozen=True)
-class ModeParams:
-    """One mode's fitted parameters: the share of a resource it can serve, and how sharply it saturates."""
-
-    capacity: float
-    sharpness: float
-
-
-@dataclass(frozen=True)
-class Params:
-    """Everything the model fits. ``power_slope_w``: watts per unit (0..1) of SM activity (None:
-    power held at the solo's). ``source`` says what they were fitted on."""
-
-    naive: ModeParams
-    mps: ModeParams
-    mig: ModeParams
-    power_slope_w: float | None
-    source: str
-
-    def mode(self, name: str) -> ModeParams:
-        return {"naive": self.naive, "mps": self.mps, "mig": self.mig}[name]
-
-
-# Before any fit (no measured sweep of another workload on the GPU model): round values, fitted on
-# nothing. A fit starts from them and a tie between grid points goes to them.
-DEFAULT_PARAMS = Params(ModeParams(0.9, 4.0), ModeParams(0.9, 4.0), ModeParams(0.9, 4.0), None, "defaults (no fit)")
-
-
-@dataclass(frozen=True)
-class Gpu:
-    """The GPU (and its node) a cell would run on."""
-
-    name: str
-    memory_mib: float
-    base_mib: float = 0.0
-    cores: int | None = None  # None: not known (results do not record the node's cores): no CPU limit
-
-    @property
-    def pcie_bytes_s(self) -> float:
-        return next((bw for key, bw in _PCIE_BYTES_S if key in self.name), _PCIE_DEFAULT)
-
-
-@dataclass(frozen=True)
-class Slot:
-    """Where one job runs: a share of the SMs (MIG compute instance, MPS active-thread percentage),
-    of the memory bandwidth (its MIG GPU instance) and of memory (``memory_mib``; None: the GPU's);
-    jobs with the same ``group`` share a MIG GPU instance's memory and bandwidth."""
-
-    sm_fraction: float = 1.0
-    mem_fraction: float = 1.0
-    memory_mib: float | None = None
-    group: int = 0
-    name: str = ""
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One configuration to predict: a mode and its jobs, each with its slot."""
-
-    mode: str
-    jobs: tuple[Profile, ...]
-    slots: tuple[Slot, ...]
-    active_thread_percentage: tuple[int, ...] | None = None
-    mig_profiles: tuple[str, ...] | None = None
-
-    @property
-    def degree(self) -> int:
-        return len(self.jobs)
-
-    @property
-    def uniform(self) -> bool:
-        return len({(p.workload, p.settings) for p in self.jobs}) == 1
-
-    @property
-    def workloads(self) -> str:
-        names = [p.workload for p in self.jobs]
-        return names[0] if self.uniform else "+".join(names)
-
-    @property
-    def label(self) -> str:
-        extra = (
-            f" atp={'/'.join(map(str, self.active_thread_percentage))}"
-            if self.active_thread_percentage
-            else f" [{','.join(self.mig_profiles)}]"
-            if self.mig_profiles
-            else ""
-        )
-        size = f"x{self.degree}" if self.uniform else f"{self.degree} jobs"
-        return f"{self.workloads} {self.mode} {size}{extra}"
-
-
-@dataclass(frozen=True)
-class JobPrediction:
-    """One job of a predicted cell."""
-
-    workload: str
-    samples_per_s: float
-    slowdown: float
-    bound: str
-    mem_mib: float
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """A predicted cell. ``gain`` = the sum of the jobs' rates relative to alone (a uniform cell's
-    aggregate over its solo); ``energy_vs_alone`` = its energy per unit of work over the jobs' alone.
-    ``mem_need_mib`` (safe side) must fit ``mem_capacity_mib`` (the GPU's, or under MIG the fullest GPU
-    instance's); ``mem_expected_mib`` is the GPU memory expected in use (``cells.mem_used_max_mib``)."""
-
-    label: str
-    mode: str
-    degree: int
-    workloads: str
-    fits: bool
-    why_not: str | None
-    mem_need_mib: float
-    mem_expected_mib: float
-    mem_capacity_mib: float
-    gain: float
-    agg_samples_per_s: float | None
-    max_slowdown: float
-    sm_active: float
-    power_w: float | None
-    energy_per_sample_j: float | None
-    energy_vs_alone: float | None
-    bound: str
-    active_thread_percentage: tuple[int, ...] | None = None
-    mig_profiles: tuple[str, ...] | None = None
-    jobs: tuple[JobPrediction, ...] = field(default_factory=tuple)
 
 
 def served(offered: float, capacity: float, k: float) -> float:
@@ -344,7 +221,13 @@ def _rates(c: Candidate, gpu: Gpu, params: Params) -> _Rates:
     else:
         raise ValueError(f"mode={c.mode!r}: the advisor predicts naive, mps and mig")
     if gpu.cores is not None:
-        rates.hard([j.cpu_busy for j in jobs], float(gpu.cores), "CPU cores")
+        # Many clients: each job's launching thread needs its share of a core per step; past the cores
+        # the cell is given, every job's CPU-side time per step stretches by about demand / cores.
+        # ``cpu_capacity`` (fitted) is how many cores' worth of launching the node's cores deliver
+        # (below 1: the MPS server, the steward and the data loaders take some; above: SMT).
+        # A job alone is as measured (its profile already ran on these cores): never below its own demand.
+        cpu_pool = max(params.cpu_capacity * gpu.cores, max(j.cpu_busy for j in jobs))
+        rates.hard([j.cpu_busy for j in jobs], cpu_pool, "CPU cores")
     rates.hard([(j.pcie_rx_bytes_s or 0.0) for j in jobs], gpu.pcie_bytes_s, "PCIe")
     return rates
 
@@ -362,7 +245,7 @@ def predict(c: Candidate, gpu: Gpu, params: Params) -> Prediction:
     agg = sum(j.samples_per_s for j in jobs) if c.uniform else None
     alone = sum(r * p.power_w for p, r in zip(c.jobs, rates.ratio, strict=True) if p.power_w is not None)
     worst = max(range(c.degree), key=lambda i: jobs[i].slowdown)
-    return Prediction(
+    pred = Prediction(
         label=c.label,
         mode=c.mode,
         degree=c.degree,
@@ -383,7 +266,9 @@ def predict(c: Candidate, gpu: Gpu, params: Params) -> Prediction:
         active_thread_percentage=c.active_thread_percentage,
         mig_profiles=c.mig_profiles,
         jobs=jobs,
+        extrapolated=params.extrapolated(c.mode, c.degree),
     )
+    return with_intervals(pred, params, [p.rate_rel_hw for p in c.jobs])
 
 
 def _power(jobs: tuple[Profile, ...], sm: float, slope: float | None) -> float | None:

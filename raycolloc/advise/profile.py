@@ -22,6 +22,8 @@ from typing import Any
 
 import pandas as pd
 
+from raycolloc.results.stats import Interval, bounds, mean_interval
+
 __all__ = [
     "GpuCosts",
     "Profile",
@@ -93,6 +95,9 @@ class Profile:
     gpu_mem_used_mib: float | None
     job_mem_mib: float
     mem_source: str
+    # The solo rate's 95% relative half-width (0.05 = +-5%): the cell's within-run interval
+    # (agg_rate_low/high), or the t-interval over the runs combined; None: one run with no spread known.
+    rate_rel_hw: float | None = None
 
 
 def finite(value: Any) -> float | None:
@@ -198,7 +203,12 @@ def profile_of(
         gpu_mem_used_mib=used,
         job_mem_mib=job_mem,
         mem_source=mem_source,
+        rate_rel_hw=_rel_hw(bounds(rate, finite(cell.get("agg_rate_low")), finite(cell.get("agg_rate_high")))),
     )
+
+
+def _rel_hw(interval: Interval) -> float | None:
+    return interval.rel_half_width if interval.known else None
 
 
 def _frac(percent: float | None) -> float | None:
@@ -314,6 +324,8 @@ def combine(profiles: list[Profile]) -> Profile:
         gpu_mem_used_mib=memory.gpu_mem_used_mib,
         job_mem_mib=memory.job_mem_mib,
         mem_source=memory.mem_source,
+        # Across runs the spread of their rates (it contains each run's own noise).
+        rate_rel_hw=_rel_hw(mean_interval([p.samples_per_s for p in profiles])),
     )
 
 

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 
 from raycolloc.advise.model import Candidate, Gpu, Params, Prediction, Slot, max_degree, predict
 from raycolloc.advise.profile import Profile
+from raycolloc.advise.shapes import Measurement
 from raycolloc.advise.slots import equal_share, mig_slots, mps_slots
+from raycolloc.results.stats import Interval
 
 __all__ = ["DEFAULT_DEGREES", "Ranking", "format_ranking", "mix_candidates", "rank", "uniform_candidates"]
 
@@ -68,10 +70,21 @@ class Ranking:
     best_within_cap: str | None
     max_slowdown: float | None
     mix: bool = False
+    # Confirming (:mod:`raycolloc.advise.confirm`): the best measured configuration, every measurement
+    # (label, rung, samples/s), and why the halving stopped (None: not confirmed).
+    confirmed: str | None = None
+    measured: tuple[Measurement, ...] = ()
+    confirm_note: str | None = None
+
+    def latest(self, label: str) -> Measurement | None:
+        """The label's measurement at the highest rung it reached (None: not measured)."""
+        found = [m for m in self.measured if m.label == label]
+        return max(found, key=lambda m: m.rung) if found else None
 
     def picks(self) -> list[Prediction]:
-        """The picked predictions, each once, in pick order."""
-        names = dict.fromkeys(n for n in (self.best_throughput, self.best_energy, self.best_within_cap) if n)
+        """The picked predictions (the confirmed pick first), each once, in pick order."""
+        chosen = (self.confirmed, self.best_throughput, self.best_energy, self.best_within_cap)
+        names = dict.fromkeys(n for n in chosen if n)
         return [next(r for r in self.rows if r.label == n) for n in names]
 
 
@@ -116,22 +129,38 @@ def rank(
     )
 
 
+def _pm(value: float | None, interval: Interval | None, spec: str) -> str:
+    """``36,524 ±12%``: the value and its interval's relative half-width (the value alone without one)."""
+    if not value:
+        return "-"
+    if interval is None or not interval.known or interval.half_width == 0:
+        return format(value, spec)
+    return f"{format(value, spec)} ±{100 * interval.rel_half_width:.0f}%"
+
+
 def format_ranking(r: Ranking) -> str:
     """A ranked table, as printed."""
     cap = f"max_slowdown={r.max_slowdown:g}" if r.max_slowdown is not None else "no max_slowdown"
     lines = [
         f"{r.group}: configurations ranked by throughput gain (T: best throughput, E: best energy per sample, "
-        f"C: best throughput within {cap})"
+        f"C: best throughput within {cap}; ext *: extrapolated, beyond the degrees or modes the parameters "
+        f"were fitted on; ±: the 95% interval from the fit's residuals and the solo profile's spread; "
+        f"M: the confirmed pick, the best measured; measured rN: its samples/s at halving rung N)"
     ]
     head = (
-        f"{'#':>3} {'pick':<4} {'mode':<5} {'jobs':>4} {'layout / limit':<24} {'fits':<4} {'mem GiB':>13} "
-        f"{'samples/s':>10} {'gain':>5} {'slowdown':>8} {'J/sample':>9} {'E/alone':>7}  bound"
+        f"{'#':>3} {'pick':<4} {'mode':<5} {'jobs':>4} {'ext':<3} {'layout / limit':<24} {'fits':<4} {'mem GiB':>13} "
+        f"{'samples/s (95%)':>17} {'gain':>5} {'slowdown (95%)':>14} {'J/sample':>9} {'E/alone':>7}  bound"
     )
     lines += [head, "-" * len(head)]
     for i, p in enumerate(r.rows, 1):
         marks = "".join(
             m
-            for m, name in (("T", r.best_throughput), ("E", r.best_energy), ("C", r.best_within_cap))
+            for m, name in (
+                ("M", r.confirmed),
+                ("T", r.best_throughput),
+                ("E", r.best_energy),
+                ("C", r.best_within_cap),
+            )
             if name == p.label
         )
         layout = (
@@ -142,12 +171,20 @@ def format_ranking(r: Ranking) -> str:
             else "-"
         )
         mem = f"{p.mem_need_mib / 1024:.1f}/{p.mem_capacity_mib / 1024:.0f}"
-        rate = f"{p.agg_samples_per_s:,.0f}" if p.agg_samples_per_s else "-"
+        rate = _pm(p.agg_samples_per_s, p.agg_interval, ",.0f")
+        slow = _pm(p.max_slowdown, p.slowdown_interval, ".2f")
         eps = f"{p.energy_per_sample_j:.4g}" if p.energy_per_sample_j else "-"
         eva = f"{p.energy_vs_alone:.2f}" if p.energy_vs_alone else "-"
+        ext = "*" if p.extrapolated else ""
+        seen = r.latest(p.label)
+        meas = (
+            "-"
+            if seen is None
+            else f"r{seen.rung}: " + (f"{seen.samples_per_s:,.0f}" if seen.samples_per_s else "failed")
+        )
         note = p.bound if p.fits else f"does not fit: {p.why_not}"
         lines.append(
-            f"{i:>3} {marks:<4} {p.mode:<5} {p.degree:>4} {layout[:24]:<24} {'yes' if p.fits else 'no':<4} "
-            f"{mem:>13} {rate:>10} {p.gain:>5.2f} {p.max_slowdown:>8.2f} {eps:>9} {eva:>7}  {note}"
+            f"{i:>3} {marks:<4} {p.mode:<5} {p.degree:>4} {ext:<3} {layout[:24]:<24} {'yes' if p.fits else 'no':<4} "
+            f"{mem:>13} {rate:>17} {p.gain:>5.2f} {slow:>14} {eps:>9} {eva:>7} {meas:>14}  {note}"
         )
     return "\n".join(lines)

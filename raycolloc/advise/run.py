@@ -21,15 +21,34 @@ from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
 from raycolloc import conf_dir
-from raycolloc.advise.profile import GpuCosts, Profile, gpu_costs_in, load_costs, profile_of, save_costs
+from raycolloc.advise.confirm import DEFAULT_BUDGET_S, DEFAULT_K
+from raycolloc.advise.profile import (
+    GpuCosts,
+    Profile,
+    finite,
+    gpu_costs_in,
+    load_costs,
+    profile_of,
+    save_costs,
+)
 from raycolloc.config import ConfigError, register_configs
 from raycolloc.node.gpu.kinds import recorded_traits
 from raycolloc.spec import CellSpec
 from raycolloc.workload_config import workload_hash_view
 
-__all__ = ["ADVISOR_KEYS", "Profiled", "Request", "compose_profile", "node_cores", "parse_request", "run_profiles"]
+__all__ = [
+    "ADVISOR_KEYS",
+    "CellRun",
+    "Profiled",
+    "Request",
+    "compose_profile",
+    "node_cores",
+    "parse_request",
+    "run_cells",
+    "run_profiles",
+]
 
-ADVISOR_KEYS = ("max_slowdown", "degrees", "cores")
+ADVISOR_KEYS = ("max_slowdown", "degrees", "cores", "probe_degrees", "confirm_budget_s", "confirm_k")
 # Keys the advisor sets for each configuration it weighs: a user's value would be silently replaced.
 _OWN_KEYS = ("mode", "degree", "mix", "mig", "repeats", "repeat")
 # Without an epoch length, a profile is a short window: epochs end after this many seconds.
@@ -46,6 +65,11 @@ class Request:
     degrees: tuple[int, ...]
     cores: int | None
     rerun: bool
+    # Degrees the fit probes the requested workloads at (None: 8 and the largest ranked; (): none).
+    probe_degrees: tuple[int, ...] | None = None
+    confirm: bool = True  # --no-confirm: advise from the predictions alone
+    confirm_budget_s: float = DEFAULT_BUDGET_S
+    confirm_k: int = DEFAULT_K
 
 
 @dataclass(frozen=True)
@@ -113,8 +137,8 @@ def parse_request(words: list[str], degrees: tuple[int, ...]) -> Request:
     if not any(w.split("=")[0] in ("epoch_samples", "epoch_time_s") for w in common):
         common.append(f"epoch_time_s={PROFILE_EPOCH_S:g}")  # a short window; the advised sweep keeps it
     if "degrees" in own:
-        text = own["degrees"].strip("[]() ")
-        degrees = tuple(sorted({_number("degrees", d.strip(), int) for d in text.split(",") if d.strip()}))
+        degrees = _ints("degrees", own["degrees"])
+    probes = own.get("probe_degrees")
     return Request(
         workloads=tuple(tuple(w) for w in workloads),
         common=tuple(common),
@@ -122,11 +146,23 @@ def parse_request(words: list[str], degrees: tuple[int, ...]) -> Request:
         degrees=degrees,
         cores=_number("cores", own["cores"], int) if "cores" in own else None,
         rerun=rerun,
+        probe_degrees=None if probes is None else () if probes.lower() == "none" else _ints("probe_degrees", probes),
+        confirm_budget_s=_number("confirm_budget_s", own.get("confirm_budget_s", str(DEFAULT_BUDGET_S)), float),
+        confirm_k=_number("confirm_k", own.get("confirm_k", str(DEFAULT_K)), int),
     )
 
 
-def compose_profile(words: tuple[str, ...], common: tuple[str, ...]) -> DictConfig:
-    """The composed config of one workload's solo profile cell (degree 1, naive).
+def _ints(key: str, value: str) -> tuple[int, ...]:
+    """``1,2,3`` or ``[1,2,3]`` as sorted distinct positive integers."""
+    text = value.strip("[]() ")
+    return tuple(sorted({_number(key, d.strip(), int) for d in text.split(",") if d.strip()}))
+
+
+def compose_profile(
+    words: tuple[str, ...], common: tuple[str, ...], cell: tuple[str, ...] = ("mode=naive", "degree=1")
+) -> DictConfig:
+    """The composed config of one workload's solo profile cell (degree 1, naive), or of another
+    cell of it (``cell``: its mode, degree and limits: a probe, a confirming cell).
 
     Raises:
         ConfigError: Hydra cannot compose the words (unknown group option, bad override).
@@ -134,7 +170,7 @@ def compose_profile(words: tuple[str, ...], common: tuple[str, ...]) -> DictConf
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
 
-    overrides = [*words, *common, "mode=naive", "degree=1"]
+    overrides = [*words, *common, *cell]
     register_configs()  # the base_<group> schemas the YAML files start from
     try:
         with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
@@ -216,6 +252,52 @@ def run_profiles(request: Request) -> tuple[list[Profiled], Path]:
             )
         )
     return out, advice_dir
+
+
+@dataclass(frozen=True)
+class CellRun:
+    """A cell the advisor ran (or found) beyond the profiles: a probe, a confirming cell."""
+
+    key: str
+    status: str
+    cell_dir: str
+    reused: bool
+    samples_per_s: float | None
+
+
+def run_cells(run_dir: Path, cells: list[tuple[str, tuple[str, ...]]], request: Request) -> list[CellRun]:
+    """Validate, then run (or reuse: the same config hash anywhere under ``out_dir``) cells given as
+    ``(key, words)``, the words composed as a profile's are, as one sweep under ``run_dir``.
+
+    Raises:
+        ConfigError: a cell's config is invalid (nothing has run).
+    """
+    from analysis.load import load_sweeps
+    from raycolloc.driver.cell_specs import validate_cell
+    from raycolloc.driver.plan import PlannedCell, Step, SweepPlan, run
+
+    if not cells:
+        return []
+    specs = [validate_cell(compose_profile((), request.common, words)) for _, words in cells]
+    unique = list({s.config_hash: s for s in specs}.values())
+    plan = SweepPlan(
+        run_dir,
+        specs[0].config.out_dir,
+        (Step(tuple(PlannedCell(s, run_dir / s.label) for s in unique)),),
+        rerun=request.rerun,
+        closing=False,
+    )
+    results = {r.cell.config_hash: r for r in run(plan).results}
+    out = []
+    for (key, _), spec in zip(cells, specs, strict=True):
+        result = results[spec.config_hash]
+        where, rate = str(Path(result.reused_from or result.cell_dir).resolve()), None
+        if result.status == "ok":
+            row = load_sweeps([where]).cells.iloc[0]
+            # The directory as the loaded tables name it (the fit keeps a probe by it).
+            where, rate = str(row.get("cell_dir", where)), finite(row.get("agg_samples_per_s"))
+        out.append(CellRun(key, result.status, where, result.reused_from is not None, rate))
+    return out
 
 
 def _costs(out_dir: Path, cells: Any, jobs: Any) -> GpuCosts | None:

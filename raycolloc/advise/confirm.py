@@ -1,0 +1,124 @@
+"""Confirm before advising: the top candidates of a ranking measured by successive halving.
+
+All of the top ``k`` (those that fit, best predicted gain first) run a short cell (rung 0: the
+profile's own length), the better half runs again twice as long (rung 1), and so on until one is
+left; the pick is the best *measured* configuration, the last rung's best. Each rung's cells run
+through the engine as a sweep (:func:`raycolloc.advise.run.run_cells`), which reuses any valid cell
+of the same configuration hash under ``out_dir``: a rung-0 degree-1 naive cell is the profile.
+
+The schedule is planned within ``confirm_budget_s`` from an estimate of one short cell's cost
+(``unit_s``: 60 s before any cell is timed, ``measure.UNIT_S``); cells run one at a time, the
+estimate corrected upwards by each cell that runs, and a cell whose estimate would take the time
+spent past the budget is not started (the pick is then the best at the highest rung measured).
+
+Why not Ray Tune's ASHA: see docs/architecture.md ("Confirming the advice").
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from raycolloc.advise.shapes import Measurement, Prediction
+
+__all__ = ["DEFAULT_BUDGET_S", "DEFAULT_K", "Halving", "Rung", "schedule", "successive_halving"]
+
+DEFAULT_K = 4  # four candidates: two rungs (4 short cells, the better 2 twice as long)
+DEFAULT_BUDGET_S = 900.0  # ~ 8 short cells of a GPU profile (~60-100 s each) and the margin of a rung
+
+# (predictions to measure, the rung's length factor) -> per label: (samples/s or None, cell dir, reused)
+Measure = Callable[[list[Prediction], int], dict[str, tuple[float | None, str, bool]]]
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One rung: how many candidates run in it, and its cells' length relative to the profile's."""
+
+    index: int
+    size: int
+    scale: int
+
+    def cost(self, unit_s: float) -> float:
+        return self.size * self.scale * unit_s
+
+
+@dataclass(frozen=True)
+class Halving:
+    """What the halving measured, which configuration it picked (None: nothing measured), why it
+    stopped, and the time it took."""
+
+    measured: tuple[Measurement, ...]
+    pick: str | None
+    stopped: str
+    spent_s: float
+
+
+def _rungs(k: int) -> list[Rung]:
+    """k, ceil(k/2), ... down to 2, each twice as long as the one before; one rung of 1 for k = 1."""
+    sizes = [k]
+    while sizes[-1] > 2:
+        sizes.append(math.ceil(sizes[-1] / 2))
+    return [Rung(i, n, 2**i) for i, n in enumerate(sizes)]
+
+
+def schedule(k: int, budget_s: float, unit_s: float) -> list[Rung]:
+    """The largest halving of at most ``k`` candidates whose cells fit ``budget_s`` (one short cell
+    costs ``unit_s``); empty if not even one short cell fits."""
+    for n in range(k, 0, -1):
+        rungs = _rungs(n)
+        if sum(r.cost(unit_s) for r in rungs) <= budget_s:
+            return rungs
+    return []
+
+
+def _keep(rows: Sequence[Prediction], got: dict[str, float | None], size: int) -> list[Prediction]:
+    """The ``size`` best measured; a tie (or no measurement) goes to the better predicted, which
+    ``rows`` lists first. A cell that measured nothing (failed, out of memory) is dropped."""
+    order = {p.label: i for i, p in enumerate(rows)}
+    ok = [p for p in rows if got.get(p.label) is not None]
+    ok.sort(key=lambda p: (-(got[p.label] or 0.0), order[p.label]))
+    return ok[:size]
+
+
+def successive_halving(
+    candidates: Sequence[Prediction],
+    k: int,
+    budget_s: float,
+    unit_s: float,
+    measure: Measure,
+    clock: Callable[[], float] = time.monotonic,
+) -> Halving:
+    """Measure the top ``k`` of ``candidates`` (best predicted first) by successive halving within
+    ``budget_s`` (see the module docstring). Cells run one at a time, and none starts that the time
+    spent plus its estimate (the slowest short cell so far, times its rung's length) would take past
+    the budget; the pick is the best measured at the highest rung anything was measured at."""
+    start = clock()
+    rungs = schedule(min(k, len(candidates)), budget_s, unit_s)
+    alive = list(candidates[: rungs[0].size]) if rungs else []
+    measured: list[Measurement] = []
+    stopped = "no candidate fits" if not candidates else "the budget holds no short cell" if not rungs else "done"
+    best: list[Prediction] = []
+    for i, rung in enumerate(rungs):
+        rates: dict[str, float | None] = {}
+        for p in alive:
+            spent = clock() - start
+            if spent + rung.scale * unit_s > budget_s:
+                stopped = (
+                    f"rung {rung.index} stopped: its next cell would overrun confirm_budget_s ({spent:.0f} s spent)"
+                )
+                break
+            t0 = clock()
+            rate, where, reused = measure([p], rung.scale).get(p.label, (None, "", False))
+            if not reused:  # what a short cell really costs here, for the cells still to come
+                unit_s = max(unit_s, (clock() - t0) / rung.scale)
+            rates[p.label] = rate
+            measured.append(Measurement(p.label, rung.index, rung.scale, rate, where, reused))
+        ranked = _keep([p for p in alive if p.label in rates], rates, len(alive))
+        best = ranked or best
+        if not ranked or stopped != "done":
+            stopped = stopped if stopped != "done" else f"no candidate of rung {rung.index} measured a throughput"
+            break
+        alive = ranked[: rungs[i + 1].size] if i + 1 < len(rungs) else ranked[:1]
+    return Halving(tuple(measured), best[0].label if best else None, stopped, clock() - start)

@@ -1,0 +1,89 @@
+"""The cells the advisor measures beyond the solo profiles: probes at high degrees before the fit
+(so the fit covers the degrees it ranks), and the top candidates confirmed after the ranking
+(:mod:`raycolloc.advise.confirm`). Both run through the engine as the profiles do
+(:func:`raycolloc.advise.run.run_cells`): an existing cell of the same configuration is reused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from raycolloc.advise.advice import Advice
+from raycolloc.advise.confirm import successive_halving
+from raycolloc.advise.model import Gpu, Prediction, max_degree
+from raycolloc.advise.rank import Ranking
+from raycolloc.advise.run import Profiled, Request, run_cells
+
+__all__ = ["PROBE_DEGREE", "UNIT_S", "confirm_rankings", "probe_words", "run_probes", "scaled_common"]
+
+PROBE_DEGREE = 8  # the issue's first high client count: where MPS started to flatten on an H200
+# One short cell's cost before any has been timed (a GPU profile cell: start, warm-up, a 10 s window).
+UNIT_S = 60.0
+_EPOCH_KEYS = ("epoch_time_s", "epoch_samples")
+
+
+def probe_words(profiled: list[Profiled], request: Request, gpu: Gpu) -> list[tuple[str, tuple[str, ...]]]:
+    """The probe cells: each profiled workload in naive and MPS at ``probe_degrees`` (default: 8 and
+    the largest degree the advice ranks), each capped at the largest that fits; degree 1 never."""
+    out = []
+    for p in profiled:
+        if p.profile is None:
+            continue
+        for mode in ("naive", "mps"):
+            top = max_degree(p.profile, gpu, mode)
+            wanted = request.probe_degrees
+            if wanted is None:
+                wanted = (PROBE_DEGREE, max((*request.degrees, top)))
+            for d in sorted({min(d, top) for d in wanted} - {0, 1}):
+                out.append((f"{p.profile.workload} {mode} x{d}", (*p.words, f"mode={mode}", f"degree={d}")))
+    return list(dict.fromkeys(out))
+
+
+def run_probes(profiled: list[Profiled], request: Request, gpu: Gpu, advice_dir: Path) -> frozenset[str]:
+    """Run the probe cells (short: the profile's length); returns the directories of those that ran ok."""
+    runs = run_cells(advice_dir / "probe", probe_words(profiled, request, gpu), request)
+    return frozenset(r.cell_dir for r in runs if r.status == "ok")
+
+
+def scaled_common(common: tuple[str, ...], scale: int) -> tuple[str, ...]:
+    """The words for every cell with the epoch length (``epoch_time_s`` or ``epoch_samples``) times ``scale``."""
+    out = []
+    for word in common:
+        key, _, value = word.partition("=")
+        if key in _EPOCH_KEYS and scale != 1:
+            number = float(value) * scale
+            word = f"{key}={int(number) if key == 'epoch_samples' else f'{number:g}'}"
+        out.append(word)
+    return tuple(out)
+
+
+def _words(p: Prediction, profiled: list[Profiled]) -> tuple[str, ...]:
+    job = next(q for q in profiled if q.profile is not None and q.profile.workload == p.workloads)
+    words = (*job.words, f"mode={p.mode}", f"degree={p.degree}")
+    if p.active_thread_percentage:
+        words += (f"mode.active_thread_percentage={p.active_thread_percentage[0]}",)
+    return words
+
+
+def _confirm(r: Ranking, profiled: list[Profiled], request: Request, advice_dir: Path) -> Ranking:
+    if r.mix:
+        return dataclasses.replace(r, confirm_note="a mix is not confirmed (its cells are in sweep.txt)")
+    # The modes the engine runs on any GPU (MIG needs a GPU model's layout and reconfiguration rights).
+    candidates = [p for p in r.rows if p.fits and p.mode in ("naive", "mps") and p.agg_samples_per_s]
+
+    def measure(preds: list[Prediction], scale: int) -> dict[str, tuple[float | None, str, bool]]:
+        cells = [(p.label, _words(p, profiled)) for p in preds]
+        scaled = dataclasses.replace(request, common=scaled_common(request.common, scale))
+        runs = run_cells(advice_dir / f"confirm-x{scale}", cells, scaled)
+        return {x.key: (x.samples_per_s, x.cell_dir, x.reused) for x in runs}
+
+    h = successive_halving(candidates, request.confirm_k, request.confirm_budget_s, UNIT_S, measure)
+    note = f"{h.stopped}; {len(h.measured)} measurement(s) in {h.spent_s:.0f} s of {request.confirm_budget_s:g} s"
+    return dataclasses.replace(r, confirmed=h.pick, measured=h.measured, confirm_note=note)
+
+
+def confirm_rankings(advice: Advice, profiled: list[Profiled], request: Request, advice_dir: Path) -> Advice:
+    """The advice with each workload's top candidates measured by successive halving."""
+    rankings = tuple(_confirm(r, profiled, request, advice_dir) for r in advice.rankings)
+    return dataclasses.replace(advice, rankings=rankings)

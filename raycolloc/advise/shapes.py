@@ -1,0 +1,198 @@
+"""What the advisor's model reads and writes: the GPU and its node, a candidate configuration and
+the slot each job runs in, the fitted parameters, and a prediction (:mod:`raycolloc.advise.model`
+computes the predictions; this module holds only their shapes, so fitting, ranking and confirming
+can name them without the model's arithmetic)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from raycolloc.advise.profile import Profile
+from raycolloc.results.stats import Interval
+
+__all__ = [
+    "DEFAULT_PARAMS",
+    "Candidate",
+    "Measurement",
+    "Gpu",
+    "JobPrediction",
+    "ModeParams",
+    "Params",
+    "Prediction",
+    "Slot",
+]
+
+# Host-to-device bandwidth a job's copies can reach over the GPU's PCIe link (pinned memory,
+# measured ~ 80% of the theoretical 32 GB/s for Gen4 x16 and 64 GB/s for Gen5 x16).
+_PCIE_BYTES_S = (("A100", 25e9), ("H100", 50e9), ("H200", 50e9), ("B200", 50e9))
+_PCIE_DEFAULT = 25e9
+
+
+@dataclass(frozen=True)
+class ModeParams:
+    """One mode's fitted parameters: the share of a resource it can serve, and how sharply it saturates."""
+
+    capacity: float
+    sharpness: float
+
+
+@dataclass(frozen=True)
+class Params:
+    """Everything the model fits. ``power_slope_w``: watts per unit (0..1) of SM activity (None:
+    power held at the solo's). ``source`` says what they were fitted on. ``degrees``: per mode, the
+    degrees of the measured cells the mode's parameters were fitted on (a mode absent: fitted on no
+    cell of its own): a prediction beyond them is an extrapolation."""
+
+    naive: ModeParams
+    mps: ModeParams
+    mig: ModeParams
+    power_slope_w: float | None
+    source: str
+    degrees: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    # Per mode, the 95% relative half-width of the fit's residuals (t-quantile x RMS log error).
+    residual_rel: tuple[tuple[str, float], ...] = ()
+    # Cores' worth of launching threads per core the node gives a cell (fitted where cells were CPU-bound).
+    cpu_capacity: float = 1.0
+
+    def mode(self, name: str) -> ModeParams:
+        return {"naive": self.naive, "mps": self.mps, "mig": self.mig}[name]
+
+    def fitted_degrees(self, mode: str) -> tuple[int, ...]:
+        """The degrees the mode's parameters saw (empty: none of its own)."""
+        return dict(self.degrees).get(mode, ())
+
+    def residual(self, mode: str) -> float | None:
+        """The mode's 95% relative half-width from its fit's residuals (None: not fitted on two cells)."""
+        return dict(self.residual_rel).get(mode)
+
+    def extrapolated(self, mode: str, degree: int) -> bool:
+        """Whether a configuration lies outside what the fit saw: a degree above the largest fitted
+        degree of its mode, or a mode fitted on no cell of its own. Degree 1 is the profile itself."""
+        seen = self.fitted_degrees(mode)
+        return degree > 1 and (not seen or degree > max(seen))
+
+
+# Before any fit (no measured sweep of another workload on the GPU model): round values, fitted on
+# nothing. A fit starts from them and a tie between grid points goes to them.
+DEFAULT_PARAMS = Params(ModeParams(0.9, 4.0), ModeParams(0.9, 4.0), ModeParams(0.9, 4.0), None, "defaults (no fit)")
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """The GPU (and its node) a cell would run on."""
+
+    name: str
+    memory_mib: float
+    base_mib: float = 0.0
+    cores: int | None = None  # None: not known (results do not record the node's cores): no CPU limit
+
+    @property
+    def pcie_bytes_s(self) -> float:
+        return next((bw for key, bw in _PCIE_BYTES_S if key in self.name), _PCIE_DEFAULT)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one job runs: a share of the SMs (MIG compute instance, MPS active-thread percentage),
+    of the memory bandwidth (its MIG GPU instance) and of memory (``memory_mib``; None: the GPU's);
+    jobs with the same ``group`` share a MIG GPU instance's memory and bandwidth."""
+
+    sm_fraction: float = 1.0
+    mem_fraction: float = 1.0
+    memory_mib: float | None = None
+    group: int = 0
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One configuration to predict: a mode and its jobs, each with its slot."""
+
+    mode: str
+    jobs: tuple[Profile, ...]
+    slots: tuple[Slot, ...]
+    active_thread_percentage: tuple[int, ...] | None = None
+    mig_profiles: tuple[str, ...] | None = None
+
+    @property
+    def degree(self) -> int:
+        return len(self.jobs)
+
+    @property
+    def uniform(self) -> bool:
+        return len({(p.workload, p.settings) for p in self.jobs}) == 1
+
+    @property
+    def workloads(self) -> str:
+        names = [p.workload for p in self.jobs]
+        return names[0] if self.uniform else "+".join(names)
+
+    @property
+    def label(self) -> str:
+        extra = (
+            f" atp={'/'.join(map(str, self.active_thread_percentage))}"
+            if self.active_thread_percentage
+            else f" [{','.join(self.mig_profiles)}]"
+            if self.mig_profiles
+            else ""
+        )
+        size = f"x{self.degree}" if self.uniform else f"{self.degree} jobs"
+        return f"{self.workloads} {self.mode} {size}{extra}"
+
+
+@dataclass(frozen=True)
+class JobPrediction:
+    """One job of a predicted cell."""
+
+    workload: str
+    samples_per_s: float
+    slowdown: float
+    bound: str
+    mem_mib: float
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A predicted cell. ``gain`` = the sum of the jobs' rates relative to alone (a uniform cell's
+    aggregate over its solo); ``energy_vs_alone`` = its energy per unit of work over the jobs' alone.
+    ``mem_need_mib`` (safe side) must fit ``mem_capacity_mib`` (the GPU's, or under MIG the fullest GPU
+    instance's); ``mem_expected_mib`` is the GPU memory expected in use (``cells.mem_used_max_mib``)."""
+
+    label: str
+    mode: str
+    degree: int
+    workloads: str
+    fits: bool
+    why_not: str | None
+    mem_need_mib: float
+    mem_expected_mib: float
+    mem_capacity_mib: float
+    gain: float
+    agg_samples_per_s: float | None
+    max_slowdown: float
+    sm_active: float
+    power_w: float | None
+    energy_per_sample_j: float | None
+    energy_vs_alone: float | None
+    bound: str
+    active_thread_percentage: tuple[int, ...] | None = None
+    mig_profiles: tuple[str, ...] | None = None
+    jobs: tuple[JobPrediction, ...] = field(default_factory=tuple)
+    extrapolated: bool = False  # outside the degrees (or modes) the parameters were fitted on
+    # 95% intervals of ``agg_samples_per_s`` and ``max_slowdown`` (:mod:`raycolloc.advise.spread`).
+    agg_interval: Interval | None = None
+    slowdown_interval: Interval | None = None
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One configuration measured while confirming the advice (:mod:`raycolloc.advise.confirm`):
+    at which rung, its cells' length relative to the profile's, its aggregate samples/s (None: the
+    cell measured none), where its cell is, and whether that cell existed already (reused)."""
+
+    label: str
+    rung: int
+    scale: int
+    samples_per_s: float | None
+    cell_dir: str
+    reused: bool

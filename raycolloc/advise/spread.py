@@ -1,0 +1,62 @@
+"""How sure a prediction is: 95% intervals of a candidate's throughput and slowdown.
+
+Two sources of error, independent, added in quadrature (relative half-widths):
+
+* **the fit**: the mode's residuals on the cells it was fitted on (:attr:`Params.residual_rel`, the
+  t-quantile times the RMS relative error); a mode fitted on fewer than two cells has
+  :data:`UNFITTED_REL` (the advisor's largest error seen in validation, rounded up);
+* **the profile**: the solo rate's own interval (:attr:`Profile.rate_rel_hw`; every predicted rate
+  scales with it). A slowdown is a ratio to that same solo rate, so the profile's error cancels
+  from it: a slowdown's interval is the fit's alone.
+
+An extrapolated candidate (beyond the fitted degrees of its mode) has the fit's half-width widened by
+``1 + log2(degree / largest fitted degree)``: twice as wide at twice the largest degree the fit saw,
+three times at four times it. The residuals say nothing about the model's error where no cell was;
+the widening only says that it grows with the distance. A degree-1 candidate is the profile itself:
+its interval is the profile's alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from raycolloc.advise.shapes import Params, Prediction
+from raycolloc.results.stats import Interval
+
+__all__ = ["UNFITTED_REL", "fit_rel", "with_intervals"]
+
+# A mode with no fitted residuals: the advisor's worst leave-one-out throughput error inside the
+# fitted range (18.8%, issue 32) rounded up.
+UNFITTED_REL = 0.25
+
+
+def fit_rel(params: Params, mode: str, degree: int) -> float:
+    """The fit's 95% relative half-width for a configuration, widened where it is extrapolated."""
+    if degree <= 1:
+        return 0.0
+    rel = params.residual(mode)
+    rel = UNFITTED_REL if rel is None else rel
+    seen = params.fitted_degrees(mode)
+    if params.extrapolated(mode, degree):
+        reach = max(seen) if seen else 1
+        rel *= 1.0 + math.log2(degree / reach)
+    return rel
+
+
+def _around(value: float, rel: float, n: int) -> Interval:
+    hw = abs(value) * rel
+    return Interval(value, value - hw, value + hw, n, "fit+profile")
+
+
+def with_intervals(pred: Prediction, params: Params, profile_rels: list[float | None]) -> Prediction:
+    """``pred`` with the intervals of its aggregate throughput and its largest slowdown."""
+    fit = fit_rel(params, pred.mode, pred.degree)
+    known = [r for r in profile_rels if r is not None]
+    profile = max(known) if known else 0.0
+    agg = None
+    if pred.agg_samples_per_s is not None:
+        agg = _around(pred.agg_samples_per_s, math.hypot(fit, profile), max(1, len(known)))
+    return dataclasses.replace(
+        pred, agg_interval=agg, slowdown_interval=_around(pred.max_slowdown, fit, max(1, len(known)))
+    )
