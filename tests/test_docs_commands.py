@@ -44,7 +44,8 @@ SKIPPED = {
     "python -m raycolloc.sweep ... mode=mps   (same settings)": "a transcript (docs/measurements.md): `...` is "
     "the line above's settings",
     "python -m raycolloc.advise workload=resnet26_cifar10 [workload=resnet50_imagenet64 ...] [cluster=...] "
-    "[epoch_samples=25600] [max_slowdown=1.5] [degrees=1,2,3,7] [--fit DIR ...] [--emit-sweep]": (
+    "[epoch_samples=25600] [max_slowdown=1.5] [degrees=1,2,3,7] [probe_degrees=8,48|none] "
+    "[confirm_budget_s=900] [confirm_k=4] [--no-confirm] [--fit DIR ...] [--emit-sweep]": (
         "a synopsis whose least form profiles resnet26 by training it (Ray; tests/test_advise*.py run the advisor)"
     ),
     "python -m raycolloc.sweep +plan=plan.csv ...": "README's words for the advisor's emitted plan: `...` is "
