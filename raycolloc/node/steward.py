@@ -50,7 +50,7 @@ from raycolloc.node.reserve import confine, plan_reservation, ray_processes, thr
 from raycolloc.node.telemetry import Sampler, gi_sm_shares, pick_source
 from raycolloc.procs import normal_priority, python_env
 from raycolloc.results.rows import TelemetryRow
-from raycolloc.spec import Binding, CellSpec, NodeInfo, Release, Reservation, Samples
+from raycolloc.spec import Binding, CellSpec, GpuNow, NodeInfo, Release, Reservation, Samples
 
 __all__ = ["NAMESPACE", "RemoteSteward", "Steward", "node_key"]
 
@@ -205,15 +205,17 @@ class Steward:
         return self.backend.job_device(gpu_uuid)
 
     # --- prepare / release -----------------------------------------------------------------
-    def prepare(self, cell: CellSpec, gpu_uuid: str) -> list[Binding]:
-        """Make the GPU ready for the cell's mode and return one binding per job.
+    def prepare(self, cell: CellSpec, gpu_uuid: str, shared: bool = False) -> list[Binding]:
+        """Make the GPU ready for the cell's mode and return one binding per job. ``shared``: the
+        cell joins others on the GPU (a queue's jobs, each a cell of its own, all of one mode):
+        it neither holds the GPU nor releases them.
 
         Raises:
             ModeError: the GPU cannot be prepared; nothing was left changed.
         """
         mode_cls = MODES[cell.mode]
         with self._lock:
-            holder = self._holder.get(gpu_uuid)
+            holder = None if shared else self._holder.get(gpu_uuid)
             if holder is not None and holder != cell.cell_id:
                 log.warning("gpu=%s held by stale cell=%s: releasing it first", gpu_uuid, holder)
                 self.release(holder)
@@ -226,7 +228,8 @@ class Steward:
             claim(slot.dir(cell))  # this steward uses the GPU's directory: not a leftover while it runs
             state = _CellState(cell, slot, mode_cls(slot, cell))
             self._cells[cell.cell_id] = state
-            self._holder[gpu_uuid] = cell.cell_id
+            if not shared:
+                self._holder[gpu_uuid] = cell.cell_id
         try:
             self.reserve(cell.config.cluster.reserved_cpus)
             bindings = state.mode.prepare()
@@ -295,6 +298,12 @@ class Steward:
         return done
 
     # --- telemetry -------------------------------------------------------------------------
+    def gpu_now(self, gpu_uuid: str) -> GpuNow:
+        """The GPU's memory, power and utilisation now (a queue's view of its GPUs)."""
+        s = self.backend.basic_sample(gpu_uuid, pcie=False)
+        used, total, util = s.get("mem_used_mib") or 0.0, s.get("mem_total_mib") or 0.0, s.get("gpu_util") or 0.0
+        return GpuNow(gpu_uuid, float(used), float(total), s.get("power_w"), float(util) / 100.0)
+
     def start_sampling(self, cell_id: str, pids: dict[int, int]) -> str:
         """Start sampling the cell's GPU (``pids``: training process -> job index); returns the source."""
         state = self._cells[cell_id]

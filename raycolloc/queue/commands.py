@@ -31,7 +31,18 @@ def trace_command(args: argparse.Namespace) -> int:
 def replay_command(args: argparse.Namespace) -> int:
     from raycolloc.queue.replay import replay
 
-    outcome = replay(args.trace, compose_settings(args.words))
+    settings = compose_settings(args.words)
+    if settings.config.queue.runner == "ray":
+        from raycolloc.driver.lease import LeaseError
+        from raycolloc.queue.rayreplay import replay_ray
+
+        try:
+            outcome = replay_ray(args.trace, settings)
+        except LeaseError as exc:  # no GPU to lease: nothing ran, the database keeps its jobs
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            return 1
+    else:
+        outcome = replay(args.trace, settings)
     print(format_summary(outcome.summary), flush=True)
     print(f"wrote {outcome.jobs_file}")
     return 0 if outcome.summary.complete else 1

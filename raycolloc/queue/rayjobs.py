@@ -1,0 +1,91 @@
+"""A queue's job as the sweeps' code runs it: a cell of one job on a GPU another job may share.
+
+Each attempt of a job is its own :class:`~raycolloc.spec.CellSpec` (``queue-<job>-<attempt>``) of
+degree 1, built by the sweeps' :func:`~raycolloc.driver.cell_specs.build_cell` from the queue's
+config: the job's workload (its ``model`` x ``dataset``, ``python`` entry or ``script``; or
+``queue.stand_in`` for every job), the GPU's mode, its length in samples as two epochs of half, and
+``trainer.fault=oom`` on the first attempt of a job named in ``queue.inject_oom``. The MPS daemon is
+always kept past the cell (``mode.keep_daemon``): other jobs on the GPU still use it; the runner
+stops it when the GPU empties.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+
+from raycolloc.config import Config, ConfigError, MixConfig
+from raycolloc.driver.cell_specs import build_cell, resolve_backend
+from raycolloc.queue.trace import TraceJob
+from raycolloc.spec import CellSpec
+from raycolloc.workload_config import WorkloadConfig
+
+__all__ = ["CellMaker", "check_ray_config"]
+
+
+def _workload(job: TraceJob, stand_in: str | None) -> WorkloadConfig:
+    if stand_in is not None:
+        return WorkloadConfig(name=stand_in)
+    if job.kind == "python":
+        return WorkloadConfig(name="python", entry=job.entry)
+    if job.kind == "script":
+        return WorkloadConfig(name="script", command=shlex.split(job.entry or ""))
+    return WorkloadConfig(name="timm", model=job.model, dataset=job.dataset)
+
+
+class CellMaker:
+    """Builds each attempt's cell from the queue's config; built cells are cached by workload, mode,
+    length and fault (building a timm model's cell runs it on the meta device, a second or more, and a
+    trace has few distinct workloads and lengths)."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self._cells: dict[tuple[str, str, int, str | None], CellSpec] = {}
+
+    def cell(self, job: TraceJob, attempt: int, mode: str, samples: int) -> CellSpec:
+        """The cell that runs attempt ``attempt`` of ``job`` under ``mode`` for ``samples`` samples.
+
+        Raises:
+            ConfigError: the job cannot run as configured (e.g. fewer samples than one batch).
+        """
+        queue = self.config.queue
+        fault = "oom" if attempt == 1 and job.job_id in queue.inject_oom else None
+        workload = _workload(job, queue.stand_in)
+        key = (repr(workload), mode, samples, fault)
+        if key not in self._cells:
+            cfg = dataclasses.replace(
+                self.config,
+                workload=workload,
+                mode=dataclasses.replace(self.config.mode, name=mode, keep_daemon=True),
+                trainer=dataclasses.replace(self.config.trainer, fault=fault, fault_job=0, fault_epoch=1),
+                mix=MixConfig(),
+                degree=1,
+                epochs=2,  # a config's least (a sweep's warm-up and measured epoch): two halves of it
+                epoch_samples=max(1, (samples + 1) // 2),
+                epoch_time_s=None,
+            )
+            self._cells[key] = build_cell(cfg)
+        cell, cell_id = self._cells[key], f"queue-{job.job_id}-{attempt}"
+        jobs = tuple(dataclasses.replace(j, cell_id=cell_id) for j in cell.jobs)
+        return dataclasses.replace(cell, cell_id=cell_id, jobs=jobs)
+
+
+def check_ray_config(config: Config, jobs: list[TraceJob]) -> CellMaker:
+    """The cells of a ``ray`` replay (``cluster.backend=auto`` resolved), after checking that
+    every job can be built and every ``queue.inject_oom`` id is a job of the trace; before any GPU
+    state changes.
+
+    Raises:
+        ConfigError: naming the key (or the job) and what is allowed.
+    """
+    maker = CellMaker(resolve_backend(config))
+    ids = {j.job_id for j in jobs}
+    for job_id in config.queue.inject_oom:
+        if job_id not in ids:
+            raise ConfigError(f"queue.inject_oom: {job_id!r} is not a job of the trace")
+    for job in jobs:
+        try:
+            maker.cell(job, 1, "naive", int(job.length_samples or 0))
+        except (ConfigError, ValueError, KeyError) as exc:
+            raise ConfigError(f"job {job.job_id}: {exc}") from None
+    return maker
