@@ -1,0 +1,108 @@
+"""The queue on a Ray cluster's GPUs (``queue.runner=ray``, issue 33): a trace replayed in wall-clock
+time through the sweeps' lease, steward and trainer code on the session's simulated GPUs. Every job
+ends exactly once, the raycolloc policy co-locates, an injected OOM is re-queued and counted, and
+nothing is left (MPS daemons, leases); bad keys are refused by name before Ray is touched."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from raycolloc.queue.__main__ import main
+from raycolloc.queue.rayrunners import measured
+from raycolloc.queue.settings import compose_settings
+from raycolloc.results.rows import EpochRow
+from raycolloc.spec import JobInfo, JobState
+
+LIGHT = ("resnet18", "resnet26", "mobilenetv3_large_100")
+
+
+def _trace(path: Path, jobs: int = 6, samples: int = 256) -> Path:
+    lines = ["job_id,submit_s,kind,model,dataset,samples"]
+    lines += [f"j{i},{0.3 * i:.1f},timm,{LIGHT[i % 3]},cifar10,{samples}" for i in range(1, jobs + 1)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _epoch(peak: float | None, rate: float | None) -> EpochRow:
+    none = dict.fromkeys(("windows", "rate_low", "rate_high", "rate_cv", "steps", "loss", "thread_cpu_s"))
+    none.update(dict.fromkeys(("thread_sys_s", "minor_faults", "involuntary_switches", "voluntary_switches")))
+    return EpochRow(
+        "c", 0, 1, False, 0.0, 1.0, 1.0, 64, rate, **none, peak_mem_allocated_mib=None, peak_mem_reserved_mib=peak
+    )
+
+
+def test_an_attempt_reports_its_largest_memory_peak_and_its_last_rate() -> None:
+    a = JobState(epochs=[_epoch(300.0, 90.0), _epoch(350.0, 100.0)])
+    b = JobState(info=JobInfo(nvml_mem_mib=420.0))
+    assert measured([a, b]) == (420.0, 100.0)
+    assert measured([JobState()]) == (None, None)
+
+
+def test_a_bad_runner_or_oom_job_is_refused_by_name_before_ray(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    trace = _trace(tmp_path / "t.csv")
+    assert main(["replay", str(trace), "queue.runner=gpu", f"out_dir={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert "queue.runner" in err and "sim" in err and "ray" in err
+    words = ["queue.runner=ray", "queue.inject_oom=[nope]", "cluster=local", f"out_dir={tmp_path}"]
+    assert main(["replay", str(trace), *words]) == 2
+    assert "queue.inject_oom: 'nope'" in capsys.readouterr().err
+    assert not (tmp_path / "queue").exists()  # nothing queued, no database
+
+
+def test_the_runner_key_defaults_to_the_simulated_cluster() -> None:
+    assert compose_settings([]).config.queue.runner == "sim"
+
+
+@pytest.mark.slow
+def test_a_trace_on_simulated_gpus_through_ray_ends_every_job_once_and_leaves_nothing(
+    tmp_path: Path, ray_local: None
+) -> None:
+    import ray
+    from ray.util.placement_group import placement_group_table
+
+    from raycolloc.node.modes.mps import find_control_daemons
+    from raycolloc.queue.rayreplay import replay_ray
+
+    pipe_root = Path(f"/tmp/rcq{os.getpid()}")  # short: an MPS pipe path has ~100 characters
+    words = [
+        "cluster=local",
+        "cluster.num_gpus=2",
+        f"mode.pipe_root={pipe_root}",
+        "queue.runner=ray",
+        "queue.policy=raycolloc",
+        "queue.stand_in=tiny_cnn",
+        "queue.inject_oom=[j2]",
+        f"out_dir={tmp_path}",
+    ]
+    outcome = replay_ray(_trace(tmp_path / "six.csv"), compose_settings(words))
+    import pandas as pd
+
+    jobs = pd.read_parquet(outcome.jobs_file)
+    assert sorted(jobs.job_id) == [f"j{i}" for i in range(1, 7)] and set(jobs.state) == {"ended"}
+    from raycolloc.queue.state import Store
+
+    store = Store(outcome.directory / "queue.sqlite")
+    try:
+        ends = Counter(job for _, job, kind, _ in store.events() if kind == "ended")
+        ooms = [(job, attempt) for _, job, kind, attempt in store.events("oom")]
+    finally:
+        store.close()
+    assert ends == Counter({f"j{i}": 1 for i in range(1, 7)})  # every job ended exactly once
+    assert ooms == [("j2", 1)]  # the injected OOM, on the first attempt only
+    j2 = jobs.set_index("job_id").loc["j2"]
+    assert j2.ooms == 1 and j2.requeues == 1
+    assert (jobs.co_residents.fillna("") != "").any()  # the raycolloc policy put jobs together
+    summary = json.loads((outcome.directory / "summary.json").read_text())
+    assert summary["ooms"] == 1 and summary["complete"] and summary["makespan_s"] > 0 and summary["energy_j"] > 0
+    assert (outcome.directory / "gpus.parquet").exists()
+    # Nothing left: no MPS daemon of ours, no GPU directory, every queue lease removed.
+    assert not [d for d in find_control_daemons() if str(d["pipe_dir"]).startswith(str(pipe_root))]
+    assert not [p for p in pipe_root.glob("GPU-*")]
+    groups = [g for g in placement_group_table().values() if str(g.get("name", "")).startswith("raycolloc:queue")]
+    assert groups and all(g["state"] == "REMOVED" for g in groups)
+    assert ray.available_resources().get("GPU", 0) == ray.cluster_resources().get("GPU")
