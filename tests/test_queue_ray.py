@@ -106,3 +106,43 @@ def test_a_trace_on_simulated_gpus_through_ray_ends_every_job_once_and_leaves_no
     groups = [g for g in placement_group_table().values() if str(g.get("name", "")).startswith("raycolloc:queue")]
     assert groups and all(g["state"] == "REMOVED" for g in groups)
     assert ray.available_resources().get("GPU", 0) == ray.cluster_resources().get("GPU")
+
+
+@pytest.mark.slow
+def test_an_interrupted_ray_replay_releases_everything_and_resumes_with_no_job_lost_or_repeated(
+    tmp_path: Path, ray_local: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ray.util.placement_group import placement_group_table
+
+    from raycolloc.node.modes.mps import find_control_daemons
+    from raycolloc.queue import rayrunners
+    from raycolloc.queue.rayreplay import replay_ray
+    from raycolloc.queue.state import Store
+
+    pipe_root = Path(f"/tmp/rcqi{os.getpid()}")
+    words = ["cluster=local", "cluster.num_gpus=2", f"mode.pipe_root={pipe_root}", "queue.runner=ray"]
+    words += ["queue.stand_in=tiny_cnn", f"out_dir={tmp_path}"]
+    trace = _trace(tmp_path / "four.csv", jobs=4)
+    poll = rayrunners.RayRunners.poll
+
+    def interrupted(self: rayrunners.RayRunners, now: float) -> list:
+        if len(self.running()) >= 2:
+            raise KeyboardInterrupt  # Ctrl-C while jobs train (under MPS: a daemon is up)
+        return poll(self, now)
+
+    monkeypatch.setattr(rayrunners.RayRunners, "poll", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        replay_ray(trace, compose_settings(words))
+    assert not [d for d in find_control_daemons() if str(d["pipe_dir"]).startswith(str(pipe_root))]
+    assert not list(pipe_root.glob("GPU-*"))
+    assert all(g["state"] == "REMOVED" for g in placement_group_table().values())
+    monkeypatch.setattr(rayrunners.RayRunners, "poll", poll)
+    outcome = replay_ray(trace, compose_settings(words))  # the same command again: resumed
+    assert outcome.summary.complete and outcome.summary.ended == 4
+    store = Store(outcome.directory / "queue.sqlite")
+    try:
+        ends = Counter(job for _, job, kind, _ in store.events() if kind == "ended")
+        requeued = {job for _, job, kind, _ in store.events("requeued")}
+    finally:
+        store.close()
+    assert ends == Counter({f"j{i}": 1 for i in range(1, 5)}) and len(requeued) >= 2
