@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from raycolloc.advise.profile import Profile
 from raycolloc.queue.__main__ import main
+from raycolloc.queue.core import Report
+from raycolloc.queue.policy import GpuView
 from raycolloc.queue.rayrunners import measured
 from raycolloc.queue.settings import compose_settings
 from raycolloc.results.rows import EpochRow
@@ -56,6 +59,70 @@ def test_a_bad_runner_or_oom_job_is_refused_by_name_before_ray(tmp_path: Path, c
 
 def test_the_runner_key_defaults_to_the_simulated_cluster() -> None:
     assert compose_settings([]).config.queue.runner == "sim"
+
+
+class _FailingRunners:
+    """Runners on which every attempt fails (not out of memory), as a job that cannot build would."""
+
+    def __init__(self) -> None:
+        self.failures: Counter[str] = Counter()
+        self.reports: list[Report] = []
+        self.attempts: list[tuple[str, int]] = []
+
+    def views(self, now: float) -> list[GpuView]:
+        return [GpuView("g0", 81_559.0, None, (), 0.0, 0.0, 0.0, 0.0, None)]
+
+    def start(
+        self,
+        job_id: str,
+        attempt: int,
+        profile: Profile,
+        estimate_mib: float,
+        max_slowdown: float,
+        samples: float,
+        gpu_id: str,
+        mode: str,
+        now: float,
+    ) -> None:
+        self.attempts.append((job_id, attempt))
+        self.failures[job_id] += 1
+        self.reports.append(Report(job_id, attempt, "lost", 0.0, ()))
+
+    def running(self) -> frozenset[tuple[str, int]]:
+        return frozenset()
+
+    def poll(self, now: float) -> list[Report]:
+        out, self.reports = self.reports, []
+        return out
+
+
+def test_a_job_that_keeps_failing_is_cancelled_after_max_failures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from raycolloc.queue import rayreplay
+    from raycolloc.queue.catalog import catalog_profile, sim_params
+    from raycolloc.queue.core import Queue
+    from raycolloc.queue.policies import create_policy
+    from raycolloc.queue.policy import Predictor
+    from raycolloc.queue.state import Store
+    from raycolloc.queue.trace import read_trace
+
+    monkeypatch.setattr(rayreplay, "TICK_S", 0.0)
+    settings = compose_settings(["queue.policy=exclusive"])
+    gpu, jobs = settings.gpu, read_trace(_trace(tmp_path / "one.csv", jobs=1))
+    profile = catalog_profile(jobs[0].workload, gpu)
+    store = Store(tmp_path / "q.sqlite")
+    store.add(jobs, [profile.job_mem_mib], 0.0)
+    runners = _FailingRunners()
+    policy = create_policy(settings.config.queue, gpu, Predictor(gpu, sim_params(gpu)))
+    queue = Queue(store, policy, runners, settings.config.queue, gpu, lambda j: profile)
+    clock = iter(float(t) for t in range(1000))
+    rayreplay._loop(queue, runners, store, lambda: next(clock))
+    try:
+        assert store.counts()["cancelled"] == 1
+        assert runners.attempts == [("j1", a) for a in range(1, rayreplay.MAX_FAILURES + 1)]
+    finally:
+        store.close()
 
 
 @pytest.mark.slow

@@ -7,7 +7,8 @@ cluster (``cluster=...``: local, the simulated GPUs where there is no GPU, or an
 once and :class:`~raycolloc.queue.rayrunners.RayRunners` runs what the policy places. The queue's
 clock is the wall clock since the run began (after its database's own clock, so a resumed run goes on
 from where it stopped); a job arrives ``submit_s x queue.arrival_scale`` seconds in. The loop wakes
-every ``TICK_S``: reports in, a placement pass, until every job has ended. Written beside the database
+every ``TICK_S``: reports in, a placement pass, until every job has ended (a job whose attempts
+failed ``MAX_FAILURES`` times other than out of memory is cancelled). Written beside the database
 as by a simulated replay: ``jobs.parquet``, ``gpus.parquet`` (each GPU's samples) and ``summary.json``
 (energy from the GPUs' power samples). Everything is released in ``finally`` (running jobs stopped,
 MPS daemons stopped, leases removed), also on Ctrl-C; the database keeps its state for a resume.
@@ -16,12 +17,15 @@ MPS daemons stopped, leases removed), also on Ctrl-C; the database keeps its sta
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from raycolloc.queue.catalog import sim_params
-from raycolloc.queue.core import Queue
+from raycolloc.queue.core import Queue, Report, Runners
 from raycolloc.queue.policies import create_policy
 from raycolloc.queue.policy import Predictor
 from raycolloc.queue.rayjobs import check_ray_config
@@ -33,9 +37,12 @@ from raycolloc.queue.settings import QueueSettings
 from raycolloc.queue.state import Store
 from raycolloc.queue.trace import TraceJob, read_trace
 
-__all__ = ["TICK_S", "replay_ray"]
+__all__ = ["MAX_FAILURES", "TICK_S", "Polled", "replay_ray"]
+
+log = logging.getLogger(__name__)
 
 TICK_S = 0.2  # how often the loop looks for ended jobs and places waiting ones
+MAX_FAILURES = 3  # a job whose attempts failed (not out of memory) this often is cancelled, not tried again
 
 
 def _unfinished(store: Store) -> int:
@@ -43,11 +50,22 @@ def _unfinished(store: Store) -> int:
     return counts["queued"] + counts["placed"] + counts["started"]
 
 
-def _loop(queue: Queue, runners: RayRunners, store: Store, clock: Callable[[], float]) -> None:
+class Polled(Runners, Protocol):
+    """Runners the wall-clock loop asks for what finished, and how often each job's attempts failed."""
+
+    failures: Counter[str]
+
+    def poll(self, now: float) -> list[Report]: ...
+
+
+def _loop(queue: Queue, runners: Polled, store: Store, clock: Callable[[], float]) -> None:
     """Reports in and placements out every ``TICK_S`` until no job is left unfinished."""
     while True:
         now = clock()
         queue.handle(runners.poll(now))
+        for job_id, failed in runners.failures.items():
+            if failed >= MAX_FAILURES and store.cancel(job_id, now) is not None:
+                log.error("job=%s failed %d times (not out of memory): cancelled", job_id, failed)
         if _unfinished(store) == 0:
             return
         queue.schedule(now)

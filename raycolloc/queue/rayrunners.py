@@ -7,7 +7,8 @@ started by the first MPS job, serves them all), and a trainer actor that starts 
 process with the steward's binding and trains it (setup, its epoch, finish) in the background: the
 three calls are queued on the actor at once and :meth:`RayRunners.poll` collects the ones that
 finished. An attempt ends ``ended`` (every state ok), ``oom`` (a state says so: the trainer returns an
-out-of-memory as ``status=oom``) or ``lost`` (an error, or its actor died), with its memory peak
+out-of-memory as ``status=oom``) or ``lost`` (an error, its actor died, or its GPU could not be
+prepared; counted in :attr:`RayRunners.failures`), with its memory peak
 (PyTorch's reserved peak or the driver's count, the larger) and its samples/s. When a GPU empties,
 its steward stops what it kept (the MPS daemon) and the GPU's mode is free again.
 
@@ -21,6 +22,7 @@ is read here). A GPU with ``POOL_SIZE`` jobs shows itself full.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -78,6 +80,7 @@ class RayRunners:
         self.telemetry: list[TelemetryRow] = []
         self._runs: dict[str, list[_Run]] = {gpu_id: [] for gpu_id in self.lanes}
         self._pending: list[Report] = []  # attempts that could not start, reported at the next poll
+        self.failures: Counter[str] = Counter()  # attempts per job that failed (not an OOM): the loop gives up
 
     # --- the Runners protocol ------------------------------------------------------------------
     def views(self, now: float) -> list[GpuView]:
@@ -99,14 +102,19 @@ class RayRunners:
     ) -> None:
         """Prepare the job's binding on the GPU and start its trainer; returns at once (it trains on)."""
         lane, runs = self.lanes[gpu_id], self._runs[gpu_id]
-        if runs and lane.mode != mode:
-            log.warning("gpu=%s runs %s jobs; %s asked for %s: it joins as %s", gpu_id, lane.mode, job_id, mode, mode)
+        if runs and lane.mode is not None and lane.mode != mode:
+            # A mode changes only on an empty GPU: a naive binding would stop the MPS server under its jobs.
+            log.warning(
+                "gpu=%s runs %s jobs; %s asked for %s: it joins as %s", gpu_id, lane.mode, job_id, mode, lane.mode
+            )
+            mode = lane.mode
         cell = self.maker.cell(self.jobs[job_id], attempt, mode, int(samples))
         try:
             bindings = ray.get(lane.steward.prepare.remote(cell, lane.gpu.uuid, True), timeout=300)
         except ray.exceptions.RayError as exc:
             log.error("job=%s attempt=%d cannot start on %s: %s", job_id, attempt, gpu_id, str(exc).splitlines()[0])
             self._pending.append(Report(job_id, attempt, "lost", now, ()))
+            self.failures[job_id] += 1
             self._release_cell(lane, cell)
             self._emptied(lane)
             return
@@ -159,6 +167,7 @@ class RayRunners:
                 states.append(JobState().failed("error", str(exc).splitlines()[0][:300]))
         kind = _outcome(states)
         if kind == "lost":
+            self.failures[run.job_id] += 1
             log.error(
                 "job=%s attempt=%d failed: %s", run.job_id, run.attempt, next(s.error for s in states if not s.ok)
             )
@@ -188,11 +197,11 @@ class RayRunners:
         lane.mode = None
 
     def _sample(self, now: float) -> None:
-        for lane in self.lanes.values():
-            if lane.sampled_at is not None and now - lane.sampled_at < SAMPLE_S:
-                continue
+        due = [lane for lane in self.lanes.values() if lane.sampled_at is None or now - lane.sampled_at >= SAMPLE_S]
+        refs = [lane.steward.gpu_now.remote(lane.gpu.uuid) for lane in due]  # every GPU asked at once
+        for lane, ref in zip(due, refs, strict=True):
             try:
-                sample = ray.get(lane.steward.gpu_now.remote(lane.gpu.uuid), timeout=30)
+                sample = ray.get(ref, timeout=30)
             except ray.exceptions.RayError as exc:
                 log.warning("gpu=%s not sampled: %s", lane.gpu_id, str(exc).splitlines()[0][:300])
                 continue
