@@ -21,6 +21,7 @@ from raycolloc.node.modes.mps import MpsDaemon, find_control_daemons
 from raycolloc.node.steward_handles import get_steward
 from raycolloc.node.telemetry import Sampler, pick_source
 from raycolloc.results.schema import METRIC_COLUMNS, SCHEMAS
+from raycolloc.spec import Binding
 
 from .conftest import load, run_one
 
@@ -179,6 +180,30 @@ def test_cells_side_by_side_get_disjoint_cores_and_release_returns_them(tmp_path
     finally:
         for cell in ("cpu-a", "cpu-b", "cpu-c"):
             ray.get(steward.release.remote(cell), timeout=60)
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_shared_cells_join_one_gpu_under_one_mps_daemon_that_outlives_each_until_release_gpu(tmp_path: Path) -> None:
+    root = _short_root()
+    job = load(["degree=1", "epoch_samples=128", "mode=mps", f"mode.pipe_root={root}"], out_dir=tmp_path)
+    node = ray.get_runtime_context().get_node_id()
+    steward = get_steward(node, job.config.cluster, job.config.mode.pipe_root)
+    gpu = _sim_gpu_uuids(job)[0]
+
+    def prepare(cell: str) -> Binding:
+        return ray.get(steward.prepare.remote(dataclasses.replace(job, cell_id=cell), gpu, True), timeout=60)[0]
+
+    try:
+        a, b = prepare("q-a"), prepare("q-b")  # the second does not release the first
+        assert a.mps_pipe_dir == b.mps_pipe_dir and gpu not in ray.get(steward.held.remote(), timeout=60)
+        ray.get(steward.release.remote("q-a"), timeout=60)
+        assert [d for d in find_control_daemons() if str(root) in d["pipe_dir"]]  # b still has its server
+        now = ray.get(steward.gpu_now.remote(gpu), timeout=60)
+        assert now.uuid == gpu and now.mem_total_mib > 0 and 0 <= now.util <= 1
+    finally:
+        ray.get(steward.release.remote("q-b"), timeout=60)
+        done = ray.get(steward.release_gpu.remote(gpu), timeout=60)
+    assert done.mps_stopped and not [d for d in find_control_daemons() if str(root) in d["pipe_dir"]]
 
 
 @pytest.mark.usefixtures("ray_local")
