@@ -253,13 +253,17 @@ class Release:
 @dataclass(frozen=True)
 class GpuNow:
     """One GPU as its node's backend reads it now (NVML or the simulated GPU): memory in use and in
-    all (MiB), power (W, None where unread) and utilisation (0..1: NVML's, a kernel ran in the window)."""
+    all (MiB), power (W, None where unread), utilisation (0..1: NVML's, a kernel ran in the window) and,
+    where the GPU has GPM, SM activity, SM occupancy and DRAM activity (0..1) since the last reading."""
 
     uuid: str
     mem_used_mib: float
     mem_total_mib: float
     power_w: float | None
     util: float
+    sm_active: float | None = None
+    sm_occupancy: float | None = None
+    dram_active: float | None = None
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from raycolloc.node.gpu.sim import SimBackend
 from raycolloc.node.gpu.sim_mps import install_control
 from raycolloc.node.modes.mps import MpsDaemon, find_control_daemons
 from raycolloc.node.steward_handles import get_steward
-from raycolloc.node.telemetry import Sampler, pick_source
+from raycolloc.node.telemetry import Sampler, gpu_now, pick_source
 from raycolloc.results.schema import METRIC_COLUMNS, SCHEMAS
 from raycolloc.spec import Binding
 
@@ -126,6 +126,18 @@ def test_sampler_on_the_simulated_backend_without_ray(tmp_path: Path) -> None:
     assert all(set(METRIC_COLUMNS) <= set(vars(r)) for r in rows)
     assert gpu[-1].sm_active > 0 and gpu[-1].mem_used_mib >= 1024
     assert gpu[0].sm_active is None  # GPM needs two samples
+
+
+def test_gpu_now_reads_memory_and_power_and_gpm_activities_from_the_second_reading_on(tmp_path: Path) -> None:
+    backend = _sim(tmp_path)
+    uuid = backend.gpus()[0].uuid
+    first, prev = gpu_now(backend, uuid, None)
+    assert first.mem_total_mib > 0 and first.power_w and first.sm_active is None  # nothing to compare yet
+    second, _ = gpu_now(backend, uuid, prev)
+    assert second.sm_active is not None and 0 <= second.sm_active <= 1 and second.dram_active is not None
+    a100 = _sim(tmp_path / "a100", "A100-80GB")  # no GPM before Hopper: utilisation only
+    reading, kept = gpu_now(a100, a100.gpus()[0].uuid, None)
+    assert kept is None and reading.sm_active is None and 0 <= reading.util <= 1
 
 
 def test_simulated_energy_counter_advances_on_every_read_like_nvml(tmp_path: Path) -> None:

@@ -47,7 +47,7 @@ from raycolloc.node.leftovers import claim, clean_leftovers, find_leftovers
 from raycolloc.node.modes import MODES, GpuSlot, Mode
 from raycolloc.node.modes.mig import MIG_RECORD
 from raycolloc.node.reserve import confine, plan_reservation, ray_processes, thread_siblings
-from raycolloc.node.telemetry import Sampler, gi_sm_shares, pick_source
+from raycolloc.node.telemetry import Sampler, gi_sm_shares, gpu_now, pick_source
 from raycolloc.procs import normal_priority, python_env
 from raycolloc.results.rows import TelemetryRow
 from raycolloc.spec import Binding, CellSpec, GpuNow, NodeInfo, Release, Reservation, Samples
@@ -99,6 +99,7 @@ class Steward:
         self._cells: dict[str, _CellState] = {}
         self._holder: dict[str, str] = {}  # gpu uuid -> cell id
         self._gauges: dict[str, Any] = {}
+        self._gpm_prev: dict[str, Any] = {}  # gpu uuid -> the GPM sample of its last gpu_now
         self._cpus = CpuPool()  # the cores Ray may use on this node, handed to jobs per cell
         self.reservation = Reservation()  # cores kept for the node's own processes (node/reserve.py)
         self.leftovers = self._clean_leftovers()
@@ -299,10 +300,10 @@ class Steward:
 
     # --- telemetry -------------------------------------------------------------------------
     def gpu_now(self, gpu_uuid: str) -> GpuNow:
-        """The GPU's memory, power and utilisation now (a queue's view of its GPUs)."""
-        s = self.backend.basic_sample(gpu_uuid, pcie=False)
-        used, total, util = s.get("mem_used_mib") or 0.0, s.get("mem_total_mib") or 0.0, s.get("gpu_util") or 0.0
-        return GpuNow(gpu_uuid, float(used), float(total), s.get("power_w"), float(util) / 100.0)
+        """The GPU now, SM activity since the last call (a queue's view of its GPUs; telemetry.gpu_now)."""
+        with self._lock:
+            reading, self._gpm_prev[gpu_uuid] = gpu_now(self.backend, gpu_uuid, self._gpm_prev.get(gpu_uuid))
+        return reading
 
     def start_sampling(self, cell_id: str, pids: dict[int, int]) -> str:
         """Start sampling the cell's GPU (``pids``: training process -> job index); returns the source."""

@@ -5,7 +5,7 @@ A :class:`QueueLane` is one whole GPU held through a placement group
 steward resolves it, and a :class:`~raycolloc.driver.trainers.TrainerPool` whose actors each hold
 ``1/POOL_SIZE`` of the lease (a job's fractional share; no CPUs of their own: the queue packs GPU
 jobs, and the lease's CPUs keep the GPU's node). It also keeps what the queue knows of the GPU: its
-mode (None while empty), when a job last landed, and its monitor samples (utilisation over a rolling
+mode (None while empty), when a job last landed, and its monitor samples (activities over a rolling
 window, power integrated into energy).
 """
 
@@ -46,7 +46,8 @@ class QueueLane:
     last_placed_s: float | None = None
     sample: GpuNow | None = None
     sampled_at: float | None = None
-    history: deque[tuple[float, float]] = field(default_factory=deque)  # (t, utilisation 0..1)
+    # (t, SM activity, SM occupancy, DRAM activity), 0..1; None where the GPU has no GPM to read them
+    history: deque[tuple[float, float, float | None, float | None]] = field(default_factory=deque)
 
 
 def _open(config: Config, index: int) -> QueueLane:

@@ -14,9 +14,10 @@ its steward stops what it kept (the MPS daemon) and the GPU's mode is free again
 
 What a policy sees of a GPU (:meth:`RayRunners.views`): its memory in use, read through the steward
 (NVML, or the simulated GPU's count), or its residents' estimates while they are larger (a job just
-placed has allocated nothing yet); its SM activity as the mean utilisation over the monitor's rolling
-window; its SM occupancy and DRAM activity as the advisor's model predicts them for its jobs (neither
-is read here). A GPU with ``POOL_SIZE`` jobs shows itself full.
+placed has allocated nothing yet); its SM activity, SM occupancy and DRAM activity as means over the
+monitor's rolling window of GPM readings (the steward's ``gpu_now``); without GPM, SM activity is
+NVML's utilisation and occupancy and DRAM activity are what the advisor's model predicts for its jobs.
+A GPU with ``POOL_SIZE`` jobs shows itself full.
 """
 
 from __future__ import annotations
@@ -208,12 +209,13 @@ class RayRunners:
             if lane.sampled_at is not None and lane.sample is not None and lane.sample.power_w is not None:
                 self.energy_j += lane.sample.power_w * (now - lane.sampled_at)  # power held since the last read
             lane.sample, lane.sampled_at = sample, now
-            lane.history.append((now, sample.util))
+            sm = sample.sm_active if sample.sm_active is not None else sample.util  # GPM's, else NVML's
+            lane.history.append((now, sm, sample.sm_occupancy, sample.dram_active))
             while lane.history and lane.history[0][0] < now - MONITOR_WINDOW_S:
                 lane.history.popleft()
             runs = self._runs[lane.gpu_id]
             power = sample.power_w or 0.0
-            row = TelemetryRow(now, lane.gpu_id, lane.mode or "-", len(runs), sample.util, power, sample.mem_used_mib)
+            row = TelemetryRow(now, lane.gpu_id, lane.mode or "-", len(runs), sm, power, sample.mem_used_mib)
             self.telemetry.append(row)
 
     def _view(self, lane: QueueLane, now: float) -> GpuView:
@@ -221,10 +223,17 @@ class RayRunners:
         total = lane.sample.mem_total_mib if lane.sample and lane.sample.mem_total_mib else float(lane.gpu.memory_mib)
         used = lane.sample.mem_used_mib if lane.sample else 0.0
         mem = max(used, sum(r.estimate_mib for r in runs)) if len(runs) < POOL_SIZE else total
-        sm = sum(u for _, u in lane.history) / len(lane.history) if lane.history else 0.0
-        occ = dram = 0.0
-        if runs and lane.mode is not None:
-            outlook = self.predictor.outlook(lane.mode, [r.profile for r in runs])
+        sm, occ, dram = (_mean([h[k] for h in lane.history]) for k in (1, 2, 3))
+        if (occ is None or dram is None) and runs and lane.mode is not None:
+            outlook = self.predictor.outlook(lane.mode, [r.profile for r in runs])  # no GPM: the model's
             occ, dram = outlook.sm_occupancy, outlook.dram_active
         residents = tuple(Resident(r.job_id, r.profile, r.estimate_mib, r.max_slowdown) for r in runs)
-        return GpuView(lane.gpu_id, total, lane.mode, residents, mem, sm, occ, dram, lane.last_placed_s)
+        return GpuView(
+            lane.gpu_id, total, lane.mode, residents, mem, sm or 0.0, occ or 0.0, dram or 0.0, lane.last_placed_s
+        )
+
+
+def _mean(values: list[float | None]) -> float | None:
+    """The mean of a window's readings; None if it has none (a GPU without GPM)."""
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
