@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -167,11 +168,20 @@ def test_a_trace_on_simulated_gpus_through_ray_ends_every_job_once_and_leaves_no
     summary = json.loads((outcome.directory / "summary.json").read_text())
     assert summary["ooms"] == 1 and summary["complete"] and summary["makespan_s"] > 0 and summary["energy_j"] > 0
     assert (outcome.directory / "gpus.parquet").exists()
+    attempts = pd.read_parquet(outcome.directory / "attempts.parquet")
+    assert len(attempts) == 7 and Counter(attempts.outcome) == Counter({"ended": 6, "oom": 1})
+    ended = attempts[attempts.outcome == "ended"]
+    assert (ended.samples_per_s > 0).all()  # measured by the trainers
+    assert "mem_peak_mib" in attempts  # PyTorch's or NVML's peak: None on simulated GPUs (no CUDA, no NVML)
     # Nothing left: no MPS daemon of ours, no GPU directory, every queue lease removed.
     assert not [d for d in find_control_daemons() if str(d["pipe_dir"]).startswith(str(pipe_root))]
     assert not [p for p in pipe_root.glob("GPU-*")]
     groups = [g for g in placement_group_table().values() if str(g.get("name", "")).startswith("raycolloc:queue")]
     assert groups and all(g["state"] == "REMOVED" for g in groups)
+    # Ray frees a removed group's resources a moment later (its resource view is eventually consistent).
+    deadline = time.monotonic() + 30
+    while ray.available_resources().get("GPU", 0) != ray.cluster_resources().get("GPU") and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert ray.available_resources().get("GPU", 0) == ray.cluster_resources().get("GPU")
 
 

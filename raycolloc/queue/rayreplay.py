@@ -10,7 +10,8 @@ from where it stopped); a job arrives ``submit_s x queue.arrival_scale`` seconds
 every ``TICK_S``: reports in, a placement pass, until every job has ended (a job whose attempts
 failed ``MAX_FAILURES`` times other than out of memory is cancelled). Written beside the database
 as by a simulated replay: ``jobs.parquet``, ``gpus.parquet`` (each GPU's samples) and ``summary.json``
-(energy from the GPUs' power samples). Everything is released in ``finally`` (running jobs stopped,
+(energy from the GPUs' power samples), and ``attempts.parquet`` (each attempt: outcome, GPU, mode,
+memory estimate against its measured peak, samples/s). Everything is released in ``finally`` (running jobs stopped,
 MPS daemons stopped, leases removed), also on Ctrl-C; the database keeps its state for a resume.
 """
 
@@ -122,6 +123,8 @@ def replay_ray(trace: Path, settings: QueueSettings) -> ReplayOutcome:
         summary = summarise(config.queue.policy, rows, energy, wall)
         jobs_file = write_parquet(directory / "jobs.parquet", rows)
         write_parquet(directory / "gpus.parquet", runners.telemetry)
+        if runners.attempts:  # this run's (a resumed run's earlier attempts went with their process)
+            write_parquet(directory / "attempts.parquet", runners.attempts)
         write_summary(directory / "summary.json", summary)
     finally:
         try:

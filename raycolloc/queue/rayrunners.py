@@ -38,10 +38,28 @@ from raycolloc.queue.simcluster import MONITOR_WINDOW_S, TelemetryRow
 from raycolloc.queue.trace import TraceJob
 from raycolloc.spec import CellSpec, JobState
 
-__all__ = ["SAMPLE_S", "RayRunners", "measured"]
+__all__ = ["SAMPLE_S", "AttemptRow", "RayRunners", "measured"]
 
 log = logging.getLogger(__name__)
 SAMPLE_S = 1.0  # how often each GPU's memory, utilisation and power are read (one steward call each)
+
+
+@dataclass(frozen=True)
+class AttemptRow:
+    """One finished attempt as it ran (``attempts.parquet``): how it ended, where, under which mode,
+    its memory estimate against its measured peak (MiB), its samples/s, and who shared its GPU."""
+
+    job_id: str
+    attempt: int
+    outcome: str
+    gpu: str
+    mode: str
+    start_s: float
+    end_s: float
+    estimate_mib: float
+    mem_peak_mib: float | None
+    samples_per_s: float | None
+    co_residents: str
 
 
 @dataclass
@@ -54,6 +72,8 @@ class _Run:
     profile: Profile
     estimate_mib: float
     max_slowdown: float
+    mode: str
+    start_s: float
     co: set[str] = field(default_factory=set)
 
 
@@ -81,6 +101,7 @@ class RayRunners:
         self.telemetry: list[TelemetryRow] = []
         self._runs: dict[str, list[_Run]] = {gpu_id: [] for gpu_id in self.lanes}
         self._pending: list[Report] = []  # attempts that could not start, reported at the next poll
+        self.attempts: list[AttemptRow] = []  # every finished attempt, in the order they finished
         self.failures: Counter[str] = Counter()  # attempts per job that failed (not an OOM): the loop gives up
 
     # --- the Runners protocol ------------------------------------------------------------------
@@ -123,7 +144,7 @@ class RayRunners:
         job = cell.jobs[0]
         actor.start.remote(job, bindings[0], None, lane.forkserver)
         refs = [actor.setup.remote(), actor.run_epochs.remote(1, job.epochs), actor.finish.remote()]
-        run = _Run(job_id, attempt, cell, actor, refs, profile, estimate_mib, max_slowdown)
+        run = _Run(job_id, attempt, cell, actor, refs, profile, estimate_mib, max_slowdown, mode, now)
         for other in runs:
             other.co.add(job_id)
             run.co.add(other.job_id)
@@ -178,6 +199,11 @@ class RayRunners:
         self._release_cell(lane, run.cell)
         self._emptied(lane)
         peak, rate = measured(states)
+        co = ",".join(sorted(run.co))
+        row = AttemptRow(
+            run.job_id, run.attempt, kind, lane.gpu_id, run.mode, run.start_s, now, run.estimate_mib, peak, rate, co
+        )
+        self.attempts.append(row)
         return Report(run.job_id, run.attempt, kind, now, tuple(sorted(run.co)), peak, rate)
 
     def _release_cell(self, lane: QueueLane, cell: CellSpec) -> None:
