@@ -58,6 +58,26 @@ def test_a_bad_runner_or_oom_job_is_refused_by_name_before_ray(tmp_path: Path, c
     assert not (tmp_path / "queue").exists()  # nothing queued, no database
 
 
+def test_each_attempt_is_a_cell_of_one_job_of_its_length_and_only_a_first_attempt_is_made_to_oom(
+    tmp_path: Path,
+) -> None:
+    from raycolloc.config import ConfigError
+    from raycolloc.queue.rayjobs import check_ray_config
+    from raycolloc.queue.trace import read_trace
+
+    words = ["cluster=local", "queue.runner=ray", "queue.stand_in=tiny_cnn", "queue.inject_oom=[j2]"]
+    jobs = read_trace(_trace(tmp_path / "t.csv", jobs=2))
+    maker = check_ray_config(compose_settings(words).config, jobs)
+    a, b = maker.cell(jobs[0], 1, "mps", 256), maker.cell(jobs[1], 1, "naive", 1000)
+    assert (a.cell_id, a.degree, a.mode, a.jobs[0].cell_id) == ("queue-j1-1", 1, "mps", "queue-j1-1")
+    assert a.config.mode.keep_daemon  # other jobs on the GPU still use its daemon
+    assert (a.jobs[0].epochs, a.jobs[0].epoch_samples, b.jobs[0].epoch_samples) == (2, 128, 500)
+    assert a.jobs[0].trainer.fault is None and b.jobs[0].trainer.fault == "oom"
+    assert maker.cell(jobs[1], 2, "naive", 1000).jobs[0].trainer.fault is None  # the re-queued attempt runs
+    with pytest.raises(ConfigError, match="fewer than two batches"):
+        maker.cell(jobs[0], 1, "mps", 40)
+
+
 def test_the_runner_key_defaults_to_the_simulated_cluster() -> None:
     assert compose_settings([]).config.queue.runner == "sim"
 

@@ -34,40 +34,51 @@ def _workload(job: TraceJob, stand_in: str | None) -> WorkloadConfig:
 
 
 class CellMaker:
-    """Builds each attempt's cell from the queue's config; built cells are cached by workload, mode,
-    length and fault (building a timm model's cell runs it on the meta device, a second or more, and a
-    trace has few distinct workloads and lengths)."""
+    """Builds each attempt's cell from the queue's config; built cells are cached by workload, mode
+    and fault, and given each job's length (building a timm model's cell runs it on the meta device,
+    a second or more, and a trace has few distinct workloads but many lengths)."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
-        self._cells: dict[tuple[str, str, int, str | None], CellSpec] = {}
+        self._cells: dict[tuple[str, str, str | None], CellSpec] = {}
 
     def cell(self, job: TraceJob, attempt: int, mode: str, samples: int) -> CellSpec:
         """The cell that runs attempt ``attempt`` of ``job`` under ``mode`` for ``samples`` samples.
 
         Raises:
-            ConfigError: the job cannot run as configured (e.g. fewer samples than one batch).
+            ConfigError: the job cannot run as configured (e.g. fewer samples than two batches).
         """
         queue = self.config.queue
         fault = "oom" if attempt == 1 and job.job_id in queue.inject_oom else None
         workload = _workload(job, queue.stand_in)
-        key = (repr(workload), mode, samples, fault)
-        if key not in self._cells:
-            cfg = dataclasses.replace(
-                self.config,
-                workload=workload,
-                mode=dataclasses.replace(self.config.mode, name=mode, keep_daemon=True),
-                trainer=dataclasses.replace(self.config.trainer, fault=fault, fault_job=0, fault_epoch=1),
-                mix=MixConfig(),
-                degree=1,
-                epochs=2,  # a config's least (a sweep's warm-up and measured epoch): two halves of it
-                epoch_samples=max(1, (samples + 1) // 2),
-                epoch_time_s=None,
-            )
-            self._cells[key] = build_cell(cfg)
-        cell, cell_id = self._cells[key], f"queue-{job.job_id}-{attempt}"
-        jobs = tuple(dataclasses.replace(j, cell_id=cell_id) for j in cell.jobs)
-        return dataclasses.replace(cell, cell_id=cell_id, jobs=jobs)
+        half = max(1, (samples + 1) // 2)  # a config's least is two epochs (a sweep's warm-up and measured one)
+        key = (repr(workload), mode, fault)
+        cell = self._cells.get(key)
+        if cell is None or cell.jobs[0].workload.as_written:  # a script's cell is built as it is written
+            cell = self._cells[key] = self._build(workload, mode, fault, half)
+        spec = cell.jobs[0]
+        if spec.epoch_samples != half and not spec.workload.as_written:
+            if half < spec.batch_size:
+                raise ConfigError(
+                    f"samples={samples} is fewer than two batches of {spec.batch_size} ({spec.workload.name})"
+                )
+            spec = dataclasses.replace(spec, epoch_samples=half)
+        cell_id = f"queue-{job.job_id}-{attempt}"
+        return dataclasses.replace(cell, cell_id=cell_id, jobs=(dataclasses.replace(spec, cell_id=cell_id),))
+
+    def _build(self, workload: WorkloadConfig, mode: str, fault: str | None, half: int) -> CellSpec:
+        cfg = dataclasses.replace(
+            self.config,
+            workload=workload,
+            mode=dataclasses.replace(self.config.mode, name=mode, keep_daemon=True),
+            trainer=dataclasses.replace(self.config.trainer, fault=fault, fault_job=0, fault_epoch=1),
+            mix=MixConfig(),
+            degree=1,
+            epochs=2,
+            epoch_samples=half,
+            epoch_time_s=None,
+        )
+        return build_cell(cfg)
 
 
 def check_ray_config(config: Config, jobs: list[TraceJob]) -> CellMaker:
