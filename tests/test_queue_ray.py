@@ -243,3 +243,47 @@ def test_an_interrupted_ray_replay_releases_everything_and_resumes_with_no_job_l
     finally:
         store.close()
     assert ends == Counter({f"j{i}": 1 for i in range(1, 5)}) and len(requeued) >= 2
+
+
+@pytest.mark.slow
+def test_sigterm_on_the_command_releases_every_gpu_and_exits_143(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    from ray.util.placement_group import placement_group_table
+
+    from raycolloc.node.modes.mps import find_control_daemons
+
+    from .conftest import ROOT, session_ray
+
+    pipe_root = Path(f"/tmp/rcqt{os.getpid()}")
+    trace = _trace(tmp_path / "long.csv", jobs=4, samples=200_000)  # still training when the signal lands
+    words = ["cluster=local", f"cluster.address={session_ray()}", "cluster.num_gpus=2", f"mode.pipe_root={pipe_root}"]
+    words += ["queue.runner=ray", "queue.stand_in=tiny_cnn", f"out_dir={tmp_path}"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "raycolloc.queue", "replay", str(trace), *words],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if "mps=started" in line or "queue leased" in line:
+                break
+        time.sleep(3)  # jobs placed and training
+        proc.send_signal(signal.SIGTERM)
+        out = "".join(lines) + proc.communicate(timeout=120)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 143, out[-3000:]
+    assert "GPUs released" in out
+    assert not [d for d in find_control_daemons() if str(d["pipe_dir"]).startswith(str(pipe_root))]
+    groups = [g for g in placement_group_table().values() if str(g.get("name", "")).startswith("raycolloc:queue")]
+    assert groups and all(g["state"] == "REMOVED" for g in groups)
