@@ -287,3 +287,25 @@ def test_sigterm_on_the_command_releases_every_gpu_and_exits_143(tmp_path: Path)
     assert not [d for d in find_control_daemons() if str(d["pipe_dir"]).startswith(str(pipe_root))]
     groups = [g for g in placement_group_table().values() if str(g.get("name", "")).startswith("raycolloc:queue")]
     assert groups and all(g["state"] == "REMOVED" for g in groups)
+
+
+def test_a_gpu_with_a_full_pool_shows_itself_full_and_sends_a_job_placed_past_it_back(tmp_path: Path) -> None:
+    from raycolloc.devices import GpuInfo
+    from raycolloc.queue.catalog import catalog_profile, sim_params
+    from raycolloc.queue.policy import Predictor
+    from raycolloc.queue.raylanes import POOL_SIZE, QueueLane
+    from raycolloc.queue.rayrunners import RayRunners, _Run
+
+    settings = compose_settings(["cluster=local"])
+    gpu = settings.gpu
+    profile = catalog_profile("resnet18/cifar10", gpu)
+    info = GpuInfo(0, "GPU-x", gpu.name, int(gpu.memory_mib), None, False, False, "0", "sim", "")
+    lane = QueueLane("n-g0", None, None, None, info, None, mode="mps", sampled_at=0.0)
+    runners = RayRunners([lane], None, {}, Predictor(gpu, sim_params(gpu)))
+    full = [_Run(f"r{i}", 1, None, None, [], profile, 1000.0, 2.0, "mps", 0.0) for i in range(POOL_SIZE)]
+    runners._runs["n-g0"] = full
+    (view,) = runners.views(0.5)
+    assert view.mem_used_mib == view.memory_mib  # no policy places more there
+    runners.start("late", 1, profile, 1000.0, 2.0, 256.0, "n-g0", "mps", 0.5)
+    assert ("late", 1) not in runners.running() and not runners.failures  # back to the queue, not a failure
+    assert [(r.job_id, r.kind) for r in runners._pending] == [("late", "lost")]

@@ -130,6 +130,10 @@ class RayRunners:
                 "gpu=%s runs %s jobs; %s asked for %s: it joins as %s", gpu_id, lane.mode, job_id, mode, lane.mode
             )
             mode = lane.mode
+        if len(runs) >= POOL_SIZE:  # one pass placed past the pool: no share of the lease is left for it
+            log.warning("gpu=%s holds %d jobs already: %s goes back to the queue", gpu_id, len(runs), job_id)
+            self._pending.append(Report(job_id, attempt, "lost", now, ()))
+            return
         cell = self.maker.cell(self.jobs[job_id], attempt, mode, int(samples))
         try:
             bindings = ray.get(lane.steward.prepare.remote(cell, lane.gpu.uuid, True), timeout=300)
