@@ -6,9 +6,11 @@ nothing is left (MPS daemons, leases); bad keys are refused by name before Ray i
 from __future__ import annotations
 
 import json
-import os
+import shutil
+import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,14 @@ from raycolloc.results.rows import EpochRow
 from raycolloc.spec import JobInfo, JobState
 
 LIGHT = ("resnet18", "resnet26", "mobilenetv3_large_100")
+
+
+@pytest.fixture
+def pipe_root() -> Iterator[Path]:
+    """A short ``mode.pipe_root`` (an MPS pipe path has ~100 characters), removed after the test."""
+    root = Path(tempfile.mkdtemp(prefix="rcq", dir="/tmp"))
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def _trace(path: Path, jobs: int = 6, samples: int = 256) -> Path:
@@ -148,7 +158,7 @@ def test_a_job_that_keeps_failing_is_cancelled_after_max_failures(
 
 @pytest.mark.slow
 def test_a_trace_on_simulated_gpus_through_ray_ends_every_job_once_and_leaves_nothing(
-    tmp_path: Path, ray_local: None
+    tmp_path: Path, ray_local: None, pipe_root: Path
 ) -> None:
     import ray
     from ray.util.placement_group import placement_group_table
@@ -156,7 +166,6 @@ def test_a_trace_on_simulated_gpus_through_ray_ends_every_job_once_and_leaves_no
     from raycolloc.node.modes.mps import find_control_daemons
     from raycolloc.queue.rayreplay import replay_ray
 
-    pipe_root = Path(f"/tmp/rcq{os.getpid()}")  # short: an MPS pipe path has ~100 characters
     words = [
         "cluster=local",
         "cluster.num_gpus=2",
@@ -207,7 +216,7 @@ def test_a_trace_on_simulated_gpus_through_ray_ends_every_job_once_and_leaves_no
 
 @pytest.mark.slow
 def test_an_interrupted_ray_replay_releases_everything_and_resumes_with_no_job_lost_or_repeated(
-    tmp_path: Path, ray_local: None, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, ray_local: None, monkeypatch: pytest.MonkeyPatch, pipe_root: Path
 ) -> None:
     from ray.util.placement_group import placement_group_table
 
@@ -216,7 +225,6 @@ def test_an_interrupted_ray_replay_releases_everything_and_resumes_with_no_job_l
     from raycolloc.queue.rayreplay import replay_ray
     from raycolloc.queue.state import Store
 
-    pipe_root = Path(f"/tmp/rcqi{os.getpid()}")
     words = ["cluster=local", "cluster.num_gpus=2", f"mode.pipe_root={pipe_root}", "queue.runner=ray"]
     words += ["queue.stand_in=tiny_cnn", f"out_dir={tmp_path}"]
     trace = _trace(tmp_path / "four.csv", jobs=4)
@@ -246,7 +254,7 @@ def test_an_interrupted_ray_replay_releases_everything_and_resumes_with_no_job_l
 
 
 @pytest.mark.slow
-def test_sigterm_on_the_command_releases_every_gpu_and_exits_143(tmp_path: Path) -> None:
+def test_sigterm_on_the_command_releases_every_gpu_and_exits_143(tmp_path: Path, pipe_root: Path) -> None:
     import signal
     import subprocess
     import sys
@@ -257,7 +265,6 @@ def test_sigterm_on_the_command_releases_every_gpu_and_exits_143(tmp_path: Path)
 
     from .conftest import ROOT, session_ray
 
-    pipe_root = Path(f"/tmp/rcqt{os.getpid()}")
     trace = _trace(tmp_path / "long.csv", jobs=4, samples=200_000)  # still training when the signal lands
     words = ["cluster=local", f"cluster.address={session_ray()}", "cluster.num_gpus=2", f"mode.pipe_root={pipe_root}"]
     words += ["queue.runner=ray", "queue.stand_in=tiny_cnn", f"out_dir={tmp_path}"]
