@@ -6,11 +6,9 @@ nothing is left (MPS daemons, leases); bad keys are refused by name before Ray i
 from __future__ import annotations
 
 import json
-import shutil
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,11 +26,10 @@ LIGHT = ("resnet18", "resnet26", "mobilenetv3_large_100")
 
 
 @pytest.fixture
-def pipe_root() -> Iterator[Path]:
-    """A short ``mode.pipe_root`` (an MPS pipe path has ~100 characters), removed after the test."""
-    root = Path(tempfile.mkdtemp(prefix="rcq", dir="/tmp"))
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
+def pipe_root() -> Path:
+    """A short ``mode.pipe_root`` (an MPS pipe path has ~100 characters). Kept after the test: the
+    session's steward, started by the first test that uses one, keeps its fork server's socket there."""
+    return Path(tempfile.mkdtemp(prefix="rcq", dir="/tmp"))
 
 
 def _trace(path: Path, jobs: int = 6, samples: int = 256) -> Path:

@@ -11,6 +11,7 @@ window, power integrated into energy).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 from collections import deque
@@ -30,6 +31,9 @@ __all__ = ["POOL_SIZE", "QueueLane", "close_lane", "open_lanes"]
 
 log = logging.getLogger(__name__)
 POOL_SIZE = 16  # the most jobs one GPU holds at once: each trainer actor holds 1/POOL_SIZE of its lease
+# Lane numbers unique within the process: a second queue run in one process (a resume, a test) names its
+# placement groups and trainer actors afresh, never after the last run's, which Ray may still be freeing.
+_NUMBERS = itertools.count()
 
 
 @dataclass
@@ -77,8 +81,8 @@ def open_lanes(config: Config) -> list[QueueLane]:
         raise LeaseError("the Ray cluster has no GPU: start Ray on GPU nodes, or cluster=local for simulated GPUs")
     lanes: list[QueueLane] = []
     try:
-        for index in range(count):
-            lanes.append(_open(config, index))
+        for _ in range(count):
+            lanes.append(_open(config, next(_NUMBERS)))
     except BaseException:
         for lane in lanes:
             close_lane(lane)
