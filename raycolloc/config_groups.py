@@ -34,6 +34,7 @@ TELEMETRY_SOURCES = ("auto", "dcgm", "gpm", "nvml")
 # The queue's placement policies (raycolloc.queue.policy's registry; a test keeps the two in step).
 QUEUE_POLICIES = ("exclusive", "carma", "raycolloc")
 QUEUE_MODES = ("naive", "mps")
+QUEUE_RUNNERS = ("sim", "ray")
 # How a configuration's headline rate is formed from its runs (the analysis reads it from the config).
 STATISTICS = ("mean", "median", "fastest")
 
@@ -179,6 +180,12 @@ class QueueConfig:
     job's memory estimate by it. ``sim_mem_error``: a simulated job's true memory is its estimate
     times a factor within +-this. ``sim_speed``: a live queue's simulated seconds per wall second.
     ``sim_node_loss``: ``NODE@SECONDS`` entries, simulated nodes lost during a replay.
+    ``runner``: what runs a replay's jobs: ``sim`` (the simulated cluster, virtual time) or ``ray``
+    (the Ray cluster's GPUs through the stewards and trainer actors, wall-clock time).
+    ``arrival_scale``: a ``ray`` replay waits ``submit_s`` times this before a job arrives.
+    ``stand_in``: a workload preset every job of a ``ray`` replay trains in place of its own model
+    (placed by its own profile; e.g. ``tiny_cnn`` on simulated GPUs). ``inject_oom``: job ids whose
+    first attempt runs out of memory mid-epoch (``trainer.fault=oom``; ``ray`` runner).
     ``trace_*``: the trace generator's mean gap between arrivals (s), median length of a job alone
     (s), and light/medium/heavy shares.
     """
@@ -197,6 +204,10 @@ class QueueConfig:
     sim_oom_after_s: float = 5.0
     sim_speed: float = 1.0
     sim_node_loss: list[str] = field(default_factory=list)
+    runner: str = "sim"
+    arrival_scale: float = 1.0
+    stand_in: str | None = None
+    inject_oom: list[str] = field(default_factory=list)
     trace_gap_s: float = 2.0
     trace_job_s: float = 25.0
     trace_mix: list[float] = field(default_factory=lambda: [0.4, 0.35, 0.25])
@@ -227,6 +238,8 @@ class QueueConfig:
                     f"queue.sim_node_loss entry {loss!r} is not allowed; write NODE@SECONDS (e.g. 1@120: "
                     "simulated node 1 is lost 120 s into the run)"
                 )
+        _check_choice("queue.runner", self.runner, QUEUE_RUNNERS)
+        _check_min("queue.arrival_scale", self.arrival_scale, 0)
         _check_min("queue.trace_gap_s", self.trace_gap_s, 0.001)
         _check_min("queue.trace_job_s", self.trace_job_s, 0.001)
         mix = self.trace_mix

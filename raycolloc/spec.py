@@ -2,8 +2,8 @@
 
 The driver validates a config once into a :class:`CellSpec` (``raycolloc.driver.cell_specs``); the
 node's steward turns it into one :class:`Binding` per job; each trainer reports a :class:`JobState`.
-The steward answers with a :class:`NodeInfo`, a :class:`Release` and :class:`Samples`; jobs and
-lanes tell the progress board a :class:`JobProgress` and a :class:`CellProgress`.
+The steward answers with a :class:`NodeInfo`, a :class:`Release`, :class:`Samples` and a
+:class:`GpuNow`; jobs and lanes tell the progress board a :class:`JobProgress` and a :class:`CellProgress`.
 All are plain dataclasses (never DictConfigs), so every process reads the same typed shape.
 """
 
@@ -24,6 +24,7 @@ __all__ = [
     "CellProgress",
     "CellSpec",
     "CellStatus",
+    "GpuNow",
     "JobInfo",
     "JobProgress",
     "JobSpec",
@@ -247,6 +248,22 @@ class Release:
     mps_stopped: bool = False  # its MPS daemon stopped (end of an MPS cell, or of the GPU's lease)
     mps_daemon_kept: bool = False  # ... or kept for the next MPS cell (mode.keep_daemon)
     mig_restored: bool = False  # the MIG layout found before the cell put back
+
+
+@dataclass(frozen=True)
+class GpuNow:
+    """One GPU as its node's backend reads it now (NVML or the simulated GPU): memory in use and in
+    all (MiB), power (W, None where unread), utilisation (0..1: NVML's, a kernel ran in the window) and,
+    where the GPU has GPM, SM activity, SM occupancy and DRAM activity (0..1) since the last reading."""
+
+    uuid: str
+    mem_used_mib: float
+    mem_total_mib: float
+    power_w: float | None
+    util: float
+    sm_active: float | None = None
+    sm_occupancy: float | None = None
+    dram_active: float | None = None
 
 
 @dataclass(frozen=True)

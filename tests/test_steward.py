@@ -19,8 +19,9 @@ from raycolloc.node.gpu.sim import SimBackend
 from raycolloc.node.gpu.sim_mps import install_control
 from raycolloc.node.modes.mps import MpsDaemon, find_control_daemons
 from raycolloc.node.steward_handles import get_steward
-from raycolloc.node.telemetry import Sampler, pick_source
+from raycolloc.node.telemetry import Sampler, gpu_now, pick_source
 from raycolloc.results.schema import METRIC_COLUMNS, SCHEMAS
+from raycolloc.spec import Binding
 
 from .conftest import load, run_one
 
@@ -127,6 +128,18 @@ def test_sampler_on_the_simulated_backend_without_ray(tmp_path: Path) -> None:
     assert gpu[0].sm_active is None  # GPM needs two samples
 
 
+def test_gpu_now_reads_memory_and_power_and_gpm_activities_from_the_second_reading_on(tmp_path: Path) -> None:
+    backend = _sim(tmp_path)
+    uuid = backend.gpus()[0].uuid
+    first, prev = gpu_now(backend, uuid, None)
+    assert first.mem_total_mib > 0 and first.power_w and first.sm_active is None  # nothing to compare yet
+    second, _ = gpu_now(backend, uuid, prev)
+    assert second.sm_active is not None and 0 <= second.sm_active <= 1 and second.dram_active is not None
+    a100 = _sim(tmp_path / "a100", "A100-80GB")  # no GPM before Hopper: utilisation only
+    reading, kept = gpu_now(a100, a100.gpus()[0].uuid, None)
+    assert kept is None and reading.sm_active is None and 0 <= reading.util <= 1
+
+
 def test_simulated_energy_counter_advances_on_every_read_like_nvml(tmp_path: Path) -> None:
     """A short measured window may hold two samples under 50 ms apart: its energy must still be > 0."""
     backend = _sim(tmp_path)
@@ -179,6 +192,30 @@ def test_cells_side_by_side_get_disjoint_cores_and_release_returns_them(tmp_path
     finally:
         for cell in ("cpu-a", "cpu-b", "cpu-c"):
             ray.get(steward.release.remote(cell), timeout=60)
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_shared_cells_join_one_gpu_under_one_mps_daemon_that_outlives_each_until_release_gpu(tmp_path: Path) -> None:
+    root = _short_root()
+    job = load(["degree=1", "epoch_samples=128", "mode=mps", f"mode.pipe_root={root}"], out_dir=tmp_path)
+    node = ray.get_runtime_context().get_node_id()
+    steward = get_steward(node, job.config.cluster, job.config.mode.pipe_root)
+    gpu = _sim_gpu_uuids(job)[0]
+
+    def prepare(cell: str) -> Binding:
+        return ray.get(steward.prepare.remote(dataclasses.replace(job, cell_id=cell), gpu, True), timeout=60)[0]
+
+    try:
+        a, b = prepare("q-a"), prepare("q-b")  # the second does not release the first
+        assert a.mps_pipe_dir == b.mps_pipe_dir and gpu not in ray.get(steward.held.remote(), timeout=60)
+        ray.get(steward.release.remote("q-a"), timeout=60)
+        assert [d for d in find_control_daemons() if str(root) in d["pipe_dir"]]  # b still has its server
+        now = ray.get(steward.gpu_now.remote(gpu), timeout=60)
+        assert now.uuid == gpu and now.mem_total_mib > 0 and 0 <= now.util <= 1
+    finally:
+        ray.get(steward.release.remote("q-b"), timeout=60)
+        done = ray.get(steward.release_gpu.remote(gpu), timeout=60)
+    assert done.mps_stopped and not [d for d in find_control_daemons() if str(root) in d["pipe_dir"]]
 
 
 @pytest.mark.usefixtures("ray_local")

@@ -47,10 +47,10 @@ from raycolloc.node.leftovers import claim, clean_leftovers, find_leftovers
 from raycolloc.node.modes import MODES, GpuSlot, Mode
 from raycolloc.node.modes.mig import MIG_RECORD
 from raycolloc.node.reserve import confine, plan_reservation, ray_processes, thread_siblings
-from raycolloc.node.telemetry import Sampler, gi_sm_shares, pick_source
+from raycolloc.node.telemetry import Sampler, gi_sm_shares, gpu_now, pick_source
 from raycolloc.procs import normal_priority, python_env
 from raycolloc.results.rows import TelemetryRow
-from raycolloc.spec import Binding, CellSpec, NodeInfo, Release, Reservation, Samples
+from raycolloc.spec import Binding, CellSpec, GpuNow, NodeInfo, Release, Reservation, Samples
 
 __all__ = ["NAMESPACE", "RemoteSteward", "Steward", "node_key"]
 
@@ -99,6 +99,7 @@ class Steward:
         self._cells: dict[str, _CellState] = {}
         self._holder: dict[str, str] = {}  # gpu uuid -> cell id
         self._gauges: dict[str, Any] = {}
+        self._gpm_prev: dict[str, Any] = {}  # gpu uuid -> the GPM sample of its last gpu_now
         self._cpus = CpuPool()  # the cores Ray may use on this node, handed to jobs per cell
         self.reservation = Reservation()  # cores kept for the node's own processes (node/reserve.py)
         self.leftovers = self._clean_leftovers()
@@ -205,15 +206,17 @@ class Steward:
         return self.backend.job_device(gpu_uuid)
 
     # --- prepare / release -----------------------------------------------------------------
-    def prepare(self, cell: CellSpec, gpu_uuid: str) -> list[Binding]:
-        """Make the GPU ready for the cell's mode and return one binding per job.
+    def prepare(self, cell: CellSpec, gpu_uuid: str, shared: bool = False) -> list[Binding]:
+        """Make the GPU ready for the cell's mode and return one binding per job. ``shared``: the
+        cell joins others on the GPU (a queue's jobs, each a cell of its own, all of one mode):
+        it neither holds the GPU nor releases them.
 
         Raises:
             ModeError: the GPU cannot be prepared; nothing was left changed.
         """
         mode_cls = MODES[cell.mode]
         with self._lock:
-            holder = self._holder.get(gpu_uuid)
+            holder = None if shared else self._holder.get(gpu_uuid)
             if holder is not None and holder != cell.cell_id:
                 log.warning("gpu=%s held by stale cell=%s: releasing it first", gpu_uuid, holder)
                 self.release(holder)
@@ -226,7 +229,8 @@ class Steward:
             claim(slot.dir(cell))  # this steward uses the GPU's directory: not a leftover while it runs
             state = _CellState(cell, slot, mode_cls(slot, cell))
             self._cells[cell.cell_id] = state
-            self._holder[gpu_uuid] = cell.cell_id
+            if not shared:
+                self._holder[gpu_uuid] = cell.cell_id
         try:
             self.reserve(cell.config.cluster.reserved_cpus)
             bindings = state.mode.prepare()
@@ -295,6 +299,12 @@ class Steward:
         return done
 
     # --- telemetry -------------------------------------------------------------------------
+    def gpu_now(self, gpu_uuid: str) -> GpuNow:
+        """The GPU now, SM activity since the last call (a queue's view of its GPUs; telemetry.gpu_now)."""
+        with self._lock:
+            reading, self._gpm_prev[gpu_uuid] = gpu_now(self.backend, gpu_uuid, self._gpm_prev.get(gpu_uuid))
+        return reading
+
     def start_sampling(self, cell_id: str, pids: dict[int, int]) -> str:
         """Start sampling the cell's GPU (``pids``: training process -> job index); returns the source."""
         state = self._cells[cell_id]

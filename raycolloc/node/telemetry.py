@@ -32,8 +32,9 @@ from raycolloc.node.gpu.backend import GpuBackend, MigDevice, ProcessUsage
 from raycolloc.node.hostclock import core_mhz, foreign_count, load_avg_1m, run_delay_s
 from raycolloc.node.mig.placement import gpu_model_of
 from raycolloc.results.rows import TelemetryRow
+from raycolloc.spec import GpuNow
 
-__all__ = ["Sampler", "gi_sm_shares", "pick_source"]
+__all__ = ["Sampler", "gi_sm_shares", "gpu_now", "pick_source"]
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,36 @@ def gi_sm_shares(gpu_name: str, devices: list[MigDevice]) -> dict[int, float]:
     except (KeyError, ValueError) as exc:
         log.warning("telemetry=no-gi-shares gpu=%r: %s", gpu_name, exc)
         return {}
+
+
+def gpu_now(backend: GpuBackend, uuid: str, prev: Any) -> tuple[GpuNow, Any]:
+    """The GPU now (memory, power, utilisation) and, where it has GPM, its SM activity, occupancy and
+    DRAM activity since ``prev`` (the GPM sample the last call returned; None: not yet). Returns the
+    reading and the GPM sample to pass next time (None without GPM)."""
+    s = backend.basic_sample(uuid, pcie=False)
+    metrics: dict[str, float | None] = {}
+    cur = backend.gpm_sample(uuid) if backend.gpm_supported(uuid) else None
+    if prev is not None and cur is not None:
+        try:
+            metrics = backend.gpm_metrics(prev, cur)
+        finally:
+            backend.gpm_free(prev)
+
+    def share(key: str) -> float | None:  # GPM's percentages as 0..1
+        value = metrics.get(key)
+        return None if value is None else float(value) / 100.0
+
+    reading = GpuNow(
+        uuid=uuid,
+        mem_used_mib=float(s.get("mem_used_mib") or 0.0),
+        mem_total_mib=float(s.get("mem_total_mib") or 0.0),
+        power_w=s.get("power_w"),
+        util=float(s.get("gpu_util") or 0.0) / 100.0,
+        sm_active=share("sm_active"),
+        sm_occupancy=share("sm_occupancy"),
+        dram_active=share("dram_active"),
+    )
+    return reading, cur
 
 
 def pick_source(backend: GpuBackend, uuid: str, wanted: str) -> str:

@@ -9,13 +9,14 @@
     python -m raycolloc.queue submit --job-id ID --model M --dataset D --samples N [--max-slowdown B] [out_dir=...]
     python -m raycolloc.queue status | cancel ID | drain [--wait]   [out_dir=...]
 
-``trace`` writes a Philly-like trace; ``replay`` runs one on the simulated cluster (virtual time) to
-the end, through the queue's state database (resumed if the same command ran before and was
-stopped), prints a summary and writes one row per job as Parquet. ``serve`` runs a live queue (a
-detached Ray actor, simulated GPUs in wall-clock time) until it is drained; ``submit``, ``status``,
-``cancel`` and ``drain`` talk to it. Exit status: 0; 2 for a config error, a malformed trace or a
-refused submission (named, nothing queued); 1 for a replay that did not end every job, a cancel of
-no such job, or no live queue to talk to.
+``trace`` writes a Philly-like trace; ``replay`` runs one on the simulated cluster (virtual time), or
+with ``queue.runner=ray`` on the Ray cluster's GPUs (wall-clock time), to the end, through the queue's
+state database (resumed if the same command ran before and was stopped), prints a summary and writes
+one row per job as Parquet. ``serve`` runs a live queue (a detached Ray actor, simulated GPUs in
+wall-clock time) until it is drained; ``submit``, ``status``, ``cancel`` and ``drain`` talk to it.
+Exit status: 0; 2 for a config error, a malformed trace or a refused submission (named, nothing
+queued); 1 for a replay that did not end every job or found no GPU to lease, a cancel of no such job,
+or no live queue to talk to; 130/143 for a ``queue.runner=ray`` replay stopped by Ctrl-C/SIGTERM.
 """
 
 from __future__ import annotations

@@ -31,7 +31,25 @@ def trace_command(args: argparse.Namespace) -> int:
 def replay_command(args: argparse.Namespace) -> int:
     from raycolloc.queue.replay import replay
 
-    outcome = replay(args.trace, compose_settings(args.words))
+    settings = compose_settings(args.words)
+    if settings.config.queue.runner == "ray":
+        from raycolloc.driver import signals
+        from raycolloc.driver.lease import LeaseError
+        from raycolloc.queue.rayreplay import replay_ray
+
+        signals.install()  # SIGTERM (timeout, Slurm) releases the GPUs as Ctrl-C does
+        try:
+            outcome = replay_ray(args.trace, settings)
+        except LeaseError as exc:  # no GPU to lease: nothing ran, the database keeps its jobs
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            return 1
+        except KeyboardInterrupt as exc:
+            print("interrupted: jobs stopped, GPUs released; the same command resumes", file=sys.stderr, flush=True)
+            return signals.exit_status(exc)
+        finally:
+            signals.uninstall()
+    else:
+        outcome = replay(args.trace, settings)
     print(format_summary(outcome.summary), flush=True)
     print(f"wrote {outcome.jobs_file}")
     return 0 if outcome.summary.complete else 1

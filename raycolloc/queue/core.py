@@ -26,13 +26,16 @@ __all__ = ["Queue", "Report", "Runners", "largest_estimate"]
 @dataclass(frozen=True)
 class Report:
     """What a runner reports: a job's attempt ``ended``, ran out of memory (``oom``) or was ``lost``
-    with its node, at ``t``."""
+    with its node, at ``t``; a real runner adds what it measured (the attempt's memory peak, MiB,
+    and its samples/s), None where nothing was measured (the simulated cluster)."""
 
     job_id: str
     attempt: int
     kind: Literal["ended", "oom", "lost"]
     t: float
     co_residents: tuple[str, ...]
+    mem_peak_mib: float | None = None
+    samples_per_s: float | None = None
 
 
 class Runners(Protocol):
@@ -99,6 +102,7 @@ class Queue:
             if record is None:
                 continue
             grown = (record.mem_estimate_mib or self.profile_of(record.job).job_mem_mib) * self.queue.oom_backoff
+            grown = max(grown, r.mem_peak_mib or 0.0)  # it held this much before it ran out: at least that
             self.store.oom(r.job_id, r.attempt, r.t, min(grown, largest_estimate(self.gpu)))
 
     def schedule(self, now: float) -> float | None:

@@ -33,7 +33,7 @@ from raycolloc.queue.simcluster import SimCluster
 from raycolloc.queue.state import Store
 from raycolloc.queue.trace import TraceError, TraceJob, read_trace
 
-__all__ = ["ReplayOutcome", "format_summary", "replay", "run_dir"]
+__all__ = ["ReplayOutcome", "format_summary", "replay", "run_dir", "trace_digest", "trace_profiles"]
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ def run_dir(trace: Path, settings: QueueSettings) -> Path:
     return settings.out_dir / "queue" / f"{trace.stem}-{queue.policy}"
 
 
-def _profiles(trace: Path, jobs: list[TraceJob], settings: QueueSettings) -> dict[str, Profile]:
+def trace_profiles(trace: Path, jobs: list[TraceJob], settings: QueueSettings) -> dict[str, Profile]:
     """Every job's profile on the simulated GPU model; refuses the trace at its first unknown job."""
     out = {}
     for job in jobs:
@@ -66,7 +66,7 @@ def _profiles(trace: Path, jobs: list[TraceJob], settings: QueueSettings) -> dic
     return out
 
 
-def _digest(jobs: list[TraceJob]) -> str:
+def trace_digest(jobs: list[TraceJob]) -> str:
     return hashlib.sha256(json.dumps([j.__dict__ for j in jobs], sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -79,7 +79,7 @@ def replay(trace: Path, settings: QueueSettings, open_store: Callable[[Path], St
         TraceMismatch: the database holds another trace, policy or cluster.
     """
     jobs = read_trace(trace)
-    profiles = _profiles(trace, jobs, settings)
+    profiles = trace_profiles(trace, jobs, settings)
     config, gpu = settings.config, settings.gpu
     directory = run_dir(trace, settings)
     losses = sorted((float(w), int(n)) for n, _, w in (str(x).partition("@") for x in config.queue.sim_node_loss))
@@ -90,7 +90,7 @@ def replay(trace: Path, settings: QueueSettings, open_store: Callable[[Path], St
     store = open_store(db)
     try:
         shape = f"{settings.nodes}x{settings.gpus_per_node} {gpu.name} seed={config.seed}"
-        for key, value in (("trace", _digest(jobs)), ("policy", config.queue.policy), ("cluster", shape)):
+        for key, value in (("trace", trace_digest(jobs)), ("policy", config.queue.policy), ("cluster", shape)):
             store.claim(key, value)
         predictor = Predictor(gpu, sim_params(gpu))
         now = store.clock()

@@ -1,0 +1,135 @@
+"""A trace run to its end on a Ray cluster's GPUs (``queue.runner=ray``), in wall-clock time.
+
+The same queue as a simulated replay (:mod:`raycolloc.queue.replay`): the trace read and every job's
+profile found first, every job's cell built (:func:`~raycolloc.queue.rayjobs.check_ray_config`), all
+before Ray is touched, so a bad trace or key exits 2 with no GPU state changed. Then every GPU of the
+cluster (``cluster=...``: local, the simulated GPUs where there is no GPU, or an address) is leased
+once and :class:`~raycolloc.queue.rayrunners.RayRunners` runs what the policy places. The queue's
+clock is the wall clock since the run began (after its database's own clock, so a resumed run goes on
+from where it stopped); a job arrives ``submit_s x queue.arrival_scale`` seconds in. The loop wakes
+every ``TICK_S``: reports in, a placement pass, until every job has ended (a job whose attempts
+failed ``MAX_FAILURES`` times other than out of memory is cancelled). Written beside the database
+as by a simulated replay: ``jobs.parquet``, ``gpus.parquet`` (each GPU's samples) and ``summary.json``
+(energy from the GPUs' power samples), and ``attempts.parquet`` (each attempt: outcome, GPU, mode,
+memory estimate against its measured peak, samples/s). Everything is released in ``finally`` (running jobs stopped,
+MPS daemons stopped, leases removed), also on Ctrl-C; the database keeps its state for a resume.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+from raycolloc.queue.catalog import sim_params
+from raycolloc.queue.core import Queue, Report, Runners
+from raycolloc.queue.policies import create_policy
+from raycolloc.queue.policy import Predictor
+from raycolloc.queue.rayjobs import check_ray_config
+from raycolloc.queue.raylanes import POOL_SIZE, open_lanes
+from raycolloc.queue.rayrunners import RayRunners
+from raycolloc.queue.replay import ReplayOutcome, run_dir, trace_digest, trace_profiles
+from raycolloc.queue.report import job_rows, summarise, write_parquet, write_summary
+from raycolloc.queue.settings import QueueSettings
+from raycolloc.queue.state import Store
+from raycolloc.queue.trace import TraceJob, read_trace
+
+__all__ = ["MAX_FAILURES", "TICK_S", "Polled", "replay_ray"]
+
+log = logging.getLogger(__name__)
+
+TICK_S = 0.2  # how often the loop looks for ended jobs and places waiting ones
+MAX_FAILURES = 3  # a job whose attempts failed (not out of memory) this often is cancelled, not tried again
+
+
+def _unfinished(store: Store) -> int:
+    counts = store.counts()
+    return counts["queued"] + counts["placed"] + counts["started"]
+
+
+class Polled(Runners, Protocol):
+    """Runners the wall-clock loop asks for what finished, and how often each job's attempts failed."""
+
+    failures: Counter[str]
+
+    def poll(self, now: float) -> list[Report]: ...
+
+
+def _loop(queue: Queue, runners: Polled, store: Store, clock: Callable[[], float]) -> None:
+    """Reports in and placements out every ``TICK_S`` until no job is left unfinished."""
+    while True:
+        now = clock()
+        queue.handle(runners.poll(now))
+        for job_id, failed in runners.failures.items():
+            if failed >= MAX_FAILURES and store.cancel(job_id, now) is not None:
+                log.error("job=%s failed %d times (not out of memory): cancelled", job_id, failed)
+        if _unfinished(store) == 0:
+            return
+        queue.schedule(now)
+        time.sleep(TICK_S)
+
+
+def replay_ray(trace: Path, settings: QueueSettings) -> ReplayOutcome:
+    """Run ``trace`` on the Ray cluster's GPUs to its end (or resume it).
+
+    Raises:
+        TraceError: a malformed trace, or a job without a profile or length (nothing is queued).
+        ConfigError: a job that cannot be built, a ``queue.inject_oom`` id not in the trace.
+        TraceMismatch: the database holds another trace, policy or cluster.
+        LeaseError: the cluster has no GPU, or one was not granted in time.
+    """
+    from raycolloc.driver.cluster import connect
+
+    jobs = read_trace(trace)
+    profiles = trace_profiles(trace, jobs, settings)
+    maker = check_ray_config(settings.config, jobs)
+    config, gpu = maker.config, settings.gpu
+    directory = run_dir(trace, settings)
+    db = Path(config.queue.db) if config.queue.db else directory / "queue.sqlite"
+    store = Store(db)
+    runners: RayRunners | None = None
+    try:
+        shape = f"ray {config.cluster.backend} {gpu.name} seed={config.seed}"
+        for key, value in (("trace", trace_digest(jobs)), ("policy", config.queue.policy), ("cluster", shape)):
+            store.claim(key, value)
+        connect(config.cluster, POOL_SIZE)
+        predictor = Predictor(gpu, sim_params(gpu))
+        runners = RayRunners(open_lanes(config), maker, {j.job_id: j for j in jobs}, predictor)
+        policy = create_policy(config.queue, gpu, predictor)
+        queue = Queue(store, policy, runners, config.queue, gpu, lambda j: profiles[j.job_id])
+        begin, t0 = store.clock(), time.monotonic()
+        if sum(store.counts().values()):
+            queue.resume(begin)
+        else:
+            scale = config.queue.arrival_scale
+            arriving = [dataclasses.replace(j, submit_s=begin + j.submit_s * scale) for j in jobs]
+            store.add(arriving, [profiles[j.job_id].job_mem_mib for j in jobs], begin)
+        _loop(queue, runners, store, lambda: begin + time.monotonic() - t0)
+        wall = time.monotonic() - t0
+        energy = float(store.meta("energy_j") or 0.0) + runners.energy_j
+        store.put("energy_j", repr(energy))
+
+        def alone(job: TraceJob) -> float | None:
+            # A stand-in trains another model than the profile's: its time alone is not known.
+            if config.queue.stand_in is not None:
+                return None
+            return (job.length_samples or 0) / profiles[job.job_id].samples_per_s
+
+        rows = job_rows(config.queue.policy, store.jobs(), alone, config.queue.max_slowdown)
+        summary = summarise(config.queue.policy, rows, energy, wall)
+        jobs_file = write_parquet(directory / "jobs.parquet", rows)
+        write_parquet(directory / "gpus.parquet", runners.telemetry)
+        if runners.attempts:  # this run's (a resumed run's earlier attempts went with their process)
+            write_parquet(directory / "attempts.parquet", runners.attempts)
+        write_summary(directory / "summary.json", summary)
+    finally:
+        try:
+            if runners is not None:
+                runners.close()
+        finally:
+            store.close()
+    return ReplayOutcome(summary, directory, jobs_file)

@@ -1,0 +1,269 @@
+"""The queue's jobs on a Ray cluster's GPUs: :class:`RayRunners`, the real :class:`~raycolloc.queue.core.Runners`.
+
+It runs each placed job through the sweeps' own code (docs/architecture.md): the GPU's lease and
+trainer pool (:mod:`raycolloc.queue.raylanes`), the node's steward preparing the GPU's mode for the
+job's cell of one (``prepare(..., shared=True)``: beside the jobs already there; under MPS its daemon,
+started by the first MPS job, serves them all), and a trainer actor that starts the job's training
+process with the steward's binding and trains it (setup, its epoch, finish) in the background: the
+three calls are queued on the actor at once and :meth:`RayRunners.poll` collects the ones that
+finished. An attempt ends ``ended`` (every state ok), ``oom`` (a state says so: the trainer returns an
+out-of-memory as ``status=oom``) or ``lost`` (an error, its actor died, or its GPU could not be
+prepared; counted in :attr:`RayRunners.failures`), with its memory peak
+(PyTorch's reserved peak or the driver's count, the larger) and its samples/s. When a GPU empties,
+its steward stops what it kept (the MPS daemon) and the GPU's mode is free again.
+
+What a policy sees of a GPU (:meth:`RayRunners.views`): its memory in use, read through the steward
+(NVML, or the simulated GPU's count), or its residents' estimates while they are larger (a job just
+placed has allocated nothing yet); its SM activity, SM occupancy and DRAM activity as means over the
+monitor's rolling window of GPM readings (the steward's ``gpu_now``); without GPM, SM activity is
+NVML's utilisation and occupancy and DRAM activity are what the advisor's model predicts for its jobs.
+A GPU with ``POOL_SIZE`` jobs shows itself full.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import ray
+
+from raycolloc.advise.profile import Profile
+from raycolloc.queue.core import Report
+from raycolloc.queue.policy import GpuView, Predictor, Resident
+from raycolloc.queue.rayjobs import CellMaker
+from raycolloc.queue.raylanes import POOL_SIZE, QueueLane, close_lane
+from raycolloc.queue.simcluster import MONITOR_WINDOW_S, TelemetryRow
+from raycolloc.queue.trace import TraceJob
+from raycolloc.spec import CellSpec, JobState
+
+__all__ = ["SAMPLE_S", "AttemptRow", "RayRunners", "measured"]
+
+log = logging.getLogger(__name__)
+SAMPLE_S = 1.0  # how often each GPU's memory, utilisation and power are read (one steward call each)
+
+
+@dataclass(frozen=True)
+class AttemptRow:
+    """One finished attempt as it ran (``attempts.parquet``): how it ended, where, under which mode,
+    its memory estimate against its measured peak (MiB), its samples/s, and who shared its GPU."""
+
+    job_id: str
+    attempt: int
+    outcome: str
+    gpu: str
+    mode: str
+    start_s: float
+    end_s: float
+    estimate_mib: float
+    mem_peak_mib: float | None
+    samples_per_s: float | None
+    co_residents: str
+
+
+@dataclass
+class _Run:
+    job_id: str
+    attempt: int
+    cell: CellSpec
+    actor: Any
+    refs: list[Any]
+    profile: Profile
+    estimate_mib: float
+    max_slowdown: float
+    mode: str
+    start_s: float
+    co: set[str] = field(default_factory=set)
+
+
+def measured(states: list[JobState]) -> tuple[float | None, float | None]:
+    """An attempt's memory peak (MiB) and samples/s from its trainer's states (None: not measured)."""
+    peaks = [e.peak_mem_reserved_mib for s in states for e in s.epochs if e.peak_mem_reserved_mib is not None]
+    peaks += [s.info.nvml_mem_mib for s in states if s.info.nvml_mem_mib is not None]
+    rates = [e.samples_per_s for s in states for e in s.epochs if e.samples_per_s is not None]
+    return (max(peaks) if peaks else None, rates[-1] if rates else None)
+
+
+def _outcome(states: list[JobState]) -> Literal["ended", "oom", "lost"]:
+    if all(s.ok for s in states):
+        return "ended"
+    return "oom" if any(s.status == "oom" for s in states) else "lost"
+
+
+class RayRunners:
+    """The queue's runners on leased GPUs (see the module docstring); :meth:`close` gives them back."""
+
+    def __init__(self, lanes: list[QueueLane], maker: CellMaker, jobs: dict[str, TraceJob], predictor: Predictor):
+        self.lanes = {lane.gpu_id: lane for lane in lanes}
+        self.maker, self.jobs, self.predictor = maker, jobs, predictor
+        self.energy_j = 0.0
+        self.telemetry: list[TelemetryRow] = []
+        self._runs: dict[str, list[_Run]] = {gpu_id: [] for gpu_id in self.lanes}
+        self._pending: list[Report] = []  # attempts that could not start, reported at the next poll
+        self.attempts: list[AttemptRow] = []  # every finished attempt, in the order they finished
+        self.failures: Counter[str] = Counter()  # attempts per job that failed (not an OOM): the loop gives up
+
+    # --- the Runners protocol ------------------------------------------------------------------
+    def views(self, now: float) -> list[GpuView]:
+        """Every leased GPU as a policy sees it at ``now``."""
+        self._sample(now)
+        return [self._view(lane, now) for lane in self.lanes.values()]
+
+    def start(
+        self,
+        job_id: str,
+        attempt: int,
+        profile: Profile,
+        estimate_mib: float,
+        max_slowdown: float,
+        samples: float,
+        gpu_id: str,
+        mode: str,
+        now: float,
+    ) -> None:
+        """Prepare the job's binding on the GPU and start its trainer; returns at once (it trains on)."""
+        lane, runs = self.lanes[gpu_id], self._runs[gpu_id]
+        if runs and lane.mode is not None and lane.mode != mode:
+            # A mode changes only on an empty GPU: a naive binding would stop the MPS server under its jobs.
+            log.warning(
+                "gpu=%s runs %s jobs; %s asked for %s: it joins as %s", gpu_id, lane.mode, job_id, mode, lane.mode
+            )
+            mode = lane.mode
+        if len(runs) >= POOL_SIZE:  # one pass placed past the pool: no share of the lease is left for it
+            log.warning("gpu=%s holds %d jobs already: %s goes back to the queue", gpu_id, len(runs), job_id)
+            self._pending.append(Report(job_id, attempt, "lost", now, ()))
+            return
+        cell = self.maker.cell(self.jobs[job_id], attempt, mode, int(samples))
+        try:
+            bindings = ray.get(lane.steward.prepare.remote(cell, lane.gpu.uuid, True), timeout=300)
+        except ray.exceptions.RayError as exc:
+            log.error("job=%s attempt=%d cannot start on %s: %s", job_id, attempt, gpu_id, str(exc).splitlines()[0])
+            self._pending.append(Report(job_id, attempt, "lost", now, ()))
+            self.failures[job_id] += 1
+            self._release_cell(lane, cell)
+            self._emptied(lane)
+            return
+        actor = lane.pool.borrow(cell)[0]
+        job = cell.jobs[0]
+        actor.start.remote(job, bindings[0], None, lane.forkserver)
+        refs = [actor.setup.remote(), actor.run_epochs.remote(1, job.epochs), actor.finish.remote()]
+        run = _Run(job_id, attempt, cell, actor, refs, profile, estimate_mib, max_slowdown, mode, now)
+        for other in runs:
+            other.co.add(job_id)
+            run.co.add(other.job_id)
+        runs.append(run)
+        lane.mode, lane.last_placed_s = mode, now
+
+    def running(self) -> frozenset[tuple[str, int]]:
+        return frozenset((r.job_id, r.attempt) for runs in self._runs.values() for r in runs)
+
+    # --- the loop's other calls ----------------------------------------------------------------
+    def poll(self, now: float) -> list[Report]:
+        """The attempts that finished since the last poll (their GPUs' places freed), sampling the
+        GPUs when due."""
+        self._sample(now)
+        out, self._pending = self._pending, []
+        for gpu_id, runs in self._runs.items():
+            for run in list(runs):
+                done, _ = ray.wait(run.refs, num_returns=len(run.refs), timeout=0)
+                if len(done) == len(run.refs):
+                    out.append(self._settle(self.lanes[gpu_id], run, now))
+        return out
+
+    def close(self) -> None:
+        """Stop every running job and give every GPU back (MPS daemons stopped, leases removed);
+        whatever fails, the rest is still released."""
+        for gpu_id, lane in self.lanes.items():
+            try:
+                for run in self._runs[gpu_id]:
+                    ray.kill(run.actor, no_restart=True)
+                    self._release_cell(lane, run.cell)
+                self._runs[gpu_id] = []
+            finally:
+                close_lane(lane)
+
+    # --- internals -----------------------------------------------------------------------------
+    def _settle(self, lane: QueueLane, run: _Run, now: float) -> Report:
+        states: list[JobState] = []
+        for ref in run.refs:
+            try:
+                states.append(ray.get(ref, timeout=10))
+            except ray.exceptions.RayError as exc:  # the actor died: the attempt is lost, not the queue
+                states.append(JobState().failed("error", str(exc).splitlines()[0][:300]))
+        kind = _outcome(states)
+        if kind == "lost":
+            self.failures[run.job_id] += 1
+            log.error(
+                "job=%s attempt=%d failed: %s", run.job_id, run.attempt, next(s.error for s in states if not s.ok)
+            )
+        self._runs[lane.gpu_id].remove(run)
+        ok = kind == "ended"
+        lane.pool.give_back(run.cell, [run.actor] if ok else [], [] if ok else [run.actor])
+        self._release_cell(lane, run.cell)
+        self._emptied(lane)
+        peak, rate = measured(states)
+        co = ",".join(sorted(run.co))
+        row = AttemptRow(
+            run.job_id, run.attempt, kind, lane.gpu_id, run.mode, run.start_s, now, run.estimate_mib, peak, rate, co
+        )
+        self.attempts.append(row)
+        return Report(run.job_id, run.attempt, kind, now, tuple(sorted(run.co)), peak, rate)
+
+    def _release_cell(self, lane: QueueLane, cell: CellSpec) -> None:
+        try:
+            ray.get(lane.steward.release.remote(cell.cell_id), timeout=120)
+        except ray.exceptions.RayError as exc:
+            log.warning("cell=%s release failed: %s", cell.cell_id, str(exc).splitlines()[0][:300])
+
+    def _emptied(self, lane: QueueLane) -> None:
+        """A GPU without jobs: its MPS daemon stopped (the steward's ``release_gpu``), its mode free."""
+        if self._runs[lane.gpu_id]:
+            return
+        if lane.mode == "mps":
+            try:
+                ray.get(lane.steward.release_gpu.remote(lane.gpu.uuid), timeout=120)
+            except ray.exceptions.RayError as exc:
+                log.warning("gpu=%s release_gpu failed: %s", lane.gpu_id, str(exc).splitlines()[0][:300])
+        lane.mode = None
+
+    def _sample(self, now: float) -> None:
+        due = [lane for lane in self.lanes.values() if lane.sampled_at is None or now - lane.sampled_at >= SAMPLE_S]
+        refs = [lane.steward.gpu_now.remote(lane.gpu.uuid) for lane in due]  # every GPU asked at once
+        for lane, ref in zip(due, refs, strict=True):
+            try:
+                sample = ray.get(ref, timeout=30)
+            except ray.exceptions.RayError as exc:
+                log.warning("gpu=%s not sampled: %s", lane.gpu_id, str(exc).splitlines()[0][:300])
+                continue
+            if lane.sampled_at is not None and lane.sample is not None and lane.sample.power_w is not None:
+                self.energy_j += lane.sample.power_w * (now - lane.sampled_at)  # power held since the last read
+            lane.sample, lane.sampled_at = sample, now
+            sm = sample.sm_active if sample.sm_active is not None else sample.util  # GPM's, else NVML's
+            lane.history.append((now, sm, sample.sm_occupancy, sample.dram_active))
+            while lane.history and lane.history[0][0] < now - MONITOR_WINDOW_S:
+                lane.history.popleft()
+            runs = self._runs[lane.gpu_id]
+            power = sample.power_w or 0.0
+            row = TelemetryRow(now, lane.gpu_id, lane.mode or "-", len(runs), sm, power, sample.mem_used_mib)
+            self.telemetry.append(row)
+
+    def _view(self, lane: QueueLane, now: float) -> GpuView:
+        runs = self._runs[lane.gpu_id]
+        total = lane.sample.mem_total_mib if lane.sample and lane.sample.mem_total_mib else float(lane.gpu.memory_mib)
+        used = lane.sample.mem_used_mib if lane.sample else 0.0
+        mem = max(used, sum(r.estimate_mib for r in runs)) if len(runs) < POOL_SIZE else total
+        sm, occ, dram = (_mean([h[k] for h in lane.history]) for k in (1, 2, 3))
+        if (occ is None or dram is None) and runs and lane.mode is not None:
+            outlook = self.predictor.outlook(lane.mode, [r.profile for r in runs])  # no GPM: the model's
+            occ, dram = outlook.sm_occupancy, outlook.dram_active
+        residents = tuple(Resident(r.job_id, r.profile, r.estimate_mib, r.max_slowdown) for r in runs)
+        return GpuView(
+            lane.gpu_id, total, lane.mode, residents, mem, sm or 0.0, occ or 0.0, dram or 0.0, lane.last_placed_s
+        )
+
+
+def _mean(values: list[float | None]) -> float | None:
+    """The mean of a window's readings; None if it has none (a GPU without GPM)."""
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
