@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from raycolloc.advise.profile import Profile
 from raycolloc.queue.__main__ import main
-from raycolloc.queue.core import Report
+from raycolloc.queue.core import JobStart, Report
 from raycolloc.queue.policy import GpuView
 from raycolloc.queue.rayrunners import measured
 from raycolloc.queue.settings import compose_settings
@@ -100,21 +99,10 @@ class _FailingRunners:
     def views(self, now: float) -> list[GpuView]:
         return [GpuView("g0", 81_559.0, None, (), 0.0, 0.0, 0.0, 0.0, None)]
 
-    def start(
-        self,
-        job_id: str,
-        attempt: int,
-        profile: Profile,
-        estimate_mib: float,
-        max_slowdown: float,
-        samples: float,
-        gpu_id: str,
-        mode: str,
-        now: float,
-    ) -> None:
-        self.attempts.append((job_id, attempt))
-        self.failures[job_id] += 1
-        self.reports.append(Report(job_id, attempt, "lost", 0.0, ()))
+    def start(self, job: JobStart) -> None:
+        self.attempts.append((job.job_id, job.attempt))
+        self.failures[job.job_id] += 1
+        self.reports.append(Report(job.job_id, job.attempt, "lost", 0.0, ()))
 
     def running(self) -> frozenset[tuple[str, int]]:
         return frozenset()
@@ -310,6 +298,6 @@ def test_a_gpu_with_a_full_pool_shows_itself_full_and_sends_a_job_placed_past_it
     runners._runs["n-g0"] = full
     (view,) = runners.views(0.5)
     assert view.mem_used_mib == view.memory_mib  # no policy places more there
-    runners.start("late", 1, profile, 1000.0, 2.0, 256.0, "n-g0", "mps", 0.5)
+    runners.start(JobStart("late", 1, profile, 1000.0, 2.0, 256.0, "n-g0", "mps", 0.5))
     assert ("late", 1) not in runners.running() and not runners.failures  # back to the queue, not a failure
     assert [(r.job_id, r.kind) for r in runners._pending] == [("late", "lost")]

@@ -15,7 +15,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
@@ -35,6 +35,9 @@ from raycolloc.config import ConfigError, register_configs
 from raycolloc.node.gpu.kinds import recorded_traits
 from raycolloc.spec import CellSpec
 from raycolloc.workload_config import workload_hash_view
+
+if TYPE_CHECKING:
+    from raycolloc.driver.resume import CellResult
 
 __all__ = [
     "ADVISOR_KEYS",
@@ -209,21 +212,11 @@ def run_profiles(request: Request) -> tuple[list[Profiled], Path]:
     """
     from analysis.load import load_sweeps
     from raycolloc.driver.cell_specs import validate_cell
-    from raycolloc.driver.plan import PlannedCell, Step, SweepPlan, run
 
     specs = [validate_cell(compose_profile(words, request.common)) for words in request.workloads]
     out_root = Path(specs[0].config.out_dir).absolute()
     advice_dir = out_root / "advise" / time.strftime("%Y-%m-%d") / time.strftime("%H-%M-%S")
-    unique = list({s.config_hash: s for s in specs}.values())  # a mix of one workload twice profiles it once
-    # The same path as every sweep (the output lock, resume); the advice prints its own closing lines.
-    plan = SweepPlan(
-        advice_dir,
-        specs[0].config.out_dir,
-        (Step(tuple(PlannedCell(s, advice_dir / s.label) for s in unique)),),
-        rerun=request.rerun,
-        closing=False,
-    )
-    results = {r.cell.config_hash: r for r in run(plan).results}
+    results = _run_once(specs, advice_dir, request.rerun)
     out = []
     for words, spec in zip(request.workloads, specs, strict=True):
         result = results[spec.config_hash]
@@ -274,20 +267,11 @@ def run_cells(run_dir: Path, cells: list[tuple[str, tuple[str, ...]]], request: 
     """
     from analysis.load import load_sweeps
     from raycolloc.driver.cell_specs import validate_cell
-    from raycolloc.driver.plan import PlannedCell, Step, SweepPlan, run
 
     if not cells:
         return []
     specs = [validate_cell(compose_profile((), request.common, words)) for _, words in cells]
-    unique = list({s.config_hash: s for s in specs}.values())
-    plan = SweepPlan(
-        run_dir,
-        specs[0].config.out_dir,
-        (Step(tuple(PlannedCell(s, run_dir / s.label) for s in unique)),),
-        rerun=request.rerun,
-        closing=False,
-    )
-    results = {r.cell.config_hash: r for r in run(plan).results}
+    results = _run_once(specs, run_dir, request.rerun)
     out = []
     for (key, _), spec in zip(cells, specs, strict=True):
         result = results[spec.config_hash]
@@ -298,6 +282,23 @@ def run_cells(run_dir: Path, cells: list[tuple[str, tuple[str, ...]]], request: 
             where, rate = str(row.get("cell_dir", where)), finite(row.get("agg_samples_per_s"))
         out.append(CellRun(key, result.status, where, result.reused_from is not None, rate))
     return out
+
+
+def _run_once(specs: list[CellSpec], run_dir: Path, rerun: bool) -> dict[str, CellResult]:
+    """Run (or reuse) each distinct config hash of ``specs`` once, as one sweep under ``run_dir``;
+    the results by config hash (a mix of one workload twice profiles it once)."""
+    from raycolloc.driver.plan import PlannedCell, Step, SweepPlan, run
+
+    unique = list({s.config_hash: s for s in specs}.values())
+    # The same path as every sweep (the output lock, resume); the advice prints its own closing lines.
+    plan = SweepPlan(
+        run_dir,
+        specs[0].config.out_dir,
+        (Step(tuple(PlannedCell(s, run_dir / s.label) for s in unique)),),
+        rerun=rerun,
+        closing=False,
+    )
+    return {r.cell.config_hash: r for r in run(plan).results}
 
 
 def _costs(out_dir: Path, cells: Any, jobs: Any) -> GpuCosts | None:

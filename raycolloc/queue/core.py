@@ -20,7 +20,7 @@ from raycolloc.queue.policy import GpuView, Policy, QueuedJob
 from raycolloc.queue.state import JobRecord, Store
 from raycolloc.queue.trace import TraceJob
 
-__all__ = ["Queue", "Report", "Runners", "largest_estimate"]
+__all__ = ["JobStart", "Queue", "Report", "Runners", "largest_estimate"]
 
 
 @dataclass(frozen=True)
@@ -38,23 +38,28 @@ class Report:
     samples_per_s: float | None = None
 
 
+@dataclass(frozen=True)
+class JobStart:
+    """An attempt of a job the queue placed, for its runner to start: on ``gpu_id`` under ``mode`` at
+    ``now``, with its profile, memory estimate (MiB), slowdown bound and length in samples."""
+
+    job_id: str
+    attempt: int
+    profile: Profile
+    estimate_mib: float
+    max_slowdown: float
+    samples: float
+    gpu_id: str
+    mode: str
+    now: float
+
+
 class Runners(Protocol):
     """What runs the queue's jobs: GPUs to see, jobs to start, and which attempts still run."""
 
     def views(self, now: float) -> list[GpuView]: ...
 
-    def start(
-        self,
-        job_id: str,
-        attempt: int,
-        profile: Profile,
-        estimate_mib: float,
-        max_slowdown: float,
-        samples: float,
-        gpu_id: str,
-        mode: str,
-        now: float,
-    ) -> None: ...
+    def start(self, job: JobStart) -> None: ...
 
     def running(self) -> frozenset[tuple[str, int]]: ...
 
@@ -118,7 +123,17 @@ class Queue:
             attempt = self.store.place(p.job_id, p.gpu_id, p.mode, now)
             samples = float(record.job.length_samples or 0)
             self.runners.start(
-                p.job_id, attempt, job.profile, job.mem_estimate_mib, job.max_slowdown, samples, p.gpu_id, p.mode, now
+                JobStart(
+                    p.job_id,
+                    attempt,
+                    job.profile,
+                    job.mem_estimate_mib,
+                    job.max_slowdown,
+                    samples,
+                    p.gpu_id,
+                    p.mode,
+                    now,
+                )
             )
             self.store.start(p.job_id, attempt, now)
         return decision.retry_at

@@ -30,7 +30,7 @@ from typing import Any, Literal
 import ray
 
 from raycolloc.advise.profile import Profile
-from raycolloc.queue.core import Report
+from raycolloc.queue.core import JobStart, Report
 from raycolloc.queue.policy import GpuView, Predictor, Resident
 from raycolloc.queue.rayjobs import CellMaker
 from raycolloc.queue.raylanes import POOL_SIZE, QueueLane, close_lane
@@ -110,19 +110,9 @@ class RayRunners:
         self._sample(now)
         return [self._view(lane, now) for lane in self.lanes.values()]
 
-    def start(
-        self,
-        job_id: str,
-        attempt: int,
-        profile: Profile,
-        estimate_mib: float,
-        max_slowdown: float,
-        samples: float,
-        gpu_id: str,
-        mode: str,
-        now: float,
-    ) -> None:
+    def start(self, placed: JobStart) -> None:
         """Prepare the job's binding on the GPU and start its trainer; returns at once (it trains on)."""
+        job_id, attempt, gpu_id, mode, now = placed.job_id, placed.attempt, placed.gpu_id, placed.mode, placed.now
         lane, runs = self.lanes[gpu_id], self._runs[gpu_id]
         if runs and lane.mode is not None and lane.mode != mode:
             # A mode changes only on an empty GPU: a naive binding would stop the MPS server under its jobs.
@@ -134,7 +124,7 @@ class RayRunners:
             log.warning("gpu=%s holds %d jobs already: %s goes back to the queue", gpu_id, len(runs), job_id)
             self._pending.append(Report(job_id, attempt, "lost", now, ()))
             return
-        cell = self.maker.cell(self.jobs[job_id], attempt, mode, int(samples))
+        cell = self.maker.cell(self.jobs[job_id], attempt, mode, int(placed.samples))
         try:
             bindings = ray.get(lane.steward.prepare.remote(cell, lane.gpu.uuid, True), timeout=300)
         except ray.exceptions.RayError as exc:
@@ -148,7 +138,9 @@ class RayRunners:
         job = cell.jobs[0]
         actor.start.remote(job, bindings[0], None, lane.forkserver)
         refs = [actor.setup.remote(), actor.run_epochs.remote(1, job.epochs), actor.finish.remote()]
-        run = _Run(job_id, attempt, cell, actor, refs, profile, estimate_mib, max_slowdown, mode, now)
+        run = _Run(
+            job_id, attempt, cell, actor, refs, placed.profile, placed.estimate_mib, placed.max_slowdown, mode, now
+        )
         for other in runs:
             other.co.add(job_id)
             run.co.add(other.job_id)

@@ -21,7 +21,7 @@ from raycolloc.advise.model import MPS_SERVER_MIB, Gpu
 from raycolloc.advise.profile import Profile
 from raycolloc.config_groups import QueueConfig
 from raycolloc.queue.catalog import idle_power_w
-from raycolloc.queue.core import Report
+from raycolloc.queue.core import JobStart, Report
 from raycolloc.queue.policy import GpuView, Predictor, Resident
 
 __all__ = ["MONITOR_WINDOW_S", "SimCluster", "TelemetryRow", "true_memory_factor"]
@@ -118,39 +118,28 @@ class SimCluster:
             )
         return out
 
-    def start(
-        self,
-        job_id: str,
-        attempt: int,
-        profile: Profile,
-        estimate_mib: float,
-        max_slowdown: float,
-        samples: float,
-        gpu_id: str,
-        mode: str,
-        now: float,
-    ) -> None:
-        """Start an attempt of a job on a GPU (the GPU's clock is at ``now``: the queue advanced it)."""
-        g = self._by_id[gpu_id]
+    def start(self, job: JobStart) -> None:
+        """Start an attempt of a job on a GPU (the GPU's clock is at ``job.now``: the queue advanced it)."""
+        g, profile, now = self._by_id[job.gpu_id], job.profile, job.now
         catalogue = profile.job_mem_mib  # the truth is drawn around the job's own memory, not the queue's estimate
         run = _Run(
-            job_id,
-            attempt,
+            job.job_id,
+            job.attempt,
             profile,
-            estimate_mib,
+            job.estimate_mib,
             catalogue * true_memory_factor(profile.workload, self.seed, self.error),
-            max_slowdown,
-            samples,
-            samples,
+            job.max_slowdown,
+            job.samples,
+            job.samples,
             None,
         )
-        g.mode = mode
+        g.mode = job.mode
         g.runs.append(run)
         if self._mem_used(g) > self.gpu.memory_mib - self.gpu.base_mib:
             run.oom_at = now + self.oom_after_s  # it allocates past what is left: an OOM in its first steps
         for other in g.runs:
             if other is not run:
-                other.co.add(job_id)
+                other.co.add(job.job_id)
                 run.co.add(other.job_id)
         g.last_placed_s = now
         self._refresh(g, now)
