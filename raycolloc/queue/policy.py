@@ -37,7 +37,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class QueuedJob:
-    """A job waiting: its profile alone, memory estimate (MiB), slowdown bound and time waited."""
+    """A job waiting: its profile alone, memory estimate (MiB), slowdown bound, time waited and OOMs
+    so far (a job re-queued after one has ``ooms`` > 0 where the caller passes it on)."""
 
     job_id: str
     workload: str
@@ -45,6 +46,7 @@ class QueuedJob:
     mem_estimate_mib: float
     max_slowdown: float
     waited_s: float
+    ooms: int = 0
 
 
 @dataclass(frozen=True)
