@@ -1,13 +1,18 @@
 """The queue's policies after review (issue 33, items 6 and 10): the ``raycolloc`` policy never sizes a
 job re-queued after an OOM below its grown estimate; ``carma`` follows CARMA's rules (activity check on
 every GPU, a recovered job only on an idle GPU, no grown estimate, GPUMemNet's 8 GiB bins, CARMA's
-30 s settle)."""
+30 s settle); ``queue.policy`` is checked against the policy registry (item 9)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
-from raycolloc.config_groups import QueueConfig
+import pytest
+
+from raycolloc.config_checks import ConfigError
+from raycolloc.config_groups import QueueConfig, queue_policies
+from raycolloc.queue.__main__ import main
 from raycolloc.queue.advised import AdvisedPolicy
 from raycolloc.queue.catalog import catalog_profile, sim_gpu, sim_params
 from raycolloc.queue.policies import (
@@ -15,10 +20,19 @@ from raycolloc.queue.policies import (
     RETRY_S,
     SETTLE_S,
     CarmaPolicy,
+    ExclusivePolicy,
     create_policy,
     gpumemnet_mib,
 )
-from raycolloc.queue.policy import GpuView, Predictor, QueuedJob, Resident
+from raycolloc.queue.policy import (
+    POLICIES,
+    GpuView,
+    Predictor,
+    QueuedJob,
+    Resident,
+    register_policy,
+    unregister_policy,
+)
 
 GPU = sim_gpu("H100-80GB")
 PREDICTOR = Predictor(GPU, sim_params(GPU))
@@ -93,3 +107,25 @@ def test_carma_leaves_a_gpu_alone_for_its_30_s_settle_time() -> None:
     gpu = _carma_gpu("g", used=10_000.0)
     assert not CarmaPolicy.qualifies(replace(gpu, last_placed_s=80.0), _job("j"), 100.0)  # 20 s ago
     assert CarmaPolicy.qualifies(replace(gpu, last_placed_s=69.0), _job("j"), 100.0)  # 31 s ago
+
+
+def test_queue_policy_is_checked_against_the_policy_registry(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(ConfigError, match=r"queue.policy='mine' is not allowed; choose one of: exclusive, carma"):
+        QueueConfig(policy="mine")
+
+    @register_policy("mine")
+    class Mine(ExclusivePolicy):
+        name = "mine"
+
+    try:
+        assert "mine" in queue_policies()
+        assert create_policy(QueueConfig(policy="mine"), GPU, PREDICTOR).name == "mine"  # a new plugin: accepted
+        assert main(["trace", "--jobs", "3", "--out", str(tmp_path / "t.csv"), "queue.policy=nope"]) == 2
+        err = capsys.readouterr().err
+        assert "queue.policy='nope' is not allowed; choose one of: exclusive, carma, raycolloc, mine" in err
+    finally:
+        unregister_policy("mine")
+    assert "mine" not in queue_policies() and "mine" not in POLICIES
+    assert not (tmp_path / "t.csv").exists()
