@@ -5,18 +5,24 @@ Usage::
     python -m analysis.queue RUN_DIR [RUN_DIR ...] --out DIR
 
 Each ``RUN_DIR`` is what a replay wrote (``out_dir/queue/<trace>-<policy>/``: ``summary.json``,
-``jobs.parquet``, ``gpus.parquet``), or a directory holding such runs (``out_dir/queue``). It prints
-the policies side by side (makespan, mean and p95 JCT, energy, each against ``exclusive``, OOMs, the
-slowest job's slowdown, jobs over their bound) and writes ``queue_policies.csv``, the cluster's mean SM
-activity and jobs running over time (``queue_timeline.csv``, ``queue_sm_activity.png``) and each job's
-JCT by policy (``queue_jct.png``).
+``jobs.parquet``, ``gpus.parquet``, ``queue.sqlite``), or a directory holding such runs
+(``out_dir/queue``). A run is known by its policy, its trace (the digest its state database recorded)
+and its cluster (shape, GPU model, seed): runs are compared only with runs of the same trace and
+cluster, one table per such group (makespan, mean and p95 JCT, energy, each against that group's
+``exclusive`` run — the report says where the group has none —, OOMs, the slowest job's slowdown, jobs
+over their bound). It writes ``queue_policies.csv`` (a row per run, with ``trace``, ``cluster``,
+``run`` and the ratios against its group's ``exclusive``), the cluster's mean SM activity and jobs
+running over time per run (``queue_timeline.csv``, ``queue_sm_activity.png``) and each run's JCTs
+(``queue_jct.png``).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
+import sqlite3
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,23 +36,52 @@ import pandas as pd
 
 from raycolloc.queue.report import Summary, format_policies
 
-__all__ = ["QueueRun", "load_runs", "main", "timeline"]
+__all__ = ["QueueRun", "format_groups", "load_runs", "main", "run_identity", "timeline"]
 
 POINTS = 400  # samples of the timeline from the first arrival to the last end
 
 
 @dataclasses.dataclass(frozen=True)
 class QueueRun:
-    """One replay's results."""
+    """One replay's results, and what it ran: its trace (digest) and cluster."""
 
     directory: Path
     summary: Summary
     jobs: pd.DataFrame
     gpus: pd.DataFrame
+    trace: str
+    cluster: str
+    label: str = ""  # unique among the runs loaded: the policy, made unique where a policy ran twice
+
+    @property
+    def group(self) -> tuple[str, str]:
+        """What a run is compared within: the same trace on the same cluster."""
+        return (self.trace, self.cluster)
+
+
+def run_identity(directory: Path, jobs: pd.DataFrame, gpus: pd.DataFrame) -> tuple[str, str]:
+    """The run's trace digest and cluster, as its state database recorded them (the replay claims
+    both); without one, a digest of the jobs as the run saw them and the count of its GPUs."""
+    db = directory / "queue.sqlite"
+    if db.is_file():
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)  # read-only: never touch a run's state
+        try:
+            meta = dict(con.execute("SELECT key, value FROM meta WHERE key IN ('trace', 'cluster')").fetchall())
+        except sqlite3.Error:
+            meta = {}
+        finally:
+            con.close()
+        if "trace" in meta and "cluster" in meta:
+            return str(meta["trace"]), str(meta["cluster"])
+    columns = [c for c in ("job_id", "submit_s", "workload", "max_slowdown") if c in jobs.columns]
+    rows = jobs[columns].sort_values(columns[:1]).to_csv(index=False) if columns else ""
+    gpu_count = gpus["gpu"].nunique() if "gpu" in gpus.columns else 0
+    return "jobs:" + hashlib.sha256(rows.encode()).hexdigest()[:16], f"{gpu_count} GPUs (no state database)"
 
 
 def load_runs(paths: Sequence[Path]) -> list[QueueRun]:
-    """Every run under ``paths`` (a run directory, or one holding runs), in the order found.
+    """Every run under ``paths`` (a run directory, or one holding runs), in the order found; each
+    labelled by its policy, with ``#2``, ``#3``... where a policy appears again.
 
     Raises:
         FileNotFoundError: a path holds no run.
@@ -61,8 +96,54 @@ def load_runs(paths: Sequence[Path]) -> list[QueueRun]:
             data = json.loads((run / "summary.json").read_text())
             summary = Summary(**{k: v for k, v in data.items() if k in fields})
             gpus = pd.read_parquet(run / "gpus.parquet") if (run / "gpus.parquet").is_file() else pd.DataFrame()
-            runs.append(QueueRun(run, summary, pd.read_parquet(run / "jobs.parquet"), gpus))
-    return runs
+            jobs = pd.read_parquet(run / "jobs.parquet")
+            runs.append(QueueRun(run, summary, jobs, gpus, *run_identity(run, jobs, gpus)))
+    seen: dict[str, int] = {}
+    labelled = []
+    for r in runs:
+        seen[r.summary.policy] = seen.get(r.summary.policy, 0) + 1
+        n = seen[r.summary.policy]
+        labelled.append(dataclasses.replace(r, label=r.summary.policy if n == 1 else f"{r.summary.policy}#{n}"))
+    return labelled
+
+
+def _groups(runs: Sequence[QueueRun]) -> dict[tuple[str, str], list[QueueRun]]:
+    out: dict[tuple[str, str], list[QueueRun]] = {}
+    for r in runs:
+        out.setdefault(r.group, []).append(r)
+    return out
+
+
+def _baseline(group: Sequence[QueueRun]) -> QueueRun | None:
+    return next((r for r in group if r.summary.policy == "exclusive"), None)
+
+
+def format_groups(runs: Sequence[QueueRun]) -> str:
+    """One table per trace and cluster, each against its own ``exclusive`` run (said where none)."""
+    parts = []
+    for (trace, cluster), group in _groups(runs).items():
+        note = "" if _baseline(group) else "\n(no exclusive run of this trace and cluster: no 'vs excl' ratios)"
+        parts.append(f"trace {trace}, cluster {cluster}:\n{format_policies([r.summary for r in group])}{note}")
+    return "\n\n".join(parts)
+
+
+def _table(runs: Sequence[QueueRun]) -> pd.DataFrame:
+    rows: list[dict[str, object]] = []
+    for group in _groups(runs).values():
+        base = _baseline(group)
+        for r in group:
+            row: dict[str, object] = {
+                "run": r.label,
+                "trace": r.trace,
+                "cluster": r.cluster,
+                "directory": str(r.directory),
+            }
+            row.update(dataclasses.asdict(r.summary))
+            for key in ("makespan_s", "energy_j", "jct_mean_s"):
+                value, ref = getattr(r.summary, key), getattr(base.summary, key) if base else None
+                row[f"{key}_vs_exclusive"] = value / ref if value is not None and ref else None
+            rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def timeline(gpus: pd.DataFrame, points: int = POINTS) -> pd.DataFrame:
@@ -83,10 +164,12 @@ def timeline(gpus: pd.DataFrame, points: int = POINTS) -> pd.DataFrame:
 
 
 def _figures(runs: list[QueueRun], lines: dict[str, pd.DataFrame], out: Path) -> None:
+    several = len(_groups(runs)) > 1  # then a line names its trace and cluster too
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
-    for policy, line in lines.items():
-        top.plot(line["t"], 100 * line["sm_active"], label=policy)
-        bottom.plot(line["t"], line["jobs"], label=policy)
+    for run in runs:
+        line, name = lines[run.label], _name(run, several)
+        top.plot(line["t"], 100 * line["sm_active"], label=name)
+        bottom.plot(line["t"], line["jobs"], label=name)
     top.set_ylabel("mean SM activity %")
     bottom.set_ylabel("jobs running")
     bottom.set_xlabel("s since the first arrival")
@@ -97,13 +180,17 @@ def _figures(runs: list[QueueRun], lines: dict[str, pd.DataFrame], out: Path) ->
     fig, ax = plt.subplots(figsize=(9, 4))
     for run in runs:
         jct = run.jobs["jct_s"].dropna().sort_values().to_numpy()
-        ax.plot(np.arange(1, len(jct) + 1) / max(1, len(jct)), jct, label=run.summary.policy)
+        ax.plot(np.arange(1, len(jct) + 1) / max(1, len(jct)), jct, label=_name(run, several))
     ax.set_xlabel("share of jobs")
     ax.set_ylabel("JCT s")
     ax.legend()
     fig.tight_layout()
     fig.savefig(out / "queue_jct.png", dpi=110)
     plt.close(fig)
+
+
+def _name(run: QueueRun, several: bool) -> str:
+    return f"{run.label} ({run.trace[:8]}, {run.cluster})" if several else run.label
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -118,13 +205,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
-    pd.DataFrame([dataclasses.asdict(r.summary) for r in runs]).to_csv(args.out / "queue_policies.csv", index=False)
-    lines = {r.summary.policy: timeline(r.gpus) for r in runs}
-    pd.concat([line.assign(policy=policy) for policy, line in lines.items()]).to_csv(
-        args.out / "queue_timeline.csv", index=False
-    )
+    _table(runs).to_csv(args.out / "queue_policies.csv", index=False)
+    lines = {r.label: timeline(r.gpus) for r in runs}  # keyed by run: two runs of a policy both stay
+    pd.concat(
+        [lines[r.label].assign(run=r.label, policy=r.summary.policy, trace=r.trace, cluster=r.cluster) for r in runs]
+    ).to_csv(args.out / "queue_timeline.csv", index=False)
     _figures(runs, lines, args.out)
-    print(format_policies([r.summary for r in runs]))
+    print(format_groups(runs))
     print(f"\nwrote {args.out}/queue_policies.csv, queue_timeline.csv, queue_sm_activity.png, queue_jct.png")
     return 0
 

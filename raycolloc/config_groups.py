@@ -22,6 +22,9 @@ __all__ = [
     "TelemetryConfig",
     "TrainerConfig",
     "check_repeats",
+    "queue_policies",
+    "register_queue_policy",
+    "unregister_queue_policy",
 ]
 
 ALLOCATORS = ("native", "cuda_async")
@@ -31,12 +34,30 @@ SPAWN_METHODS = ("fork", "exec")
 SOURCES = ("synthetic", "real")
 PLACEMENTS = ("host", "device")
 TELEMETRY_SOURCES = ("auto", "dcgm", "gpm", "nvml")
-# The queue's placement policies (raycolloc.queue.policy's registry; a test keeps the two in step).
+# The queue's placement policies' names: raycolloc.queue.policy.register_policy adds every policy it
+# registers, so queue.policy is checked against the plugins' registry. The built-in ones are named up
+# front because the contract imports nothing of the queue package (a test keeps them in step).
 QUEUE_POLICIES = ("exclusive", "carma", "raycolloc")
+_QUEUE_POLICY_NAMES: dict[str, None] = dict.fromkeys(QUEUE_POLICIES)  # a dict: ordered, unique
 QUEUE_MODES = ("naive", "mps")
 QUEUE_RUNNERS = ("sim", "ray")
 # How a configuration's headline rate is formed from its runs (the analysis reads it from the config).
 STATISTICS = ("mean", "median", "fastest")
+
+
+def queue_policies() -> tuple[str, ...]:
+    """The names ``queue.policy`` accepts: every registered policy, the built-in ones first."""
+    return tuple(_QUEUE_POLICY_NAMES)
+
+
+def register_queue_policy(name: str) -> None:
+    """Accept ``name`` as a ``queue.policy`` (called by the policy registry)."""
+    _QUEUE_POLICY_NAMES[name] = None
+
+
+def unregister_queue_policy(name: str) -> None:
+    """No longer accept ``name`` (a plugin unloaded, e.g. after a test)."""
+    _QUEUE_POLICY_NAMES.pop(name, None)
 
 
 @dataclass
@@ -213,7 +234,7 @@ class QueueConfig:
     trace_mix: list[float] = field(default_factory=lambda: [0.4, 0.35, 0.25])
 
     def __post_init__(self) -> None:
-        _check_choice("queue.policy", self.policy, QUEUE_POLICIES)
+        _check_choice("queue.policy", self.policy, queue_policies())
         _check_int("queue.sim_nodes", self.sim_nodes, 1, optional=True)
         _check_int("queue.sim_gpus_per_node", self.sim_gpus_per_node, 1, optional=True)
         _check_min("queue.max_slowdown", self.max_slowdown, 1.0)

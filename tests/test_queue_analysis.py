@@ -48,3 +48,39 @@ def test_the_policies_side_by_side_from_their_replays(tmp_path: Path, capsys: py
     assert set(line["policy"]) == {"carma", "exclusive", "raycolloc"} and line["sm_active"].between(0, 1).all()
     assert (out / "queue_sm_activity.png").stat().st_size > 0 and (out / "queue_jct.png").stat().st_size > 0
     assert main([str(tmp_path / "nothing"), "--out", str(out)]) == 2
+
+
+@pytest.mark.slow
+def test_runs_are_keyed_by_run_and_compared_only_within_their_trace_and_cluster(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    two, four = ["cluster=local", "cluster.num_gpus=2"], ["cluster=local", "cluster.num_gpus=4"]
+    settings = compose_settings(two)
+    a = write_trace(tmp_path / "a.csv", generate(12, 5, settings.config.queue, settings.gpu))
+    b = write_trace(tmp_path / "b.csv", generate(12, 6, settings.config.queue, settings.gpu))
+
+    def run(trace: Path, cluster: list[str], policy: str, out: str) -> float:
+        words = [*cluster, f"out_dir={tmp_path / out}", f"queue.policy={policy}"]
+        return float(replay(trace, compose_settings(words)).summary.makespan_s or 0.0)
+
+    other_exclusive = run(b, two, "exclusive", "b")  # another trace's exclusive, found first below
+    exclusive = run(a, two, "exclusive", "a")
+    ours = run(a, two, "raycolloc", "a")
+    run(a, four, "raycolloc", "a4")  # the same policy again, on another cluster: no baseline of its own
+    assert other_exclusive != exclusive
+    out = tmp_path / "report"
+    dirs = [str(tmp_path / d / "queue") for d in ("b", "a", "a4")]
+    assert main([*dirs, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert (
+        sum(x.startswith("trace ") for x in printed.splitlines()) == 3
+        and "no exclusive run of this trace and cluster" in printed
+    )
+    table = pd.read_csv(out / "queue_policies.csv").set_index("run")
+    assert sorted(table.index) == ["exclusive", "exclusive#2", "raycolloc", "raycolloc#2"]
+    assert table.loc["raycolloc", "makespan_s_vs_exclusive"] == pytest.approx(ours / exclusive)
+    assert pd.isna(table.loc["raycolloc#2", "makespan_s_vs_exclusive"])
+    assert table.loc["raycolloc", "trace"] == table.loc["raycolloc#2", "trace"] != table.loc["exclusive", "trace"]
+    assert table.loc["raycolloc", "cluster"] != table.loc["raycolloc#2", "cluster"]
+    line = pd.read_csv(out / "queue_timeline.csv")
+    assert set(line["run"]) == set(table.index)  # two runs of a policy: both timelines kept

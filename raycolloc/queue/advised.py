@@ -9,8 +9,9 @@ job: the mode (of ``queue.modes``) in which two such jobs would do best together
 while jobs are on it (an MPS client cannot join a GPU's daemon mid-run, nor leave it).
 
 Memory is counted as the monitor sees it per process where it can be: a job on a GPU by its own
-measured memory, a newcomer by the largest any job of its workload was seen to use (the profile is
-reused from past runs, as the advisor reuses solo cells), else by its estimate (grown after an OOM).
+measured memory, a newcomer by the larger of its estimate (grown after an OOM) and the most any job
+of its workload was seen to use (the profile is reused from past runs, as the advisor reuses solo
+cells): what was seen of others never shrinks what this job was found to need.
 
 Jobs are looked at in queue order (re-queued after an OOM first), up to ``queue.backfill_depth`` of
 them: a later job may take a place an earlier one cannot use (backfilling). Aging: once the job at
@@ -92,7 +93,7 @@ class AdvisedPolicy:
             self._with_estimate(r.profile, r.mem_used_mib if r.mem_used_mib is not None else r.mem_estimate_mib)
             for r in gpu.residents
         ]
-        sized.append(self._with_estimate(job.profile, self._seen_mib.get(job.profile.workload, job.mem_estimate_mib)))
+        sized.append(self._with_estimate(job.profile, self.newcomer_mib(job)))
         if not memory_need(Candidate(mode, tuple(sized), (Slot(),) * len(sized)), self.gpu)[0]:
             return None
         profiles = [r.profile for r in gpu.residents]
@@ -102,6 +103,11 @@ class AdvisedPolicy:
             return None
         before = self.predictor.outlook(mode, profiles)
         return sum(1.0 / s for s in after.slowdowns) - sum(1.0 / s for s in before.slowdowns)
+
+    def newcomer_mib(self, job: QueuedJob) -> float:
+        """The memory ``job`` is counted at: the most a job of its workload was seen to use, but never
+        below its own estimate (grown after its OOM: that job needed more than was seen of others)."""
+        return max(self._seen_mib.get(job.profile.workload, 0.0), job.mem_estimate_mib)
 
     def alone_mode(self, profile: Profile) -> str:
         """The mode for an empty GPU's first job: where two such jobs would do best (first listed on a tie)."""

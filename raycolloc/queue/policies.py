@@ -1,19 +1,24 @@
 """The baseline policies: ``exclusive`` (one job per GPU) and ``carma`` (CARMA's published rules).
 
-``carma`` is written from the description of CARMA (arXiv 2508.19073 and its public README), not
-from its code: a FIFO queue (a job re-queued after an OOM goes first); a GPU qualifies for the job
-at the head if its free memory (as monitored) is at least the job's estimate plus 2 GiB, and is
-skipped while, over the monitor's rolling window, its SM activity is at least 0.80 and its SM
-occupancy at least 0.45 or its DRAM activity at least 0.40; among the GPUs that qualify, the one
-with the most free memory. Two things the description leaves open are settled here: a GPU that has
-just taken a job is left alone until the monitor can see it (``SETTLE_S``), and an empty GPU takes
-any job (a job must be able to run alone, whatever its estimate). The head blocks the queue;
-the policy asks again every ``RETRY_S`` while the monitor may change its answer.
+``carma`` is written from CARMA's description (arXiv 2508.19073, its README) and checked against its
+public scheduler's behaviour (itu-rad/CARMA, ``src/server.py``; nothing copied): a FIFO queue; a job
+re-queued after an OOM goes first, with its estimate unchanged, and only onto an idle GPU (CARMA's
+recovery queue: collocation waits while it holds a job); a GPU qualifies for the head if it is not
+busy — over the monitor's rolling window, SM activity >= 0.80 and (SM occupancy >= 0.45 or DRAM
+activity >= 0.40), checked on every GPU — and its free memory (as monitored) is at least the job's
+estimate plus 2 GiB (an idle GPU takes the head whatever its estimate, as CARMA's idle-GPU branch
+does); among those, the most free memory. The estimate is GPUMemNet's: a classifier into 8 GiB bins,
+so the job's memory estimate rounded up to the next 8 GiB (:func:`gpumemnet_mib`). A GPU that has
+taken a job is left alone ``SETTLE_S`` (CARMA: 30 s after the job's process shows on the GPU; a
+simulated job shows at once). The head blocks the queue; the policy asks again every ``RETRY_S``.
+Where this departs from CARMA, and why: docs/queue.md.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 from raycolloc.advise.model import Gpu
 from raycolloc.config_groups import QueueConfig
@@ -29,14 +34,26 @@ from raycolloc.queue.policy import (
     register_policy,
 )
 
-__all__ = ["CARMA_MARGIN_MIB", "CarmaPolicy", "ExclusivePolicy", "create_policy"]
+__all__ = ["CARMA_MARGIN_MIB", "GPUMEMNET_BIN_MIB", "CarmaPolicy", "ExclusivePolicy", "create_policy", "gpumemnet_mib"]
 
 CARMA_MARGIN_MIB = 2048.0  # free memory beyond the estimate a GPU must have
 SM_ACTIVE_MAX = 0.80  # a GPU at or above this SM activity ...
 SM_OCCUPANCY_MAX = 0.45  # ... and this SM occupancy ...
 DRAM_ACTIVE_MAX = 0.40  # ... or this DRAM activity is skipped
-SETTLE_S = 10.0  # a GPU that just took a job: the monitor does not see that job yet
-RETRY_S = 5.0  # the head is blocked by what the monitor sees: ask again after this
+GPUMEMNET_BIN_MIB = 8192.0  # GPUMemNet classifies a job's memory into 8 GiB bins
+SETTLE_S = 30.0  # CARMA's grace after a job shows on a GPU before the GPU is considered again
+RETRY_S = 5.0  # the head is blocked by what the monitor sees: ask again after this (CARMA polls each 1 s)
+
+
+def gpumemnet_mib(mib: float) -> float:
+    """``mib`` as GPUMemNet's classifier reports it: the upper edge of its 8 GiB bin (at least one bin)."""
+    return max(1, math.ceil(mib / GPUMEMNET_BIN_MIB)) * GPUMEMNET_BIN_MIB
+
+
+def recovered(job: QueuedJob) -> bool:
+    """Re-queued after an OOM. The queue's loop grows the estimate only after an OOM, so an estimate
+    above the profile's also tells it where ``ooms`` is not passed on."""
+    return job.ooms > 0 or job.mem_estimate_mib > (job.profile.job_mem_mib or math.inf)
 
 
 @register_policy("exclusive")
@@ -65,12 +82,13 @@ class CarmaPolicy:
     def place(self, waiting: Sequence[QueuedJob], gpus: Sequence[GpuView], now: float) -> Decision:
         views = list(gpus)
         out: list[Placement] = []
-        for job in waiting:
-            fit = [i for i, v in enumerate(views) if self.qualifies(v, job, now)]
+        for queued in waiting:
+            job = self.estimated(queued)
+            only_idle = recovered(queued)  # CARMA's recovery queue: an idle GPU only
+            fit = [i for i, v in enumerate(views) if self.qualifies(v, job, now) and (v.empty or not only_idle)]
             if not fit:
                 # The head waits (FIFO); what the monitor sees changes with time, so look again soon.
-                retry = now + RETRY_S if any(not v.empty for v in views) else None
-                return Decision(tuple(out), retry)
+                return Decision(tuple(out), now + RETRY_S if views else None)
             i = max(fit, key=lambda k: (views[k].memory_mib - views[k].mem_used_mib, -k))
             mode = views[i].mode or self.mode
             views[i] = views[i].with_job(job, mode, now)
@@ -78,18 +96,25 @@ class CarmaPolicy:
         return Decision(tuple(out))
 
     @staticmethod
+    def estimated(job: QueuedJob) -> QueuedJob:
+        """``job`` with GPUMemNet's estimate: its first estimate (its profile's; never grown by an OOM,
+        as CARMA re-queues a job as it was) rounded up to an 8 GiB bin."""
+        first = job.profile.job_mem_mib or job.mem_estimate_mib
+        return replace(job, mem_estimate_mib=gpumemnet_mib(first))
+
+    @staticmethod
     def qualifies(gpu: GpuView, job: QueuedJob, now: float) -> bool:
-        """CARMA's preconditions for putting ``job`` on ``gpu``."""
-        if gpu.empty:
-            return True
-        if gpu.memory_mib - gpu.mem_used_mib < job.mem_estimate_mib + CARMA_MARGIN_MIB:
-            return False
-        if gpu.last_placed_s is not None and now - gpu.last_placed_s < SETTLE_S:
-            return False
+        """CARMA's preconditions for putting ``job`` (at the estimate it carries) on ``gpu``."""
         busy = gpu.sm_active >= SM_ACTIVE_MAX and (
             gpu.sm_occupancy >= SM_OCCUPANCY_MAX or gpu.dram_active >= DRAM_ACTIVE_MAX
         )
-        return not busy
+        if busy:
+            return False
+        if gpu.empty:
+            return True  # CARMA sends the head to an idle GPU whatever its estimate
+        if gpu.last_placed_s is not None and now - gpu.last_placed_s < SETTLE_S:
+            return False
+        return gpu.memory_mib - gpu.mem_used_mib >= job.mem_estimate_mib + CARMA_MARGIN_MIB
 
 
 # The advisor's policy registers itself where it is defined; importing it above is what loads it.

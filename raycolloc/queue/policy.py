@@ -18,7 +18,7 @@ from typing import Protocol
 
 from raycolloc.advise.model import Candidate, Gpu, Params, Slot, predict
 from raycolloc.advise.profile import Profile
-from raycolloc.config_groups import QueueConfig
+from raycolloc.config_groups import QueueConfig, register_queue_policy, unregister_queue_policy
 
 __all__ = [
     "POLICIES",
@@ -32,12 +32,14 @@ __all__ = [
     "QueuedJob",
     "Resident",
     "register_policy",
+    "unregister_policy",
 ]
 
 
 @dataclass(frozen=True)
 class QueuedJob:
-    """A job waiting: its profile alone, memory estimate (MiB), slowdown bound and time waited."""
+    """A job waiting: its profile alone, memory estimate (MiB), slowdown bound, time waited and OOMs
+    so far (a job re-queued after one has ``ooms`` > 0 where the caller passes it on)."""
 
     job_id: str
     workload: str
@@ -45,6 +47,7 @@ class QueuedJob:
     mem_estimate_mib: float
     max_slowdown: float
     waited_s: float
+    ooms: int = 0
 
 
 @dataclass(frozen=True)
@@ -122,13 +125,21 @@ POLICIES: dict[str, PolicyFactory] = {}
 
 
 def register_policy(name: str) -> Callable[[PolicyFactory], PolicyFactory]:
-    """Register a policy's factory under ``name`` (what ``queue.policy`` says)."""
+    """Register a policy's factory under ``name`` (what ``queue.policy`` says; the config's check
+    accepts the name from then on)."""
 
     def add(factory: PolicyFactory) -> PolicyFactory:
         POLICIES[name] = factory
+        register_queue_policy(name)
         return factory
 
     return add
+
+
+def unregister_policy(name: str) -> None:
+    """Remove the policy ``name`` (and the config's acceptance of it)."""
+    POLICIES.pop(name, None)
+    unregister_queue_policy(name)
 
 
 @dataclass(frozen=True)

@@ -5,25 +5,32 @@ left out or empty where they do not apply):
 
 * ``job_id``: unique, letters, digits, ``_.-``;
 * ``submit_s``: seconds after the trace starts (>= 0);
-* ``kind``: ``timm`` (``model`` x ``dataset``), ``python`` (``entry`` = ``module:function``) or
-  ``script`` (``entry`` = the command line);
+* ``kind``: ``timm`` (``model`` x ``dataset``). ``python`` (``entry`` = ``module:function``) and
+  ``script`` (``entry`` = the command line) are checked as a sweep's ``workload=python|script`` is,
+  then refused: the queue places a job by its workload's profile alone, and it has profiles only of
+  its catalogue's timm models (:mod:`raycolloc.queue.catalog`);
 * ``epochs`` or ``samples``: the job's length (exactly one, an integer >= 1);
 * ``max_slowdown``: the job's bound on its slowdown against running alone (>= 1; empty: the queue's
   ``queue.max_slowdown``).
 
-A malformed trace is refused whole (:class:`TraceError` names the line and the field), before
-anything is queued from it.
+Numbers are plain finite decimals (``12``, ``0.5``): no ``1_0``, ``1e3``, ``inf`` or ``nan``. A
+malformed trace is refused whole (:class:`TraceError` names the line and the column), before anything
+is queued from it: a column named twice, a field over the CSV reader's size limit, a quote left open
+(named at the line it opens) are refused like a bad value.
 """
 
 from __future__ import annotations
 
 import csv
 import re
+import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from raycolloc.config_checks import ConfigError
 from raycolloc.datasets import DATASETS
+from raycolloc.workload_config import WorkloadConfig
 
 __all__ = ["FIELDS", "KINDS", "TraceError", "TraceJob", "parse_row", "read_trace", "write_trace"]
 
@@ -31,6 +38,9 @@ FIELDS = ("job_id", "submit_s", "kind", "model", "dataset", "entry", "epochs", "
 REQUIRED = ("job_id", "submit_s", "kind")
 KINDS = ("timm", "python", "script")
 _ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+# Plain decimals only: int() and float() would also take "1_0", "1e3", " inf", "nan", "infinity".
+_INT = re.compile(r"^[0-9]+$")
+_DECIMAL = re.compile(r"^-?([0-9]+(\.[0-9]*)?|\.[0-9]+)$")
 
 
 class TraceError(ValueError):
@@ -71,11 +81,11 @@ class TraceJob:
 
 
 def _number(where: str, field: str, text: str, kind: type, minimum: float) -> float | int:
-    try:
-        value = kind(text)
-    except ValueError:
-        raise TraceError(where, field, f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
-    if not value >= minimum:  # also refuses NaN
+    if not (_INT if kind is int else _DECIMAL).match(text):
+        what = "an integer (digits only)" if kind is int else "a plain decimal number (e.g. 12 or 0.5)"
+        raise TraceError(where, field, f"{text!r} is not {what}")
+    value = kind(text)
+    if not value >= minimum:
         raise TraceError(where, field, f"{text!r} is not allowed; it must be >= {minimum:g}")
     return value
 
@@ -93,8 +103,6 @@ def parse_row(row: dict[str, str], where: str) -> TraceJob:
     if not _ID.match(get["job_id"]):
         raise TraceError(where, "job_id", f"{get['job_id']!r} is not allowed; use 1-64 letters, digits, '_', '.', '-'")
     submit = float(_number(where, "submit_s", get["submit_s"], float, 0.0))
-    if submit == float("inf"):
-        raise TraceError(where, "submit_s", "inf is not a time")
     kind = get["kind"]
     if kind not in KINDS:
         raise TraceError(where, "kind", f"{kind!r} is not allowed; choose one of: {', '.join(KINDS)}")
@@ -106,11 +114,8 @@ def parse_row(row: dict[str, str], where: str) -> TraceJob:
             raise TraceError(
                 where, "dataset", f"{get['dataset']!r} is not allowed; choose one of: {', '.join(DATASETS)}"
             )
-    elif not get["entry"]:
-        what = "module:function" if kind == "python" else "the command line"
-        raise TraceError(where, "entry", f"missing (kind={kind} runs {what})")
-    elif kind == "python" and not re.match(r"^[\w.]+:\w+$", get["entry"]):
-        raise TraceError(where, "entry", f"{get['entry']!r} is not module:function")
+    else:
+        _check_entry(where, kind, get["entry"])
     if bool(get["epochs"]) == bool(get["samples"]):
         raise TraceError(where, "epochs/samples", "give exactly one of them (the job's length)")
     epochs = int(_number(where, "epochs", get["epochs"], int, 1)) if get["epochs"] else None
@@ -131,6 +136,28 @@ def parse_row(row: dict[str, str], where: str) -> TraceJob:
     )
 
 
+def _check_entry(where: str, kind: str, entry: str) -> None:
+    """A python or script job's entry, checked as a sweep's workload is; then refused (module docstring)."""
+    if not entry:
+        what = "module:function" if kind == "python" else "the command line"
+        raise TraceError(where, "entry", f"missing (kind={kind} runs {what})")
+    try:
+        if kind == "python":
+            WorkloadConfig(name="python", entry=entry)
+        else:
+            WorkloadConfig(name="script", command=shlex.split(entry))
+    except (ConfigError, ValueError) as exc:  # shlex: ValueError on an open quote
+        what = "package.module:function" if kind == "python" else "a command line, e.g. python train.py --epochs 2"
+        raise TraceError(where, "entry", f"{entry!r} is not {what} ({exc})") from None
+    raise TraceError(
+        where,
+        "kind",
+        f"kind={kind} is well formed but cannot be queued: the queue places a job by its workload's profile "
+        f"alone and has profiles only of timm models (kind=timm; model x dataset of its catalogue). Run a "
+        f"{kind} workload with python -m raycolloc.sweep workload={kind} instead",
+    )
+
+
 def read_trace(path: str | Path) -> list[TraceJob]:
     """Every job of the trace at ``path``, in order of arrival (ties: file order).
 
@@ -143,24 +170,31 @@ def read_trace(path: str | Path) -> list[TraceJob]:
         text = Path(path).read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise TraceError(where, "file", f"cannot be read ({type(exc).__name__}: {exc})") from None
-    reader = csv.DictReader(text.splitlines())
-    header = reader.fieldnames or []
-    if not header:
-        raise TraceError(f"{where}:1", "header", f"empty trace; the first line names the columns: {', '.join(FIELDS)}")
-    for name in header:
-        if name not in FIELDS:
-            raise TraceError(f"{where}:1", name, f"unknown column; a trace has: {', '.join(FIELDS)}")
-    for name in REQUIRED:
-        if name not in header:
-            raise TraceError(f"{where}:1", name, "missing column (required: job_id, submit_s, kind)")
+    lines = text.splitlines()
+    reader = csv.reader(lines)
+    try:
+        header = next(reader, [])
+    except csv.Error as exc:
+        raise TraceError(f"{where}:1", _long_column(lines[0], []), f"not CSV ({exc})") from None
+    _check_header(where, header)
     jobs: list[TraceJob] = []
     seen: dict[str, int] = {}
-    for row in reader:
-        line = reader.line_num
-        if None in row:  # more cells than the header has columns
-            raise TraceError(
-                f"{where}:{line}", "row", f"{len(header) + len(row[None])} cells; the header has {len(header)}"
-            )
+    while True:
+        line = reader.line_num + 1  # where the next row starts (a quoted field may run on)
+        try:
+            cells = next(reader, None)
+        except csv.Error as exc:
+            raise TraceError(f"{where}:{line}", _long_column(lines[line - 1], header), f"not CSV ({exc})") from None
+        if cells is None:
+            break
+        if not cells:
+            continue  # a blank line
+        if reader.line_num > line:  # a quote opened on ``line`` ran over its end: no field has a line break
+            column = header[len(cells) - 1] if len(cells) <= len(header) else "row"
+            raise TraceError(f"{where}:{line}", column, "a quote is opened and not closed on this line")
+        if len(cells) > len(header):
+            raise TraceError(f"{where}:{line}", "row", f"{len(cells)} cells; the header has {len(header)}")
+        row = dict(zip(header, cells, strict=False))  # fewer cells: the rest are empty
         job = parse_row(row, f"{where}:{line}")
         if job.job_id in seen:
             raise TraceError(f"{where}:{line}", "job_id", f"{job.job_id!r} is already line {seen[job.job_id]}'s")
@@ -169,6 +203,28 @@ def read_trace(path: str | Path) -> list[TraceJob]:
     if not jobs:
         raise TraceError(where, "rows", "the trace has a header and no job")
     return sorted(jobs, key=lambda j: j.submit_s)  # sorted() is stable: ties keep the file's order
+
+
+def _check_header(where: str, header: list[str]) -> None:
+    """Every column known, named once; the required ones there."""
+    if not header:
+        raise TraceError(f"{where}:1", "header", f"empty trace; the first line names the columns: {', '.join(FIELDS)}")
+    for i, name in enumerate(header):
+        if name not in FIELDS:
+            raise TraceError(f"{where}:1", name, f"unknown column; a trace has: {', '.join(FIELDS)}")
+        if name in header[:i]:  # DictReader would keep the last cell of the two, silently
+            raise TraceError(f"{where}:1", name, f"column named twice (columns {header.index(name) + 1} and {i + 1})")
+    for name in REQUIRED:
+        if name not in header:
+            raise TraceError(f"{where}:1", name, "missing column (required: job_id, submit_s, kind)")
+
+
+def _long_column(line: str, header: list[str]) -> str:
+    """The column of ``line`` whose cell is over the CSV reader's size limit, as near as a plain split
+    tells (a quoted comma may shift it); ``row`` where none is."""
+    cells = line.split(",")
+    at = next((i for i, c in enumerate(cells) if len(c) > csv.field_size_limit()), None)
+    return header[at] if at is not None and at < len(header) else "row"
 
 
 def write_trace(path: str | Path, jobs: Iterable[TraceJob]) -> Path:

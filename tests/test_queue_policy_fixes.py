@@ -1,0 +1,131 @@
+"""The queue's policies after review (issue 33, items 6 and 10): the ``raycolloc`` policy never sizes a
+job re-queued after an OOM below its grown estimate; ``carma`` follows CARMA's rules (activity check on
+every GPU, a recovered job only on an idle GPU, no grown estimate, GPUMemNet's 8 GiB bins, CARMA's
+30 s settle); ``queue.policy`` is checked against the policy registry (item 9)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from raycolloc.config_checks import ConfigError
+from raycolloc.config_groups import QueueConfig, queue_policies
+from raycolloc.queue.__main__ import main
+from raycolloc.queue.advised import AdvisedPolicy
+from raycolloc.queue.catalog import catalog_profile, sim_gpu, sim_params
+from raycolloc.queue.policies import (
+    CARMA_MARGIN_MIB,
+    RETRY_S,
+    SETTLE_S,
+    CarmaPolicy,
+    ExclusivePolicy,
+    create_policy,
+    gpumemnet_mib,
+)
+from raycolloc.queue.policy import (
+    POLICIES,
+    GpuView,
+    Predictor,
+    QueuedJob,
+    Resident,
+    register_policy,
+    unregister_policy,
+)
+
+GPU = sim_gpu("H100-80GB")
+PREDICTOR = Predictor(GPU, sim_params(GPU))
+R50 = catalog_profile("resnet50/imagenet64", GPU)
+R26 = catalog_profile("resnet26/cifar10", GPU)
+
+
+def _view(gpu_id: str, *residents: Resident) -> GpuView:
+    used = sum(r.mem_used_mib or r.mem_estimate_mib for r in residents)
+    return GpuView(gpu_id, GPU.memory_mib, "mps" if residents else None, residents, used, 0.0, 0.0, 0.0, None)
+
+
+def test_raycolloc_never_sizes_a_requeued_job_below_its_grown_estimate() -> None:
+    policy = AdvisedPolicy(QueueConfig(policy="raycolloc"), GPU, PREDICTOR)
+    # A job of resnet50 was seen using 4 GB elsewhere; this one ran out and was re-queued at 30 GB.
+    seen = _view("s", Resident("other", R50, 4_000.0, 10.0, mem_used_mib=4_000.0))
+    busy = _view("g", Resident("big", R26, 52_000.0, 10.0, mem_used_mib=52_000.0))
+    grown = QueuedJob("j", R50.workload, R50, 30_000.0, 10.0, 0.0)
+    decision = policy.place([grown], [seen, busy], 0.0)
+    # 52 GB + 30 GB and the margins do not fit on 80 GB: not placed beside "big" (4 GB would have).
+    assert all(p.gpu_id != "g" for p in decision.placements)
+    assert policy.newcomer_mib(grown) == 30_000.0  # max(seen 4 GB, grown 30 GB)
+    small = QueuedJob("k", R50.workload, R50, 1_000.0, 10.0, 0.0)
+    assert policy.newcomer_mib(small) == 4_000.0  # what was seen still counts when larger
+
+
+def _carma_gpu(
+    gpu_id: str, used: float = 0.0, sm: float = 0.0, occ: float = 0.0, placed: float | None = None
+) -> GpuView:
+    residents = (Resident("r", R26, used, 10.0, mem_used_mib=used),) if used else ()
+    return GpuView(gpu_id, GPU.memory_mib, "mps" if used else None, residents, used, sm, occ, 0.0, placed)
+
+
+def _job(job_id: str, est: float = 4_000.0, ooms: int = 0) -> QueuedJob:
+    return QueuedJob(job_id, R50.workload, R50, est, 10.0, 0.0, ooms)  # R50's profile: 4,000 MiB
+
+
+def test_carma_checks_activity_on_every_gpu_an_empty_one_included() -> None:
+    policy = create_policy(QueueConfig(policy="carma"), GPU, PREDICTOR)
+    busy_empty = _carma_gpu("e", sm=0.9, occ=0.5)  # its window still shows the jobs that just left
+    assert not CarmaPolicy.qualifies(busy_empty, _job("j"), 100.0)
+    decision = policy.place([_job("j")], [busy_empty], 100.0)
+    assert decision.placements == () and decision.retry_at == 100.0 + RETRY_S  # asks again: the window moves
+    assert CarmaPolicy.qualifies(replace(busy_empty, sm_active=0.0), _job("big", est=1e9), 100.0)
+
+
+def test_carma_estimates_in_gpumemnets_8_gib_bins() -> None:
+    assert [gpumemnet_mib(m) for m in (1.0, 8192.0, 8193.0, 20_000.0)] == [8192.0, 8192.0, 16384.0, 24576.0]
+    assert CarmaPolicy.estimated(_job("j")).mem_estimate_mib == 8192.0
+    policy = create_policy(QueueConfig(policy="carma"), GPU, PREDICTOR)
+    # Free memory enough for the profile's 4,000 MiB + 2 GiB, not for its 8 GiB bin + 2 GiB.
+    tight = _carma_gpu("t", used=GPU.memory_mib - 4_000.0 - CARMA_MARGIN_MIB - 100.0)
+    assert policy.place([_job("j")], [tight], 100.0).placements == ()
+    roomy = _carma_gpu("r", used=GPU.memory_mib - 8192.0 - CARMA_MARGIN_MIB)
+    assert [p.gpu_id for p in policy.place([_job("j")], [roomy], 100.0).placements] == ["r"]
+
+
+def test_carma_requeues_after_an_oom_with_its_estimate_unchanged_onto_an_idle_gpu_only() -> None:
+    policy = create_policy(QueueConfig(policy="carma"), GPU, PREDICTOR)
+    grown = _job("oom", est=30_000.0)  # the queue grew it after the OOM; CARMA does not
+    assert CarmaPolicy.estimated(grown).mem_estimate_mib == 8192.0
+    shared = _carma_gpu("s", used=10_000.0)  # 71 GB free, qualifies for a fresh job
+    for recovered in (grown, _job("oom2", ooms=1)):
+        blocked = policy.place([recovered, _job("fresh")], [shared], 100.0)
+        assert blocked.placements == ()  # the recovered head waits for an idle GPU, and blocks the queue
+        placed = policy.place([recovered, _job("fresh")], [shared, _carma_gpu("e")], 100.0).placements
+        assert [(p.job_id, p.gpu_id) for p in placed] == [(recovered.job_id, "e"), ("fresh", "s")]
+
+
+def test_carma_leaves_a_gpu_alone_for_its_30_s_settle_time() -> None:
+    assert SETTLE_S == 30.0  # CARMA's grace after a job shows on a GPU
+    gpu = _carma_gpu("g", used=10_000.0)
+    assert not CarmaPolicy.qualifies(replace(gpu, last_placed_s=80.0), _job("j"), 100.0)  # 20 s ago
+    assert CarmaPolicy.qualifies(replace(gpu, last_placed_s=69.0), _job("j"), 100.0)  # 31 s ago
+
+
+def test_queue_policy_is_checked_against_the_policy_registry(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(ConfigError, match=r"queue.policy='mine' is not allowed; choose one of: exclusive, carma"):
+        QueueConfig(policy="mine")
+
+    @register_policy("mine")
+    class Mine(ExclusivePolicy):
+        name = "mine"
+
+    try:
+        assert "mine" in queue_policies()
+        assert create_policy(QueueConfig(policy="mine"), GPU, PREDICTOR).name == "mine"  # a new plugin: accepted
+        assert main(["trace", "--jobs", "3", "--out", str(tmp_path / "t.csv"), "queue.policy=nope"]) == 2
+        err = capsys.readouterr().err
+        assert "queue.policy='nope' is not allowed; choose one of: exclusive, carma, raycolloc, mine" in err
+    finally:
+        unregister_policy("mine")
+    assert "mine" not in queue_policies() and "mine" not in POLICIES
+    assert not (tmp_path / "t.csv").exists()

@@ -1,0 +1,76 @@
+"""A trace's input read strictly (issue 33, review item 12): a column named twice, a field over the CSV
+reader's limit, numbers other than plain finite decimals and a quote left open are refused by line and
+column with exit 2, nothing queued; python and script jobs are checked as a sweep's workloads are,
+then refused with the reason (the queue has profiles only of timm models)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from raycolloc.queue.__main__ import main
+from raycolloc.queue.trace import FIELDS, TraceError, parse_row, read_trace
+
+HEADER = ",".join(FIELDS)
+GOOD = "j1,0.5,timm,resnet50,imagenet64,,,1000,2"
+HUGE = "x" * 200_000  # over the csv module's default field limit (131,072)
+
+
+@pytest.mark.parametrize(
+    ("text", "where", "field"),
+    [
+        ("job_id,submit_s,kind,kind\nj1,0,timm,timm\n", "bad.csv:1", "kind"),
+        (f"{HEADER}\n{GOOD}\nj2,1,timm,{HUGE},imagenet64,,,10,\n", "bad.csv:3", "model"),
+        (f"{HEADER}\n{GOOD}\nj2,1,timm,resnet50,imagenet64,,,1_0,\n", "bad.csv:3", "samples"),
+        (f"{HEADER}\n{GOOD}\nj2,1_0,timm,resnet50,imagenet64,,,10,\n", "bad.csv:3", "submit_s"),
+        (f"{HEADER}\n{GOOD}\nj2,1,timm,resnet50,imagenet64,,,10,inf\n", "bad.csv:3", "max_slowdown"),
+        (f"{HEADER}\n{GOOD}\nj2,1e3,timm,resnet50,imagenet64,,,10,\n", "bad.csv:3", "submit_s"),
+        (f"{HEADER}\n{GOOD}\nj2,infinity,timm,resnet50,imagenet64,,,10,\n", "bad.csv:3", "submit_s"),
+        # The quote opens on line 3 and swallows line 4: line 3 is named, at the column it opens in.
+        (
+            f'{HEADER}\n{GOOD}\nj2,1,"timm,resnet50,imagenet64,,,10,\nj3,2,timm,resnet50,imagenet64,,,10,\n',
+            "bad.csv:3",
+            "kind",
+        ),
+        (f"{HEADER}\n{GOOD}\nj2,1,python,,,mypkg.train:main,,10,\n", "bad.csv:3", "kind"),
+        (f"{HEADER}\n{GOOD}\nj2,1,script,,,python train.py --epochs 2,,10,\n", "bad.csv:3", "kind"),
+        (f"{HEADER}\n{GOOD}\nj2,1,script,,,python 'train.py,,10,\n", "bad.csv:3", "entry"),
+    ],
+)
+def test_bad_input_is_refused_by_line_and_column_with_exit_2_and_nothing_queued(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, where: str, field: str
+) -> None:
+    trace = tmp_path / "bad.csv"
+    trace.write_text(text)
+    with pytest.raises(TraceError, match=rf"{where}: {field}:"):
+        read_trace(trace)
+    out = tmp_path / "out"
+    assert main(["replay", str(trace), f"out_dir={out}", "cluster=local"]) == 2
+    err = capsys.readouterr().err
+    assert f"{where}: {field}:" in err and "Traceback" not in err
+    assert not out.exists()  # nothing queued: no state database was even made
+
+
+def test_plain_decimals_are_read() -> None:
+    row = {"job_id": "a", "submit_s": "12.", "kind": "timm", "model": "resnet50", "dataset": "imagenet64"}
+    job = parse_row({**row, "samples": "007", "max_slowdown": "1.50"}, "x")
+    assert (job.submit_s, job.samples, job.max_slowdown) == (12.0, 7, 1.5)
+
+
+def test_a_blank_line_and_a_quoted_cell_do_not_shift_lines(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text(f'{HEADER}\n{GOOD}\n\nj2,1,"timm",resnet50,imagenet64,,,10,1.5\n')
+    jobs = read_trace(trace)
+    assert [(j.job_id, j.kind, j.max_slowdown) for j in jobs] == [("j1", "timm", 2.0), ("j2", "timm", 1.5)]
+    trace.write_text(f"{HEADER}\n{GOOD}\n\nj2,1,timm,resnet50,imagenet64,,,10,nan\n")
+    with pytest.raises(TraceError, match=r"t.csv:4: max_slowdown:"):
+        read_trace(trace)
+
+
+def test_a_python_or_script_submission_names_why_it_is_refused() -> None:
+    row = {"job_id": "a", "submit_s": "0", "kind": "python", "entry": "mypkg.train:main", "samples": "10"}
+    with pytest.raises(TraceError, match=r"submission: kind: kind=python is well formed but cannot be queued"):
+        parse_row(row, "submission")
+    with pytest.raises(TraceError, match=r"submission: entry: 'not an entry' is not package.module:function"):
+        parse_row({**row, "entry": "not an entry"}, "submission")
