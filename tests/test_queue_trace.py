@@ -114,7 +114,7 @@ def test_replay_prints_the_summary_and_writes_rows(tmp_path: Path, capsys: pytes
     assert main(["replay", str(trace), *words]) == 0
     out = capsys.readouterr().out
     assert "queue policy=carma: 12/12 jobs ended" in out and "makespan" in out and "p95" in out and "OOMs" in out
-    run = tmp_path / "queue" / "t-carma"
+    run = tmp_path / "queue" / "t-carma-1x2-H100-80GB"  # trace, policy and cluster: one node of 2 H100s
     assert {"queue.sqlite", "jobs.parquet", "gpus.parquet", "summary.json"} <= {p.name for p in run.iterdir()}
     first = json.loads((run / "summary.json").read_text())
     assert main(["replay", str(trace), *words]) == 0  # over already: nothing runs, nothing is lost
