@@ -119,7 +119,7 @@ class Ticker:
         self._thread.start()
 
     def _loop(self) -> None:
-        published = 0.0
+        published, failed = 0.0, ""
         while not self._stop.wait(TICK_S):
             with self._lock:
                 try:
@@ -127,10 +127,12 @@ class Ticker:
                     if time.monotonic() - published >= GAUGE_S:
                         self._gauges.publish(self._service.status())
                         published = time.monotonic()
-                except Exception:
-                    # Logged, and ticked again: a thread that died here would leave jobs moving only
-                    # when a command is called (the database keeps every change made).
-                    log.exception("queue tick failed")
+                except Exception as exc:
+                    # Logged (once per kind of failure: it may repeat every tick), and ticked again: a
+                    # thread that died here would leave jobs moving only when a command is called.
+                    if repr(exc) != failed:
+                        log.exception("queue tick failed")
+                    failed = repr(exc)
 
     def stop(self) -> None:
         self._stop.set()
