@@ -227,3 +227,22 @@ def test_a_new_service_on_a_drained_database_takes_jobs_again(tmp_path: Path) ->
     assert not again.status().draining
     assert again.submit(_job("b")) == "b"
     again.close()
+
+
+@pytest.mark.slow
+def test_a_serve_on_a_database_another_process_owns_exits_2_and_leaves_it(tmp_path: Path) -> None:
+    db = tmp_path / "queue" / "live" / "queue.sqlite"
+    hold = (
+        "import sys; from raycolloc.queue.state import Store; Store(sys.argv[1]); print('owning', flush=True); input()"
+    )
+    owner = subprocess.Popen(
+        [sys.executable, "-c", hold, str(db)], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert owner.stdout is not None and owner.stdout.readline().strip() == "owning"
+        serve = _cli(["serve", f"out_dir={tmp_path}", "cluster=local", "cluster.num_gpus=2"])
+        assert serve.returncode == 2 and "in use by another process" in serve.stderr, serve.stderr[-3000:]
+        assert not (db.parent / "ray-address").exists()  # no live queue announced
+    finally:
+        owner.kill()
+        owner.wait(30)

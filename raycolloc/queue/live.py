@@ -127,6 +127,7 @@ class Ticker:
                     if time.monotonic() - published >= GAUGE_S:
                         self._gauges.publish(self._service.status())
                         published = time.monotonic()
+                    failed = ""
                 except Exception as exc:
                     # Logged (once per kind of failure: it may repeat every tick), and ticked again: a
                     # thread that died here would leave jobs moving only when a command is called.
