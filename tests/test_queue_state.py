@@ -233,6 +233,7 @@ def test_a_rerun_with_other_queue_settings_is_refused_naming_them(
     assert "queue.aging_s=300.0 there, 10.0 now; queue.max_slowdown=2.0 there, 1.05 now" in err, err
     assert json.loads((run / "summary.json").read_text()) == first  # nothing ran, nothing rewritten
     assert main(["replay", str(small_trace), *words, "queue.trace_gap_s=9"]) == 0  # the generator's: not the run's
+    assert main(["replay", str(small_trace), *words, "queue.sim_nodes=1"]) == 0  # the same cluster, said so
     store = Store(run / "queue.sqlite", read_only=True)
     own = {j.job_id: j.max_slowdown for j in read_trace(small_trace)}
     assert {r.job.job_id: r.job.max_slowdown for r in store.jobs()} == {k: v or 2.0 for k, v in own.items()}

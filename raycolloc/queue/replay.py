@@ -51,8 +51,9 @@ __all__ = [
 ]
 
 # Keys no run depends on: where the database is, and the trace generator's (the trace itself is claimed
-# by its digest). Every other ``queue.*`` key is part of what a database was made with.
-_UNCLAIMED = frozenset({"db", "trace_gap_s", "trace_job_s", "trace_mix"})
+# by its digest); and the cluster's shape, claimed as resolved (sim_nodes=null and =1 are one cluster).
+# Every other ``queue.*`` key is part of what a database was made with.
+_UNCLAIMED = frozenset({"db", "trace_gap_s", "trace_job_s", "trace_mix", "sim_nodes", "sim_gpus_per_node"})
 
 
 @dataclass(frozen=True)
