@@ -73,7 +73,8 @@ def main() -> int:
         start = time.perf_counter()
         _run(["replay", str(trace), f"queue.policy={policy}", *cluster, *shape, f"out_dir={work}"])
         wall = time.perf_counter() - start
-        summary = json.loads((work / "queue" / f"{trace.stem}-{policy}" / "summary.json").read_text())
+        run = work / "queue" / f"{trace.stem}-{policy}-{args.nodes}x{args.gpus_per_node}-{args.gpu_model}"
+        summary = json.loads((run / "summary.json").read_text())
         results[policy] = {**summary, "command_wall_s": wall}
     print(table(results), flush=True)
     out = {

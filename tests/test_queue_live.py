@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -188,3 +189,60 @@ def test_the_dashboard_gauges_show_the_jobs_per_state_and_each_gpu(tmp_path: Pat
     assert sorted(gauges.gpu_jobs.values.values()) == [1.0, 2.0]  # three jobs on two GPUs
     assert all(0 < v <= 1 for v in gauges.gpu_sm_active.values.values())
     service.close()
+
+
+def test_the_live_queue_moves_its_jobs_on_its_own_thread_with_no_command_called(tmp_path: Path) -> None:
+    from raycolloc.queue.live import QueueGauges, Ticker
+
+    clock = Clock()
+    service = _service(tmp_path, clock)  # its database opened on this thread, ticked on the ticker's
+    for name in ("a", "b"):
+        service.submit(_job(name, samples=200_000))
+    service.tick()  # both placed at 0 s
+    lock = threading.Lock()
+    gauges = QueueGauges(_Recorder(), _Recorder(), _Recorder())
+    ticker = Ticker(service, lock, gauges)
+    try:
+        clock.t = 1000.0  # both jobs over by then: only a tick can see it, no command is called
+        deadline = time.monotonic() + 60
+        while gauges.jobs.values.get((("state", "ended"),)) != 2.0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert gauges.jobs.values.get((("state", "ended"),)) == 2.0, gauges.jobs.values
+    finally:
+        ticker.stop()
+    with lock:
+        assert service.store.counts()["ended"] == 2
+        service.close()
+
+
+def test_a_new_service_on_a_drained_database_takes_jobs_again(tmp_path: Path) -> None:
+    clock = Clock()
+    first = _service(tmp_path, clock)
+    first.submit(_job("a", samples=1_000))
+    first.drain()
+    clock.t = 1000.0
+    assert first.status().drained
+    first.close()
+    again = _service(tmp_path, Clock())  # a new serve on the same database
+    assert not again.status().draining
+    assert again.submit(_job("b")) == "b"
+    again.close()
+
+
+@pytest.mark.slow
+def test_a_serve_on_a_database_another_process_owns_exits_2_and_leaves_it(tmp_path: Path) -> None:
+    db = tmp_path / "queue" / "live" / "queue.sqlite"
+    hold = (
+        "import sys; from raycolloc.queue.state import Store; Store(sys.argv[1]); print('owning', flush=True); input()"
+    )
+    owner = subprocess.Popen(
+        [sys.executable, "-c", hold, str(db)], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert owner.stdout is not None and owner.stdout.readline().strip() == "owning"
+        serve = _cli(["serve", f"out_dir={tmp_path}", "cluster=local", "cluster.num_gpus=2"])
+        assert serve.returncode == 2 and "in use by another process" in serve.stderr, serve.stderr[-3000:]
+        assert not (db.parent / "ray-address").exists()  # no live queue announced
+    finally:
+        owner.kill()
+        owner.wait(30)

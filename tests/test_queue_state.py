@@ -176,3 +176,109 @@ def test_a_bad_node_loss_exits_2_and_queues_nothing(tmp_path: Path, small_trace:
     words = ["cluster=local", "queue.sim_nodes=2", f"out_dir={tmp_path}", f"queue.sim_node_loss={loss}"]
     assert main(["replay", str(small_trace), *words]) == 2
     assert not (tmp_path / "queue").exists()
+
+
+def test_recover_requeues_a_placed_attempt_once_even_where_its_runner_is_listed_alive(tmp_path: Path) -> None:
+    store = Store(tmp_path / "q.sqlite")
+    store.add([_job("a")], [1.0], 0.0)
+    first = store.place("a", "g0", "naive", 1.0)  # its start never recorded: it could never end
+    alive = frozenset({("a", first)})
+    assert store.recover(2.0, alive) == ["a"]
+    assert store.recover(3.0, alive) == []  # once
+    record = store.job("a")
+    assert record is not None and (record.state, record.requeues) == ("queued", 1)
+    assert len(store.events("requeued")) == 1
+    second = store.place("a", "g1", "naive", 4.0)
+    assert store.start("a", second, 4.0) and store.end("a", second, 5.0)
+    store.close()
+
+
+def test_a_database_sqlite_will_not_keep_in_wal_mode_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from raycolloc.queue.state import JournalModeError
+
+    monkeypatch.chdir(tmp_path)  # the lock file of ":memory:" lands here
+    with pytest.raises(JournalModeError, match="journal_mode=memory, not wal"):
+        Store(":memory:")  # an in-memory database has no WAL
+
+
+def test_a_job_is_stored_with_the_bound_it_runs_under_and_reported_against_it(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from raycolloc.queue.report import job_rows
+
+    store = Store(tmp_path / "q.sqlite")
+    store.add([_job("a"), replace(_job("b"), max_slowdown=1.5)], [1.0, 1.0], 0.0, bound=2.0)
+    assert {r.job.job_id: r.job.max_slowdown for r in store.jobs()} == {"a": 2.0, "b": 1.5}
+    rows = job_rows("raycolloc", store.jobs(), lambda job: 1.0, 3.0)  # today's default: not a's
+    assert [r.max_slowdown for r in rows] == [2.0, 1.5]
+    store.close()
+
+
+def test_a_rerun_with_other_queue_settings_is_refused_naming_them(
+    tmp_path: Path, small_trace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    from raycolloc.queue.__main__ import main
+
+    words = ["cluster=local", "cluster.num_gpus=2", f"out_dir={tmp_path}"]
+    assert main(["replay", str(small_trace), *words]) == 0
+    run = next((tmp_path / "queue").iterdir())
+    first = json.loads((run / "summary.json").read_text())
+    capsys.readouterr()
+    assert main(["replay", str(small_trace), *words, "queue.max_slowdown=1.05", "queue.aging_s=10"]) == 2
+    err = capsys.readouterr().err
+    assert "queue.aging_s=300.0 there, 10.0 now; queue.max_slowdown=2.0 there, 1.05 now" in err, err
+    assert json.loads((run / "summary.json").read_text()) == first  # nothing ran, nothing rewritten
+    assert main(["replay", str(small_trace), *words, "queue.trace_gap_s=9"]) == 0  # the generator's: not the run's
+    assert main(["replay", str(small_trace), *words, "queue.sim_nodes=1"]) == 0  # the same cluster, said so
+    store = Store(run / "queue.sqlite", read_only=True)
+    own = {j.job_id: j.max_slowdown for j in read_trace(small_trace)}
+    assert {r.job.job_id: r.job.max_slowdown for r in store.jobs()} == {k: v or 2.0 for k, v in own.items()}
+    store.close()
+
+
+# A process that owns a database (one job running in it) until it is killed.
+_OWNER = """
+import sys
+from raycolloc.queue.state import Store
+from raycolloc.queue.trace import TraceJob
+store = Store(sys.argv[1])
+store.add([TraceJob("a", 0.0, "timm", "resnet50", "imagenet64", None, None, 1000, None)], [1.0], 0.0)
+store.start("a", store.place("a", "g0", "naive", 1.0), 1.0)
+print("owning", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_second_process_may_not_own_a_database_but_may_read_it(
+    tmp_path: Path, small_trace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import subprocess
+    import sys
+
+    from raycolloc.queue.__main__ import main
+    from raycolloc.queue.state import StoreBusy
+
+    db = tmp_path / "q.sqlite"
+    owner = subprocess.Popen(
+        [sys.executable, "-c", _OWNER, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert owner.stdout is not None and owner.stdout.readline().strip() == "owning"
+        with pytest.raises(StoreBusy, match="in use by another process"):
+            Store(db)
+        assert main(["replay", str(small_trace), "cluster=local", f"queue.db={db}"]) == 2
+        assert "in use by another process" in capsys.readouterr().err
+        reader = Store(db, read_only=True)  # reading beside the owner
+        record = reader.job("a")
+        assert record is not None and (record.state, record.requeues) == ("started", 0)  # left running
+        reader.close()
+    finally:
+        owner.kill()  # however the owner ends, the kernel drops its lock
+        owner.wait(30)
+    store = Store(db)
+    assert store.recover(2.0) == ["a"]  # now it is the owner's to resume
+    store.close()

@@ -114,10 +114,52 @@ def test_replay_prints_the_summary_and_writes_rows(tmp_path: Path, capsys: pytes
     assert main(["replay", str(trace), *words]) == 0
     out = capsys.readouterr().out
     assert "queue policy=carma: 12/12 jobs ended" in out and "makespan" in out and "p95" in out and "OOMs" in out
-    run = tmp_path / "queue" / "t-carma"
+    run = tmp_path / "queue" / "t-carma-1x2-H100-80GB"  # trace, policy and cluster: one node of 2 H100s
     assert {"queue.sqlite", "jobs.parquet", "gpus.parquet", "summary.json"} <= {p.name for p in run.iterdir()}
     first = json.loads((run / "summary.json").read_text())
     assert main(["replay", str(trace), *words]) == 0  # over already: nothing runs, nothing is lost
     again = json.loads((run / "summary.json").read_text())
     assert {k: v for k, v in again.items() if k != "wall_s"} == {k: v for k, v in first.items() if k != "wall_s"}
     assert first["energy_j"] > 0
+
+
+def test_the_readme_replays_on_other_clusters_keep_apart_in_one_out_dir(tmp_path: Path) -> None:
+    import shlex
+
+    root = Path(__file__).resolve().parents[1]
+    prefix = "python -m raycolloc.queue replay jobs/examples/queue_trace60.csv"
+    commands = [line for line in (root / "README.md").read_text().splitlines() if line.startswith(prefix)]
+    assert len(commands) == 2  # the 4-GPU one and the 8 x 8 one
+    for command in commands:
+        words = [w for w in shlex.split(command)[5:] if not w.startswith("queue.policy=")]
+        trace = str(root / "jobs" / "examples" / "queue_trace60.csv")
+        # The same policy on both clusters (the README's differ): only the cluster tells them apart.
+        assert main(["replay", trace, *words, "queue.policy=carma", f"out_dir={tmp_path}"]) == 0
+    runs = sorted(p.name for p in (tmp_path / "queue").iterdir())
+    assert runs == ["queue_trace60-carma-1x4-H100-80GB", "queue_trace60-carma-8x8-H100-80GB"]
+    assert all((tmp_path / "queue" / run / "summary.json").is_file() for run in runs)
+
+
+def test_a_cancelled_job_is_counted_apart_and_makes_the_replay_exit_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from raycolloc.queue import replay as replay_module
+    from raycolloc.queue.report import format_summary, job_rows, summarise
+    from raycolloc.queue.state import Store
+    from raycolloc.queue.trace import TraceJob
+
+    store = Store(tmp_path / "q.sqlite")
+    jobs = [TraceJob(j, 0.0, "timm", "resnet50", "imagenet64", None, None, 1000, None) for j in ("a", "b")]
+    store.add(jobs, [1.0, 1.0], 0.0, 2.0)
+    attempt = store.place("a", "g0", "naive", 1.0)
+    store.start("a", attempt, 1.0)
+    store.end("a", attempt, 5.0)
+    store.cancel("b", 2.0)  # e.g. the ray runner's, after MAX_FAILURES failed attempts
+    summary = summarise("exclusive", job_rows("exclusive", store.jobs(), lambda job: 4.0, 2.0), None, 0.0)
+    store.close()
+    assert (summary.ended, summary.cancelled, summary.complete) == (1, 1, False)
+    assert "1/2 jobs ended, 1 cancelled (NOT all: see jobs)" in format_summary(summary)
+    outcome = replay_module.ReplayOutcome(summary, tmp_path, tmp_path / "jobs.parquet")
+    monkeypatch.setattr(replay_module, "replay", lambda trace, settings: outcome)
+    assert main(["replay", str(tmp_path / "t.csv"), "cluster=local"]) == 1
+    assert "1 cancelled" in capsys.readouterr().out

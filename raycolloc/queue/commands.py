@@ -1,18 +1,36 @@
 """What each ``python -m raycolloc.queue`` command does, from its parsed arguments to its exit status
-(the parser and the mapping of errors to exit 2 are in ``__main__``)."""
+(the parser and the mapping of errors to exit 2 are in ``__main__``; a database another process owns,
+or one SQLite cannot keep in WAL mode, exits 2 here)."""
 
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
+from collections.abc import Callable
 
 from raycolloc.config import ConfigError
 from raycolloc.queue.report import format_summary
 from raycolloc.queue.settings import compose_settings
+from raycolloc.queue.state import JournalModeError, StoreBusy
 
 __all__ = ["live_command", "replay_command", "trace_command"]
 
 _SUBMIT_FIELDS = ("job_id", "kind", "model", "dataset", "entry", "epochs", "samples", "max_slowdown")
+
+
+def _refused_store(command: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Exit 2, with the reason, where the command's database may not be opened (nothing ran)."""
+
+    @functools.wraps(command)
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return command(args)
+        except (StoreBusy, JournalModeError) as exc:
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+            return 2
+
+    return run
 
 
 def trace_command(args: argparse.Namespace) -> int:
@@ -28,6 +46,7 @@ def trace_command(args: argparse.Namespace) -> int:
     return 0
 
 
+@_refused_store
 def replay_command(args: argparse.Namespace) -> int:
     from raycolloc.queue.replay import replay
 
@@ -52,7 +71,7 @@ def replay_command(args: argparse.Namespace) -> int:
         outcome = replay(args.trace, settings)
     print(format_summary(outcome.summary), flush=True)
     print(f"wrote {outcome.jobs_file}")
-    return 0 if outcome.summary.complete else 1
+    return 0 if outcome.summary.complete else 1  # a job not ended (cancelled ones included): 1
 
 
 def _print_status(status: object) -> None:
@@ -64,6 +83,7 @@ def _print_status(status: object) -> None:
     print(f"queue policy={status.policy} t={status.now:,.1f} s  {counts}{drain}", flush=True)
 
 
+@_refused_store
 def live_command(args: argparse.Namespace) -> int:
     """``serve``, ``submit``, ``status``, ``cancel``, ``drain``."""
     import ray

@@ -3,7 +3,9 @@
 ``serve`` connects to Ray (``cluster.address``, or a new local instance), starts the actor by name
 (or finds it: ``get_if_exists``) and writes the cluster's address beside the queue's database, where
 ``submit``, ``status``, ``cancel`` and ``drain`` find it. The actor ticks its service on a thread of
-its own every ``TICK_S`` and answers calls between ticks (one lock). In Ray's dashboard it is the actor
+its own every ``TICK_S`` (:class:`Ticker`: jobs start and end with no command called) and answers calls
+between ticks (one lock). A database another process owns, or made with other settings, is refused
+before the actor is left running (``StoreBusy``, ``TraceMismatch``). In Ray's dashboard it is the actor
 ``raycolloc:queue``, and every ``GAUGE_S`` it sets ``raycolloc_queue_jobs{state}`` (jobs per state),
 ``raycolloc_queue_gpu_jobs{gpu}`` and ``raycolloc_queue_gpu_sm_active{gpu}`` (each GPU's jobs and
 SM activity). Answers cross the actor boundary
@@ -12,6 +14,7 @@ as dataclasses; a refused submission comes back as its message, never as a Ray e
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +28,7 @@ from raycolloc.gauges import make_gauge
 from raycolloc.queue.report import Summary
 from raycolloc.queue.service import QueueClosed, QueueService, QueueStatus
 from raycolloc.queue.settings import QueueSettings
+from raycolloc.queue.state import StoreBusy, TraceMismatch
 from raycolloc.queue.trace import TraceError
 
 if TYPE_CHECKING:
@@ -39,6 +43,7 @@ __all__ = [
     "QueueActor",
     "QueueGauges",
     "Submitted",
+    "Ticker",
     "address_file",
     "find_actor",
     "live_db",
@@ -46,6 +51,8 @@ __all__ = [
     "start_actor",
     "wait_drained",
 ]
+
+log = logging.getLogger(__name__)
 
 NAMESPACE = "raycolloc"
 ACTOR_NAME = "raycolloc:queue"
@@ -101,25 +108,57 @@ def address_file(settings: QueueSettings) -> Path:
     return live_db(settings).with_name("ray-address")
 
 
-@ray.remote(num_cpus=0)
-class QueueActor:
-    """The live queue: its service, ticked on a thread; every call under one lock."""
+class Ticker:
+    """A service ticked every ``TICK_S`` on a thread of its own (and its gauges set every ``GAUGE_S``),
+    each tick under ``lock``, which every other use of the service takes too."""
 
-    def __init__(self, settings: QueueSettings, db: str) -> None:
-        self._service = QueueService(settings, Path(db))
-        self._lock = threading.Lock()
+    def __init__(self, service: QueueService, lock: threading.Lock, gauges: QueueGauges) -> None:
+        self._service, self._lock, self._gauges = service, lock, gauges
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="queue-tick", daemon=True)
         self._thread.start()
 
     def _loop(self) -> None:
-        gauges, published = QueueGauges.create(), 0.0
+        published, failed = 0.0, ""
         while not self._stop.wait(TICK_S):
             with self._lock:
-                self._service.tick()
-                if time.monotonic() - published >= GAUGE_S:
-                    gauges.publish(self._service.status())
-                    published = time.monotonic()
+                try:
+                    self._service.tick()
+                    if time.monotonic() - published >= GAUGE_S:
+                        self._gauges.publish(self._service.status())
+                        published = time.monotonic()
+                    failed = ""
+                except Exception as exc:
+                    # Logged (once per kind of failure: it may repeat every tick), and ticked again: a
+                    # thread that died here would leave jobs moving only when a command is called.
+                    if repr(exc) != failed:
+                        log.exception("queue tick failed")
+                    failed = repr(exc)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+@ray.remote(num_cpus=0)
+class QueueActor:
+    """The live queue: its service, ticked on a thread; every call under one lock. A database it may
+    not open leaves it without a service, and :meth:`refused` says why."""
+
+    def __init__(self, settings: QueueSettings, db: str) -> None:
+        self._lock = threading.Lock()
+        self._refused: str | None = None
+        self._ticker: Ticker | None = None
+        try:
+            self._service = QueueService(settings, Path(db))
+        except (StoreBusy, TraceMismatch) as exc:
+            self._refused = f"{type(exc).__name__}: {exc}"
+            return
+        self._ticker = Ticker(self._service, self._lock, QueueGauges.create())
+
+    def refused(self) -> str | None:
+        """Why the actor holds no queue (its database), or None."""
+        return self._refused
 
     def submit(self, fields: dict[str, str]) -> Submitted:
         with self._lock:
@@ -146,21 +185,31 @@ class QueueActor:
 
     def shutdown(self) -> None:
         """Stop ticking and close the database (the actor is killed after)."""
-        self._stop.set()
-        self._thread.join(timeout=5)
+        if self._ticker is None:
+            return
+        self._ticker.stop()
         with self._lock:
             self._service.close()
 
 
 def start_actor(settings: QueueSettings) -> Any:
-    """The live queue's actor on the connected cluster: started, or the running one found."""
+    """The live queue's actor on the connected cluster: started, or the running one found.
+
+    Raises:
+        StoreBusy: another process owns the database (the actor is killed, nothing written).
+        TraceMismatch: the database is another queue's, or made with other settings (likewise).
+    """
     db = live_db(settings)
     db.parent.mkdir(parents=True, exist_ok=True)
     options = {"name": ACTOR_NAME, "namespace": NAMESPACE, "lifetime": "detached", "get_if_exists": True}
     # cast: what @ray.remote made of the class (mypy sees the class itself through the decorator's stub).
     actor_class = cast("ActorClass[QueueActor]", QueueActor)
     actor: Any = actor_class.options(**options).remote(settings, str(db))
-    ray.get(actor.status.remote(), timeout=120)  # up, and its database open
+    refused = ray.get(actor.refused.remote(), timeout=120)  # up, and its database open (or why not)
+    if refused is not None:
+        ray.kill(actor)  # detached: it would keep the name, and the next serve would find it empty
+        kind, _, message = refused.partition(": ")
+        raise (StoreBusy if kind == StoreBusy.__name__ else TraceMismatch)(message)
     address_file(settings).write_text(ray.get_runtime_context().gcs_address)
     return actor
 

@@ -32,7 +32,7 @@ from raycolloc.queue.policy import Predictor
 from raycolloc.queue.rayjobs import check_ray_config
 from raycolloc.queue.raylanes import POOL_SIZE, open_lanes
 from raycolloc.queue.rayrunners import RayRunners
-from raycolloc.queue.replay import ReplayOutcome, run_dir, trace_digest, trace_profiles
+from raycolloc.queue.replay import ReplayOutcome, claim_run, run_dir, trace_digest, trace_profiles
 from raycolloc.queue.report import job_rows, summarise, write_parquet, write_summary
 from raycolloc.queue.settings import QueueSettings
 from raycolloc.queue.state import Store
@@ -79,7 +79,8 @@ def replay_ray(trace: Path, settings: QueueSettings) -> ReplayOutcome:
     Raises:
         TraceError: a malformed trace, or a job without a profile or length (nothing is queued).
         ConfigError: a job that cannot be built, a ``queue.inject_oom`` id not in the trace.
-        TraceMismatch: the database holds another trace, policy or cluster.
+        TraceMismatch: the database holds another trace, policy, cluster or queue settings.
+        StoreBusy: another process runs it.
         LeaseError: the cluster has no GPU, or one was not granted in time.
     """
     from raycolloc.driver.cluster import connect
@@ -88,14 +89,13 @@ def replay_ray(trace: Path, settings: QueueSettings) -> ReplayOutcome:
     profiles = trace_profiles(trace, jobs, settings)
     maker = check_ray_config(settings.config, jobs)
     config, gpu = maker.config, settings.gpu
+    settings = dataclasses.replace(settings, config=config)  # cluster.backend=auto resolved: the run's name
     directory = run_dir(trace, settings)
     db = Path(config.queue.db) if config.queue.db else directory / "queue.sqlite"
     store = Store(db)
     runners: RayRunners | None = None
     try:
-        shape = f"ray {config.cluster.backend} {gpu.name} seed={config.seed}"
-        for key, value in (("trace", trace_digest(jobs)), ("policy", config.queue.policy), ("cluster", shape)):
-            store.claim(key, value)
+        claim_run(store, trace_digest(jobs), f"ray {config.cluster.backend} {gpu.name}", settings)
         connect(config.cluster, POOL_SIZE)
         predictor = Predictor(gpu, sim_params(gpu))
         runners = RayRunners(open_lanes(config), maker, {j.job_id: j for j in jobs}, predictor)
@@ -107,7 +107,7 @@ def replay_ray(trace: Path, settings: QueueSettings) -> ReplayOutcome:
         else:
             scale = config.queue.arrival_scale
             arriving = [dataclasses.replace(j, submit_s=begin + j.submit_s * scale) for j in jobs]
-            store.add(arriving, [profiles[j.job_id].job_mem_mib for j in jobs], begin)
+            store.add(arriving, [profiles[j.job_id].job_mem_mib for j in jobs], begin, config.queue.max_slowdown)
         _loop(queue, runners, store, lambda: begin + time.monotonic() - t0)
         wall = time.monotonic() - t0
         energy = float(store.meta("energy_j") or 0.0) + runners.energy_j

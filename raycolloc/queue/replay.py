@@ -2,9 +2,11 @@
 
 The trace is read and every job's profile found first: a malformed trace or a job the simulated
 cluster has no profile of is refused before any state exists. Then the queue's database (under
-``out_dir/queue/<trace>-<policy>/``, or ``queue.db``) is opened: a new one takes the trace's jobs; one
-left by an earlier run of the same trace and policy (stopped or killed) is resumed — jobs it had
-running are re-queued, since their runners died with it — so every job ends exactly once. The loop
+``out_dir/queue/<trace>-<policy>-<cluster>/``, the cluster as ``<nodes>x<gpus>-<gpu model>`` or
+``ray-<backend>-<gpu model>``; or ``queue.db``) is opened: a new one takes the trace's jobs; one left by
+an earlier run of the same trace, policy, cluster and queue settings (stopped or killed) is resumed —
+jobs it had running are re-queued, since their runners died with it — so every job ends exactly once;
+one made with other settings is refused, naming them (:func:`claim_run`). The loop
 moves virtual time from one thing that happens to the next: an arrival, an end or an OOM on a GPU, or
 a wake-up the policy asked for. Written beside the database: ``jobs.parquet`` (one row per job),
 ``gpus.parquet`` (each GPU's mode, jobs, SM activity, power and memory from each change on) and
@@ -14,8 +16,10 @@ since its last start); GPU rows are the last run's.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +27,7 @@ from pathlib import Path
 
 from raycolloc.advise.profile import Profile
 from raycolloc.config import ConfigError
+from raycolloc.config_groups import QueueConfig
 from raycolloc.queue.catalog import NoProfile, catalog_profile, sim_params
 from raycolloc.queue.core import Queue
 from raycolloc.queue.policies import create_policy
@@ -33,7 +38,22 @@ from raycolloc.queue.simcluster import SimCluster
 from raycolloc.queue.state import Store
 from raycolloc.queue.trace import TraceError, TraceJob, read_trace
 
-__all__ = ["ReplayOutcome", "format_summary", "replay", "run_dir", "trace_digest", "trace_profiles"]
+__all__ = [
+    "ReplayOutcome",
+    "claim_run",
+    "cluster_label",
+    "format_summary",
+    "replay",
+    "run_dir",
+    "run_settings",
+    "trace_digest",
+    "trace_profiles",
+]
+
+# Keys no run depends on: where the database is, and the trace generator's (the trace itself is claimed
+# by its digest); and the cluster's shape, claimed as resolved (sim_nodes=null and =1 are one cluster).
+# Every other ``queue.*`` key is part of what a database was made with.
+_UNCLAIMED = frozenset({"db", "trace_gap_s", "trace_job_s", "trace_mix", "sim_nodes", "sim_gpus_per_node"})
 
 
 @dataclass(frozen=True)
@@ -45,12 +65,41 @@ class ReplayOutcome:
     jobs_file: Path
 
 
+def cluster_label(settings: QueueSettings) -> str:
+    """The cluster a replay runs on, for its directory's name: ``<nodes>x<gpus>-<gpu model>`` simulated,
+    ``ray-<backend>-<gpu model>`` on a Ray cluster's GPUs (their count is what the cluster has)."""
+    config = settings.config
+    if config.queue.runner == "ray":
+        label = f"ray-{config.cluster.backend}-{settings.gpu.name}"
+    else:
+        label = f"{settings.nodes}x{settings.gpus_per_node}-{settings.gpu.name}"
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", label)
+
+
 def run_dir(trace: Path, settings: QueueSettings) -> Path:
-    """Where a replay of ``trace`` keeps its database and results."""
+    """Where a replay of ``trace`` keeps its database and results: one directory per trace, policy and
+    cluster, so that runs of one trace on other clusters sit side by side in one ``out_dir``."""
     queue = settings.config.queue
     if queue.db:
         return Path(queue.db).parent
-    return settings.out_dir / "queue" / f"{trace.stem}-{queue.policy}"
+    return settings.out_dir / "queue" / f"{trace.stem}-{queue.policy}-{cluster_label(settings)}"
+
+
+def run_settings(queue: QueueConfig) -> dict[str, object]:
+    """The ``queue.*`` settings a run depends on (what its database is claimed with)."""
+    return {f"queue.{k}": v for k, v in dataclasses.asdict(queue).items() if k not in _UNCLAIMED}
+
+
+def claim_run(store: Store, trace: str, shape: str, settings: QueueSettings) -> None:
+    """Record what ``store`` runs (trace, policy, cluster, queue settings) or check it is that.
+
+    Raises:
+        TraceMismatch: another trace, policy or cluster; ConfigMismatch: other settings (named).
+    """
+    config = settings.config
+    for key, value in (("trace", trace), ("policy", config.queue.policy), ("cluster", f"{shape} seed={config.seed}")):
+        store.claim(key, value)
+    store.claim_config(run_settings(config.queue))
 
 
 def trace_profiles(trace: Path, jobs: list[TraceJob], settings: QueueSettings) -> dict[str, Profile]:
@@ -76,7 +125,8 @@ def replay(trace: Path, settings: QueueSettings, open_store: Callable[[Path], St
 
     Raises:
         TraceError: a malformed trace, or a job without a profile or length (nothing is queued).
-        TraceMismatch: the database holds another trace, policy or cluster.
+        TraceMismatch: the database holds another trace, policy, cluster or queue settings.
+        StoreBusy: another process runs it.
     """
     jobs = read_trace(trace)
     profiles = trace_profiles(trace, jobs, settings)
@@ -89,9 +139,7 @@ def replay(trace: Path, settings: QueueSettings, open_store: Callable[[Path], St
     db = Path(config.queue.db) if config.queue.db else directory / "queue.sqlite"
     store = open_store(db)
     try:
-        shape = f"{settings.nodes}x{settings.gpus_per_node} {gpu.name} seed={config.seed}"
-        for key, value in (("trace", trace_digest(jobs)), ("policy", config.queue.policy), ("cluster", shape)):
-            store.claim(key, value)
+        claim_run(store, trace_digest(jobs), f"{settings.nodes}x{settings.gpus_per_node} {gpu.name}", settings)
         predictor = Predictor(gpu, sim_params(gpu))
         now = store.clock()
         cluster = SimCluster(settings.nodes, settings.gpus_per_node, gpu, predictor, config.queue, config.seed, now)
@@ -103,7 +151,7 @@ def replay(trace: Path, settings: QueueSettings, open_store: Callable[[Path], St
         if sum(counts.values()):
             queue.resume(now)
         else:
-            store.add(jobs, [profiles[j.job_id].job_mem_mib for j in jobs], now)
+            store.add(jobs, [profiles[j.job_id].job_mem_mib for j in jobs], now, config.queue.max_slowdown)
         start = time.perf_counter()
         _run(queue, cluster, store, now, losses)
         wall = time.perf_counter() - start
@@ -114,6 +162,7 @@ def replay(trace: Path, settings: QueueSettings, open_store: Callable[[Path], St
         def alone(job: TraceJob) -> float | None:
             return (job.length_samples or 0) / profiles[job.job_id].samples_per_s
 
+        # Each job's bound is the one stored with it; the default only fills a database made before that.
         rows = job_rows(config.queue.policy, store.jobs(), alone, config.queue.max_slowdown)
         summary = summarise(config.queue.policy, rows, energy, wall)
         jobs_file = write_parquet(directory / "jobs.parquet", rows)

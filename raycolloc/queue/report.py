@@ -3,7 +3,8 @@
 Per job: when it arrived, first started, started its last attempt and ended; its JCT (end - submit),
 queueing delay (the JCT less its last attempt's run: waiting, and attempts lost to OOMs or restarts),
 slowdown against running alone (its last run over its length at its rate alone), the GPU, mode and
-co-residents of its last attempt, its OOMs and re-queues. The summary: makespan (first arrival to
+co-residents of its last attempt, its OOMs and re-queues. The summary: jobs ended and cancelled
+(a run is ``complete`` only when every job ended: a cancelled one did not), makespan (first arrival to
 last end), mean and 95th-percentile JCT, GPU energy (every GPU, idle ones included, over the run),
 OOMs, the slowest job's slowdown and how many jobs passed their bound.
 """
@@ -75,6 +76,7 @@ class Summary:
     max_slowdown: float | None
     over_bound: int
     wall_s: float
+    cancelled: int = 0  # last, with a default: a summary.json written before it still loads
 
 
 def job_rows(
@@ -134,7 +136,7 @@ def summarise(policy: str, rows: Sequence[JobRow], energy_j: float | None, wall_
         policy=policy,
         jobs=len(rows),
         ended=len(done),
-        complete=bool(rows) and all(r.state in ("ended", "cancelled") for r in rows),
+        complete=bool(rows) and len(done) == len(rows),
         makespan_s=max(ends) - first if ends else None,
         jct_mean_s=sum(jcts) / len(jcts) if jcts else None,
         jct_p95_s=_p95(jcts),
@@ -145,6 +147,7 @@ def summarise(policy: str, rows: Sequence[JobRow], energy_j: float | None, wall_
         # A tolerance for floating point: a job exactly at its bound is within it.
         over_bound=sum(1 for r in done if r.slowdown is not None and r.slowdown > r.max_slowdown * (1 + 1e-6)),
         wall_s=wall_s,
+        cancelled=sum(1 for r in rows if r.state == "cancelled"),
     )
 
 
@@ -155,9 +158,11 @@ def format_summary(s: Summary) -> str:
         return "-" if value is None else format(value, spec)
 
     energy = "-" if s.energy_j is None else f"{s.energy_j / 3.6e6:.3f} kWh"
+    cancelled = f", {s.cancelled} cancelled" if s.cancelled else ""
     return "\n".join(
         [
-            f"queue policy={s.policy}: {s.ended}/{s.jobs} jobs ended{'' if s.complete else ' (NOT all: see jobs)'}",
+            f"queue policy={s.policy}: {s.ended}/{s.jobs} jobs ended{cancelled}"
+            f"{'' if s.complete else ' (NOT all: see jobs)'}",
             f"  makespan {num(s.makespan_s, ',.1f')} s   JCT mean {num(s.jct_mean_s, ',.1f')} s, "
             f"p95 {num(s.jct_p95_s, ',.1f')} s   energy {energy}",
             f"  OOMs {s.ooms} (re-queues {s.requeues})   slowest job {num(s.max_slowdown, '.2f')}x alone, "

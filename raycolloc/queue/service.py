@@ -6,7 +6,10 @@ its runners to now, records what ended or ran out of memory, and places what wai
 queued), go by :meth:`cancel`, and :meth:`drain` closes the queue to new jobs and lets it run empty.
 Its runners are the simulated cluster so far, its time the simulated GPUs' (``queue.sim_speed``
 virtual seconds per wall second). It keeps everything in its database: a service started again on
-the same database resumes — the jobs it had running re-queued — so no job is lost or run twice.
+the same database resumes — the jobs it had running re-queued — so no job is lost or run twice; it
+takes submissions again (a drain closes the queue for the service that was asked, not for good). One
+process owns a database at a time (a second service elsewhere is refused: ``StoreBusy``), and one
+made with other queue settings is refused, naming them.
 :mod:`raycolloc.queue.live` serves it from a detached Ray actor.
 """
 
@@ -22,6 +25,7 @@ from raycolloc.queue.catalog import NoProfile, catalog_profile, sim_params
 from raycolloc.queue.core import Queue
 from raycolloc.queue.policies import create_policy
 from raycolloc.queue.policy import Predictor
+from raycolloc.queue.replay import claim_run
 from raycolloc.queue.report import Summary, job_rows, summarise
 from raycolloc.queue.settings import QueueSettings
 from raycolloc.queue.simcluster import SimCluster
@@ -79,12 +83,21 @@ class QueueService:
     """A live queue on the simulated cluster, its state in the database ``db``."""
 
     def __init__(self, settings: QueueSettings, db: Path, clock: Callable[[], float] = time.monotonic) -> None:
+        """Open (or resume) the queue in ``db``.
+
+        Raises:
+            StoreBusy: another process owns ``db``.
+            TraceMismatch: ``db`` is another queue's (a trace's, another policy, cluster or settings).
+        """
         config, gpu = settings.config, settings.gpu
         self.settings = settings
         self.store = Store(db)
-        shape = f"{settings.nodes}x{settings.gpus_per_node} {gpu.name} seed={config.seed}"
-        for key, value in (("trace", "live"), ("policy", config.queue.policy), ("cluster", shape)):
-            self.store.claim(key, value)
+        try:
+            claim_run(self.store, "live", f"{settings.nodes}x{settings.gpus_per_node} {gpu.name}", settings)
+        except BaseException:
+            self.store.close()  # its lock too: the caller gets the error, not a held database
+            raise
+        self.store.put("draining", "0")  # a new service takes jobs: the last one's drain was its own
         self._clock = clock
         self._started = clock()
         self._base = self.store.clock()
@@ -133,7 +146,7 @@ class QueueService:
             raise TraceError("submission", "model", str(exc)) from None
         if self.store.job(job.job_id) is not None:
             raise TraceError("submission", "job_id", f"{job.job_id!r} is already in the queue")
-        self.store.add([job], [profile.job_mem_mib], now)
+        self.store.add([job], [profile.job_mem_mib], now, self.settings.config.queue.max_slowdown)
         return job.job_id
 
     def cancel(self, job_id: str) -> str | None:

@@ -8,20 +8,36 @@ cancel ends it as ``cancelled``. Each placement is a new *attempt*: a runner's r
 its attempt, and only the attempt that is ``started`` can end, so a late or repeated report changes
 nothing — every job ends exactly once. :meth:`Store.recover` re-queues what a restarted queue finds
 ``placed`` or ``started`` (its runner is gone), counted as a re-queue, never as an end.
+
+One process owns a database at a time (:mod:`~raycolloc.queue.dblock`: a second gets
+:class:`StoreBusy`); a ``read_only`` store reads beside the owner. Each job is stored with the
+slowdown bound it runs under (its own, else the queue's default when it was queued), and
+:meth:`Store.claim_config` keeps the queue settings a database was made with.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from raycolloc.queue.dblock import DbLock, StoreBusy
 from raycolloc.queue.trace import TraceJob
 
-__all__ = ["EVENTS", "STATES", "JobRecord", "Store", "TraceMismatch"]
+__all__ = [
+    "EVENTS",
+    "STATES",
+    "ConfigMismatch",
+    "JobRecord",
+    "JournalModeError",
+    "Store",
+    "StoreBusy",
+    "TraceMismatch",
+]
 
 STATES = ("queued", "placed", "started", "ended", "cancelled")
 EVENTS = ("queued", "placed", "started", "ended", "oom", "requeued", "cancelled")
@@ -50,6 +66,15 @@ CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state, submit_s);
 
 class TraceMismatch(ValueError):
     """The database holds another trace (or policy) than the one asked to run."""
+
+
+class ConfigMismatch(TraceMismatch):
+    """The database was made with other queue settings than the ones given (the keys are named)."""
+
+
+class JournalModeError(RuntimeError):
+    """SQLite would not put the database in WAL mode (an in-memory database, or a filesystem without
+    the shared memory WAL needs): the queue's crash safety rests on it, so it does not run without."""
 
 
 @dataclass(frozen=True)
@@ -99,19 +124,43 @@ def _record(row: tuple[object, ...]) -> JobRecord:
 class Store:
     """The queue's database at ``path`` (created if new)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, read_only: bool = False) -> None:
+        """Open (as its owner: locked, created if new) or, ``read_only``, read beside its owner.
+
+        Raises:
+            StoreBusy: another process owns it (not for ``read_only``).
+            JournalModeError: SQLite would not put it in WAL mode.
+        """
         self.path = Path(path)
+        # check_same_thread=False: the live queue's actor opens it on one thread and ticks it on
+        # another; its callers serialise every use (the actor's lock), as sqlite3 then requires.
+        self._lock: DbLock | None = None
+        if read_only:
+            uri = f"{self.path.resolve().as_uri()}?mode=ro"
+            self._db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=30.0, check_same_thread=False)
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        # Autocommit mode: every change goes through :meth:`transaction`'s explicit BEGIN IMMEDIATE.
-        self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        # NORMAL in WAL mode: a commit survives the process being killed (not a power cut), and costs
-        # no fsync per event, which a replay of 1,000 jobs would pay thousands of times.
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
+        lock = self._lock = DbLock(self.path)
+        try:
+            # Autocommit mode: every change goes through :meth:`transaction`'s explicit BEGIN IMMEDIATE.
+            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0, check_same_thread=False)
+            mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()
+            if mode is None or str(mode[0]).lower() != "wal":
+                self._db.close()
+                raise JournalModeError(f"{self.path}: SQLite answered journal_mode={mode and mode[0]}, not wal")
+            # NORMAL in WAL mode: a commit survives the process being killed (not a power cut), and costs
+            # no fsync per event, which a replay of 1,000 jobs would pay thousands of times.
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+        except BaseException:
+            lock.release()
+            raise
 
     def close(self) -> None:
         self._db.close()
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
@@ -142,6 +191,34 @@ class Store:
             elif found != value:
                 raise TraceMismatch(f"{self.path} holds {key}={found}, not {value}: give another queue.db or out_dir")
 
+    def claim_config(self, settings: dict[str, object]) -> None:
+        """Record the queue settings (``key -> value``) this database runs with, or check they are the
+        ones recorded (their digest; a database made before settings were recorded takes them).
+
+        Raises:
+            ConfigMismatch: it was made with other settings; each differing key named with both values.
+        """
+        text = json.dumps(settings, sort_keys=True, default=str)
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        # One statement, so atomic on its own (both rows or neither); kept out of transaction() so that
+        # the points a test kills a queue at (its transactions) stay where its jobs run.
+        self._db.execute(
+            "INSERT OR IGNORE INTO meta (key, value) VALUES ('config_digest', ?), ('config', ?)", (digest, text)
+        )
+        if self.meta("config_digest") == digest:
+            return
+        before = json.loads(self.meta("config") or "{}")
+        now = json.loads(text)
+        diff = [
+            f"{k}={json.dumps(before.get(k))} there, {json.dumps(now.get(k))} now"
+            for k in sorted(set(before) | set(now))
+            if before.get(k) != now.get(k)
+        ]
+        raise ConfigMismatch(
+            f"{self.path} was made with other queue settings: {'; '.join(diff)}; run it with the settings it "
+            "was made with, or give another out_dir or queue.db"
+        )
+
     def put(self, key: str, value: str) -> None:
         """Record ``key=value`` for this database, replacing what was there."""
         with self.transaction() as db:
@@ -156,15 +233,21 @@ class Store:
         return float(row[0]) if row and row[0] is not None else 0.0
 
     # --- changes -----------------------------------------------------------------------------------
-    def add(self, jobs: Sequence[TraceJob], estimates: Sequence[float | None], t: float) -> None:
+    def add(
+        self, jobs: Sequence[TraceJob], estimates: Sequence[float | None], t: float, bound: float | None = None
+    ) -> None:
         """Queue ``jobs`` (all or none), each with its memory estimate; ``queued`` events at ``t``
         (a trace's jobs are queued at once: each waits for its ``submit_s`` before a policy sees it).
+        A job without a slowdown bound is stored with ``bound`` (the queue's default): the bound it
+        runs under and is reported against stays the one it was queued with.
 
         Raises:
             sqlite3.IntegrityError: a job id the queue already has (nothing is added).
         """
         with self.transaction() as db:
             for job, est in zip(jobs, estimates, strict=True):
+                if job.max_slowdown is None and bound is not None:
+                    job = replace(job, max_slowdown=bound)
                 spec = json.dumps(job.__dict__)
                 db.execute(
                     "INSERT INTO jobs (job_id, spec, submit_s, state, mem_estimate_mib) VALUES (?, ?, ?, 'queued', ?)",
@@ -224,10 +307,13 @@ class Store:
         return cur.rowcount == 1
 
     def recover(self, t: float, alive: frozenset[tuple[str, int]] = frozenset()) -> list[str]:
-        """Re-queue every ``placed`` or ``started`` job whose runner is gone (not in ``alive``, as
-        ``(job_id, attempt)``); returns their ids. A restarted queue calls it before anything else."""
-        rows = self._db.execute("SELECT job_id, attempt FROM jobs WHERE state IN ('placed', 'started')").fetchall()
-        lost = [(str(j), int(a)) for j, a in rows if (str(j), int(a)) not in alive]
+        """Re-queue every ``started`` job whose runner is gone (not in ``alive``, as ``(job_id,
+        attempt)``) and every ``placed`` one; returns their ids. A restarted queue calls it before
+        anything else. A ``placed`` attempt's start was never recorded and only a started attempt can
+        end, so it would wait forever: it is re-queued (once: it is ``queued`` after) even where its
+        runner is listed alive (whoever holds such a runner stops it)."""
+        rows = self._db.execute("SELECT job_id, attempt, state FROM jobs WHERE state IN ('placed', 'started')")
+        lost = [(str(j), int(a)) for j, a, s in rows.fetchall() if s == "placed" or (str(j), int(a)) not in alive]
         for job_id, attempt in lost:
             self.requeue(job_id, attempt, t, "runner lost (queue restarted)")
         return [j for j, _ in lost]
