@@ -5,6 +5,7 @@ every GPU, a recovered job only on an idle GPU, no grown estimate, GPUMemNet's 8
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -129,3 +130,39 @@ def test_queue_policy_is_checked_against_the_policy_registry(
         unregister_policy("mine")
     assert "mine" not in queue_policies() and "mine" not in POLICIES
     assert not (tmp_path / "t.csv").exists()
+
+
+def test_the_queue_tells_a_policy_how_often_a_job_ran_out_of_memory(tmp_path: Path) -> None:
+    from raycolloc.queue.core import JobStart, Queue
+    from raycolloc.queue.policy import Decision
+    from raycolloc.queue.state import Store
+    from raycolloc.queue.trace import TraceJob
+
+    seen: list[QueuedJob] = []
+
+    class Recorder:
+        name = "recorder"
+
+        def place(self, waiting: Sequence[QueuedJob], gpus: Sequence[GpuView], now: float) -> Decision:
+            seen.extend(waiting)
+            return Decision(())
+
+    class NoRunners:
+        def views(self, now: float) -> list[GpuView]:
+            return []
+
+        def start(self, job: JobStart) -> None:
+            raise AssertionError("nothing is placed")
+
+        def running(self) -> frozenset[tuple[str, int]]:
+            return frozenset()
+
+    store = Store(tmp_path / "q.sqlite")
+    store.add([TraceJob("j0", 0.0, "timm", "resnet50", "imagenet64", None, None, 1000, None)], [R50.job_mem_mib], 0.0)
+    attempt = store.place("j0", "g0", "naive", 1.0)
+    store.start("j0", attempt, 1.0)
+    store.oom("j0", attempt, 2.0, R50.job_mem_mib * 1.5)
+    queue = Queue(store, Recorder(), NoRunners(), QueueConfig(), GPU, lambda job: R50)
+    queue.schedule(3.0)
+    store.close()
+    assert [(j.job_id, j.ooms) for j in seen] == [("j0", 1)]  # carma's recovery queue reads it (recovered())

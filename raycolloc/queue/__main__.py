@@ -15,7 +15,8 @@ state database (resumed if the same command ran before and was stopped), prints 
 one row per job as Parquet. ``serve`` runs a live queue (a detached Ray actor, simulated GPUs in
 wall-clock time) until it is drained; ``submit``, ``status``, ``cancel`` and ``drain`` talk to it.
 Exit status: 0; 2 for a config error, a malformed trace or a refused submission (named, nothing
-queued); 1 for a replay that did not end every job or found no GPU to lease, a cancel of no such job,
+queued), or a database another process owns or that was made with other ``queue.*`` settings;
+1 for a replay that did not end every job or found no GPU to lease, a cancel of no such job,
 or no live queue to talk to; 130/143 for a ``queue.runner=ray`` replay stopped by Ctrl-C/SIGTERM.
 """
 

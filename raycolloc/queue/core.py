@@ -148,4 +148,5 @@ class Queue:
             mem_estimate_mib=record.mem_estimate_mib or profile.job_mem_mib,
             max_slowdown=job.max_slowdown or self.queue.max_slowdown,
             waited_s=now - job.submit_s,
+            ooms=record.ooms,
         )

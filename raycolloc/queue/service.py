@@ -139,7 +139,7 @@ class QueueService:
         if unknown:
             raise TraceError("submission", unknown[0], f"not a field of a submission; give: {', '.join(FIELDS[2:])}")
         now = self.cluster_time()  # the runners' time: it arrives now, never behind what they did
-        job = parse_row({**fields, "submit_s": repr(now)}, "submission")
+        job = parse_row({**fields, "submit_s": f"{now:.6f}"}, "submission")
         try:
             profile = catalog_profile(job.workload, self.settings.gpu)
         except NoProfile as exc:
