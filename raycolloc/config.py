@@ -19,7 +19,7 @@ from raycolloc.config_checks import MAX_DEGREE, ConfigError, as_list, check_mode
 from raycolloc.config_checks import check_choice as _check_choice
 from raycolloc.config_checks import check_int as _check_int
 from raycolloc.config_checks import check_min as _check_min
-from raycolloc.config_checks import check_port, check_reserved_cpus, check_sim_inject, is_mem_limit
+from raycolloc.config_checks import check_min_epoch, check_port, check_reserved_cpus, check_sim_inject, is_mem_limit
 from raycolloc.config_groups import (
     DataConfig,
     MeasureConfig,
@@ -176,6 +176,7 @@ class Config:
     epochs: int = 2
     epoch_samples: int | None = None
     epoch_time_s: float | None = None
+    min_epoch_s: Any = "auto"  # a measured epoch's floor (s): a number, None, or auto (MIN_EPOCH_AUTO_S on a GPU)
     batch_size: int | None = None
     seed: int = 0
     repeats: Any = "auto"  # an integer >= 1 (exactly that many runs) or "auto" (driver/repeats.py)
@@ -189,6 +190,7 @@ class Config:
         _check_int("epochs", self.epochs, 2)
         _check_int("epoch_samples", self.epoch_samples, 1, optional=True)
         _check_min("epoch_time_s", self.epoch_time_s, 0.001, optional=True)
+        check_min_epoch(self.min_epoch_s)
         check_repeats(self.repeats)
         _check_int("repeat", self.repeat, 0)
         _check_int("batch_size", self.batch_size, 1, optional=True)
@@ -273,7 +275,7 @@ _HASHED_AS_DEFAULT = {
 
 # Keys added after results existed: left out of the hash while at their default, so every config
 # written before them keeps its hash (and its results are still found on resume).
-_LATER_KEYS: dict[str, Any] = {"repeat": 0, "epoch_time_s": None}
+_LATER_KEYS: dict[str, Any] = {"repeat": 0, "epoch_time_s": None, "min_epoch_s": "auto"}
 _LATER_MIX_JOB_KEYS: dict[str, Any] = {"epoch_time_s": None}
 _LATER_CLUSTER_KEYS: dict[str, Any] = {"sim_inject": []}
 

@@ -17,6 +17,7 @@ __all__ = [
     "as_list",
     "check_choice",
     "check_int",
+    "check_min_epoch",
     "check_min",
     "check_mode_only",
     "check_port",
@@ -124,6 +125,17 @@ def parse_cpu_list(text: str) -> tuple[int, ...]:
             raise ValueError(f"not a cpu list: {text!r}")
         cores.update(range(int(first), int(last or first) + 1))
     return tuple(sorted(cores))
+
+
+def check_min_epoch(value: Any) -> None:
+    """``min_epoch_s``: ``auto``, null (no floor) or a number of seconds >= 0."""
+    if value is None or value == "auto":
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
+        raise ConfigError(
+            f"min_epoch_s={value!r} is not allowed; choose auto (5 s on a real GPU, none on a simulated one), "
+            "null (no floor) or a number of seconds >= 0"
+        )
 
 
 def check_reserved_cpus(key: str, value: Any) -> None:

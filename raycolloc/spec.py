@@ -30,12 +30,18 @@ __all__ = [
     "JobSpec",
     "JobState",
     "JobStatus",
+    "MIN_EPOCH_AUTO_S",
     "NodeInfo",
     "Release",
     "Reservation",
     "Samples",
     "as_cell_status",
 ]
+
+# ``min_epoch_s=auto`` on a real GPU: a degree-1 epoch of 25,600 samples lasts ~1.7 s on an H200, and
+# its rate moved 32-35% between two sweeps minutes apart; measured for 6 s it moved 5-6% (2 x H200, one
+# call; docs/measurements.md, eighteenth session). A simulated GPU's epochs are the CPU's: no floor.
+MIN_EPOCH_AUTO_S = 5.0
 
 # ok; oom (out of device memory); error (crashed, or died); hang (no progress for
 # trainer.stall_timeout_s); skipped (its cell was skipped: never started).
@@ -62,10 +68,13 @@ def as_cell_status(text: str) -> CellStatus:
 class JobSpec:
     """One training job of a cell: its workload (resolved in the driver) and how much it trains.
 
-    An epoch is ``epoch_samples`` samples, or fewer when ``epoch_time_s`` is set: the epoch then
-    ends after the first step that reaches that many seconds (a time budget per job). A script job
-    (``workload.as_written``) trains as it was written: ``batch_size`` and ``epoch_samples``
-    are 0 there (raycolloc sets neither), ``epochs`` is only what is expected.
+        An epoch is ``epoch_samples`` samples, or fewer when ``epoch_time_s`` is set: the epoch then
+        ends after the first step that reaches that many seconds (a time budget per job). A measured epoch
+    (every one after the first) runs at least ``min_epoch_s`` seconds, more steps than ``epoch_samples``
+    where that is short (``"auto"``: :data:`MIN_EPOCH_AUTO_S` on a real GPU, none on a simulated one).
+        A script job
+        (``workload.as_written``) trains as it was written: ``batch_size`` and ``epoch_samples``
+        are 0 there (raycolloc sets neither), ``epochs`` is only what is expected.
     """
 
     cell_id: str
@@ -81,6 +90,7 @@ class JobSpec:
     active_thread_percentage: int | None = None
     pinned_mem_limit: str | None = None
     epoch_time_s: float | None = None
+    min_epoch_s: float | str | None = None  # a measured epoch's floor (s); "auto": on a real GPU only
     mem_estimate_mib: float | None = None  # from the model (driver, for compositions); None: not yet
 
     @property
@@ -92,6 +102,15 @@ class JobSpec:
         """The jobs table's ``kind``: ``model`` (raycolloc builds it), ``python`` (the user's function)
         or ``script`` (data for the results; code asks the workload itself)."""
         return self.workload.kind
+
+    def epoch_floor_s(self, epoch: int, cuda: bool) -> float:
+        """The least seconds epoch ``epoch`` runs (0: its samples alone end it): the warm-up epoch and
+        a time-budgeted one have none."""
+        if epoch == 1 or self.epoch_time_s or self.min_epoch_s is None:
+            return 0.0
+        if self.min_epoch_s == "auto":
+            return MIN_EPOCH_AUTO_S if cuda else 0.0
+        return float(self.min_epoch_s)
 
     @property
     def steps_per_epoch(self) -> int:

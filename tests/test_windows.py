@@ -100,3 +100,45 @@ def test_a_real_cell_carries_the_windows_into_its_rows(tmp_path: Path, budget: l
     assert cell["agg_rate_low"] <= cell["agg_samples_per_s"] <= cell["agg_rate_high"]
     assert cell["rate_cv"] == pytest.approx(e2["rate_cv"].max())
     assert cell["unstable"] == (cell["rate_cv"] >= 0.10)
+
+
+def test_a_measured_epochs_floor_is_its_own_setting_auto_only_on_a_real_gpu() -> None:
+    from dataclasses import replace
+
+    from raycolloc.spec import MIN_EPOCH_AUTO_S
+
+    job = load(["epoch_samples=64", "batch_size=8"]).jobs[0]
+    assert job.min_epoch_s == "auto"  # the default reaches the job
+    assert job.epoch_floor_s(2, cuda=True) == MIN_EPOCH_AUTO_S and job.epoch_floor_s(2, cuda=False) == 0.0
+    assert job.epoch_floor_s(1, cuda=True) == 0.0  # the warm-up epoch has none
+    assert replace(job, min_epoch_s=None).epoch_floor_s(2, cuda=True) == 0.0
+    assert replace(job, min_epoch_s=0.4).epoch_floor_s(3, cuda=False) == 0.4
+    assert replace(job, min_epoch_s=0.4, epoch_time_s=1.0).epoch_floor_s(2, cuda=True) == 0.0  # a budget rules
+
+
+@pytest.mark.parametrize("bad", ["-1", "soon", "true", "inf"])
+def test_a_bad_floor_is_refused_by_name(bad: str) -> None:
+    from raycolloc.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"min_epoch_s=.* is not allowed; choose auto .* null .* seconds >= 0"):
+        load([f"min_epoch_s={bad}"])
+
+
+def test_a_floor_changes_the_config_hash_and_auto_keeps_the_old_one() -> None:
+    from raycolloc.config import config_hash
+
+    assert config_hash(load(["min_epoch_s=auto"]).config) == config_hash(load([]).config)
+    assert config_hash(load(["min_epoch_s=2"]).config) != config_hash(load([]).config)
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_a_measured_epoch_runs_at_least_its_floor_with_more_steps_than_its_samples(tmp_path: Path) -> None:
+    spec = load(["degree=1", "epoch_samples=64", "batch_size=8", "min_epoch_s=0.6"], out_dir=tmp_path)
+    result, t = run_one(spec, tmp_path / "cell")
+    assert result.status == "ok", result.summary
+    epochs = t["epochs"].set_index("epoch")
+    assert epochs.loc[1, "steps"] == 8  # warm-up: its samples alone
+    assert epochs.loc[2, "wall_s"] >= 0.6 and epochs.loc[2, "steps"] > 8
+    assert epochs.loc[2, "samples"] == epochs.loc[2, "steps"] * 8
+    assert epochs.loc[2, "windows"] >= 2  # the windows follow the steps it ran
+    assert t["cells"].iloc[0]["agg_samples_per_s"] == pytest.approx(epochs.loc[2, "samples_per_s"])

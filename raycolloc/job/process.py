@@ -262,20 +262,23 @@ class JobProcess:
         self._sync()
         usage0 = thread_usage()
         start_wall, t0 = time.time(), time.perf_counter()
+        # A measured epoch runs at least its floor (JobSpec.epoch_floor_s): a short one on a noisy host
+        # moved by a third between sweeps. Steps launched, not finished, are what the clock sees here.
+        floor_end = t0 + job.epoch_floor_s(epoch, self.device.type == "cuda")
         # Window boundaries for the epoch's interval: events on a GPU, no synchronise (windows.py).
-        windows = EpochWindows(clock_for(self.device), None if job.epoch_time_s else steps)
+        windows = EpochWindows(clock_for(self.device), None if job.epoch_time_s or floor_end > t0 else steps)
         # A time budget (job.epoch_time_s) ends the epoch after the step that reaches it; the epoch's
         # time is still taken after the sync below, so it covers every step it launched.
         deadline = t0 + job.epoch_time_s if job.epoch_time_s else float("inf")
         done = 0
-        for step in range(steps):
-            if step == fault_step:
+        while done < steps or time.perf_counter() < floor_end:
+            if done == fault_step:
                 inject_fault(job)
             self._last_loss = self.step()
-            done = step + 1
+            done += 1
             windows.step(done)
             if time.monotonic() >= self._next_report:
-                self._report(epoch, step, t0)
+                self._report(epoch, done - 1, t0)
             if time.perf_counter() >= deadline:
                 break
         windows.close(done)  # queued behind the last step: it completes with the sync below
@@ -305,7 +308,9 @@ class JobProcess:
         self._next_report = time.monotonic() + REPORT_EVERY_S
         elapsed = max(time.perf_counter() - t0, 1e-9)
         rate = step * self.job.batch_size / elapsed
-        self._progress = replace(self._progress, epoch=epoch, step=step, samples_per_s=rate)
+        # Past the epoch's steps (its floor, min_epoch_s), the progress line's total grows with it.
+        total = max(self.job.steps_per_epoch, step + 1)
+        self._progress = replace(self._progress, epoch=epoch, step=step, steps=total, samples_per_s=rate)
         self.conn.send(("progress", self._progress))
         # A simulated GPU's PCIe counters add up what the jobs copy to their devices (NVML sees a real one's).
         self.gpu.report_h2d(self.pid, step / elapsed * self.state.info.h2d_bytes_per_step)
