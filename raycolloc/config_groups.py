@@ -206,8 +206,9 @@ class QueueConfig:
     (the Ray cluster's GPUs through the stewards and trainer actors, wall-clock time).
     ``arrival_scale``: a ``ray`` replay waits ``submit_s`` times this before a job arrives.
     ``stand_in``: a workload preset every job of a ``ray`` replay trains in place of its own model
-    (placed by its own profile; e.g. ``tiny_cnn`` on simulated GPUs). ``inject_oom``: job ids whose
-    first attempt runs out of memory mid-epoch (``trainer.fault=oom``; ``ray`` runner).
+    (measured profiles are the stand-in's; catalogue ones the job's own; e.g. ``tiny_cnn`` on simulated
+    GPUs). ``inject_oom``: job ids whose first attempt runs out of memory mid-epoch
+    (``trainer.fault=oom``; ``ray`` runner).
     ``profiles``: where each job's profile alone comes from: ``catalog`` (the simulated cluster's round
     numbers, its truth) or ``measured`` (each workload profiled once on the cluster by the advisor's
     machinery; ``ray`` runner only); null: ``measured`` with ``runner=ray``, else ``catalog``.

@@ -36,6 +36,10 @@ def test_profiles_are_measured_on_ray_and_the_catalogues_on_the_simulated_cluste
     assert compose_settings([]).config.queue.profiles == "catalog"
     assert compose_settings(["queue.runner=ray"]).config.queue.profiles == "measured"
     assert compose_settings(["queue.runner=ray", "queue.profiles=catalog"]).config.queue.profiles == "catalog"
+    from raycolloc.queue.report import format_summary, summarise
+
+    assert "profiles: measured" in format_summary(summarise("raycolloc", [], None, 0.0, "measured"))
+    assert summarise("raycolloc", [], None, 0.0).profiles == "catalog"
 
 
 def test_a_profile_cell_takes_the_queues_overrides_but_not_its_own_keys() -> None:
@@ -106,7 +110,11 @@ def test_a_ray_replay_measures_each_workload_once_reuses_it_and_reports_slowdown
     pipe_root = Path(tempfile.mkdtemp(prefix="rcq", dir="/tmp"))
     words = ["cluster=local", "cluster.num_gpus=2", f"mode.pipe_root={pipe_root}", "queue.runner=ray"]
     words += ["queue.stand_in=tiny_cnn", "epoch_samples=512", f"out_dir={tmp_path}"]
-    trace = _trace(tmp_path / "three.csv", jobs=3)
+    trace = tmp_path / "three.csv"  # convnext_atto is not in the catalogue: measured, it needs not be
+    rows = [f"j{i},{0.3 * i:.1f},timm,{m},cifar10,256" for i, m in enumerate(("resnet18", "convnext_atto"), 1)]
+    trace.write_text(
+        "\n".join(["job_id,submit_s,kind,model,dataset,samples", *rows, "j3,0.9,timm,resnet18,cifar10,256"])
+    )
     first = replay_ray(trace, compose_settings(words))
     again = replay_ray(trace, compose_settings([*words, "queue.policy=exclusive"]))  # another run dir
     for outcome, source in ((first, "measured"), (again, "reused")):
