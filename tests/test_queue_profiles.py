@@ -51,11 +51,13 @@ def test_a_profile_cell_takes_the_queues_overrides_but_not_its_own_keys() -> Non
 
 
 def _fake_profiled(words: tuple[str, ...], ok: bool) -> Any:
+    from dataclasses import replace
     from types import SimpleNamespace
 
     from raycolloc.queue.catalog import catalog_profile, sim_gpu
 
-    profile = catalog_profile("resnet18/cifar10", sim_gpu("H100-80GB")) if ok else None
+    measured = replace(catalog_profile("resnet18/cifar10", sim_gpu("H100-80GB")), gpu_memory_mib=143_771.0)
+    profile = measured if ok else None
     return SimpleNamespace(
         profile=profile, reason=None if ok else "its solo cell ended oom", reused=False, cell_dir="c"
     )
@@ -80,6 +82,7 @@ def test_each_distinct_workload_is_profiled_once_and_one_without_a_profile_cance
     found = profiles.measure_profiles(jobs, settings, tmp_path)
     (request,) = asked  # one sweep of profile cells, one cell per distinct workload
     assert len(request.workloads) == 3 and request.workloads[0][0] == "workload=timm"
+    assert found.gpu(settings.gpu).memory_mib == 143_771.0  # the GPU the profiles ran on, not the table's
     assert sorted(found.failed) == ["j1", "j4"] and sorted(found.by_job) == ["j2", "j3", "j5", "j6"]
     out = capsys.readouterr().out
     assert out.count("queue profile ") == 3 and "its 2 job(s) are cancelled" in out

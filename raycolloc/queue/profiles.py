@@ -12,9 +12,10 @@ into ``<run dir>/profile/``, or is reused where a cell of the same config hash i
 the jobs' slowdowns are against it. A profile holds what its cell measured; what the cell could not
 measure (SM occupancy and DRAM activity without GPM, SM activity where only utilisation was sampled)
 is left as :func:`raycolloc.advise.profile.profile_of` leaves it, and the advisor's model does
-without it as it does for the advisor. The GPU's base memory is the advisor's cached one for the GPU
-model where there is one. A workload whose cell did not end ok (out of memory, an error) has no
-profile: its jobs are cancelled with the reason (:func:`cancel_unprofiled`), the others run.
+without it as it does for the advisor. The GPU is the one profiled, as the advisor has it: its memory
+as the cells saw it, its base memory the advisor's cached one for the GPU model where there is one.
+A workload whose cell did not end ok (out of memory, an error) has no profile: its jobs are cancelled
+with the reason (:func:`cancel_unprofiled`), the others run.
 ``queue.profiles=catalog`` takes :mod:`raycolloc.queue.catalog`'s round numbers. Either way the
 profiles used are written to ``profiles.json`` in the run's directory.
 """
@@ -27,6 +28,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from raycolloc.advise.model import Gpu
 from raycolloc.advise.profile import Profile, load_costs
 from raycolloc.advise.run import PROFILE_EPOCH_S, Request, run_profiles
 from raycolloc.queue.settings import QueueSettings
@@ -73,12 +75,19 @@ class WorkloadProfile:
 
 @dataclass(frozen=True)
 class TraceProfiles:
-    """The profiles of a trace's workloads: ``catalog`` or ``measured``, and the GPU's base memory
-    (MiB) the advisor measured for the GPU model (0: none known)."""
+    """The profiles of a trace's workloads: ``catalog`` or ``measured``; the GPU's base memory (MiB)
+    the advisor measured for the GPU model (0: none known) and, measured, the GPU's memory (MiB) as
+    the profiles' cells saw it (None: the GPU model's table is kept)."""
 
     source: str
     workloads: tuple[WorkloadProfile, ...]
     base_mib: float = 0.0
+    memory_mib: float | None = None
+
+    def gpu(self, gpu: Gpu) -> Gpu:
+        """``gpu`` as the advisor sees the one profiled: its measured memory and base, as the
+        advisor's :func:`~raycolloc.advise.advice.gpu_of` has them."""
+        return dataclasses.replace(gpu, memory_mib=self.memory_mib or gpu.memory_mib, base_mib=self.base_mib)
 
     @property
     def by_job(self) -> dict[str, Profile]:
@@ -159,7 +168,8 @@ def measure_profiles(jobs: list[TraceJob], settings: QueueSettings, run_dir: Pat
         )
     first = next((w.profile for w in out if w.profile is not None), None)
     costs = load_costs(config.out_dir, first.gpu_name) if first is not None else None
-    return TraceProfiles("measured", tuple(out), costs.base_mib if costs is not None else 0.0)
+    memory = first.gpu_memory_mib if first is not None else None
+    return TraceProfiles("measured", tuple(out), costs.base_mib if costs is not None else 0.0, memory)
 
 
 def write_profiles(path: Path, profiles: TraceProfiles) -> Path:

@@ -106,7 +106,7 @@ def replay_ray(trace: Path, settings: QueueSettings) -> ReplayOutcome:
         connect(config.cluster, POOL_SIZE)  # before the profiles: the instance sized for the queue's pools
         found = measure_profiles(jobs, settings, directory) if measuring else from_catalog(jobs, catalog)
         write_profiles(directory / PROFILES_FILE, found)
-        profiles, gpu = found.by_job, dataclasses.replace(gpu, base_mib=found.base_mib)
+        profiles, gpu = found.by_job, found.gpu(gpu)
         predictor = Predictor(gpu, sim_params(gpu))
         runners = RayRunners(open_lanes(config), maker, {j.job_id: j for j in jobs}, predictor)
         policy = create_policy(config.queue, gpu, predictor)
