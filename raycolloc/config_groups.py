@@ -41,6 +41,7 @@ QUEUE_POLICIES = ("exclusive", "carma", "raycolloc")
 _QUEUE_POLICY_NAMES: dict[str, None] = dict.fromkeys(QUEUE_POLICIES)  # a dict: ordered, unique
 QUEUE_MODES = ("naive", "mps")
 QUEUE_RUNNERS = ("sim", "ray")
+QUEUE_PROFILES = ("catalog", "measured")
 # How a configuration's headline rate is formed from its runs (the analysis reads it from the config).
 STATISTICS = ("mean", "median", "fastest")
 
@@ -205,8 +206,12 @@ class QueueConfig:
     (the Ray cluster's GPUs through the stewards and trainer actors, wall-clock time).
     ``arrival_scale``: a ``ray`` replay waits ``submit_s`` times this before a job arrives.
     ``stand_in``: a workload preset every job of a ``ray`` replay trains in place of its own model
-    (placed by its own profile; e.g. ``tiny_cnn`` on simulated GPUs). ``inject_oom``: job ids whose
-    first attempt runs out of memory mid-epoch (``trainer.fault=oom``; ``ray`` runner).
+    (measured profiles are the stand-in's; catalogue ones the job's own; e.g. ``tiny_cnn`` on simulated
+    GPUs). ``inject_oom``: job ids whose first attempt runs out of memory mid-epoch
+    (``trainer.fault=oom``; ``ray`` runner).
+    ``profiles``: where each job's profile alone comes from: ``catalog`` (the simulated cluster's round
+    numbers, its truth) or ``measured`` (each workload profiled once on the cluster by the advisor's
+    machinery; ``ray`` runner only); null: ``measured`` with ``runner=ray``, else ``catalog``.
     ``trace_*``: the trace generator's mean gap between arrivals (s), median length of a job alone
     (s), and light/medium/heavy shares.
     """
@@ -229,6 +234,7 @@ class QueueConfig:
     arrival_scale: float = 1.0
     stand_in: str | None = None
     inject_oom: list[str] = field(default_factory=list)
+    profiles: str | None = None
     trace_gap_s: float = 2.0
     trace_job_s: float = 25.0
     trace_mix: list[float] = field(default_factory=lambda: [0.4, 0.35, 0.25])
@@ -261,6 +267,13 @@ class QueueConfig:
                 )
         _check_choice("queue.runner", self.runner, QUEUE_RUNNERS)
         _check_min("queue.arrival_scale", self.arrival_scale, 0)
+        if self.profiles is not None:
+            _check_choice("queue.profiles", self.profiles, QUEUE_PROFILES)
+            if self.profiles == "measured" and self.runner != "ray":
+                raise ConfigError(
+                    "queue.profiles=measured is not allowed with queue.runner=sim: the simulated cluster's truth "
+                    "is the catalogue (use queue.profiles=catalog, or queue.runner=ray)"
+                )
         _check_min("queue.trace_gap_s", self.trace_gap_s, 0.001)
         _check_min("queue.trace_job_s", self.trace_job_s, 0.001)
         mix = self.trace_mix

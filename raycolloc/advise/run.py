@@ -204,8 +204,9 @@ def node_cores(requested: int | None, backend: str) -> int:
     return os.cpu_count() or 1
 
 
-def run_profiles(request: Request) -> tuple[list[Profiled], Path]:
-    """Validate every profile cell, then run (or reuse) them; returns them and the advice directory.
+def run_profiles(request: Request, run_dir: Path | None = None) -> tuple[list[Profiled], Path]:
+    """Validate every profile cell, then run (or reuse) them; returns them and the advice directory
+    (``run_dir`` where given: the queue profiles its trace's workloads into its own run's directory).
 
     Raises:
         ConfigError: a profile's config is invalid (nothing has run).
@@ -215,7 +216,7 @@ def run_profiles(request: Request) -> tuple[list[Profiled], Path]:
 
     specs = [validate_cell(compose_profile(words, request.common)) for words in request.workloads]
     out_root = Path(specs[0].config.out_dir).absolute()
-    advice_dir = out_root / "advise" / time.strftime("%Y-%m-%d") / time.strftime("%H-%M-%S")
+    advice_dir = run_dir or out_root / "advise" / time.strftime("%Y-%m-%d") / time.strftime("%H-%M-%S")
     results = _run_once(specs, advice_dir, request.rerun)
     out = []
     for words, spec in zip(request.workloads, specs, strict=True):

@@ -1,16 +1,20 @@
 """A trace run to its end on a Ray cluster's GPUs (``queue.runner=ray``), in wall-clock time.
 
-The same queue as a simulated replay (:mod:`raycolloc.queue.replay`): the trace read and every job's
-profile found first, every job's cell built (:func:`~raycolloc.queue.rayjobs.check_ray_config`), all
-before Ray is touched, so a bad trace or key exits 2 with no GPU state changed. Then every GPU of the
-cluster (``cluster=...``: local, the simulated GPUs where there is no GPU, or an address) is leased
-once and :class:`~raycolloc.queue.rayrunners.RayRunners` runs what the policy places. The queue's
+The same queue as a simulated replay (:mod:`raycolloc.queue.replay`): the trace read (and, with
+``queue.profiles=catalog``, every job's profile found in the catalogue) and every job's cell built
+(:func:`~raycolloc.queue.rayjobs.check_ray_config`), all before Ray is touched, so a bad trace or key
+exits 2 with no GPU state changed. With ``queue.profiles=measured`` (the default) each distinct
+workload is then profiled once on the cluster, or its profile cell reused
+(:mod:`raycolloc.queue.profiles`); a workload without a profile has its jobs cancelled. Then every GPU
+of the cluster (``cluster=...``: local, the simulated GPUs where there is no GPU, or an address) is
+leased once and :class:`~raycolloc.queue.rayrunners.RayRunners` runs what the policy places. The queue's
 clock is the wall clock since the run began (after its database's own clock, so a resumed run goes on
 from where it stopped); a job arrives ``submit_s x queue.arrival_scale`` seconds in. The loop wakes
 every ``TICK_S``: reports in, a placement pass, until every job has ended (a job whose attempts
 failed ``MAX_FAILURES`` times other than out of memory is cancelled). Written beside the database
-as by a simulated replay: ``jobs.parquet``, ``gpus.parquet`` (each GPU's samples) and ``summary.json``
-(energy from the GPUs' power samples), and ``attempts.parquet`` (each attempt: outcome, GPU, mode,
+as by a simulated replay: ``jobs.parquet`` (slowdowns against the profiles' rates), ``gpus.parquet``
+(each GPU's samples) and ``summary.json`` (energy from the GPUs' power samples; which profiles),
+``profiles.json`` (the profiles used), and ``attempts.parquet`` (each attempt: outcome, GPU, mode,
 memory estimate against its measured peak, samples/s). Everything is released in ``finally`` (running jobs stopped,
 MPS daemons stopped, leases removed), also on Ctrl-C; the database keeps its state for a resume.
 """
@@ -29,10 +33,11 @@ from raycolloc.queue.catalog import sim_params
 from raycolloc.queue.core import Queue, Report, Runners
 from raycolloc.queue.policies import create_policy
 from raycolloc.queue.policy import Predictor
+from raycolloc.queue.profiles import PROFILES_FILE, cancel_unprofiled, from_catalog, measure_profiles, write_profiles
 from raycolloc.queue.rayjobs import check_ray_config
 from raycolloc.queue.raylanes import POOL_SIZE, open_lanes
 from raycolloc.queue.rayrunners import RayRunners
-from raycolloc.queue.replay import ReplayOutcome, claim_run, run_dir, trace_digest, trace_profiles
+from raycolloc.queue.replay import ReplayOutcome, claim_run, lengths_known, run_dir, trace_digest, trace_profiles
 from raycolloc.queue.report import job_rows, summarise, write_parquet, write_summary
 from raycolloc.queue.settings import QueueSettings
 from raycolloc.queue.state import Store
@@ -86,7 +91,9 @@ def replay_ray(trace: Path, settings: QueueSettings) -> ReplayOutcome:
     from raycolloc.driver.cluster import connect
 
     jobs = read_trace(trace)
-    profiles = trace_profiles(trace, jobs, settings)
+    measuring = settings.config.queue.profiles == "measured"
+    catalog = {} if measuring else trace_profiles(trace, jobs, settings)
+    lengths_known(trace, jobs)
     maker = check_ray_config(settings.config, jobs)
     config, gpu = maker.config, settings.gpu
     settings = dataclasses.replace(settings, config=config)  # cluster.backend=auto resolved: the run's name
@@ -96,7 +103,10 @@ def replay_ray(trace: Path, settings: QueueSettings) -> ReplayOutcome:
     runners: RayRunners | None = None
     try:
         claim_run(store, trace_digest(jobs), f"ray {config.cluster.backend} {gpu.name}", settings)
-        connect(config.cluster, POOL_SIZE)
+        connect(config.cluster, POOL_SIZE)  # before the profiles: the instance sized for the queue's pools
+        found = measure_profiles(jobs, settings, directory) if measuring else from_catalog(jobs, catalog)
+        write_profiles(directory / PROFILES_FILE, found)
+        profiles, gpu = found.by_job, found.gpu(gpu)
         predictor = Predictor(gpu, sim_params(gpu))
         runners = RayRunners(open_lanes(config), maker, {j.job_id: j for j in jobs}, predictor)
         policy = create_policy(config.queue, gpu, predictor)
@@ -107,20 +117,24 @@ def replay_ray(trace: Path, settings: QueueSettings) -> ReplayOutcome:
         else:
             scale = config.queue.arrival_scale
             arriving = [dataclasses.replace(j, submit_s=begin + j.submit_s * scale) for j in jobs]
-            store.add(arriving, [profiles[j.job_id].job_mem_mib for j in jobs], begin, config.queue.max_slowdown)
+            estimates = [p.job_mem_mib if (p := profiles.get(j.job_id)) else None for j in jobs]
+            store.add(arriving, estimates, begin, config.queue.max_slowdown)
+        cancel_unprofiled(store, found, begin)
         _loop(queue, runners, store, lambda: begin + time.monotonic() - t0)
         wall = time.monotonic() - t0
         energy = float(store.meta("energy_j") or 0.0) + runners.energy_j
         store.put("energy_j", repr(energy))
 
         def alone(job: TraceJob) -> float | None:
-            # A stand-in trains another model than the profile's: its time alone is not known.
-            if config.queue.stand_in is not None:
+            # A stand-in trains another model than a catalogue profile's: its time alone is not known
+            # (a measured profile is the stand-in's own).
+            profile = profiles.get(job.job_id)
+            if profile is None or (config.queue.stand_in is not None and not measuring):
                 return None
-            return (job.length_samples or 0) / profiles[job.job_id].samples_per_s
+            return (job.length_samples or 0) / profile.samples_per_s
 
         rows = job_rows(config.queue.policy, store.jobs(), alone, config.queue.max_slowdown)
-        summary = summarise(config.queue.policy, rows, energy, wall)
+        summary = summarise(config.queue.policy, rows, energy, wall, found.source)
         jobs_file = write_parquet(directory / "jobs.parquet", rows)
         write_parquet(directory / "gpus.parquet", runners.telemetry)
         if runners.attempts:  # this run's (a resumed run's earlier attempts went with their process)

@@ -43,6 +43,7 @@ __all__ = [
     "claim_run",
     "cluster_label",
     "format_summary",
+    "lengths_known",
     "replay",
     "run_dir",
     "run_settings",
@@ -110,9 +111,15 @@ def trace_profiles(trace: Path, jobs: list[TraceJob], settings: QueueSettings) -
             out[job.job_id] = catalog_profile(job.workload, settings.gpu)
         except NoProfile as exc:
             raise TraceError(f"{trace}: job {job.job_id}", "model", str(exc)) from None
+    lengths_known(trace, jobs)
+    return out
+
+
+def lengths_known(trace: Path, jobs: list[TraceJob]) -> None:
+    """Refuse the trace at its first job whose length in samples is not known."""
+    for job in jobs:
         if job.length_samples is None:
             raise TraceError(f"{trace}: job {job.job_id}", "epochs", "its dataset's size is unknown; give samples")
-    return out
 
 
 def trace_digest(jobs: list[TraceJob]) -> str:

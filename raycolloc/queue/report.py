@@ -77,6 +77,7 @@ class Summary:
     over_bound: int
     wall_s: float
     cancelled: int = 0  # last, with a default: a summary.json written before it still loads
+    profiles: str = "catalog"  # the jobs' profiles alone: the catalogue's, or measured on the cluster
 
 
 def job_rows(
@@ -125,8 +126,10 @@ def _p95(values: Sequence[float]) -> float | None:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
-def summarise(policy: str, rows: Sequence[JobRow], energy_j: float | None, wall_s: float) -> Summary:
-    """The summary of a run's rows."""
+def summarise(
+    policy: str, rows: Sequence[JobRow], energy_j: float | None, wall_s: float, profiles: str = "catalog"
+) -> Summary:
+    """The summary of a run's rows; ``profiles``: where the jobs' profiles alone came from."""
     done = [r for r in rows if r.jct_s is not None]
     jcts = [r.jct_s for r in done if r.jct_s is not None]
     slow = [r.slowdown for r in done if r.slowdown is not None]
@@ -148,6 +151,7 @@ def summarise(policy: str, rows: Sequence[JobRow], energy_j: float | None, wall_
         over_bound=sum(1 for r in done if r.slowdown is not None and r.slowdown > r.max_slowdown * (1 + 1e-6)),
         wall_s=wall_s,
         cancelled=sum(1 for r in rows if r.state == "cancelled"),
+        profiles=profiles,
     )
 
 
@@ -162,7 +166,7 @@ def format_summary(s: Summary) -> str:
     return "\n".join(
         [
             f"queue policy={s.policy}: {s.ended}/{s.jobs} jobs ended{cancelled}"
-            f"{'' if s.complete else ' (NOT all: see jobs)'}",
+            f"{'' if s.complete else ' (NOT all: see jobs)'}   profiles: {s.profiles}",
             f"  makespan {num(s.makespan_s, ',.1f')} s   JCT mean {num(s.jct_mean_s, ',.1f')} s, "
             f"p95 {num(s.jct_p95_s, ',.1f')} s   energy {energy}",
             f"  OOMs {s.ooms} (re-queues {s.requeues})   slowest job {num(s.max_slowdown, '.2f')}x alone, "

@@ -7,6 +7,7 @@ exits 2 before anything is queued.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,12 +23,14 @@ __all__ = ["QueueSettings", "compose_settings"]
 
 @dataclass(frozen=True)
 class QueueSettings:
-    """What a queue command runs with: the whole validated config and the simulated cluster's shape."""
+    """What a queue command runs with: the whole validated config, the simulated cluster's shape, and
+    the command line's overrides (a measured profile's cell is composed from them as the advisor's is)."""
 
     config: Config
     nodes: int
     gpus_per_node: int
     gpu: Gpu
+    words: tuple[str, ...] = ()
 
     @property
     def out_dir(self) -> Path:
@@ -54,6 +57,9 @@ def compose_settings(words: Sequence[str]) -> QueueSettings:
         allowed = f"; allowed: {', '.join(options)}" if options else ""
         raise ConfigError(f"{' '.join(words)}: {lines[0]}{allowed}") from None
     config = load_config(composed)
+    if config.queue.profiles is None:  # resolved once, so a database claims what ran, however it was spelled
+        resolved = "measured" if config.queue.runner == "ray" else "catalog"
+        config = dataclasses.replace(config, queue=dataclasses.replace(config.queue, profiles=resolved))
     queue, cluster = config.queue, config.cluster
     try:
         gpu = sim_gpu(cluster.gpu_model)
@@ -64,4 +70,5 @@ def compose_settings(words: Sequence[str]) -> QueueSettings:
         nodes=queue.sim_nodes or 1,
         gpus_per_node=queue.sim_gpus_per_node or cluster.num_gpus,
         gpu=gpu,
+        words=tuple(words),
     )

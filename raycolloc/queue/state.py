@@ -331,14 +331,16 @@ class Store:
                 self._event(db, t, job_id, "requeued", attempt, None, reason)
         return cur.rowcount == 1
 
-    def cancel(self, job_id: str, t: float) -> str | None:
-        """Cancel a job not yet ended; returns the state it was in (None: no such job, or already over)."""
+    def cancel(self, job_id: str, t: float, reason: str | None = None) -> str | None:
+        """Cancel a job not yet ended (``reason`` kept with its event); returns the state it was in
+        (None: no such job, or already over)."""
         with self.transaction() as db:
             row = db.execute("SELECT state, attempt FROM jobs WHERE job_id=?", (job_id,)).fetchone()
             if row is None or row[0] in ("ended", "cancelled"):
                 return None
             db.execute("UPDATE jobs SET state='cancelled', end_s=? WHERE job_id=?", (t, job_id))
-            self._event(db, t, job_id, "cancelled", int(row[1]), None, f"was {row[0]}")
+            detail = f"was {row[0]}" + (f": {reason}" if reason else "")
+            self._event(db, t, job_id, "cancelled", int(row[1]), None, detail)
         return str(row[0])
 
     # --- reads -------------------------------------------------------------------------------------
