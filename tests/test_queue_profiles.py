@@ -128,6 +128,11 @@ def test_a_ray_replay_measures_each_workload_once_reuses_it_and_reports_slowdown
         jobs = pd.read_parquet(outcome.jobs_file)
         assert jobs.alone_s.tolist() == pytest.approx([256 / rate] * 3)  # the measured rate is the reference
         assert (jobs.slowdown == jobs.run_s / jobs.alone_s).all()
+        # The bound is judged on training speed: the rate alone over the rate the attempt trained at.
+        attempts = pd.read_parquet(outcome.directory / "attempts.parquet").set_index("job_id")
+        speed = rate / attempts.loc[jobs.job_id, "samples_per_s"].to_numpy()
+        assert jobs.speed_slowdown.tolist() == pytest.approx(list(speed))
+        assert outcome.summary.max_slowdown == pytest.approx(max(speed))
     measured = list(tmp_path.glob("queue/*/profile/*/cells.parquet"))
     assert len(measured) == 1  # profiled once: the second run's profile dir only points at the first's
     assert list((again.directory / "profile").glob("*/reused.json"))

@@ -133,7 +133,16 @@ def replay_ray(trace: Path, settings: QueueSettings) -> ReplayOutcome:
                 return None
             return (job.length_samples or 0) / profile.samples_per_s
 
-        rows = job_rows(config.queue.policy, store.jobs(), alone, config.queue.max_slowdown)
+        # The rate each job trained at, from its attempt that ended (this process's attempts only).
+        rates = {a.job_id: a.samples_per_s for a in runners.attempts if a.outcome == "ended" and a.samples_per_s}
+
+        def speed(job: TraceJob) -> float | None:
+            profile, rate = profiles.get(job.job_id), rates.get(job.job_id)
+            if profile is None or rate is None or not measuring:
+                return None  # a catalogue's rate is no measurement to divide by
+            return profile.samples_per_s / rate
+
+        rows = job_rows(config.queue.policy, store.jobs(), alone, config.queue.max_slowdown, speed)
         summary = summarise(config.queue.policy, rows, energy, wall, found.source)
         jobs_file = write_parquet(directory / "jobs.parquet", rows)
         write_parquet(directory / "gpus.parquet", runners.telemetry)

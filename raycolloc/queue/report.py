@@ -57,6 +57,14 @@ class JobRow:
     co_residents: str
     ooms: int
     requeues: int
+    # Real GPUs: the job's rate alone over its measured training rate (its last epoch's), start-up left
+    # out on both sides; None where no rate was measured (simulated cluster, a resumed run's earlier
+    # attempt). Where set, a job's bound is judged on it: the advisor predicts rates, not start-ups.
+    speed_slowdown: float | None = None
+
+    @property
+    def judged_slowdown(self) -> float | None:
+        return self.speed_slowdown if self.speed_slowdown is not None else self.slowdown
 
 
 @dataclass(frozen=True)
@@ -81,9 +89,14 @@ class Summary:
 
 
 def job_rows(
-    policy: str, records: Sequence[JobRecord], alone_s: Callable[[TraceJob], float | None], default_bound: float
+    policy: str,
+    records: Sequence[JobRecord],
+    alone_s: Callable[[TraceJob], float | None],
+    default_bound: float,
+    speed: Callable[[TraceJob], float | None] | None = None,
 ) -> list[JobRow]:
-    """The rows of ``records``; ``alone_s`` gives a job's length in seconds alone on its GPU model."""
+    """The rows of ``records``; ``alone_s`` gives a job's length in seconds alone on its GPU model,
+    ``speed`` (real GPUs) its rate alone over its measured rate (``JobRow.speed_slowdown``)."""
     rows = []
     for r in records:
         ended = r.state == "ended" and r.end_s is not None and r.start_s is not None
@@ -111,6 +124,7 @@ def job_rows(
                 co_residents=",".join(r.co_residents),
                 ooms=r.ooms,
                 requeues=r.requeues,
+                speed_slowdown=speed(r.job) if speed is not None and ended else None,
             )
         )
     return rows
@@ -132,7 +146,7 @@ def summarise(
     """The summary of a run's rows; ``profiles``: where the jobs' profiles alone came from."""
     done = [r for r in rows if r.jct_s is not None]
     jcts = [r.jct_s for r in done if r.jct_s is not None]
-    slow = [r.slowdown for r in done if r.slowdown is not None]
+    slow = [s for r in done if (s := r.judged_slowdown) is not None]
     ends = [r.end_s for r in done if r.end_s is not None]
     first = min((r.submit_s for r in rows), default=0.0)
     return Summary(
@@ -148,7 +162,7 @@ def summarise(
         requeues=sum(r.requeues for r in rows),
         max_slowdown=max(slow) if slow else None,
         # A tolerance for floating point: a job exactly at its bound is within it.
-        over_bound=sum(1 for r in done if r.slowdown is not None and r.slowdown > r.max_slowdown * (1 + 1e-6)),
+        over_bound=sum(1 for r in done if (s := r.judged_slowdown) is not None and s > r.max_slowdown * (1 + 1e-6)),
         wall_s=wall_s,
         cancelled=sum(1 for r in rows if r.state == "cancelled"),
         profiles=profiles,
