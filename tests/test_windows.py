@@ -142,3 +142,11 @@ def test_a_measured_epoch_runs_at_least_its_floor_with_more_steps_than_its_sampl
     assert epochs.loc[2, "samples"] == epochs.loc[2, "steps"] * 8
     assert epochs.loc[2, "windows"] >= 2  # the windows follow the steps it ran
     assert t["cells"].iloc[0]["agg_samples_per_s"] == pytest.approx(epochs.loc[2, "samples_per_s"])
+
+
+def test_a_mix_has_no_floor_its_headline_is_the_time_of_fixed_work() -> None:
+    from raycolloc.driver.cell_specs import validate_cell
+
+    spec = validate_cell(load(["mix=tiny_mixed", "min_epoch_s=2"]).config)
+    assert spec.jobs and all(job.min_epoch_s is None for job in spec.jobs)
+    assert load(["degree=2", "min_epoch_s=2"]).jobs[1].min_epoch_s == 2
