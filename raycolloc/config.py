@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from raycolloc.config_checks import MAX_DEGREE, ConfigError, as_list, check_mode_only
+from raycolloc.config_checks import MAX_DEGREE, MIN_EPOCH_AUTO_S, ConfigError, as_list, check_mode_only
 from raycolloc.config_checks import check_choice as _check_choice
 from raycolloc.config_checks import check_int as _check_int
 from raycolloc.config_checks import check_min as _check_min
@@ -54,6 +54,7 @@ __all__ = [
     "ModeConfig",
     "QueueConfig",
     "TelemetryConfig",
+    "measured_floor",
     "TrainerConfig",
     "WorkloadConfig",
     "config_hash",
@@ -191,6 +192,7 @@ class Config:
         _check_int("epoch_samples", self.epoch_samples, 1, optional=True)
         _check_min("epoch_time_s", self.epoch_time_s, 0.001, optional=True)
         check_min_epoch(self.min_epoch_s)
+        self._check_floor()
         check_repeats(self.repeats)
         _check_int("repeat", self.repeat, 0)
         _check_int("batch_size", self.batch_size, 1, optional=True)
@@ -235,6 +237,24 @@ class Config:
         )
         return f"{base}-r{self.repeat}" if self.repeat else base
 
+    def _check_floor(self) -> None:
+        """A number given as ``min_epoch_s`` must mean something: not beside a time budget (which ends
+        the epoch first), not longer than the cap on a call's epochs."""
+        floor = self.min_epoch_s
+        if floor is None or floor == "auto" or not floor:
+            return
+        if self.epoch_time_s:
+            raise ConfigError(
+                f"min_epoch_s={floor} conflicts with epoch_time_s={self.epoch_time_s}: a time-budgeted epoch "
+                "has no floor; give one of them (min_epoch_s=auto or null beside a budget)"
+            )
+        cap = self.trainer.epoch_timeout_s
+        if cap is not None and floor * (self.epochs - 1) >= cap:
+            raise ConfigError(
+                f"min_epoch_s={floor} makes the {self.epochs - 1} measured epochs last at least "
+                f"{floor * (self.epochs - 1):g} s, past trainer.epoch_timeout_s={cap}: lower the floor or raise the cap"
+            )
+
 
 # Keys that do not change what a cell measures: excluded from the config hash used for resume.
 # ``repeats`` and ``measure`` say how many runs a sweep makes; each run's index (``repeat``) is hashed.
@@ -275,9 +295,20 @@ _HASHED_AS_DEFAULT = {
 
 # Keys added after results existed: left out of the hash while at their default, so every config
 # written before them keeps its hash (and its results are still found on resume).
-_LATER_KEYS: dict[str, Any] = {"repeat": 0, "epoch_time_s": None, "min_epoch_s": "auto"}
+_LATER_KEYS: dict[str, Any] = {"repeat": 0, "epoch_time_s": None, "min_epoch_s": None}
 _LATER_MIX_JOB_KEYS: dict[str, Any] = {"epoch_time_s": None}
 _LATER_CLUSTER_KEYS: dict[str, Any] = {"sim_inject": []}
+
+
+def measured_floor(cfg: Config) -> float | None:
+    """The least seconds a measured epoch of ``cfg``'s jobs runs (``min_epoch_s`` resolved; None: no
+    floor): ``auto`` is :data:`MIN_EPOCH_AUTO_S` on a real GPU (``cluster.backend=nvml``), none on
+    simulated GPUs; a mix and a time-budgeted epoch have none."""
+    if cfg.mix.jobs or cfg.epoch_time_s or cfg.min_epoch_s is None:
+        return None
+    if cfg.min_epoch_s == "auto":
+        return MIN_EPOCH_AUTO_S if cfg.cluster.backend == "nvml" else None
+    return float(cfg.min_epoch_s) or None
 
 
 def config_hash(cfg: Config) -> str:
@@ -290,6 +321,9 @@ def config_hash(cfg: Config) -> str:
         node.pop(path[-1], None)
     for (group, key), default in _HASHED_AS_DEFAULT.items():
         data[group][key] = default
+    # The floor as it will act: auto is 5 s on a real GPU (a cell measured before the floor existed is
+    # not the same measurement) and none on simulated GPUs or in a mix (their hashes hold).
+    data["min_epoch_s"] = measured_floor(cfg)
     data["workload"] = workload_hash_view(cfg.workload)
     data["mix"]["jobs"] = [mix_job_hash_view(job) for job in cfg.mix.jobs]
     # Keys added after the first results: left out while at their defaults, so old hashes hold.

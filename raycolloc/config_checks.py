@@ -11,6 +11,7 @@ __all__ = [
     "AMP_MODES",
     "COMPILE_MODES",
     "MAX_DEGREE",
+    "MIN_EPOCH_AUTO_S",
     "MOST_LISTED",
     "SIM_INJECTIONS",
     "ConfigError",
@@ -125,6 +126,12 @@ def parse_cpu_list(text: str) -> tuple[int, ...]:
             raise ValueError(f"not a cpu list: {text!r}")
         cores.update(range(int(first), int(last or first) + 1))
     return tuple(sorted(cores))
+
+
+# ``min_epoch_s=auto`` on a real GPU: a degree-1 epoch of 25,600 samples lasts ~1.7 s on an H200, and
+# its rate moved 32-35% between two sweeps minutes apart; measured for 6 s it moved 5-6% (2 x H200, one
+# call; docs/measurements.md, eighteenth session). A simulated GPU's epochs are the CPU's: no floor.
+MIN_EPOCH_AUTO_S = 5.0
 
 
 def check_min_epoch(value: Any) -> None:

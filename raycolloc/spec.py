@@ -30,18 +30,12 @@ __all__ = [
     "JobSpec",
     "JobState",
     "JobStatus",
-    "MIN_EPOCH_AUTO_S",
     "NodeInfo",
     "Release",
     "Reservation",
     "Samples",
     "as_cell_status",
 ]
-
-# ``min_epoch_s=auto`` on a real GPU: a degree-1 epoch of 25,600 samples lasts ~1.7 s on an H200, and
-# its rate moved 32-35% between two sweeps minutes apart; measured for 6 s it moved 5-6% (2 x H200, one
-# call; docs/measurements.md, eighteenth session). A simulated GPU's epochs are the CPU's: no floor.
-MIN_EPOCH_AUTO_S = 5.0
 
 # ok; oom (out of device memory); error (crashed, or died); hang (no progress for
 # trainer.stall_timeout_s); skipped (its cell was skipped: never started).
@@ -68,13 +62,12 @@ def as_cell_status(text: str) -> CellStatus:
 class JobSpec:
     """One training job of a cell: its workload (resolved in the driver) and how much it trains.
 
-        An epoch is ``epoch_samples`` samples, or fewer when ``epoch_time_s`` is set: the epoch then
-        ends after the first step that reaches that many seconds (a time budget per job). A measured epoch
-    (every one after the first) runs at least ``min_epoch_s`` seconds, more steps than ``epoch_samples``
-    where that is short (``"auto"``: :data:`MIN_EPOCH_AUTO_S` on a real GPU, none on a simulated one).
-        A script job
-        (``workload.as_written``) trains as it was written: ``batch_size`` and ``epoch_samples``
-        are 0 there (raycolloc sets neither), ``epochs`` is only what is expected.
+    An epoch is ``epoch_samples`` samples, or fewer when ``epoch_time_s`` is set: the epoch then
+    ends after the first step that reaches that many seconds (a time budget per job). A measured epoch
+    (every one after the first) of a job raycolloc steps runs at least ``min_epoch_s`` seconds, more
+    steps than ``epoch_samples`` where that is short (``config.measured_floor``: ``auto`` is 5 s on a
+    real GPU). A script job (``workload.as_written``) trains as it was written: ``batch_size`` and
+    ``epoch_samples`` are 0 there (raycolloc sets neither), ``epochs`` is only what is expected.
     """
 
     cell_id: str
@@ -90,7 +83,7 @@ class JobSpec:
     active_thread_percentage: int | None = None
     pinned_mem_limit: str | None = None
     epoch_time_s: float | None = None
-    min_epoch_s: float | str | None = None  # a measured epoch's floor (s); "auto": on a real GPU only
+    min_epoch_s: float | None = None  # a measured epoch's floor (s): config.measured_floor, resolved
     mem_estimate_mib: float | None = None  # from the model (driver, for compositions); None: not yet
 
     @property
@@ -103,14 +96,12 @@ class JobSpec:
         or ``script`` (data for the results; code asks the workload itself)."""
         return self.workload.kind
 
-    def epoch_floor_s(self, epoch: int, cuda: bool) -> float:
+    def epoch_floor_s(self, epoch: int) -> float:
         """The least seconds epoch ``epoch`` runs (0: its samples alone end it): the warm-up epoch and
         a time-budgeted one have none."""
         if epoch == 1 or self.epoch_time_s or self.min_epoch_s is None:
             return 0.0
-        if self.min_epoch_s == "auto":
-            return MIN_EPOCH_AUTO_S if cuda else 0.0
-        return float(self.min_epoch_s)
+        return self.min_epoch_s
 
     @property
     def steps_per_epoch(self) -> int:

@@ -301,3 +301,17 @@ def test_a_gpu_with_a_full_pool_shows_itself_full_and_sends_a_job_placed_past_it
     runners.start(JobStart("late", 1, profile, 1000.0, 2.0, 256.0, "n-g0", "mps", 0.5))
     assert ("late", 1) not in runners.running() and not runners.failures  # back to the queue, not a failure
     assert [(r.job_id, r.kind) for r in runners._pending] == [("late", "lost")]
+
+
+def test_a_queued_job_on_a_real_gpu_trains_its_length_with_no_floor(tmp_path: Path) -> None:
+    import dataclasses
+
+    from raycolloc.queue.rayjobs import CellMaker
+    from raycolloc.queue.trace import read_trace
+
+    config = compose_settings(["cluster=local", "queue.runner=ray"]).config
+    assert config.min_epoch_s == "auto"  # a sweep's cell on a real GPU would have a 5 s floor
+    real = dataclasses.replace(config, cluster=dataclasses.replace(config.cluster, backend="nvml"))
+    (job,) = read_trace(_trace(tmp_path / "t.csv", jobs=1))
+    spec = CellMaker(real).cell(job, 1, "naive", 2560).jobs[0]
+    assert spec.min_epoch_s is None and spec.epoch_floor_s(2) == 0.0

@@ -102,33 +102,55 @@ def test_a_real_cell_carries_the_windows_into_its_rows(tmp_path: Path, budget: l
     assert cell["unstable"] == (cell["rate_cv"] >= 0.10)
 
 
-def test_a_measured_epochs_floor_is_its_own_setting_auto_only_on_a_real_gpu() -> None:
-    from dataclasses import replace
+def _on(backend: str, *words: str):  # noqa: ANN202 - a Config
+    import dataclasses
 
-    from raycolloc.spec import MIN_EPOCH_AUTO_S
-
-    job = load(["epoch_samples=64", "batch_size=8"]).jobs[0]
-    assert job.min_epoch_s == "auto"  # the default reaches the job
-    assert job.epoch_floor_s(2, cuda=True) == MIN_EPOCH_AUTO_S and job.epoch_floor_s(2, cuda=False) == 0.0
-    assert job.epoch_floor_s(1, cuda=True) == 0.0  # the warm-up epoch has none
-    assert replace(job, min_epoch_s=None).epoch_floor_s(2, cuda=True) == 0.0
-    assert replace(job, min_epoch_s=0.4).epoch_floor_s(3, cuda=False) == 0.4
-    assert replace(job, min_epoch_s=0.4, epoch_time_s=1.0).epoch_floor_s(2, cuda=True) == 0.0  # a budget rules
+    cfg = load(list(words)).config
+    return dataclasses.replace(cfg, cluster=dataclasses.replace(cfg.cluster, backend=backend))
 
 
-@pytest.mark.parametrize("bad", ["-1", "soon", "true", "inf"])
-def test_a_bad_floor_is_refused_by_name(bad: str) -> None:
+def test_a_measured_epochs_floor_is_auto_on_a_real_gpu_only_and_never_in_a_budget_or_mix() -> None:
+    from raycolloc.config import measured_floor
+    from raycolloc.config_checks import MIN_EPOCH_AUTO_S
+
+    assert load([]).config.min_epoch_s == "auto"
+    assert measured_floor(_on("nvml")) == MIN_EPOCH_AUTO_S and measured_floor(_on("sim")) is None
+    assert (
+        measured_floor(_on("sim", "min_epoch_s=0.4")) == 0.4 and measured_floor(_on("nvml", "min_epoch_s=null")) is None
+    )
+    assert measured_floor(_on("nvml", "epoch_time_s=3")) is None  # a budget ends the epoch
+    assert measured_floor(_on("nvml", "mix=tiny_mixed")) is None
+    job = load(["epoch_samples=64", "batch_size=8", "min_epoch_s=0.4"]).jobs[0]
+    assert job.min_epoch_s == 0.4 and job.epoch_floor_s(2) == 0.4 and job.epoch_floor_s(1) == 0.0  # warm-up: none
+
+
+@pytest.mark.parametrize(
+    ("words", "match"),
+    [
+        (["min_epoch_s=-1"], r"min_epoch_s=-1 is not allowed; choose auto .* null .* seconds >= 0"),
+        (["min_epoch_s=soon"], r"min_epoch_s='soon' is not allowed"),
+        (["min_epoch_s=true"], r"min_epoch_s=True is not allowed"),
+        (["min_epoch_s=inf"], r"min_epoch_s=inf is not allowed"),
+        (["min_epoch_s=2", "epoch_time_s=3"], r"min_epoch_s=2 conflicts with epoch_time_s=3"),
+        (["min_epoch_s=30", "trainer.epoch_timeout_s=20"], r"past trainer.epoch_timeout_s=20"),
+    ],
+)
+def test_a_bad_floor_is_refused_by_name(words: list[str], match: str) -> None:
     from raycolloc.config import ConfigError
 
-    with pytest.raises(ConfigError, match=r"min_epoch_s=.* is not allowed; choose auto .* null .* seconds >= 0"):
-        load([f"min_epoch_s={bad}"])
+    with pytest.raises(ConfigError, match=match):
+        load(words)
 
 
-def test_a_floor_changes_the_config_hash_and_auto_keeps_the_old_one() -> None:
+def test_the_floor_is_hashed_as_it_acts_so_a_gpu_cell_measured_without_it_is_not_reused() -> None:
     from raycolloc.config import config_hash
 
-    assert config_hash(load(["min_epoch_s=auto"]).config) == config_hash(load([]).config)
-    assert config_hash(load(["min_epoch_s=2"]).config) != config_hash(load([]).config)
+    # Simulated GPUs: auto is no floor, and the hash is the one written before the floor existed.
+    assert config_hash(_on("sim")) == config_hash(_on("sim", "min_epoch_s=null"))
+    # A real GPU: auto is 5 s, unlike a cell measured without a floor (null), like an explicit 5.
+    assert config_hash(_on("nvml")) != config_hash(_on("nvml", "min_epoch_s=null"))
+    assert config_hash(_on("nvml")) == config_hash(_on("nvml", "min_epoch_s=5"))
+    assert config_hash(_on("sim", "min_epoch_s=2")) != config_hash(_on("sim"))
 
 
 @pytest.mark.usefixtures("ray_local")
@@ -145,8 +167,20 @@ def test_a_measured_epoch_runs_at_least_its_floor_with_more_steps_than_its_sampl
 
 
 def test_a_mix_has_no_floor_its_headline_is_the_time_of_fixed_work() -> None:
-    from raycolloc.driver.cell_specs import validate_cell
-
-    spec = validate_cell(load(["mix=tiny_mixed", "min_epoch_s=2"]).config)
+    spec = load(["mix=tiny_mixed", "min_epoch_s=2"])
     assert spec.jobs and all(job.min_epoch_s is None for job in spec.jobs)
     assert load(["degree=2", "min_epoch_s=2"]).jobs[1].min_epoch_s == 2
+
+
+def test_spent_batches_name_themselves_instead_of_a_bare_stop_iteration() -> None:
+    import torch
+
+    from raycolloc.job.workloads.user import BatchesRanOut, _Batches
+
+    once = ((torch.zeros(2, 3), torch.zeros(2)) for _ in range(2))  # a generator: spent after one pass
+    batches = _Batches(once, torch.device("cpu"))
+    batches.next(), batches.next()
+    with pytest.raises(BatchesRanOut, match="re-iterable"):
+        batches.next()
+    listed = _Batches([(torch.zeros(2, 3), torch.zeros(2))], torch.device("cpu"))
+    assert [listed.next()[1].shape for _ in range(3)] == [torch.Size([2])] * 3  # a list is cycled

@@ -17,7 +17,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from raycolloc.config import Config, ConfigError, MixJob, config_hash, load_config
+from raycolloc.config import Config, ConfigError, MixJob, config_hash, load_config, measured_floor
 from raycolloc.driver.mix_solos import JobSettings, job_settings, mix_solos, solo_overrides
 from raycolloc.driver.node_paths import check_node_paths
 from raycolloc.job.workloads.compose import resolve
@@ -193,9 +193,8 @@ def build_cell(cfg: Config) -> CellSpec:
                 data=data,
                 trainer=own.trainer,
                 epoch_time_s=own.epoch_time_s,
-                # A mix's headline is the time its jobs' work takes (analysis/mixed.py): no job of it
-                # may train past its samples while the others run, so no floor there.
-                min_epoch_s=None if mixed else cfg.min_epoch_s,
+                # None in a mix: its headline is the time its jobs' fixed work takes (analysis/mixed.py).
+                min_epoch_s=measured_floor(cfg),
                 mig_profile=entry.mig_profile if entry else None,
                 active_thread_percentage=(entry.active_thread_percentage if entry else None)
                 or _per_job(cfg.mode.active_thread_percentage, i),

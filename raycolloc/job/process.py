@@ -264,7 +264,7 @@ class JobProcess:
         start_wall, t0 = time.time(), time.perf_counter()
         # A measured epoch runs at least its floor (JobSpec.epoch_floor_s): a short one on a noisy host
         # moved by a third between sweeps. Steps launched, not finished, are what the clock sees here.
-        floor_end = t0 + job.epoch_floor_s(epoch, self.device.type == "cuda")
+        floor_end = t0 + job.epoch_floor_s(epoch)
         # Window boundaries for the epoch's interval: events on a GPU, no synchronise (windows.py).
         windows = EpochWindows(clock_for(self.device), None if job.epoch_time_s or floor_end > t0 else steps)
         # A time budget (job.epoch_time_s) ends the epoch after the step that reaches it; the epoch's
@@ -309,7 +309,7 @@ class JobProcess:
         elapsed = max(time.perf_counter() - t0, 1e-9)
         rate = step * self.job.batch_size / elapsed
         # Past the epoch's steps (its floor, min_epoch_s), the progress line's total grows with it.
-        total = max(self.job.steps_per_epoch, step + 1)
+        total = max(self.job.steps_per_epoch, step)
         self._progress = replace(self._progress, epoch=epoch, step=step, steps=total, samples_per_s=rate)
         self.conn.send(("progress", self._progress))
         # A simulated GPU's PCIe counters add up what the jobs copy to their devices (NVML sees a real one's).

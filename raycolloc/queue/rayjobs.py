@@ -77,6 +77,7 @@ class CellMaker:
             epochs=2,
             epoch_samples=half,
             epoch_time_s=None,
+            min_epoch_s=None,  # a queued job trains its length: a floor would lengthen a short one
         )
         return build_cell(cfg)
 

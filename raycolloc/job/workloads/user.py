@@ -11,8 +11,9 @@ The user writes one function that takes a :class:`JobContext` and returns a :cla
 Either the parts of a step (``model``, ``loss``, ``batches``, optionally ``optimizer``; raycolloc
 builds the step with ``trainer.compile``/``amp``/``channels_last``), or one whole ``step`` function
 (raycolloc calls it; those options do not apply and are refused). Around it raycolloc keeps its
-protocol: warm-up epoch, barrier, measured epochs of ``epoch_samples // batch_size`` steps timed
-after a device synchronise, peak memory, and any exception as the job's ``error``/``oom`` row.
+protocol: warm-up epoch, barrier, measured epochs of ``epoch_samples // batch_size`` steps (more
+where ``min_epoch_s`` asks a measured epoch to run longer) timed after a device synchronise, peak
+memory, and any exception as the job's ``error``/``oom`` row.
 ``jobs/examples/tiny_regression.py`` is a complete example.
 """
 
@@ -32,7 +33,12 @@ from raycolloc.workload_kinds import PythonWorkload
 if TYPE_CHECKING:
     from raycolloc.spec import JobSpec
 
-__all__ = ["JobContext", "UserJob", "UserRun", "build_user_run"]
+__all__ = ["BatchesRanOut", "JobContext", "UserJob", "UserRun", "build_user_run"]
+
+
+class BatchesRanOut(RuntimeError):
+    """A workload's ``batches`` ended and could not start again (a spent generator): the job's error."""
+
 
 Batch = tuple[Any, torch.Tensor]
 
@@ -45,7 +51,8 @@ class JobContext:
         device: where to build the model and put batches (``cuda:0`` is the job's GPU or MIG
             device; ``cpu`` on simulated GPUs).
         batch_size: samples per step (``workload.batch_size`` or ``batch_size``).
-        epoch_samples: samples per epoch; raycolloc runs ``epoch_samples // batch_size`` steps.
+        epoch_samples: samples per epoch; raycolloc runs ``epoch_samples // batch_size`` steps (more in a
+            measured epoch shorter than ``min_epoch_s``: ``batches`` is cycled).
         seed: the job's seed (``seed`` + job index); torch is already seeded with it.
         job_index: the job's place in its cell.
         lr: ``workload.lr`` (None if unset).
@@ -114,7 +121,13 @@ class _Batches:
                 batch = next(self._it)
             except StopIteration:
                 self._it = iter(self._batches)
-                batch = next(self._it)
+                try:
+                    batch = next(self._it)
+                except StopIteration:
+                    raise BatchesRanOut(
+                        "the workload's batches ran out and cannot start again (a generator is spent once): "
+                        "give a re-iterable (a list, a Dataset) or a function that makes a batch"
+                    ) from None
         inputs, target = batch
         inputs = inputs if isinstance(inputs, tuple | list) else (inputs,)
         return tuple(self._to(t) for t in inputs), self._to(target)
