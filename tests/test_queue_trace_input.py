@@ -98,3 +98,14 @@ def test_a_byte_order_mark_is_skipped_and_bytes_not_utf8_are_named_by_line(
     assert main(["replay", str(trace), f"out_dir={tmp_path / 'out'}", "cluster=local"]) == 2
     err = capsys.readouterr().err
     assert "t.csv:3: file: not UTF-8" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("last", "field"),
+    [('j2,0,timm,resnet18,cifar10,,,1000,"2', "max_slowdown"), ('j2,0,timm,resnet18,"\n', "dataset")],
+)
+def test_a_quote_open_on_the_last_line_is_refused_for_that_reason(tmp_path: Path, last: str, field: str) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text(f"{HEADER}\n{GOOD}\n{last}")
+    with pytest.raises(TraceError, match=rf"t.csv:3: {field}: a quote is opened and not closed on this line"):
+        read_trace(trace)
