@@ -64,7 +64,8 @@ def run_identity(directory: Path, jobs: pd.DataFrame, gpus: pd.DataFrame) -> tup
     both); without one, a digest of the jobs as the run saw them and the count of its GPUs."""
     db = directory / "queue.sqlite"
     if db.is_file():
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)  # read-only: never touch a run's state
+        # read-only: never touch a run's state; as_uri() escapes what a URI reads ('#', '%', '?')
+        con = sqlite3.connect(db.resolve().as_uri() + "?mode=ro", uri=True)
         try:
             meta = dict(con.execute("SELECT key, value FROM meta WHERE key IN ('trace', 'cluster')").fetchall())
         except sqlite3.Error:
@@ -123,7 +124,8 @@ def format_groups(runs: Sequence[QueueRun]) -> str:
     parts = []
     for (trace, cluster), group in _groups(runs).items():
         note = "" if _baseline(group) else "\n(no exclusive run of this trace and cluster: no 'vs excl' ratios)"
-        parts.append(f"trace {trace}, cluster {cluster}:\n{format_policies([r.summary for r in group])}{note}")
+        table = format_policies([r.summary for r in group], [r.label for r in group])  # as the CSV names runs
+        parts.append(f"trace {trace}, cluster {cluster}:\n{table}{note}")
     return "\n\n".join(parts)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.queue import main, timeline
+from analysis.queue import main, run_identity, timeline
 from raycolloc.queue.replay import replay
 from raycolloc.queue.settings import compose_settings
 from raycolloc.queue.trace import write_trace
@@ -84,3 +84,22 @@ def test_runs_are_keyed_by_run_and_compared_only_within_their_trace_and_cluster(
     assert table.loc["raycolloc", "cluster"] != table.loc["raycolloc#2", "cluster"]
     line = pd.read_csv(out / "queue_timeline.csv")
     assert set(line["run"]) == set(table.index)  # two runs of a policy: both timelines kept
+    # Review item 12: the printed tables name each run as the CSV does, not by its policy twice.
+    rows = [
+        x.split()[0] for x in printed.splitlines() if x.split() and x.split()[0].startswith(("exclusive", "raycolloc"))
+    ]
+    assert sorted(rows) == sorted(table.index), printed
+
+
+@pytest.mark.parametrize("name", ["run#1", "run%20x", "run?x"])
+def test_a_run_directory_with_uri_characters_is_read_by_its_state_database(tmp_path: Path, name: str) -> None:
+    import sqlite3
+
+    run = tmp_path / name
+    run.mkdir()
+    con = sqlite3.connect(run / "queue.sqlite")
+    con.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+    con.executemany("INSERT INTO meta VALUES (?, ?)", [("trace", "abc123"), ("cluster", "2 x H200")])
+    con.commit()
+    con.close()
+    assert run_identity(run, pd.DataFrame(), pd.DataFrame()) == ("abc123", "2 x H200")

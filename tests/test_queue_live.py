@@ -246,3 +246,13 @@ def test_a_serve_on_a_database_another_process_owns_exits_2_and_leaves_it(tmp_pa
     finally:
         owner.kill()
         owner.wait(30)
+
+
+@pytest.mark.slow
+def test_a_serve_on_a_queue_db_that_is_no_database_exits_2(tmp_path: Path) -> None:
+    """Review item 6: the actor's constructor refuses it (not ActorDiedError), start_actor raises it by kind."""
+    db = tmp_path / "text.sqlite"
+    db.write_text("not a database\n" * 100)
+    serve = _cli(["serve", f"out_dir={tmp_path}", "cluster=local", "cluster.num_gpus=2", f"queue.db={db}"])
+    assert serve.returncode == 2 and f"queue.db={db}: not usable" in serve.stderr, serve.stderr[-3000:]
+    assert "Traceback" not in serve.stderr and not (tmp_path / "ray-address").exists()

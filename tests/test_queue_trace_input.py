@@ -36,6 +36,16 @@ HUGE = "x" * 200_000  # over the csv module's default field limit (131,072)
         (f"{HEADER}\n{GOOD}\nj2,1,python,,,mypkg.train:main,,10,\n", "bad.csv:3", "kind"),
         (f"{HEADER}\n{GOOD}\nj2,1,script,,,python train.py --epochs 2,,10,\n", "bad.csv:3", "kind"),
         (f"{HEADER}\n{GOOD}\nj2,1,script,,,python 'train.py,,10,\n", "bad.csv:3", "entry"),
+        # Review items 3, 4, 11: numbers float() makes infinite or past the bounds; a quote open on the
+        # last line (at its last column, and at a column before the length); an entry on a timm row.
+        (f"{HEADER}\n{GOOD}\nj2,{'9' * 320},timm,resnet50,imagenet64,,,10,\n", "bad.csv:3", "submit_s"),
+        (f"{HEADER}\n{GOOD}\nj2,20000000,timm,resnet50,imagenet64,,,10,\n", "bad.csv:3", "submit_s"),
+        (f"{HEADER}\n{GOOD}\nj2,1,timm,resnet50,imagenet64,,,{10**29},\n", "bad.csv:3", "samples"),
+        (f"{HEADER}\n{GOOD}\nj2,1,timm,resnet50,cifar10,,{10**7},,\n", "bad.csv:3", "epochs"),
+        (f"{HEADER}\n{GOOD}\nj2,1,timm,resnet50,imagenet64,,,10,{'9' * 320}\n", "bad.csv:3", "max_slowdown"),
+        (f'{HEADER}\n{GOOD}\nj2,0,timm,resnet18,cifar10,,,1000,"2', "bad.csv:3", "max_slowdown"),
+        (f'{HEADER}\n{GOOD}\nj2,0,timm,resnet18,"cifar10,,,1000,2\n', "bad.csv:3", "dataset"),
+        (f"{HEADER}\n{GOOD}\nj2,1,timm,resnet50,imagenet64,mypkg.train:main,,10,\n", "bad.csv:3", "entry"),
     ],
 )
 def test_bad_input_is_refused_by_line_and_column_with_exit_2_and_nothing_queued(
@@ -74,3 +84,28 @@ def test_a_python_or_script_submission_names_why_it_is_refused() -> None:
         parse_row(row, "submission")
     with pytest.raises(TraceError, match=r"submission: entry: 'not an entry' is not package.module:function"):
         parse_row({**row, "entry": "not an entry"}, "submission")
+
+
+def test_a_byte_order_mark_is_skipped_and_bytes_not_utf8_are_named_by_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_bytes(f"\ufeff{HEADER}\n{GOOD}\n".encode())
+    assert [j.job_id for j in read_trace(trace)] == ["j1"]
+    trace.write_bytes(f"{HEADER}\n{GOOD}\nj2,1,timm,resnet50,imagenet64,,,10,\n".encode().replace(b"j2", b"j\xff"))
+    with pytest.raises(TraceError, match=r"t.csv:3: file: not UTF-8"):
+        read_trace(trace)
+    assert main(["replay", str(trace), f"out_dir={tmp_path / 'out'}", "cluster=local"]) == 2
+    err = capsys.readouterr().err
+    assert "t.csv:3: file: not UTF-8" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("last", "field"),
+    [('j2,0,timm,resnet18,cifar10,,,1000,"2', "max_slowdown"), ('j2,0,timm,resnet18,"\n', "dataset")],
+)
+def test_a_quote_open_on_the_last_line_is_refused_for_that_reason(tmp_path: Path, last: str, field: str) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text(f"{HEADER}\n{GOOD}\n{last}")
+    with pytest.raises(TraceError, match=rf"t.csv:3: {field}: a quote is opened and not closed on this line"):
+        read_trace(trace)

@@ -1,6 +1,6 @@
 """What each ``python -m raycolloc.queue`` command does, from its parsed arguments to its exit status
 (the parser and the mapping of errors to exit 2 are in ``__main__``; a database another process owns,
-or one SQLite cannot keep in WAL mode, exits 2 here)."""
+one SQLite cannot keep in WAL mode, or a ``queue.db`` that is no database, exits 2 here)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from raycolloc.config import ConfigError
 from raycolloc.queue.report import format_summary
 from raycolloc.queue.settings import compose_settings
-from raycolloc.queue.state import JournalModeError, StoreBusy
+from raycolloc.queue.state import JournalModeError, StoreBusy, StoreUnusable
 
 __all__ = ["live_command", "replay_command", "trace_command"]
 
@@ -26,7 +26,7 @@ def _refused_store(command: Callable[[argparse.Namespace], int]) -> Callable[[ar
     def run(args: argparse.Namespace) -> int:
         try:
             return command(args)
-        except (StoreBusy, JournalModeError) as exc:
+        except (StoreBusy, JournalModeError, StoreUnusable) as exc:
             print(f"error: {exc}", file=sys.stderr, flush=True)
             return 2
 

@@ -14,11 +14,16 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["DbLock", "StoreBusy", "lock_path"]
+__all__ = ["DbLock", "StoreBusy", "StoreUnusable", "lock_path"]
 
 
 class StoreBusy(RuntimeError):
     """Another process owns the database (a ``replay`` or ``serve`` of it is running)."""
+
+
+class StoreUnusable(RuntimeError):
+    """``queue.db`` cannot be opened as the queue's SQLite database (the message names it and why): a
+    file that is not one, a directory, a folder that cannot be made."""
 
 
 @dataclass

@@ -4,8 +4,10 @@
 (or finds it: ``get_if_exists``) and writes the cluster's address beside the queue's database, where
 ``submit``, ``status``, ``cancel`` and ``drain`` find it. The actor ticks its service on a thread of
 its own every ``TICK_S`` (:class:`Ticker`: jobs start and end with no command called) and answers calls
-between ticks (one lock). A database another process owns, or made with other settings, is refused
-before the actor is left running (``StoreBusy``, ``TraceMismatch``). In Ray's dashboard it is the actor
+between ticks (one lock). A database another process owns, made with other settings, not kept in WAL
+mode, or no database at all is refused before the actor is left running (``StoreBusy``,
+``TraceMismatch``, ``ConfigMismatch``, ``JournalModeError``, ``StoreUnusable``: raised again by kind).
+In Ray's dashboard it is the actor
 ``raycolloc:queue``, and every ``GAUGE_S`` it sets ``raycolloc_queue_jobs{state}`` (jobs per state),
 ``raycolloc_queue_gpu_jobs{gpu}`` and ``raycolloc_queue_gpu_sm_active{gpu}`` (each GPU's jobs and
 SM activity). Answers cross the actor boundary
@@ -28,7 +30,7 @@ from raycolloc.gauges import make_gauge
 from raycolloc.queue.report import Summary
 from raycolloc.queue.service import QueueClosed, QueueService, QueueStatus
 from raycolloc.queue.settings import QueueSettings
-from raycolloc.queue.state import StoreBusy, TraceMismatch
+from raycolloc.queue.state import ConfigMismatch, JournalModeError, StoreBusy, StoreUnusable, TraceMismatch
 from raycolloc.queue.trace import TraceError
 
 if TYPE_CHECKING:
@@ -140,6 +142,14 @@ class Ticker:
         self._thread.join(timeout=5)
 
 
+# What a database the actor may not open raises; it says which (by name) and start_actor raises it again,
+# so a command maps it to exit 2 as it would without Ray (an exception escaping the constructor would
+# reach start_actor as ActorDiedError: a traceback, exit 1).
+_REFUSALS: dict[str, type[Exception]] = {
+    c.__name__: c for c in (StoreBusy, TraceMismatch, ConfigMismatch, JournalModeError, StoreUnusable)
+}
+
+
 @ray.remote(num_cpus=0)
 class QueueActor:
     """The live queue: its service, ticked on a thread; every call under one lock. A database it may
@@ -151,7 +161,7 @@ class QueueActor:
         self._ticker: Ticker | None = None
         try:
             self._service = QueueService(settings, Path(db))
-        except (StoreBusy, TraceMismatch) as exc:
+        except tuple(_REFUSALS.values()) as exc:
             self._refused = f"{type(exc).__name__}: {exc}"
             return
         self._ticker = Ticker(self._service, self._lock, QueueGauges.create())
@@ -198,9 +208,13 @@ def start_actor(settings: QueueSettings) -> Any:
     Raises:
         StoreBusy: another process owns the database (the actor is killed, nothing written).
         TraceMismatch: the database is another queue's, or made with other settings (likewise).
+        JournalModeError, StoreUnusable: SQLite would not keep it in WAL mode; it is no database.
     """
     db = live_db(settings)
-    db.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        db.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreUnusable(f"queue.db={db}: not usable as the queue's database ({exc})") from None
     options = {"name": ACTOR_NAME, "namespace": NAMESPACE, "lifetime": "detached", "get_if_exists": True}
     # cast: what @ray.remote made of the class (mypy sees the class itself through the decorator's stub).
     actor_class = cast("ActorClass[QueueActor]", QueueActor)
@@ -209,7 +223,7 @@ def start_actor(settings: QueueSettings) -> Any:
     if refused is not None:
         ray.kill(actor)  # detached: it would keep the name, and the next serve would find it empty
         kind, _, message = refused.partition(": ")
-        raise (StoreBusy if kind == StoreBusy.__name__ else TraceMismatch)(message)
+        raise _REFUSALS.get(kind, TraceMismatch)(message)
     address_file(settings).write_text(ray.get_runtime_context().gcs_address)
     return actor
 

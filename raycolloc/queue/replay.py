@@ -86,9 +86,20 @@ def run_dir(trace: Path, settings: QueueSettings) -> Path:
     return settings.out_dir / "queue" / f"{trace.stem}-{queue.policy}-{cluster_label(settings)}"
 
 
+# queue.* keys added after databases were claimed with their settings, and their defaults: left out of
+# the claim while at their default, so a database made before a key existed is still accepted (as
+# raycolloc.config's _LATER_KEYS keep config_hash). Rule: every queue key added from now on goes here.
+_LATER_KEYS: dict[str, object] = {"profiles": None}
+
+
 def run_settings(queue: QueueConfig) -> dict[str, object]:
-    """The ``queue.*`` settings a run depends on (what its database is claimed with)."""
-    return {f"queue.{k}": v for k, v in dataclasses.asdict(queue).items() if k not in _UNCLAIMED}
+    """The ``queue.*`` settings a run depends on (what its database is claimed with); a key added later
+    is left out while at its default (``_LATER_KEYS``)."""
+    return {
+        f"queue.{k}": v
+        for k, v in dataclasses.asdict(queue).items()
+        if k not in _UNCLAIMED and not (k in _LATER_KEYS and v == _LATER_KEYS[k])
+    }
 
 
 def claim_run(store: Store, trace: str, shape: str, settings: QueueSettings) -> None:

@@ -193,9 +193,11 @@ def _ratio(value: float | None, base: float | None) -> str:
     return f"{value / base:.2f}x" if value is not None and base else "-"
 
 
-def format_policies(summaries: Sequence[Summary]) -> str:
+def format_policies(summaries: Sequence[Summary], labels: Sequence[str] | None = None) -> str:
     """Runs side by side (e.g. one per policy on one trace): makespan, JCT, energy (each against the
-    ``exclusive`` run where there is one), OOMs, the slowest job, jobs over their bound."""
+    ``exclusive`` run where there is one), OOMs, the slowest job, jobs over their bound. Each row is
+    named by its ``labels`` entry where given (two runs of one policy: ``raycolloc``, ``raycolloc#2``),
+    else by its policy."""
 
     def num(value: float | None, spec: str) -> str:
         return "-" if value is None else format(value, spec)
@@ -208,10 +210,10 @@ def format_policies(summaries: Sequence[Summary]) -> str:
         f"{'vs excl':>7} {'OOMs':>5} {'max slowdown':>12} {'over bound':>10} {'ended':>9}"
     )
     lines = [head, "-" * len(head)]
-    for s in summaries:
+    for s, name in zip(summaries, labels or [s.policy for s in summaries], strict=True):
         energy = None if s.energy_j is None else s.energy_j / 3.6e6
         lines.append(
-            f"{s.policy:<10} {num(s.makespan_s, ',.1f'):>10} {_ratio(s.makespan_s, base_makespan):>7} "
+            f"{name:<10} {num(s.makespan_s, ',.1f'):>10} {_ratio(s.makespan_s, base_makespan):>7} "
             f"{num(s.jct_mean_s, ',.1f'):>10} {num(s.jct_p95_s, ',.1f'):>9} {num(energy, '.3f'):>10} "
             f"{_ratio(s.energy_j, base_energy):>7} {s.ooms:>5} {num(s.max_slowdown, '.2f'):>12} "
             f"{s.over_bound:>10} {f'{s.ended}/{s.jobs}':>9}"

@@ -25,19 +25,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from raycolloc.queue.dblock import DbLock, StoreBusy
+from raycolloc.queue.dblock import DbLock, StoreBusy, StoreUnusable
 from raycolloc.queue.trace import TraceJob
 
-__all__ = [
-    "EVENTS",
-    "STATES",
-    "ConfigMismatch",
-    "JobRecord",
-    "JournalModeError",
-    "Store",
-    "StoreBusy",
-    "TraceMismatch",
-]
+__all__ = ["EVENTS", "STATES", "ConfigMismatch", "JobRecord", "JournalModeError", "Store", "StoreBusy"]
+__all__ += ["StoreUnusable", "TraceMismatch"]
 
 STATES = ("queued", "placed", "started", "ended", "cancelled")
 EVENTS = ("queued", "placed", "started", "ended", "oom", "requeued", "cancelled")
@@ -130,11 +122,18 @@ class Store:
         Raises:
             StoreBusy: another process owns it (not for ``read_only``).
             JournalModeError: SQLite would not put it in WAL mode.
+            StoreUnusable: the path is no SQLite database (a text file, a directory, a missing folder).
         """
         self.path = Path(path)
+        self._lock: DbLock | None = None
+        try:
+            self._open(read_only)
+        except (sqlite3.DatabaseError, OSError) as exc:  # sqlite3.OperationalError is a DatabaseError
+            raise StoreUnusable(f"queue.db={self.path}: not usable as the queue's database ({exc})") from None
+
+    def _open(self, read_only: bool) -> None:
         # check_same_thread=False: the live queue's actor opens it on one thread and ticks it on
         # another; its callers serialise every use (the actor's lock), as sqlite3 then requires.
-        self._lock: DbLock | None = None
         if read_only:
             uri = f"{self.path.resolve().as_uri()}?mode=ro"
             self._db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=30.0, check_same_thread=False)
@@ -154,6 +153,7 @@ class Store:
             self._db.executescript(_SCHEMA)
         except BaseException:
             lock.release()
+            self._lock = None
             raise
 
     def close(self) -> None:

@@ -4,24 +4,28 @@ Columns (a header line first; ``job_id``, ``submit_s`` and ``kind`` are required
 left out or empty where they do not apply):
 
 * ``job_id``: unique, letters, digits, ``_.-``;
-* ``submit_s``: seconds after the trace starts (>= 0);
+* ``submit_s``: seconds after the trace starts (0 to 1e7, about 116 days);
 * ``kind``: ``timm`` (``model`` x ``dataset``). ``python`` (``entry`` = ``module:function``) and
   ``script`` (``entry`` = the command line) are checked as a sweep's ``workload=python|script`` is,
   then refused: the queue places a job by its workload's profile alone, and it has profiles only of
-  its catalogue's timm models (:mod:`raycolloc.queue.catalog`);
-* ``epochs`` or ``samples``: the job's length (exactly one, an integer >= 1);
-* ``max_slowdown``: the job's bound on its slowdown against running alone (>= 1; empty: the queue's
-  ``queue.max_slowdown``).
+  its catalogue's timm models (:mod:`raycolloc.queue.catalog`); a timm row with an ``entry`` is refused;
+* ``epochs`` or ``samples``: the job's length (exactly one, an integer: epochs 1 to 1e6, samples 1 to
+  1e12);
+* ``max_slowdown``: the job's bound on its slowdown against running alone (1 to 1e6; empty: the
+  queue's ``queue.max_slowdown``).
 
-Numbers are plain finite decimals (``12``, ``0.5``): no ``1_0``, ``1e3``, ``inf`` or ``nan``. A
-malformed trace is refused whole (:class:`TraceError` names the line and the column), before anything
-is queued from it: a column named twice, a field over the CSV reader's size limit, a quote left open
-(named at the line it opens) are refused like a bad value.
+Numbers are plain finite decimals (``12``, ``0.5``): no ``1_0``, ``1e3``, ``inf`` or ``nan``, and
+none so long that it is infinite as a float (the upper bounds above keep a replay finite). The file is
+UTF-8 (a byte-order mark is skipped). A malformed trace is refused whole (:class:`TraceError` names
+the line and the column), before anything is queued from it: a column named twice, a field over the
+CSV reader's size limit, a quote left open (named at the line it opens, the last line's too), bytes
+that are not UTF-8 (named at their line) are refused like a bad value.
 """
 
 from __future__ import annotations
 
 import csv
+import math
 import re
 import shlex
 from collections.abc import Iterable
@@ -41,6 +45,12 @@ _ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 # Plain decimals only: int() and float() would also take "1_0", "1e3", " inf", "nan", "infinity".
 _INT = re.compile(r"^[0-9]+$")
 _DECIMAL = re.compile(r"^-?([0-9]+(\.[0-9]*)?|\.[0-9]+)$")
+# Upper bounds (issue 33, review item 3): 309+ digits pass _DECIMAL but float() makes them inf, and an
+# inf or astronomically long job would make a replay run forever; these are far above any real trace.
+MAX_SUBMIT_S = 1e7
+MAX_EPOCHS = 10**6
+MAX_SAMPLES = 10**12
+MAX_SLOWDOWN = 1e6
 
 
 class TraceError(ValueError):
@@ -80,13 +90,16 @@ class TraceJob:
         return self.epochs * size if self.epochs is not None and size is not None else None
 
 
-def _number(where: str, field: str, text: str, kind: type, minimum: float) -> float | int:
+def _number(where: str, field: str, text: str, kind: type, minimum: float, maximum: float) -> float | int:
     if not (_INT if kind is int else _DECIMAL).match(text):
         what = "an integer (digits only)" if kind is int else "a plain decimal number (e.g. 12 or 0.5)"
         raise TraceError(where, field, f"{text!r} is not {what}")
     value = kind(text)
-    if not value >= minimum:
-        raise TraceError(where, field, f"{text!r} is not allowed; it must be >= {minimum:g}")
+    shown = text if len(text) <= 40 else f"{text[:20]}...({len(text)} digits)"
+    if not math.isfinite(value):  # 309+ digits: float() gives inf, which every ">=" check passes
+        raise TraceError(where, field, f"{shown!r} is not a finite number")
+    if not minimum <= value <= maximum:
+        raise TraceError(where, field, f"{shown!r} is not allowed; it must be from {minimum:g} to {maximum:g}")
     return value
 
 
@@ -102,7 +115,7 @@ def parse_row(row: dict[str, str], where: str) -> TraceJob:
             raise TraceError(where, field, "missing (every job needs job_id, submit_s and kind)")
     if not _ID.match(get["job_id"]):
         raise TraceError(where, "job_id", f"{get['job_id']!r} is not allowed; use 1-64 letters, digits, '_', '.', '-'")
-    submit = float(_number(where, "submit_s", get["submit_s"], float, 0.0))
+    submit = float(_number(where, "submit_s", get["submit_s"], float, 0.0, MAX_SUBMIT_S))
     kind = get["kind"]
     if kind not in KINDS:
         raise TraceError(where, "kind", f"{kind!r} is not allowed; choose one of: {', '.join(KINDS)}")
@@ -114,15 +127,18 @@ def parse_row(row: dict[str, str], where: str) -> TraceJob:
             raise TraceError(
                 where, "dataset", f"{get['dataset']!r} is not allowed; choose one of: {', '.join(DATASETS)}"
             )
+        if get["entry"]:  # it would be ignored: the job trains model x dataset (review item 11)
+            raise TraceError(where, "entry", f"{get['entry']!r} is not allowed on a kind=timm row; leave it empty")
     else:
         _check_entry(where, kind, get["entry"])
     if bool(get["epochs"]) == bool(get["samples"]):
         raise TraceError(where, "epochs/samples", "give exactly one of them (the job's length)")
-    epochs = int(_number(where, "epochs", get["epochs"], int, 1)) if get["epochs"] else None
-    samples = int(_number(where, "samples", get["samples"], int, 1)) if get["samples"] else None
+    epochs = int(_number(where, "epochs", get["epochs"], int, 1, MAX_EPOCHS)) if get["epochs"] else None
+    samples = int(_number(where, "samples", get["samples"], int, 1, MAX_SAMPLES)) if get["samples"] else None
     if epochs is not None and (kind != "timm" or DATASETS[get["dataset"]].size is None):
         raise TraceError(where, "epochs", "a length in epochs needs a dataset of known size; give samples")
-    bound = float(_number(where, "max_slowdown", get["max_slowdown"], float, 1.0)) if get["max_slowdown"] else None
+    slowdown = get["max_slowdown"]
+    bound = float(_number(where, "max_slowdown", slowdown, float, 1.0, MAX_SLOWDOWN)) if slowdown else None
     return TraceJob(
         job_id=get["job_id"],
         submit_s=submit,
@@ -166,12 +182,9 @@ def read_trace(path: str | Path) -> list[TraceJob]:
             or a job id twice (the first such line is named).
     """
     where = str(path)
-    try:
-        text = Path(path).read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TraceError(where, "file", f"cannot be read ({type(exc).__name__}: {exc})") from None
-    lines = text.splitlines()
-    reader = csv.reader(lines)
+    lines = _read_lines(where)
+    # strict: a quote still open at the end of the data raises (non-strict would take the rest as the field)
+    reader = csv.reader(lines, strict=True)
     try:
         header = next(reader, [])
     except csv.Error as exc:
@@ -184,14 +197,15 @@ def read_trace(path: str | Path) -> list[TraceJob]:
         try:
             cells = next(reader, None)
         except csv.Error as exc:
+            if reader.line_num >= line and "end of data" in str(exc):  # a quote open to the end of the file
+                _open_quote(f"{where}:{line}", lines[line - 1], header)
             raise TraceError(f"{where}:{line}", _long_column(lines[line - 1], header), f"not CSV ({exc})") from None
         if cells is None:
             break
         if not cells:
             continue  # a blank line
         if reader.line_num > line:  # a quote opened on ``line`` ran over its end: no field has a line break
-            column = header[len(cells) - 1] if len(cells) <= len(header) else "row"
-            raise TraceError(f"{where}:{line}", column, "a quote is opened and not closed on this line")
+            _open_quote(f"{where}:{line}", lines[line - 1], header)
         if len(cells) > len(header):
             raise TraceError(f"{where}:{line}", "row", f"{len(cells)} cells; the header has {len(header)}")
         row = dict(zip(header, cells, strict=False))  # fewer cells: the rest are empty
@@ -203,6 +217,28 @@ def read_trace(path: str | Path) -> list[TraceJob]:
     if not jobs:
         raise TraceError(where, "rows", "the trace has a header and no job")
     return sorted(jobs, key=lambda j: j.submit_s)  # sorted() is stable: ties keep the file's order
+
+
+def _read_lines(where: str) -> list[str]:
+    """The file's lines (UTF-8; a byte-order mark skipped); bytes that are not UTF-8 named by line."""
+    try:
+        data = Path(where).read_bytes()
+    except OSError as exc:
+        raise TraceError(where, "file", f"cannot be read ({type(exc).__name__}: {exc})") from None
+    try:
+        return data.decode("utf-8-sig").splitlines()
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise TraceError(
+            f"{where}:{line}", "file", f"not UTF-8 (byte {data[exc.start]:#04x}); save it as UTF-8"
+        ) from None
+
+
+def _open_quote(where: str, line: str, header: list[str]) -> None:
+    """Refuse a quote opened on ``line`` and never closed, at the column it opens in."""
+    cells = next(csv.reader([line]), [])  # non-strict: the open field runs to the line's end
+    column = header[len(cells) - 1] if 0 < len(cells) <= len(header) else "row"
+    raise TraceError(where, column, "a quote is opened and not closed on this line")
 
 
 def _check_header(where: str, header: list[str]) -> None:

@@ -1,0 +1,54 @@
+"""A queue database that cannot be one, and one made before a queue key existed (issue 33, review
+items 5 and 13): a ``queue.db`` that is a text file, a directory or under a folder that cannot be made
+is refused naming ``queue.db`` and why, with exit 2 and no traceback; a database claimed before
+``queue.profiles`` existed is still accepted while that key is at its default."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from raycolloc.config_groups import QueueConfig
+from raycolloc.queue.__main__ import main
+from raycolloc.queue.replay import _UNCLAIMED, run_settings
+from raycolloc.queue.state import ConfigMismatch, Store, StoreUnusable
+from raycolloc.queue.trace import FIELDS
+
+
+def _bad_db(tmp_path: Path, what: str) -> Path:
+    if what == "text":
+        (tmp_path / "q.sqlite").write_text("not a database, just text\n" * 100)
+        return tmp_path / "q.sqlite"
+    if what == "directory":
+        (tmp_path / "q.sqlite").mkdir()
+        return tmp_path / "q.sqlite"
+    return Path("/proc/nope/x.sqlite")  # a folder that cannot be made
+
+
+@pytest.mark.parametrize("what", ["text", "directory", "missing folder"])
+def test_a_queue_db_that_is_no_database_is_refused_with_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], what: str
+) -> None:
+    db = _bad_db(tmp_path, what)
+    with pytest.raises(StoreUnusable, match=rf"queue.db={db}: not usable"):
+        Store(db)
+    trace = tmp_path / "t.csv"
+    trace.write_text(f"{','.join(FIELDS)}\nj1,0,timm,resnet50,imagenet64,,,1000,\n")
+    assert main(["replay", str(trace), "cluster=local", f"queue.db={db}"]) == 2
+    err = capsys.readouterr().err
+    assert f"queue.db={db}: not usable" in err and "Traceback" not in err
+
+
+def test_a_database_claimed_before_queue_profiles_existed_is_accepted_at_its_default(tmp_path: Path) -> None:
+    queue = QueueConfig()
+    assert queue.profiles is None  # the default this rule keeps out of the digest
+    # The settings as a database made before queue.profiles recorded them: every claimed key but it.
+    old = {f"queue.{k}": v for k, v in dataclasses.asdict(queue).items() if k not in _UNCLAIMED | {"profiles"}}
+    store = Store(tmp_path / "q.sqlite")
+    store.claim_config(old)
+    store.claim_config(run_settings(queue))  # the same run today: accepted
+    with pytest.raises(ConfigMismatch, match=r'queue.profiles=null there, "catalog" now'):
+        store.claim_config(run_settings(dataclasses.replace(queue, profiles="catalog")))  # not at its default
+    store.close()
