@@ -306,7 +306,9 @@ def test_driver_sigkill_then_rerun_stops_the_daemon_and_completes_each_cell_once
         "mode=naive,mps",
         f"mode.pipe_root={root}",
         f"out_dir={out}",
-        "epoch_samples=1024",
+        # Long enough that the daemon seen is still up when the kill lands: with 1,024 samples a loaded
+        # CI box once saw the lane finish the cell and stop its daemon first (no daemon left to find).
+        "epoch_samples=4096",
         "cluster.max_concurrent_cells=1",
     ]
     proc = _popen(args, env, tmp_path / "first.log")
