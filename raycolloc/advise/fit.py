@@ -24,11 +24,12 @@ from raycolloc.advise.slots import mig_slots, mps_slots
 from raycolloc.config_checks import parse_cpu_list
 from raycolloc.results.stats import t_quantile
 
-__all__ = ["Observation", "fit", "given_cores", "observations_in"]
+__all__ = ["Observation", "by_configuration", "fit", "given_cores", "observations_in"]
 
 _CAPACITIES = tuple(round(0.30 + 0.02 * i, 2) for i in range(46))  # 0.30 .. 1.20
 _SHARPNESS = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0)
 _CPU_CAPACITIES = tuple(round(0.25 + 0.05 * i, 2) for i in range(26))  # 0.25 .. 1.50
+_THRASH = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0)
 _PRIOR = 1e-4  # a tie between grid points (a resource no fit cell saturated) goes to the defaults
 
 
@@ -50,6 +51,7 @@ class Observation:
     energy_per_sample_j: float | None
     profile_cell: bool
     cell_dir: str = ""
+    group: str = ""  # the configuration's repeats share it (``cells.repeat_group``); "" = its own
 
     @property
     def workloads(self) -> frozenset[str]:
@@ -143,6 +145,45 @@ def observations_in(
                 energy_per_sample_j=finite(cell.get("energy_per_sample_j")),
                 profile_cell=(gpu_name, str(cell.get("cell_dir", ""))) in profile_cells,
                 cell_dir=str(cell.get("cell_dir", "")),
+                group=str(cell.get("repeat_group") or ""),
+            )
+        )
+    return out
+
+
+def _median(values: Iterable[float | None]) -> float | None:
+    known = sorted(v for v in values if v is not None)
+    if not known:
+        return None
+    mid = len(known) // 2
+    return known[mid] if len(known) % 2 else (known[mid - 1] + known[mid]) / 2
+
+
+def by_configuration(observations: list[Observation]) -> list[Observation]:
+    """One observation per configuration: the repeats of a cell (one sweep, one ``repeat_group``)
+    as one, each measured number the median of its ok runs (as the sweep's own headline takes it),
+    memory the largest. A configuration none of whose runs ended ok keeps its first run. A run of
+    a degree-1 cell spreads by up to +-50% on these hosts while the median of three moves a few
+    percent (docs/measurements.md): fitted or scored run by run, one slow run is an error of the model."""
+    groups: dict[tuple[str, str], list[Observation]] = {}
+    for o in observations:
+        groups.setdefault((o.sweep, o.group or o.cell_id), []).append(o)
+    out = []
+    for runs in groups.values():
+        ok = [o for o in runs if o.status == "ok"]
+        if len(ok) < 2:
+            out.append(ok[0] if ok else runs[0])
+            continue
+        n = len(ok[0].job_samples_per_s)
+        out.append(
+            replace(
+                ok[0],
+                job_samples_per_s=tuple(_median(o.job_samples_per_s[i] for o in ok) for i in range(n)),
+                agg_samples_per_s=_median(o.agg_samples_per_s for o in ok),
+                mem_used_mib=max((o.mem_used_mib for o in ok if o.mem_used_mib is not None), default=None),
+                power_w=_median(o.power_w for o in ok),
+                sm_active=_median(o.sm_active for o in ok),
+                energy_per_sample_j=_median(o.energy_per_sample_j for o in ok),
             )
         )
     return out
@@ -171,13 +212,17 @@ def _log_error(o: Observation, params: Params) -> float | None:
     return sum(errs) / len(errs) if errs else None
 
 
-def _fit_mode(obs: list[Observation], mode: str, start: ModeParams, cpu: float) -> tuple[ModeParams, float, int]:
+def _fit_mode(
+    obs: list[Observation], mode: str, start: ModeParams, cpu: float, thrash: float
+) -> tuple[ModeParams, float, int]:
     """Grid search of one mode's (capacity, sharpness), then a finer capacity around the best; returns
-    them, the RMS log error and the number of cells scored (``cpu``: the CPU term's capacity)."""
+    them, the RMS log error and the number of cells scored (``cpu``, ``thrash``: the other terms)."""
 
     def loss(mp: ModeParams) -> tuple[float, float, int]:
         pick = {name: mp if name == mode else DEFAULT_PARAMS.mode(name) for name in ("naive", "mps", "mig")}
-        params = replace(DEFAULT_PARAMS, naive=pick["naive"], mps=pick["mps"], mig=pick["mig"], cpu_capacity=cpu)
+        params = replace(
+            DEFAULT_PARAMS, naive=pick["naive"], mps=pick["mps"], mig=pick["mig"], cpu_capacity=cpu, mps_thrash=thrash
+        )
         errs = [e for o in obs if (e := _log_error(o, params)) is not None]
         if not errs:
             return math.inf, math.nan, 0
@@ -205,6 +250,18 @@ def _fit_cpu(obs: list[Observation], params: Params) -> float:
     return min(_CPU_CAPACITIES, key=loss)
 
 
+def _fit_thrash(obs: list[Observation], start: ModeParams, cpu: float) -> float:
+    """The MPS clients' loss past saturation (``mps_thrash``) that best explains the MPS cells, fitted
+    jointly with MPS's capacity and sharpness (the loss and the capacity trade against each other);
+    0 where no cell shows it (a tie goes to 0)."""
+
+    def loss(thrash: float) -> float:
+        _, rms, n = _fit_mode(obs, "mps", start, cpu, thrash)
+        return rms**2 + _PRIOR * thrash**2 if n else math.inf
+
+    return min(_THRASH, key=loss)
+
+
 def _power_slope(obs: Iterable[Observation]) -> float | None:
     """Watts per unit of SM activity, from the cells of each workload (and mode) around their mean:
     the slope shared by every workload, their idle-plus-activity lines differing by an offset."""
@@ -221,7 +278,7 @@ def _power_slope(obs: Iterable[Observation]) -> float | None:
     return sxy / sxx if sxx > 1e-4 else None
 
 
-def _fit_modes(usable: list[Observation], cpu: float) -> Params:
+def _fit_modes(usable: list[Observation], cpu: float, thrash: float = 0.0) -> Params:
     """Each mode's parameters, fitted degrees and residual spread, with the CPU term at ``cpu``."""
     fitted: dict[str, ModeParams] = {}
     degrees: dict[str, tuple[int, ...]] = {}
@@ -235,14 +292,14 @@ def _fit_modes(usable: list[Observation], cpu: float) -> Params:
                 fitted[mode] = fitted["mps"]
                 notes.append("mig: as mps (no mig cell)")
             continue
-        fitted[mode], rms, n = _fit_mode(cells, mode, start, cpu)
+        fitted[mode], rms, n = _fit_mode(cells, mode, start, cpu, thrash)
         degrees[mode] = tuple(sorted({o.candidate.degree for o in cells}))
         if n >= 2:  # a 95% half-width of the relative error: the t-quantile (n - 1 dof) times the RMS
             residual[mode] = t_quantile(n - 1) * rms
         notes.append(f"{mode}: {len(cells)} cells, rms log error {rms:.3f}")
     names = sorted({w for o in usable for w in o.workloads})
     source = (
-        f"fitted on {', '.join(names)} ({'; '.join(notes)}; cpu capacity {cpu:g})"
+        f"fitted on {', '.join(names)} ({'; '.join(notes)}; cpu capacity {cpu:g}; mps thrash {thrash:g})"
         if fitted
         else "defaults (no measured collocated cell of another workload on this GPU)"
     )
@@ -255,6 +312,7 @@ def _fit_modes(usable: list[Observation], cpu: float) -> Params:
         degrees=tuple(degrees.items()),
         residual_rel=tuple(residual.items()),
         cpu_capacity=cpu,
+        mps_thrash=thrash,
     )
 
 
@@ -265,19 +323,27 @@ def fit(
     keep: frozenset[str] = frozenset(),
 ) -> Params:
     """Parameters fitted on the observations of workloads not in ``exclude`` (and of ``gpu_name``'s
-    cells when given); a mode without such cells keeps its default (MIG: the fitted MPS values).
-    Cells whose directory is in ``keep`` enter whatever their workload (the advisor's own probes of
-    the workload it ranks, at high degrees: the fit then covers the degrees it ranks).
+    cells when given), each configuration's repeats as one (:func:`by_configuration`); a mode without
+    such cells keeps its default (MIG: the fitted MPS values). Cells whose directory is in ``keep``
+    enter whatever their workload (the advisor's own probes of the workload it ranks, at high
+    degrees: the fit then covers the degrees it ranks).
 
     The CPU term's capacity is fitted after the modes' parameters, on every collocated cell, and the
     modes are fitted again with it where it binds (two passes: a CPU-bound cell would otherwise
-    pull a mode's capacity down)."""
-    usable = [
-        o
-        for o in observations
-        if (o.cell_dir in keep or not (o.workloads & exclude)) and (gpu_name is None or o.gpu.name == gpu_name)
-    ]
+    pull a mode's capacity down); then the MPS clients' loss (``mps_thrash``), jointly with MPS's
+    parameters."""
+    usable = by_configuration(
+        [
+            o
+            for o in observations
+            if (o.cell_dir in keep or not (o.workloads & exclude)) and (gpu_name is None or o.gpu.name == gpu_name)
+        ]
+    )
     params = _fit_modes(usable, 1.0)
     collocated = [o for o in usable if o.candidate.degree > 1 and o.status == "ok" and o.gpu.cores]
     cpu = _fit_cpu(collocated, params) if collocated else 1.0
-    return params if cpu == 1.0 else _fit_modes(usable, cpu)
+    if cpu != 1.0:
+        params = _fit_modes(usable, cpu)
+    mps = [o for o in usable if o.candidate.mode == "mps" and o.candidate.degree > 1 and o.status == "ok"]
+    thrash = _fit_thrash(mps, params.mps, cpu) if mps else 0.0
+    return params if thrash == 0.0 else _fit_modes(usable, cpu, thrash)

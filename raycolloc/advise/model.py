@@ -26,7 +26,8 @@ offers)``, and its rate relative to alone is that part over ``a``. A job's rate 
 tightest resource. Throughput per unit of SM activity is assumed constant (the SM activity of a
 cell is the profiles' activity scaled by each job's predicted rate), and power linear in SM
 activity (slope fitted on measured sweeps). ``capacity`` and ``k`` per mode, and the power slope,
-are the model's only fitted parameters (:mod:`raycolloc.advise.fit`).
+are the model's only fitted parameters (:mod:`raycolloc.advise.fit`), with the CPU term's
+``cpu_capacity`` and MPS's many-clients loss ``mps_thrash`` (:func:`_thrash`).
 
 Memory is predicted on the safe side: every job's measured memory (context included) plus a margin,
 the GPU's base reservation, the MPS server, and headroom must fit the GPU (MIG: each GPU instance).
@@ -82,13 +83,16 @@ ASSUMPTIONS = (
     "(times a fitted cpu_capacity) and PCIe",
     "a loaded resource serves W(O) = (O^-k + C^-k)^(-1/k) of an offer O (capacity C, sharpness k); a job's rate "
     "is bound by its tightest resource, and the jobs sharing a resource slow down in proportion",
+    "mps past saturation: each client loses 1 / (1 + thrash x DRAM activity x (offered SM activity / C - 1)) "
+    "(thrash fitted; the many-clients limit seen on an H200)",
     "samples per unit of SM activity stay as alone; power is linear in SM activity (slope fitted); "
     "energy per sample = predicted power / predicted throughput",
     "memory: each job's measured memory (NVML per process, or PyTorch's reserved peak + the GPU model's "
     f"context overhead) + {MEM_MARGIN:.0%}, the GPU's base reservation, {MPS_SERVER_MIB:.0f} MiB for an MPS "
     f"server and {MEM_HEADROOM_MIB:.0f} MiB headroom must fit (MIG: per GPU instance); at most "
     f"{MPS_MAX_CLIENTS} MPS clients",
-    "parameters (capacity, sharpness per mode, cpu capacity, power slope) are fitted on measured sweeps of "
+    "parameters (capacity, sharpness per mode, cpu capacity, mps thrash, power slope) are fitted on measured "
+    "sweeps (each configuration the median of its runs) of "
     "other workloads on the same GPU model and on the advisor's short probes of the workload itself at high "
     "degrees (probe_degrees), never on its other cells",
 )
@@ -137,6 +141,10 @@ class _Rates:
             for j, d in enumerate(demands):
                 if d > 0:
                     self._lower(j, capacity / total, name)
+
+    def scale(self, j: int, factor: float) -> None:
+        """A loss on top of whatever binds the job (the bound keeps its name)."""
+        self.ratio[j] *= min(1.0, factor)
 
     def _lower(self, j: int, ratio: float, name: str) -> None:
         if ratio < self.ratio[j] - 1e-9:
@@ -189,6 +197,21 @@ def max_degree(profile: Profile, gpu: Gpu, mode: str) -> int:
     return max(0, min(limits))
 
 
+def _thrash(rates: _Rates, jobs: tuple[Profile, ...], capacity: float, thrash: float) -> None:
+    """Many MPS clients past saturation: on 3 x H200 sweeps (docs/measurements.md, nineteenth session)
+    the aggregate fell past the degree that saturates the SMs in proportion to the jobs' DRAM activity
+    (resnet26: DRAM 3.5%, x7 -> x28 -14%; convnext_atto and mobilenetv3: 0.8-0.9%, -1% and -3%): the
+    clients' kernels take turns on the SMs, and each turn finds less of its data in the L2 cache.
+    Every job's rate is divided by 1 + thrash x mean DRAM activity x (offered SM activity / capacity - 1)."""
+    offered = sum(j.sm_active for j in jobs) / capacity - 1.0
+    dram = sum(j.dram_active or 0.0 for j in jobs) / len(jobs)
+    if thrash <= 0 or offered <= 0 or dram <= 0:
+        return
+    factor = 1.0 / (1.0 + thrash * dram * offered)
+    for i in range(len(jobs)):
+        rates.scale(i, factor)
+
+
 def _rates(c: Candidate, gpu: Gpu, params: Params) -> _Rates:
     """Each job's rate relative to alone (and what binds it) for the candidate's mode."""
     jobs, n = c.jobs, c.degree
@@ -205,6 +228,7 @@ def _rates(c: Candidate, gpu: Gpu, params: Params) -> _Rates:
                 rates.smooth(
                     [i], [jobs[i].sm_active], p.capacity, slot.sm_fraction, p.sharpness, "SMs (active-thread %)"
                 )
+        _thrash(rates, jobs, p.capacity, params.mps_thrash)
     elif c.mode == "mig":
         for i, slot in enumerate(c.slots):
             rates.smooth([i], [jobs[i].sm_active], p.capacity, slot.sm_fraction, p.sharpness, "SMs (MIG)")

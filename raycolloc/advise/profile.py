@@ -98,6 +98,12 @@ class Profile:
     # The solo rate's 95% relative half-width (0.05 = +-5%): the cell's within-run interval
     # (agg_rate_low/high), or the t-interval over the runs combined; None: one run with no spread known.
     rate_rel_hw: float | None = None
+    # The rates of the runs combined into this one (empty: one run, ``samples_per_s``).
+    run_rates: tuple[float, ...] = ()
+
+    @property
+    def runs(self) -> tuple[float, ...]:
+        return self.run_rates or (self.samples_per_s,)
 
 
 def finite(value: Any) -> float | None:
@@ -286,7 +292,8 @@ def combine(profiles: list[Profile]) -> Profile:
     """
     if len(profiles) == 1:
         return profiles[0]
-    rates = sorted(p.samples_per_s for p in profiles)
+    # Every run once, however the inputs were combined before (a new solo with a combined history).
+    rates = sorted(r for p in profiles for r in p.runs)
     rate = rates[len(rates) // 2] if len(rates) % 2 else (rates[len(rates) // 2 - 1] + rates[len(rates) // 2]) / 2
 
     def per_sample(name: str) -> float | None:
@@ -325,7 +332,8 @@ def combine(profiles: list[Profile]) -> Profile:
         job_mem_mib=memory.job_mem_mib,
         mem_source=memory.mem_source,
         # Across runs the spread of their rates (it contains each run's own noise).
-        rate_rel_hw=_rel_hw(mean_interval([p.samples_per_s for p in profiles])),
+        rate_rel_hw=_rel_hw(mean_interval(rates)),
+        run_rates=tuple(rates),
     )
 
 

@@ -53,6 +53,9 @@ class Params:
     residual_rel: tuple[tuple[str, float], ...] = ()
     # Cores' worth of launching threads per core the node gives a cell (fitted where cells were CPU-bound).
     cpu_capacity: float = 1.0
+    # MPS past saturation: each client's rate falls by 1 / (1 + thrash x DRAM activity x excess), the
+    # excess being the SM activity offered over capacity, less one (fitted; 0 = no such loss).
+    mps_thrash: float = 0.0
 
     def mode(self, name: str) -> ModeParams:
         return {"naive": self.naive, "mps": self.mps, "mig": self.mig}[name]

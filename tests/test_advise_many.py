@@ -1,0 +1,106 @@
+"""The advisor past saturation and over repeats: the MPS clients' loss (``mps_thrash``), a
+configuration's repeats fitted as one, and a new solo combined with every run measured before."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from raycolloc.advise.fit import Observation, by_configuration, fit
+from raycolloc.advise.model import ModeParams, Params, predict
+from raycolloc.advise.profile import Profile, combine
+from tests.test_advise import H200, cell, profile
+
+TRUTH = Params(ModeParams(0.9, 6.0), ModeParams(0.9, 4.0), ModeParams(0.9, 4.0), None, "truth")
+
+
+def _observed(params: Params, p: Profile, mode: str, degree: int, scale: float = 1.0, repeat: int = 0) -> Observation:
+    """One cell 'measured' as ``params`` predict it, its rates times ``scale`` (a slow run)."""
+    c = cell(mode, p, degree)
+    pred = predict(c, H200, params)
+    assert pred.agg_samples_per_s is not None
+    return Observation(
+        sweep="s",
+        cell_id=f"{p.workload}-{mode}-{degree}-r{repeat}",
+        label=f"{p.workload}-{mode}-x{degree}" + (f"-r{repeat}" if repeat else ""),
+        status="ok",
+        candidate=c,
+        gpu=H200,
+        job_samples_per_s=tuple(j.samples_per_s * scale for j in pred.jobs),
+        agg_samples_per_s=pred.agg_samples_per_s * scale,
+        mem_used_mib=None,
+        power_w=None,
+        sm_active=pred.sm_active / 100,
+        energy_per_sample_j=None,
+        profile_cell=False,
+        group=f"{p.workload}-{mode}-{degree}",
+    )
+
+
+def test_many_mps_clients_lose_by_their_dram_activity() -> None:
+    """Past the SMs' saturation, more MPS clients lower the aggregate in proportion to the jobs' DRAM
+    activity; below saturation, with no DRAM activity, or naive, nothing changes."""
+    thrash = dataclasses.replace(TRUTH, mps_thrash=0.5)
+    heavy, light = profile("heavy", sm=0.2, dram=0.3), profile("light", sm=0.2, dram=0.0)
+
+    def agg(params: Params, p: Profile, mode: str, degree: int) -> float:
+        rate = predict(cell(mode, p, degree), H200, params).agg_samples_per_s
+        assert rate is not None
+        return rate
+
+    assert agg(thrash, heavy, "mps", 3) == pytest.approx(agg(TRUTH, heavy, "mps", 3))  # 0.6 offered < 0.9
+    for degree in (14, 28):
+        assert agg(thrash, light, "mps", degree) == pytest.approx(agg(TRUTH, light, "mps", degree))
+        assert agg(thrash, heavy, "naive", degree) == pytest.approx(agg(TRUTH, heavy, "naive", degree))
+    # offered 28 x 0.2 / 0.9 - 1 = 5.22: 1 / (1 + 0.5 x 0.3 x 5.22)
+    assert agg(thrash, heavy, "mps", 28) == pytest.approx(
+        agg(TRUTH, heavy, "mps", 28) / (1 + 0.5 * 0.3 * 5.2222), rel=1e-3
+    )
+    assert agg(thrash, heavy, "mps", 28) < agg(thrash, heavy, "mps", 14) < agg(TRUTH, heavy, "mps", 14)
+
+
+def test_fit_finds_the_many_clients_loss() -> None:
+    """Cells measured with a known loss, at the degrees the advice ranks: the fit recovers it, and
+    finds none in cells that have none."""
+    truth = dataclasses.replace(TRUTH, mps_thrash=0.5)
+    workloads = [profile("a", sm=0.2, dram=0.05), profile("b", sm=0.3, dram=0.3)]
+    cells = [_observed(truth, p, m, d) for p in workloads for m in ("naive", "mps") for d in (2, 3, 7, 14, 28)]
+    assert fit(cells).mps_thrash == pytest.approx(0.5)
+    plain = [_observed(TRUTH, p, m, d) for p in workloads for m in ("naive", "mps") for d in (2, 3, 7, 14, 28)]
+    assert fit(plain).mps_thrash == 0.0
+
+
+def test_a_configurations_repeats_are_one_observation() -> None:
+    """Three runs of one configuration, one of them slowed by half from outside: fitted as their
+    median, the parameters are the truth's; each run fitted alone, they are not."""
+    p = profile("a", sm=0.25)
+    runs = [_observed(TRUTH, p, "mps", d, scale, r) for d in (2, 3, 7) for r, scale in enumerate((1.0, 0.5, 1.0))]
+    naive = [_observed(TRUTH, p, "naive", d) for d in (2, 3, 7)]
+    merged = by_configuration(runs + naive)
+    assert len(merged) == 6
+    assert {o.agg_samples_per_s for o in merged if o.candidate.mode == "mps"} == {
+        o.agg_samples_per_s for o in runs if o.cell_id.endswith("r0")
+    }
+    fitted = fit(runs + naive)
+    assert (fitted.mps.capacity, fitted.mps.sharpness, fitted.mps_thrash) == pytest.approx((0.9, 4.0, 0.0))
+    assert fitted.residual("mps") == pytest.approx(0.0, abs=1e-6)
+    # Without a group every run is its own configuration: the slow runs pull the fit away.
+    alone = fit([dataclasses.replace(o, group="") for o in runs] + naive)
+    assert (alone.mps.capacity, alone.mps.sharpness) != pytest.approx((0.9, 4.0))
+    assert (alone.residual("mps") or 0.0) > 0.3
+
+
+def test_a_new_solo_joins_every_run_before_it() -> None:
+    """A new solo combined with a history of five runs is the median of six runs, not the mean of
+    the new run and the history's median, and its interval is that of six runs."""
+    history = combine(
+        [dataclasses.replace(profile(rate=r), cell_dirs=(f"/x/{r}",)) for r in (10_000, 10_200, 10_400, 10_600, 10_800)]
+    )
+    new = profile(rate=7_000.0)
+    joined = combine([new, history])
+    assert joined.runs == (7_000.0, 10_000, 10_200, 10_400, 10_600, 10_800)
+    assert joined.samples_per_s == pytest.approx(10_300.0)
+    assert joined.rate_rel_hw is not None and joined.rate_rel_hw < 0.2
+    two = combine([new, dataclasses.replace(profile(rate=10_400.0), cell_dirs=("/x/b",))])
+    assert two.rate_rel_hw is not None and two.rate_rel_hw > 1.0  # two runs far apart: a t-interval of 1 dof
