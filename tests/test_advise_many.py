@@ -94,13 +94,17 @@ def test_a_configurations_repeats_are_one_observation() -> None:
 def test_a_new_solo_joins_every_run_before_it() -> None:
     """A new solo combined with a history of five runs is the median of six runs, not the mean of
     the new run and the history's median, and its interval is that of six runs."""
-    history = combine(
-        [dataclasses.replace(profile(rate=r), cell_dirs=(f"/x/{r}",)) for r in (10_000, 10_200, 10_400, 10_600, 10_800)]
-    )
+    rates = (10_000.0, 10_200.0, 10_400.0, 10_600.0, 10_800.0)
+    history = combine([dataclasses.replace(profile(rate=r), cell_dirs=(f"/x/{r}",)) for r in rates])
     new = profile(rate=7_000.0)
     joined = combine([new, history])
     assert joined.runs == (7_000.0, 10_000, 10_200, 10_400, 10_600, 10_800)
     assert joined.samples_per_s == pytest.approx(10_300.0)
+    # SM activity per sample: the history's five runs against the new one, not one against one.
+    slow = dataclasses.replace(new, sm_active=0.2 * 7_000.0 / 10_000.0 * 1.5)  # 1.5x the history's per sample
+    per_sample = combine([slow, history]).sm_active / 10_300.0
+    history_per_sample = sum(0.2 / r for r in rates) / 5
+    assert per_sample == pytest.approx((5 * history_per_sample + 1.5 * 0.2 / 10_000.0) / 6, rel=1e-6)
     assert joined.rate_rel_hw is not None and joined.rate_rel_hw < 0.2
     two = combine([new, dataclasses.replace(profile(rate=10_400.0), cell_dirs=("/x/b",))])
     assert two.rate_rel_hw is not None and two.rate_rel_hw > 1.0  # two runs far apart: a t-interval of 1 dof

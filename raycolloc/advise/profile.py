@@ -297,8 +297,9 @@ def combine(profiles: list[Profile]) -> Profile:
     rate = rates[len(rates) // 2] if len(rates) % 2 else (rates[len(rates) // 2 - 1] + rates[len(rates) // 2]) / 2
 
     def per_sample(name: str) -> float | None:
-        values = [v / p.samples_per_s for p in profiles if (v := getattr(p, name)) is not None]
-        return rate * sum(values) / len(values) if values else None
+        # Weighted by the runs each input holds: a combined history counts as its runs, not as one.
+        values = [(len(p.runs), v / p.samples_per_s) for p in profiles if (v := getattr(p, name)) is not None]
+        return rate * sum(n * v for n, v in values) / sum(n for n, _ in values) if values else None
 
     cpu = sorted(p.cpu_s_per_step for p in profiles if p.cpu_s_per_step is not None)
     cpu_step = cpu[len(cpu) // 2] if cpu else None
