@@ -8,6 +8,7 @@ out of memory although predicted to fit must be reported as unsafe.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -222,3 +223,20 @@ def test_validate_leave_one_out(sweep: Path, tmp_path: Path, capsys: pytest.Capt
     saved = json.loads(out.read_text())
     assert saved["unsafe_fits"] == ["large-naive-x14"] and len(saved["checks"]) == len(result.checks)
     assert any("memory" in a for a in saved["assumptions"])
+
+
+def test_a_queue_on_real_gpus_predicts_with_the_fitted_parameters(sweep: Path, tmp_path: Path) -> None:
+    """``queue.runner=ray`` with measured profiles: the raycolloc policy's model takes the parameters
+    the advisor fits on the sweeps under ``out_dir``; the defaults where none has a collocated cell."""
+    from raycolloc.advise.model import DEFAULT_PARAMS
+    from raycolloc.queue.profiles import fitted_params
+
+    fallback = dataclasses.replace(DEFAULT_PARAMS, power_slope_w=123.0)
+    got = fitted_params(sweep.parent, GPU, fallback)
+    assert (got.mps.capacity, got.mps.sharpness) == pytest.approx((TRUTH.mps.capacity, TRUTH.mps.sharpness))
+    assert (got.naive.capacity, got.naive.sharpness) == pytest.approx((TRUTH.naive.capacity, TRUTH.naive.sharpness))
+    assert got.source.startswith("fitted on")
+    assert fitted_params(tmp_path / "none", GPU, fallback) is fallback
+    empty = tmp_path / "solos"
+    write_cell(empty, WORKLOADS["small"], "naive", 1)  # a profile alone: nothing collocated to fit on
+    assert fitted_params(empty, GPU, fallback) is fallback

@@ -28,7 +28,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from raycolloc.advise.model import Gpu
+from raycolloc.advise.model import Gpu, Params
 from raycolloc.advise.profile import Profile, load_costs
 from raycolloc.advise.run import PROFILE_EPOCH_S, Request, run_profiles
 from raycolloc.queue.settings import QueueSettings
@@ -41,6 +41,7 @@ __all__ = [
     "TraceProfiles",
     "WorkloadProfile",
     "cancel_unprofiled",
+    "fitted_params",
     "from_catalog",
     "measure_profiles",
     "profile_common",
@@ -190,3 +191,22 @@ def cancel_unprofiled(store: Store, profiles: TraceProfiles, now: float) -> list
             log.error("job=%s cancelled: its workload has no profile (%s)", job_id, reason)
             out.append(job_id)
     return out
+
+
+def fitted_params(out_dir: Path, gpu: Gpu, fallback: Params) -> Params:
+    """The model's parameters for a replay on real GPUs: fitted as the advisor fits them on every
+    measured sweep under ``out_dir`` on this GPU model (``python -m raycolloc.advise --fit``'s rule,
+    no workload left out: the queue predicts no workload of those sweeps' own), ``fallback`` (the
+    advisor's round defaults) where none holds a collocated cell. A fitted power slope absent, the
+    fallback's is kept."""
+    from raycolloc.advise.advice import measured
+
+    if not out_dir.is_dir():
+        return fallback
+    found = measured([out_dir], frozenset(), gpu.name, gpu.cores or 1).params
+    if not found.degrees:  # nothing collocated was fitted on: the defaults
+        return fallback
+    log.info("queue: the model's parameters %s", found.source)
+    return (
+        found if found.power_slope_w is not None else dataclasses.replace(found, power_slope_w=fallback.power_slope_w)
+    )

@@ -33,7 +33,14 @@ from raycolloc.queue.catalog import sim_params
 from raycolloc.queue.core import Queue, Report, Runners
 from raycolloc.queue.policies import create_policy
 from raycolloc.queue.policy import Predictor
-from raycolloc.queue.profiles import PROFILES_FILE, cancel_unprofiled, from_catalog, measure_profiles, write_profiles
+from raycolloc.queue.profiles import (
+    PROFILES_FILE,
+    cancel_unprofiled,
+    fitted_params,
+    from_catalog,
+    measure_profiles,
+    write_profiles,
+)
 from raycolloc.queue.rayjobs import check_ray_config
 from raycolloc.queue.raylanes import POOL_SIZE, open_lanes
 from raycolloc.queue.rayrunners import RayRunners
@@ -107,7 +114,10 @@ def replay_ray(trace: Path, settings: QueueSettings) -> ReplayOutcome:
         found = measure_profiles(jobs, settings, directory) if measuring else from_catalog(jobs, catalog)
         write_profiles(directory / PROFILES_FILE, found)
         profiles, gpu = found.by_job, found.gpu(gpu)
-        predictor = Predictor(gpu, sim_params(gpu))
+        params = sim_params(gpu)
+        if measuring:  # measured profiles: the parameters fitted on the measured sweeps under out_dir
+            params = fitted_params(Path(config.out_dir), gpu, params)
+        predictor = Predictor(gpu, params)
         runners = RayRunners(open_lanes(config), maker, {j.job_id: j for j in jobs}, predictor)
         policy = create_policy(config.queue, gpu, predictor)
         queue = Queue(store, policy, runners, config.queue, gpu, lambda j: profiles[j.job_id])
