@@ -4,9 +4,10 @@ For each model of a brute-force run (``jobs/check_advise_gpu.sh OUT brute`` and 
 profile from its advise run's solo cell combined with its brute-force solos (as ``advise --fit`` on
 that directory combines them), parameters fitted on the *other* models' brute-force cells
 (leave-one-out), every naive and MPS degree of the brute force ranked by predicted throughput, and
-the top ``--k`` "confirmed" by looking up what the brute force measured for them (the median of
-its runs): the pick, its regret against the best measured configuration and the prediction's
-error at the pick. A replay, not a run: the confirmation's own short cells are not re-measured.
+the first ``--k`` of the confirmation's order (best predicted, then the plateau's knee) "confirmed"
+by looking up what the brute force measured for them (the median of its runs): the pick, its
+regret against the best measured configuration and the prediction's error at the pick. A replay,
+not a run: the confirmation's own short cells are not re-measured.
 
     python jobs/advise_whatif.py OUT [--k 2]
 """
@@ -20,10 +21,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from analysis.load import load_sweeps
+from raycolloc.advise.confirm import knee_second
 from raycolloc.advise.fit import fit, observations_in
 from raycolloc.advise.model import Gpu, predict
 from raycolloc.advise.profile import combine, gpu_costs_in, profiles_in
 from raycolloc.advise.rank import uniform_candidates
+from raycolloc.advise.spread import with_intervals
 
 
 def main() -> int:
@@ -55,10 +58,13 @@ def main() -> int:
         }
         degrees = sorted({int(k.split("x")[1]) for k in truth})
         gpu = Gpu(profile.gpu_name, profile.gpu_memory_mib, 0.0, None)
-        preds = [predict(c, gpu, params) for c in uniform_candidates(profile, gpu, degrees)]
+        preds = [
+            with_intervals(predict(c, gpu, params), params, [profile.rate_rel_hw])
+            for c in uniform_candidates(profile, gpu, degrees)
+        ]
         preds = [q for q in preds if f"{q.mode} x{q.degree}" in truth and not q.active_thread_percentage and q.fits]
         preds.sort(key=lambda q: -(q.agg_samples_per_s or 0))
-        top = preds[: args.k]
+        top = knee_second(preds)[: args.k]  # as the advisor orders what it confirms
         got = {q.label: truth.get(f"{q.mode} x{q.degree}") for q in top}
         pick = max(top, key=lambda q: got[q.label] or 0)
         best = max(truth, key=lambda k: truth[k])

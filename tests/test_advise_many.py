@@ -7,9 +7,11 @@ import dataclasses
 
 import pytest
 
+from raycolloc.advise.confirm import knee_second, successive_halving
 from raycolloc.advise.fit import Observation, by_configuration, fit
-from raycolloc.advise.model import ModeParams, Params, predict
+from raycolloc.advise.model import ModeParams, Params, Prediction, predict
 from raycolloc.advise.profile import Profile, combine
+from raycolloc.results.stats import Interval
 from tests.test_advise import H200, cell, profile
 
 TRUTH = Params(ModeParams(0.9, 6.0), ModeParams(0.9, 4.0), ModeParams(0.9, 4.0), None, "truth")
@@ -108,3 +110,35 @@ def test_a_new_solo_joins_every_run_before_it() -> None:
     assert joined.rate_rel_hw is not None and joined.rate_rel_hw < 0.2
     two = combine([new, dataclasses.replace(profile(rate=10_400.0), cell_dirs=("/x/b",))])
     assert two.rate_rel_hw is not None and two.rate_rel_hw > 1.0  # two runs far apart: a t-interval of 1 dof
+
+
+def _plateau(rel: float) -> list[Prediction]:
+    """MPS predictions of one workload, best first, each with a +-``rel`` interval."""
+    preds = [predict(cell("mps", profile("w", sm=0.2), d), H200, TRUTH) for d in (2, 3, 7, 14, 28)]
+    preds.sort(key=lambda q: -(q.agg_samples_per_s or 0.0))
+    return [
+        dataclasses.replace(q, agg_interval=Interval(v, v * (1 - rel), v * (1 + rel), 5, "fit+profile"))
+        for q in preds
+        if (v := q.agg_samples_per_s) is not None
+    ]
+
+
+def test_the_knee_of_the_plateau_is_confirmed_second() -> None:
+    """Past saturation the predictions are a plateau: the smallest degree tied with the best is
+    measured with it, and picked where it measures better (resnet26 on an H200: x7 above x28)."""
+    preds = _plateau(0.4)
+    assert preds[0].degree in (14, 28) and {q.degree for q in preds[:3]} == {7, 14, 28}
+    ordered = knee_second(preds)
+    assert [q.degree for q in ordered[:2]] == [preds[0].degree, 7]
+    assert sorted(q.label for q in ordered) == sorted(q.label for q in preds)
+    truth = {q.label: (70_000.0 if q.degree == 7 else 61_000.0) for q in preds}
+
+    def measure(batch: list[Prediction], scale: int) -> dict[str, tuple[float | None, str, bool]]:
+        return {q.label: (truth[q.label], "/c", False) for q in batch}
+
+    assert successive_halving(ordered, 2, 1e6, 60.0, measure).pick == "w mps x7"
+    # A best whose interval is narrow has no tie below it; nor has a ranking of two, or one without intervals.
+    assert knee_second(_plateau(0.0)) == _plateau(0.0)
+    assert knee_second(preds[:2]) == preds[:2]
+    bare = [dataclasses.replace(q, agg_interval=None) for q in preds]
+    assert knee_second(bare) == bare

@@ -1,6 +1,7 @@
 """Confirm before advising: the top candidates of a ranking measured by successive halving.
 
-All of the top ``k`` (those that fit, best predicted gain first) run a short cell (rung 0: the
+All of the top ``k`` (those that fit, best predicted gain first, the knee of the plateau second:
+:func:`knee_second`) run a short cell (rung 0: the
 profile's own length), the better half runs again twice as long (rung 1), and so on until one is
 left; the pick is the best *measured* configuration, the last rung's best. Each rung's cells run
 through the engine as a sweep (:func:`raycolloc.advise.run.run_cells`), which reuses any valid cell
@@ -23,9 +24,21 @@ from dataclasses import dataclass
 
 from raycolloc.advise.shapes import Measurement, Prediction
 
-__all__ = ["DEFAULT_BUDGET_S", "DEFAULT_K", "Halving", "Rung", "schedule", "successive_halving"]
+__all__ = [
+    "DEFAULT_BUDGET_S",
+    "DEFAULT_K",
+    "TIE_BAND",
+    "Halving",
+    "Rung",
+    "knee_second",
+    "schedule",
+    "successive_halving",
+]
 
 DEFAULT_K = 4  # four candidates: two rungs (4 short cells, the better 2 twice as long)
+# How far below the best prediction another may lie and still be a tie (at most; less where the best's
+# own 95% interval is narrower): the plateau past saturation, where the model is least sure.
+TIE_BAND = 0.25
 DEFAULT_BUDGET_S = 900.0  # ~ 8 short cells of a GPU profile (~60-100 s each) and the margin of a rung
 
 # (predictions to measure, the rung's length factor) -> per label: (samples/s or None, cell dir, reused)
@@ -71,6 +84,25 @@ def schedule(k: int, budget_s: float, unit_s: float) -> list[Rung]:
         if sum(r.cost(unit_s) for r in rungs) <= budget_s:
             return rungs
     return []
+
+
+def knee_second(candidates: Sequence[Prediction]) -> list[Prediction]:
+    """The order the halving measures the candidates in: the best predicted first, then the smallest
+    degree whose prediction is tied with it (within the best's interval, at most ``TIE_BAND`` below),
+    then the rest as predicted. Past saturation the predictions are a plateau the model is least
+    sure of: on 2 x H200 resnet26's MPS x7 measured 70,802 samples/s and x28, predicted the best,
+    61,247 (docs/measurements.md, nineteenth session). The knee also costs the least memory and
+    slowdown; where the curve does rise to the top, measuring it only confirms the best."""
+    if len(candidates) < 3 or not candidates[0].agg_samples_per_s or candidates[0].agg_interval is None:
+        return list(candidates)
+    best = candidates[0]
+    assert best.agg_samples_per_s is not None and best.agg_interval is not None
+    band = min(TIE_BAND, max(0.0, best.agg_interval.high / best.agg_samples_per_s - 1.0))
+    tied = [p for p in candidates[1:] if (p.agg_samples_per_s or 0.0) * (1.0 + band) >= best.agg_samples_per_s]
+    if not tied:
+        return list(candidates)
+    knee = min(tied, key=lambda p: p.degree)  # min keeps the better predicted among equal degrees
+    return [best, knee, *(p for p in candidates[1:] if p is not knee)]
 
 
 def _keep(rows: Sequence[Prediction], got: dict[str, float | None], size: int) -> list[Prediction]:

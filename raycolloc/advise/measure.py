@@ -10,7 +10,7 @@ import dataclasses
 from pathlib import Path
 
 from raycolloc.advise.advice import Advice
-from raycolloc.advise.confirm import successive_halving
+from raycolloc.advise.confirm import knee_second, successive_halving
 from raycolloc.advise.model import Gpu, Prediction, max_degree
 from raycolloc.advise.rank import Ranking
 from raycolloc.advise.run import Profiled, Request, run_cells
@@ -78,7 +78,7 @@ def _confirm(r: Ranking, profiled: list[Profiled], request: Request, advice_dir:
         runs = run_cells(advice_dir / f"confirm-x{scale}", cells, scaled)
         return {x.key: (x.samples_per_s, x.cell_dir, x.reused) for x in runs}
 
-    h = successive_halving(candidates, request.confirm_k, request.confirm_budget_s, UNIT_S, measure)
+    h = successive_halving(knee_second(candidates), request.confirm_k, request.confirm_budget_s, UNIT_S, measure)
     note = f"{h.stopped}; {len(h.measured)} measurement(s) in {h.spent_s:.0f} s of {request.confirm_budget_s:g} s"
     return dataclasses.replace(r, confirmed=h.pick, measured=h.measured, confirm_note=note)
 
