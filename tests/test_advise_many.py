@@ -142,3 +142,30 @@ def test_the_knee_of_the_plateau_is_confirmed_second() -> None:
     assert knee_second(preds[:2]) == preds[:2]
     bare = [dataclasses.replace(q, agg_interval=None) for q in preds]
     assert knee_second(bare) == bare
+
+
+def test_default_probes_skip_the_degrees_the_fit_covers() -> None:
+    """The default probes (8 and the largest ranked) leave out what the other workloads' cells
+    already cover in that mode; probe_degrees given are run as given."""
+    from raycolloc.advise.measure import fitted_reach, probe_words
+    from raycolloc.advise.run import parse_request
+    from tests.test_advise_confirm import _profiled
+
+    gpu = dataclasses.replace(H200, cores=32)
+    profiled = [_profiled(profile("tiny_cnn", mem=2000.0))]
+    req = parse_request(["workload=tiny_cnn", "degrees=1,2,28"], (1,))
+    everything = {label for label, _ in probe_words(profiled, req, gpu)}
+    assert everything == {f"tiny_cnn {m} x{d}" for m in ("naive", "mps") for d in (8, 32)}
+    covered = {"naive": 28, "mps": 7}
+    assert {label for label, _ in probe_words(profiled, req, gpu, covered)} == {
+        "tiny_cnn naive x32",
+        "tiny_cnn mps x8",
+        "tiny_cnn mps x32",
+    }
+    given = parse_request(["workload=tiny_cnn", "probe_degrees=8"], (1,))
+    assert {label for label, _ in probe_words(profiled, given, gpu, covered)} == {
+        "tiny_cnn naive x8",
+        "tiny_cnn mps x8",
+    }
+    fitted = dataclasses.replace(TRUTH, degrees=(("naive", (2, 3, 28)), ("mps", (2, 7))))
+    assert fitted_reach(fitted) == {"naive": 28, "mps": 7} and fitted_reach(TRUTH) == {"naive": 0, "mps": 0}

@@ -78,9 +78,9 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _advise(args: argparse.Namespace) -> int:
-    from raycolloc.advise.advice import advise, format_advice, gpu_of, write_json
+    from raycolloc.advise.advice import advise, format_advice, gpu_of, measured, write_json
     from raycolloc.advise.emit import emit_sweep
-    from raycolloc.advise.measure import confirm_rankings, run_probes
+    from raycolloc.advise.measure import confirm_rankings, fitted_reach, run_probes
     from raycolloc.advise.rank import DEFAULT_DEGREES
     from raycolloc.advise.run import node_cores, parse_request, run_profiles
 
@@ -90,7 +90,12 @@ def _advise(args: argparse.Namespace) -> int:
     fit_dirs = [Path(d) for d in args.fit] or [out_dir]
     backend = next((p.profile.backend for p in profiled if p.profile is not None), "nvml")
     cores = node_cores(request.cores, backend)
-    probes = run_probes(profiled, request, gpu_of(profiled, out_dir, cores), advice_dir)
+    gpu = gpu_of(profiled, out_dir, cores)
+    covered = None
+    if request.probe_degrees is None:  # the default probes skip the degrees the fit already covers
+        names = frozenset(p.profile.workload for p in profiled if p.profile is not None)
+        covered = fitted_reach(measured(fit_dirs, names, gpu.name, cores).params)
+    probes = run_probes(profiled, request, gpu, advice_dir, covered)
     if probes and not any(advice_dir.is_relative_to(d.absolute()) for d in fit_dirs):
         fit_dirs.append(advice_dir / "probe")  # the probes are fitted on wherever the other cells are
     advice = advise(profiled, request, fit_dirs, out_dir, cores, keep=probes)

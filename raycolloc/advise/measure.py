@@ -7,15 +7,16 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 
 from raycolloc.advise.advice import Advice
 from raycolloc.advise.confirm import knee_second, successive_halving
-from raycolloc.advise.model import Gpu, Prediction, max_degree
+from raycolloc.advise.model import Gpu, Params, Prediction, max_degree
 from raycolloc.advise.rank import Ranking
 from raycolloc.advise.run import Profiled, Request, run_cells
 
-__all__ = ["PROBE_DEGREE", "UNIT_S", "confirm_rankings", "probe_words", "run_probes", "scaled_common"]
+__all__ = ["PROBE_DEGREE", "UNIT_S", "confirm_rankings", "fitted_reach", "probe_words", "run_probes", "scaled_common"]
 
 PROBE_DEGREE = 8  # the issue's first high client count: where MPS started to flatten on an H200
 # One short cell's cost before any has been timed (a GPU profile cell: start, warm-up, a 10 s window).
@@ -23,26 +24,41 @@ UNIT_S = 60.0
 _EPOCH_KEYS = ("epoch_time_s", "epoch_samples")
 
 
-def probe_words(profiled: list[Profiled], request: Request, gpu: Gpu) -> list[tuple[str, tuple[str, ...]]]:
+def probe_words(
+    profiled: list[Profiled], request: Request, gpu: Gpu, covered: Mapping[str, int] | None = None
+) -> list[tuple[str, tuple[str, ...]]]:
     """The probe cells: each profiled workload in naive and MPS at ``probe_degrees`` (default: 8 and
-    the largest degree the advice ranks), each capped at the largest that fits; degree 1 never."""
+    the largest degree the advice ranks), each capped at the largest that fits; degree 1 never. By
+    default a degree the fit already covers in that mode (``covered``: the largest degree of the
+    other workloads' cells it is fitted on) is not probed: a probe is there to take the ranking out
+    of extrapolation, and one inside the fitted range spends GPU time on what the fit knows."""
+    covered = covered or {}
     out = []
     for p in profiled:
         if p.profile is None:
             continue
         for mode in ("naive", "mps"):
             top = max_degree(p.profile, gpu, mode)
-            wanted = request.probe_degrees
+            wanted, reach = request.probe_degrees, 0
             if wanted is None:
-                wanted = (PROBE_DEGREE, max((*request.degrees, top)))
+                wanted, reach = (PROBE_DEGREE, max((*request.degrees, top))), covered.get(mode, 0)
             for d in sorted({min(d, top) for d in wanted} - {0, 1}):
+                if d <= reach:
+                    continue
                 out.append((f"{p.profile.workload} {mode} x{d}", (*p.words, f"mode={mode}", f"degree={d}")))
     return list(dict.fromkeys(out))
 
 
-def run_probes(profiled: list[Profiled], request: Request, gpu: Gpu, advice_dir: Path) -> frozenset[str]:
+def fitted_reach(params: Params) -> dict[str, int]:
+    """Per mode, the largest degree of the cells the parameters were fitted on (0: none)."""
+    return {mode: max(params.fitted_degrees(mode), default=0) for mode in ("naive", "mps")}
+
+
+def run_probes(
+    profiled: list[Profiled], request: Request, gpu: Gpu, advice_dir: Path, covered: Mapping[str, int] | None = None
+) -> frozenset[str]:
     """Run the probe cells (short: the profile's length); returns the directories of those that ran ok."""
-    runs = run_cells(advice_dir / "probe", probe_words(profiled, request, gpu), request)
+    runs = run_cells(advice_dir / "probe", probe_words(profiled, request, gpu, covered), request)
     return frozenset(r.cell_dir for r in runs if r.status == "ok")
 
 
