@@ -5,7 +5,8 @@ Reads what ``jobs/check_advise_gpu.sh OUT brute`` and ``... advise`` left under 
 median of its runs), ``OUT/advice-<model>.json`` and ``OUT/res/adv-<model>/`` (the advice and the
 cells it ran: profile, probes, confirmation). Per model it prints every configuration (predicted
 samples/s with its 95% interval, extrapolated or not, measured by the brute force, error), then the
-pick: its measured rate, the best measured configuration, the regret (1 - pick / best), the
+pick: its measured rate, the best measured configuration, the regret (1 - pick / best, the pick's
+number from the brute force where it ran it, else from its confirming cell), the
 prediction's error at the pick, and the GPU time of advise + confirm against the brute force's.
 Writes the same as JSON (``--out``).
 
@@ -72,6 +73,12 @@ def model_table(out: Path, name: str) -> dict[str, Any]:
     pick_row = next((r for r in ranking["rows"] if r["label"] == pick_label), None)
     best_key = max(truth, key=lambda k: truth[k])
     pick_rate = pick["samples_per_s"] if pick else None
+    # Regret against the brute force's own number for the pick (the median of its runs); a pick the
+    # brute force did not run (a degree beyond it) is judged by its confirming cell, and says so.
+    pick_key = f"{pick_row['mode']} x{pick_row['degree']}" if pick_row else None
+    judged = truth.get(pick_key) if pick_key else None
+    judged_by = "brute force" if judged is not None else "confirming cell"
+    judged = judged if judged is not None else pick_rate
     brute_s, advise_s = gpu_time(out / "res" / "brute" / name), gpu_time(out / "res" / f"adv-{name}")
     return {
         "model": name,
@@ -83,7 +90,9 @@ def model_table(out: Path, name: str) -> dict[str, Any]:
         "pick_extrapolated": bool(pick_row.get("extrapolated")) if pick_row else None,
         "best": best_key,
         "best_measured": truth[best_key],
-        "regret": 1 - pick_rate / truth[best_key] if pick_rate else None,
+        "pick_brute_force": truth.get(pick_key) if pick_key else None,
+        "regret": 1 - judged / truth[best_key] if judged else None,
+        "regret_judged_by": judged_by,
         "pick_prediction_error": pick_row["agg_samples_per_s"] / pick_rate - 1 if pick_rate and pick_row else None,
         "brute_gpu_s": brute_s,
         "advise_gpu_s": advise_s,
@@ -119,7 +128,8 @@ def main() -> int:
         share = "-" if t["gpu_time_share"] is None else f"{t['gpu_time_share']:.0%}"
         print(
             f"  pick {t['pick']}: measured {_n(t['pick_measured'])}, predicted {_n(t['pick_predicted'])} ({perr}); "
-            f"best measured {t['best']} {_n(t['best_measured'])}; regret {reg}; GPU time advise+confirm "
+            f"best measured {t['best']} {_n(t['best_measured'])}; regret {reg} (the pick's number from the "
+            f"{t['regret_judged_by']}); GPU time advise+confirm "
             f"{t['advise_gpu_s']:.0f} s of the brute force's {t['brute_gpu_s']:.0f} s ({share})"
         )
     json_out = args.json_out or args.out / "regret.json"

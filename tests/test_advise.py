@@ -178,17 +178,17 @@ def test_solo_runs_combine_per_sample() -> None:
 def test_a_new_profile_joins_the_solo_runs_measured_before() -> None:
     """The advice's profile: the new solo combined with the runs of the same workload found among the
     measured sweeps (or those runs alone where they already hold the new cell)."""
-    from raycolloc.advise.advice import _with_history
+    from raycolloc.advise.advice import with_history
     from raycolloc.advise.profile import profile_key
 
     new = profile(rate=10_000.0, sm=0.2)
     before = dataclasses.replace(profile(rate=14_000.0, sm=0.28), cell_dirs=("/x/before",))
     key = profile_key(new.gpu_name, new.workload, new.settings)
-    assert _with_history(new, {}) is new
-    joined = _with_history(new, {key: before})
+    assert with_history(new, {}) is new
+    joined = with_history(new, {key: before})
     assert joined.samples_per_s == pytest.approx(12_000.0) and joined.sm_active == pytest.approx(0.24)
     assert set(joined.cell_dirs) == {"/x/light", "/x/before"}
-    assert _with_history(new, {key: joined}) is joined
+    assert with_history(new, {key: joined}) is joined
 
 
 def _observations(

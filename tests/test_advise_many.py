@@ -4,6 +4,7 @@ configuration's repeats fitted as one, and a new solo combined with every run me
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -11,6 +12,7 @@ from raycolloc.advise.confirm import knee_second, successive_halving
 from raycolloc.advise.fit import Observation, by_configuration, fit
 from raycolloc.advise.model import ModeParams, Params, Prediction, predict
 from raycolloc.advise.profile import Profile, combine
+from raycolloc.advise.run import Profiled
 from raycolloc.results.stats import Interval
 from tests.test_advise import H200, cell, profile
 
@@ -55,6 +57,10 @@ def test_many_mps_clients_lose_by_their_dram_activity() -> None:
     for degree in (14, 28):
         assert agg(thrash, light, "mps", degree) == pytest.approx(agg(TRUTH, light, "mps", degree))
         assert agg(thrash, heavy, "naive", degree) == pytest.approx(agg(TRUTH, heavy, "naive", degree))
+    # Alone a job is its profile, even one that saturates the SMs of a low fitted capacity.
+    low = dataclasses.replace(thrash, mps=ModeParams(0.6, 4.0))
+    big = profile("big", sm=0.85, dram=0.5)
+    assert agg(low, big, "mps", 1) == pytest.approx(big.samples_per_s)
     # offered 28 x 0.2 / 0.9 - 1 = 5.22: 1 / (1 + 0.5 x 0.3 x 5.22)
     assert agg(thrash, heavy, "mps", 28) == pytest.approx(
         agg(TRUTH, heavy, "mps", 28) / (1 + 0.5 * 0.3 * 5.2222), rel=1e-3
@@ -169,3 +175,44 @@ def test_default_probes_skip_the_degrees_the_fit_covers() -> None:
     }
     fitted = dataclasses.replace(TRUTH, degrees=(("naive", (2, 3, 28)), ("mps", (2, 7))))
     assert fitted_reach(fitted) == {"naive": 28, "mps": 7} and fitted_reach(TRUTH) == {"naive": 0, "mps": 0}
+
+
+def test_a_profile_is_measured_until_it_is_steady(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A solo whose interval is wide runs again (the next repeat), up to three runs, and the profile
+    is their median; a narrow one, or one whose history already holds three runs, runs no more."""
+    import types
+
+    import raycolloc.advise.measure as measure
+    from raycolloc.advise.profile import profile_key
+    from raycolloc.advise.run import parse_request
+    from tests.test_advise_confirm import _profiled
+
+    ran: list[tuple[str, ...]] = []
+    rates = iter((10_400.0, 10_300.0))
+
+    def run_cells(run_dir: object, cells: list[tuple[str, tuple[str, ...]]], request: object) -> list[object]:
+        ran.append(cells[0][1])
+        return [types.SimpleNamespace(status="ok", cell_dir=f"/cells/{len(ran)}")]
+
+    def profile_in(where: object, out_root: object) -> tuple[Profile, None]:
+        rate = next(rates)
+        return dataclasses.replace(profile("w", rate=rate), rate_rel_hw=0.02, cell_dirs=(str(where),)), None
+
+    monkeypatch.setattr(measure, "run_cells", run_cells)
+    monkeypatch.setattr(measure, "profile_in", profile_in)
+    request = parse_request(["workload=w"], (1,))
+    spec = types.SimpleNamespace(config=types.SimpleNamespace(out_dir="/out"))
+
+    def profiled(p: Profile) -> list[Profiled]:
+        return [dataclasses.replace(_profiled(p), spec=spec)]
+
+    slow = dataclasses.replace(profile("w", rate=7_441.0), rate_rel_hw=0.16)
+    got = measure.steady_profiles(profiled(slow), request, {}, Path("/adv"))[0].profile
+    assert ran == [("workload=w", "mode=naive", "degree=1", f"repeat={i}") for i in (1, 2)]
+    assert got is not None and got.runs == (7_441.0, 10_300.0, 10_400.0) and got.samples_per_s == 10_300.0
+    ran.clear()
+    steady = dataclasses.replace(slow, rate_rel_hw=0.05)
+    assert measure.steady_profiles(profiled(steady), request, {}, Path("/adv"))[0].profile is steady and not ran
+    history = combine([dataclasses.replace(profile("w", rate=r), cell_dirs=(f"/h/{r}",)) for r in (10_000.0, 10_500.0)])
+    found = {profile_key(slow.gpu_name, slow.workload, slow.settings): history}
+    assert measure.steady_profiles(profiled(slow), request, found, Path("/adv"))[0].profile is slow and not ran

@@ -8,8 +8,9 @@
     python -m raycolloc.advise --validate SWEEP_DIR [SWEEP_DIR ...] [--fit DIR ...] [cores=N] [--out FILE.json]
 
 The first form profiles each workload alone (one short degree-1 cell each, or an existing one with
-the same settings) and probes it at high degrees (naive and MPS at ``probe_degrees``: 8 and the
-largest ranked by default), fits the model's parameters on the measured sweeps under ``out_dir``
+the same settings; again, up to three runs, while its interval is wider than +-10%) and probes it at
+high degrees (naive and MPS at ``probe_degrees``: 8 and the largest ranked by default, less what the
+fit covers), fits the model's parameters on the measured sweeps under ``out_dir``
 (or ``--fit``) of *other* workloads and on those probes, prints a ranked table per workload (and
 for the mix) with memory fit, aggregate throughput and each job's slowdown with their 95%
 intervals, energy per sample and which lines are extrapolated, then confirms: the top
@@ -80,7 +81,7 @@ def _validate(args: argparse.Namespace) -> int:
 def _advise(args: argparse.Namespace) -> int:
     from raycolloc.advise.advice import advise, format_advice, gpu_of, measured, write_json
     from raycolloc.advise.emit import emit_sweep
-    from raycolloc.advise.measure import confirm_rankings, fitted_reach, run_probes
+    from raycolloc.advise.measure import confirm_rankings, fitted_reach, run_probes, steady_profiles
     from raycolloc.advise.rank import DEFAULT_DEGREES
     from raycolloc.advise.run import node_cores, parse_request, run_profiles
 
@@ -91,10 +92,11 @@ def _advise(args: argparse.Namespace) -> int:
     backend = next((p.profile.backend for p in profiled if p.profile is not None), "nvml")
     cores = node_cores(request.cores, backend)
     gpu = gpu_of(profiled, out_dir, cores)
-    covered = None
-    if request.probe_degrees is None:  # the default probes skip the degrees the fit already covers
-        names = frozenset(p.profile.workload for p in profiled if p.profile is not None)
-        covered = fitted_reach(measured(fit_dirs, names, gpu.name, cores).params)
+    names = frozenset(p.profile.workload for p in profiled if p.profile is not None)
+    found = measured(fit_dirs, names, gpu.name, cores)
+    profiled = steady_profiles(profiled, request, found.profiles, advice_dir)
+    # The default probes skip the degrees the fit already covers.
+    covered = fitted_reach(found.params) if request.probe_degrees is None else None
     probes = run_probes(profiled, request, gpu, advice_dir, covered)
     if probes and not any(advice_dir.is_relative_to(d.absolute()) for d in fit_dirs):
         fit_dirs.append(advice_dir / "probe")  # the probes are fitted on wherever the other cells are

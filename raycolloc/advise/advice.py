@@ -18,7 +18,7 @@ from raycolloc.advise.profile import Profile, combine, gpu_costs_in, load_costs,
 from raycolloc.advise.rank import Ranking, format_ranking, mix_candidates, rank, uniform_candidates
 from raycolloc.advise.run import Profiled, Request
 
-__all__ = ["Advice", "Measured", "NothingProfiled", "advise", "format_advice", "measured", "write_json"]
+__all__ = ["Advice", "Measured", "NothingProfiled", "advise", "format_advice", "measured", "with_history", "write_json"]
 
 log = logging.getLogger("raycolloc")
 
@@ -52,7 +52,11 @@ class Measured:
 
 
 def measured(
-    fit_dirs: Sequence[Path], exclude: frozenset[str], gpu_name: str, cores: int, keep: frozenset[str] = frozenset()
+    fit_dirs: Sequence[Path],
+    exclude: frozenset[str],
+    gpu_name: str,
+    cores: int | None,
+    keep: frozenset[str] = frozenset(),
 ) -> Measured:
     """Parameters fitted on the measured sweeps under ``fit_dirs`` (cells of ``gpu_name`` whose
     workloads are not in ``exclude``, and the cells in ``keep``: the probes; the defaults where there
@@ -74,7 +78,7 @@ def measured(
     return Measured(params, profiles, tuple(map(str, dirs)))
 
 
-def _with_history(p: Profile, found: dict[tuple[str, str, str], Profile]) -> Profile:
+def with_history(p: Profile, found: dict[tuple[str, str, str], Profile]) -> Profile:
     """The profile combined with every other solo run of the same workload and settings on this GPU
     model found among the measured sweeps (the median of several runs is steadier than one)."""
     known = found.get(profile_key(p.gpu_name, p.workload, p.settings))
@@ -115,7 +119,7 @@ def advise(
     new = [p.profile for p in profiled if p.profile is not None]
     missing = {p.spec.jobs[0].workload.name: str(p.reason) for p in profiled if p.profile is None}
     history = measured(fit_dirs, frozenset(p.workload for p in new), gpu.name, cores, keep)
-    profiles = [_with_history(p, history.profiles) for p in new]
+    profiles = [with_history(p, history.profiles) for p in new]
     params = history.params
     rankings = [
         rank(p.workload, uniform_candidates(p, gpu, request.degrees), gpu, params, request.max_slowdown)

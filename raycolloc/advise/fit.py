@@ -160,24 +160,26 @@ def _median(values: Iterable[float | None]) -> float | None:
 
 
 def by_configuration(observations: list[Observation]) -> list[Observation]:
-    """One observation per configuration: the repeats of a cell (one sweep, one ``repeat_group``)
-    as one, each measured number the median of its ok runs (as the sweep's own headline takes it),
+    """One observation per configuration: the repeats of a cell (one sweep, one GPU model, one
+    ``repeat_group``) as one, each measured number the median of its ok runs (the sweep's default
+    headline statistic), a profile cell if any run is one,
     memory the largest. A configuration none of whose runs ended ok keeps its first run. A run of
     a degree-1 cell spreads by up to +-50% on these hosts while the median of three moves a few
     percent (docs/measurements.md): fitted or scored run by run, one slow run is an error of the model."""
-    groups: dict[tuple[str, str], list[Observation]] = {}
+    groups: dict[tuple[str, str, str], list[Observation]] = {}
     for o in observations:
-        groups.setdefault((o.sweep, o.group or o.cell_id), []).append(o)
+        groups.setdefault((o.sweep, o.gpu.name, o.group or o.cell_id), []).append(o)
     out = []
     for runs in groups.values():
-        ok = [o for o in runs if o.status == "ok"]
+        n = len(runs[0].job_samples_per_s)
+        ok = [o for o in runs if o.status == "ok" and len(o.job_samples_per_s) == n]
         if len(ok) < 2:
             out.append(ok[0] if ok else runs[0])
             continue
-        n = len(ok[0].job_samples_per_s)
         out.append(
             replace(
                 ok[0],
+                profile_cell=any(o.profile_cell for o in runs),
                 job_samples_per_s=tuple(_median(o.job_samples_per_s[i] for o in ok) for i in range(n)),
                 agg_samples_per_s=_median(o.agg_samples_per_s for o in ok),
                 mem_used_mib=max((o.mem_used_mib for o in ok if o.mem_used_mib is not None), default=None),
@@ -250,13 +252,20 @@ def _fit_cpu(obs: list[Observation], params: Params) -> float:
     return min(_CPU_CAPACITIES, key=loss)
 
 
-def _fit_thrash(obs: list[Observation], start: ModeParams, cpu: float) -> float:
+def _fit_thrash(obs: list[Observation], cpu: float) -> float:
     """The MPS clients' loss past saturation (``mps_thrash``) that best explains the MPS cells, fitted
     jointly with MPS's capacity and sharpness (the loss and the capacity trade against each other);
-    0 where no cell shows it (a tie goes to 0)."""
+    0 where no cell shows it (a tie goes to 0), or where none could (no DRAM activity, or no cell
+    offering more SM activity than the lowest capacity the fit tries: the search is skipped)."""
+    if not any(
+        sum(p.dram_active or 0.0 for p in o.candidate.jobs) > 0
+        and sum(p.sm_active for p in o.candidate.jobs) > _CAPACITIES[0]
+        for o in obs
+    ):
+        return 0.0
 
     def loss(thrash: float) -> float:
-        _, rms, n = _fit_mode(obs, "mps", start, cpu, thrash)
+        _, rms, n = _fit_mode(obs, "mps", DEFAULT_PARAMS.mps, cpu, thrash)
         return rms**2 + _PRIOR * thrash**2 if n else math.inf
 
     return min(_THRASH, key=loss)
@@ -345,5 +354,5 @@ def fit(
     if cpu != 1.0:
         params = _fit_modes(usable, cpu)
     mps = [o for o in usable if o.candidate.mode == "mps" and o.candidate.degree > 1 and o.status == "ok"]
-    thrash = _fit_thrash(mps, params.mps, cpu) if mps else 0.0
+    thrash = _fit_thrash(mps, cpu) if mps else 0.0
     return params if thrash == 0.0 else _fit_modes(usable, cpu, thrash)

@@ -198,12 +198,15 @@ def max_degree(profile: Profile, gpu: Gpu, mode: str) -> int:
 
 
 def _thrash(rates: _Rates, jobs: tuple[Profile, ...], capacity: float, thrash: float) -> None:
-    """Many MPS clients past saturation: on 3 x H200 sweeps (docs/measurements.md, nineteenth session)
-    the aggregate fell past the degree that saturates the SMs in proportion to the jobs' DRAM activity
-    (resnet26: DRAM 3.5%, x7 -> x28 -14%; convnext_atto and mobilenetv3: 0.8-0.9%, -1% and -3%): the
-    clients' kernels take turns on the SMs, and each turn finds less of its data in the L2 cache.
-    Every job's rate is divided by 1 + thrash x mean DRAM activity x (offered SM activity / capacity - 1)."""
-    offered = sum(j.sm_active for j in jobs) / capacity - 1.0
+    """Many MPS clients past saturation: on 2 x H200 sweeps of three models (docs/measurements.md,
+    nineteenth session) the aggregate fell past the degree that saturates the SMs, more for the model
+    with more DRAM activity (resnet26: 3.5%, x7 -> x28 -14%; convnext_atto and mobilenetv3: 0.8-0.9%,
+    -1% and -3%). Our reading, not a measurement: the clients' kernels take turns on the SMs and find
+    less of their data in the L2 cache. Every job's rate is divided by 1 + thrash x the jobs' mean
+    DRAM activity x (offered SM activity / capacity - 1), after every other bound (it compounds)."""
+    if len(jobs) < 2:  # alone, a job is its profile
+        return
+    offered = sum(min(j.sm_active, 0.98 * capacity) for j in jobs) / capacity - 1.0
     dram = sum(j.dram_active or 0.0 for j in jobs) / len(jobs)
     if thrash <= 0 or offered <= 0 or dram <= 0:
         return
@@ -228,7 +231,6 @@ def _rates(c: Candidate, gpu: Gpu, params: Params) -> _Rates:
                 rates.smooth(
                     [i], [jobs[i].sm_active], p.capacity, slot.sm_fraction, p.sharpness, "SMs (active-thread %)"
                 )
-        _thrash(rates, jobs, p.capacity, params.mps_thrash)
     elif c.mode == "mig":
         for i, slot in enumerate(c.slots):
             rates.smooth([i], [jobs[i].sm_active], p.capacity, slot.sm_fraction, p.sharpness, "SMs (MIG)")
@@ -253,6 +255,8 @@ def _rates(c: Candidate, gpu: Gpu, params: Params) -> _Rates:
         cpu_pool = max(params.cpu_capacity * gpu.cores, max(j.cpu_busy for j in jobs))
         rates.hard([j.cpu_busy for j in jobs], cpu_pool, "CPU cores")
     rates.hard([(j.pcie_rx_bytes_s or 0.0) for j in jobs], gpu.pcie_bytes_s, "PCIe")
+    if c.mode == "mps":  # a loss on top of whatever binds (the CPU, PCIe): applied last
+        _thrash(rates, jobs, p.capacity, params.mps_thrash)
     return rates
 
 

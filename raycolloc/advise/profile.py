@@ -301,9 +301,10 @@ def combine(profiles: list[Profile]) -> Profile:
         values = [(len(p.runs), v / p.samples_per_s) for p in profiles if (v := getattr(p, name)) is not None]
         return rate * sum(n * v for n, v in values) / sum(n for n, _ in values) if values else None
 
-    cpu = sorted(p.cpu_s_per_step for p in profiles if p.cpu_s_per_step is not None)
+    # Each input as many times as the runs it holds (a history of five against one new solo).
+    cpu = sorted(v for p in profiles if (v := p.cpu_s_per_step) is not None for _ in p.runs)
     cpu_step = cpu[len(cpu) // 2] if cpu else None
-    powers = [p.power_w for p in profiles if p.power_w is not None]
+    powers = [v for p in profiles if (v := p.power_w) is not None for _ in p.runs]
     memory = max(profiles, key=lambda p: (p.peak_device_mib is not None, p.job_mem_mib))
     first = profiles[0]
     return Profile(

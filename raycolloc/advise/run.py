@@ -47,6 +47,7 @@ __all__ = [
     "compose_profile",
     "node_cores",
     "parse_request",
+    "profile_in",
     "run_cells",
     "run_profiles",
 ]
@@ -211,7 +212,6 @@ def run_profiles(request: Request, run_dir: Path | None = None) -> tuple[list[Pr
     Raises:
         ConfigError: a profile's config is invalid (nothing has run).
     """
-    from analysis.load import load_sweeps
     from raycolloc.driver.cell_specs import validate_cell
 
     specs = [validate_cell(compose_profile(words, request.common)) for words in request.workloads]
@@ -224,13 +224,7 @@ def run_profiles(request: Request, run_dir: Path | None = None) -> tuple[list[Pr
         where = result.reused_from or result.cell_dir
         profile, reason = None, None
         if result.status == "ok":
-            data = load_sweeps([where])
-            try:
-                profile = profile_of(
-                    data.cells.iloc[0], data.jobs, data.epochs, data.telemetry, _costs(out_root, data.cells, data.jobs)
-                )
-            except ValueError as exc:  # e.g. a script that reports no samples, telemetry off
-                reason = f"its solo cell {where} cannot be profiled: {exc}"
+            profile, reason = profile_in(Path(where), out_root)
         else:
             reason = f"its solo cell ended {result.status}: {result.summary.splitlines()[0]}"
         out.append(
@@ -246,6 +240,20 @@ def run_profiles(request: Request, run_dir: Path | None = None) -> tuple[list[Pr
             )
         )
     return out, advice_dir
+
+
+def profile_in(where: Path, out_root: Path) -> tuple[Profile | None, str | None]:
+    """The profile of the solo cell at ``where`` (the GPU model's costs cached under ``out_root``),
+    or None and why it cannot be profiled."""
+    from analysis.load import load_sweeps
+
+    data = load_sweeps([where])
+    try:
+        return profile_of(
+            data.cells.iloc[0], data.jobs, data.epochs, data.telemetry, _costs(out_root, data.cells, data.jobs)
+        ), None
+    except ValueError as exc:  # e.g. a script that reports no samples, telemetry off
+        return None, f"its solo cell {where} cannot be profiled: {exc}"
 
 
 @dataclass(frozen=True)

@@ -168,7 +168,7 @@ def validate(
         alone = [p.samples_per_s for p in o.candidate.jobs]
         checks.append(_check(o, by_workloads[key], alone))
     scored = [c for c in checks if not c.profile_cell]
-    # The targets judge each configuration by the median of its runs (as the sweep's headline does);
+    # The targets judge each configuration by the median of its runs (the sweep's default headline statistic);
     # run by run, the same errors are listed too (a run's own noise is in them).
     configs = [
         _check(o, by_workloads[(o.workloads, o.gpu.name)], [p.samples_per_s for p in o.candidate.jobs])

@@ -193,9 +193,10 @@ def cancel_unprofiled(store: Store, profiles: TraceProfiles, now: float) -> list
     return out
 
 
-def fitted_params(out_dir: Path, gpu: Gpu, fallback: Params) -> Params:
+def fitted_params(out_dir: Path, gpu_name: str, fallback: Params) -> Params:
     """The model's parameters for a replay on real GPUs: fitted as the advisor fits them on every
-    measured sweep under ``out_dir`` on this GPU model (``python -m raycolloc.advise --fit``'s rule,
+    measured sweep under ``out_dir`` on the GPU model the profiles ran on (``gpu_name``, as NVML
+    names it: the queue's own ``Gpu`` carries the catalogue's name; ``python -m raycolloc.advise --fit``'s rule,
     no workload left out: the queue predicts no workload of those sweeps' own), ``fallback`` (the
     advisor's round defaults) where none holds a collocated cell. A fitted power slope absent, the
     fallback's is kept."""
@@ -203,7 +204,8 @@ def fitted_params(out_dir: Path, gpu: Gpu, fallback: Params) -> Params:
 
     if not out_dir.is_dir():
         return fallback
-    found = measured([out_dir], frozenset(), gpu.name, gpu.cores or 1).params
+    # No core count: the queue's predictor applies no CPU term, so the fit must not either.
+    found = measured([out_dir], frozenset(), gpu_name, None).params
     if not found.degrees:  # nothing collocated was fitted on: the defaults
         return fallback
     log.info("queue: the model's parameters %s", found.source)

@@ -115,8 +115,9 @@ def replay_ray(trace: Path, settings: QueueSettings) -> ReplayOutcome:
         write_profiles(directory / PROFILES_FILE, found)
         profiles, gpu = found.by_job, found.gpu(gpu)
         params = sim_params(gpu)
-        if measuring:  # measured profiles: the parameters fitted on the measured sweeps under out_dir
-            params = fitted_params(Path(config.out_dir), gpu, params)
+        if measuring and found.by_job:  # the parameters fitted on the measured sweeps under out_dir
+            profiled_on = next(iter(found.by_job.values())).gpu_name
+            params = fitted_params(Path(config.out_dir), profiled_on, params)
         predictor = Predictor(gpu, params)
         runners = RayRunners(open_lanes(config), maker, {j.job_id: j for j in jobs}, predictor)
         policy = create_policy(config.queue, gpu, predictor)
