@@ -72,7 +72,11 @@ def test_noise_telemetry_columns_are_present_and_sane(sweep: SweepData) -> None:
     assert procs["proc_run_delay_s"].notna().all() and (procs["proc_run_delay_s"] >= 0).all()
     assert procs["proc_core_mhz"].isna().all() or (procs["proc_core_mhz"] > 0).all()
     jobs = sweep.jobs
-    assert (jobs["epoch2_invol_switches_per_s"] >= 0).all() and jobs["epoch2_cpu_wait_share"].between(0, 1).all()
+    assert (jobs["epoch2_invol_switches_per_s"] >= 0).all()
+    # A job's wait share needs two of the steward's samples inside its epoch 2; on a loaded box one
+    # epoch once got a single sample (None, by design): the shares there are must be shares.
+    waits = jobs["epoch2_cpu_wait_share"].dropna()
+    assert len(waits) >= len(jobs) // 2 and waits.between(0, 1).all()
 
 
 def test_injected_helpers_end_with_their_cell(sweep: SweepData) -> None:
