@@ -7,8 +7,9 @@
 #   bash jobs/check_advise_gpu.sh OUT table      # per model: pick, measured, predicted, regret, GPU time
 # OUT persists between calls only on one machine: carry OUT's tarball (OUT.tgz, written at each end) into
 # the next call, which unpacks it first. Settings (environment): MODELS (timm models on CIFAR-10 beside
-# resnet26_cifar10), DEGREES (1,2,3,7,14,28,48), EPOCH_S (5: every epoch's length), ADVISE (extra advisor
-# words, e.g. "confirm_k=2 probe_degrees=none"), LIMIT_S (560).
+# resnet26_cifar10), DEGREES (1,2,3,7,14,28,48; on a GPU those above the node's cores are left out: 48
+# needs the 64-core 4-GPU kind), EPOCH_S (5: every epoch's length), ADVISE (extra advisor words; the
+# nineteenth session's run: "probe_degrees=none confirm_k=2"), LIMIT_S (560).
 # BACKEND=sim runs the same steps on simulated GPUs (tiny_cnn, tiny_dlrm; degrees 1,2,3): plumbing only.
 set -uo pipefail
 out=$(realpath -m "${1:?OUT}"); step=${2:?step}
@@ -24,6 +25,15 @@ else
   common=("epoch_time_s=${EPOCH_S:-5}")
   degrees=${DEGREES:-1,2,3,7,14,28,48}
   named=(resnet26_cifar10); read -r -a models <<< "${MODELS:-convnext_atto mobilenetv3_large_100 resnet18}"
+fi
+# On a GPU raycolloc gives every training process a core: a degree above the node's cores is refused
+# before anything runs (exit 2). Leave those out here, and say so.
+if [ "${BACKEND:-gpu}" != sim ]; then
+  cores=$(nproc); kept=()
+  for d in ${degrees//,/ }; do
+    if [ "$d" -le "$cores" ]; then kept+=("$d"); else echo "degree $d left out: this node has $cores cores"; fi
+  done
+  degrees=$(IFS=,; echo "${kept[*]}")
 fi
 # One entry per model: its advisor words and a short name.
 entries=()
