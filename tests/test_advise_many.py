@@ -216,3 +216,25 @@ def test_a_profile_is_measured_until_it_is_steady(monkeypatch: pytest.MonkeyPatc
     history = combine([dataclasses.replace(profile("w", rate=r), cell_dirs=(f"/h/{r}",)) for r in (10_000.0, 10_500.0)])
     found = {profile_key(slow.gpu_name, slow.workload, slow.settings): history}
     assert measure.steady_profiles(profiled(slow), request, found, Path("/adv"))[0].profile is slow and not ran
+
+
+def test_a_window_between_two_samples_takes_the_nearest_ones() -> None:
+    """A measured window with no GPU sample inside (shorter than the sampler's period) is described
+    by the nearest sample on each side; one with samples inside, by those alone."""
+    import pandas as pd
+
+    from raycolloc.advise.profile import _window_means
+
+    tel = pd.DataFrame(
+        {
+            "scope": ["gpu", "gpu", "gpu", "process", "gpu"],
+            "ts": [1.0, 2.0, 4.0, 3.0, 9.0],
+            "sm_active": [10.0, 20.0, 40.0, 99.0, 90.0],
+        }
+    )
+    between = pd.Series({"measured_start_ts": 2.5, "measured_end_ts": 3.5})
+    assert _window_means(between, tel)["sm_active"] == pytest.approx(30.0)  # 2.0 and 4.0, not the process row
+    inside = pd.Series({"measured_start_ts": 1.5, "measured_end_ts": 4.5})
+    assert _window_means(inside, tel)["sm_active"] == pytest.approx(30.0)  # 20 and 40 inside
+    late = pd.Series({"measured_start_ts": 10.0, "measured_end_ts": 11.0})
+    assert _window_means(late, tel)["sm_active"] == pytest.approx(90.0)  # nothing after: the last before

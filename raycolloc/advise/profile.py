@@ -137,11 +137,17 @@ def solo_cells(cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def _window_means(cell: pd.Series, telemetry: pd.DataFrame) -> dict[str, float | None]:
-    """Means of the GPU-scope samples inside the cell's measured window (the epochs that count)."""
+    """Means of the GPU-scope samples inside the cell's measured window (the epochs that count); a
+    window shorter than the sampler's period, with no sample inside, takes the nearest sample on each
+    side of it (a loaded machine once sampled no 256-sample window of a simulated cell)."""
     start, end = finite(cell.get("measured_start_ts")), finite(cell.get("measured_end_ts"))
     if telemetry.empty or start is None or end is None:
         return {}
-    gpu = telemetry[(telemetry["scope"] == "gpu") & (telemetry["ts"] >= start) & (telemetry["ts"] <= end)]
+    scoped = telemetry[telemetry["scope"] == "gpu"]
+    gpu = scoped[(scoped["ts"] >= start) & (scoped["ts"] <= end)]
+    if gpu.empty:
+        before, after = scoped[scoped["ts"] < start], scoped[scoped["ts"] > end]
+        gpu = pd.concat([before.nlargest(1, "ts"), after.nsmallest(1, "ts")])
     return {
         c: finite(gpu[c].mean())
         for c in ("sm_active", "sm_occupancy", "dram_active", "gr_engine_active", "gpu_util", "pcie_rx_bytes_s")
