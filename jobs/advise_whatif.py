@@ -15,7 +15,6 @@ not a run: the confirmation's own short cells are not re-measured.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
@@ -27,6 +26,9 @@ from raycolloc.advise.model import Gpu, predict
 from raycolloc.advise.profile import combine, gpu_costs_in, profiles_in
 from raycolloc.advise.rank import uniform_candidates
 from raycolloc.advise.spread import with_intervals
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from advise_regret import measured  # a sibling script: jobs/ is not a package
 
 
 def main() -> int:
@@ -42,8 +44,7 @@ def main() -> int:
     for d in brute:
         adv = args.out / "res" / f"adv-{d.name}"
         solo_dirs = sorted({q.parent for q in adv.rglob("cells.parquet")}) if adv.is_dir() else []
-        own = load_sweeps([d]).cells
-        workload = str(own["workload"].iloc[0])
+        workload = str(load_sweeps([d]).cells["workload"].iloc[0])
         history = next(v for (g, w, s), v in profiles.items() if w == workload)
         profile = history
         if solo_dirs:
@@ -51,11 +52,7 @@ def main() -> int:
             new = profiles_in(a.cells, a.jobs, a.epochs, a.telemetry, gpu_costs_in(a.cells, a.jobs))
             profile = combine([*new.values(), history])
         params = fit(observations, exclude=frozenset({workload}), gpu_name=profile.gpu_name)
-        ok = own[own["status"] == "ok"]
-        truth = {
-            f"{m} x{g}": statistics.median(r["agg_samples_per_s"].dropna())
-            for (m, g), r in ok.groupby(["mode", "degree"])
-        }
+        truth = measured(d)  # each configuration's median, as the table step reads it
         degrees = sorted({int(k.split("x")[1]) for k in truth})
         gpu = Gpu(profile.gpu_name, profile.gpu_memory_mib, 0.0, None)
         preds = [

@@ -89,14 +89,13 @@ def schedule(k: int, budget_s: float, unit_s: float) -> list[Rung]:
 def knee_second(candidates: Sequence[Prediction]) -> list[Prediction]:
     """The order the halving measures the candidates in: the best predicted first, then the smallest
     degree below the best's whose prediction is tied with it (within the best's interval, at most
-    ``TIE_BAND`` below), then the rest as predicted. Past saturation the predictions are a plateau the model is least
-    sure of: on 2 x H200 resnet26's MPS x7 measured 70,802 samples/s and x28, predicted the best,
+    ``TIE_BAND`` below), then the rest as predicted. Past saturation the predictions are a plateau
+    the model is least sure of: on 2 x H200 resnet26's MPS x7 measured 70,802 samples/s and x28, predicted the best,
     61,247 (docs/measurements.md, nineteenth session). The knee also costs the least memory and
     slowdown; where the curve does rise to the top, measuring it only confirms the best."""
-    if len(candidates) < 3 or not candidates[0].agg_samples_per_s or candidates[0].agg_interval is None:
+    best = candidates[0] if len(candidates) >= 3 else None
+    if best is None or not best.agg_samples_per_s or best.agg_interval is None:
         return list(candidates)
-    best = candidates[0]
-    assert best.agg_samples_per_s is not None and best.agg_interval is not None
     band = min(TIE_BAND, max(0.0, best.agg_interval.high / best.agg_samples_per_s - 1.0))
     floor = best.agg_samples_per_s * (1.0 - band)
     tied = [p for p in candidates[1:] if (p.agg_samples_per_s or 0.0) >= floor and p.degree < best.degree]

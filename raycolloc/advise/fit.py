@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -152,11 +153,8 @@ def observations_in(
 
 
 def _median(values: Iterable[float | None]) -> float | None:
-    known = sorted(v for v in values if v is not None)
-    if not known:
-        return None
-    mid = len(known) // 2
-    return known[mid] if len(known) % 2 else (known[mid - 1] + known[mid]) / 2
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
 
 def by_configuration(observations: list[Observation]) -> list[Observation]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -300,7 +301,7 @@ def combine(profiles: list[Profile]) -> Profile:
         return profiles[0]
     # Every run once, however the inputs were combined before (a new solo with a combined history).
     rates = sorted(r for p in profiles for r in p.runs)
-    rate = rates[len(rates) // 2] if len(rates) % 2 else (rates[len(rates) // 2 - 1] + rates[len(rates) // 2]) / 2
+    rate = statistics.median(rates)
 
     def per_sample(name: str) -> float | None:
         # Weighted by the runs each input holds: a combined history counts as its runs, not as one.

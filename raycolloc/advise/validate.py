@@ -87,9 +87,11 @@ def _rel(pred: float | None, meas: float | None) -> float | None:
     return pred / meas - 1.0 if pred is not None and meas else None
 
 
-def _check(o: Observation, params: Params, profile_rates: Sequence[float]) -> CellCheck:
+def _check(o: Observation, params: Params) -> CellCheck:
+    """One cell (or configuration) against its prediction; each job's slowdown against its profile's rate."""
     pred = predict(o.candidate, o.gpu, params)
-    measured_slow = tuple(alone / m if m else None for alone, m in zip(profile_rates, o.job_samples_per_s, strict=True))
+    alone = [p.samples_per_s for p in o.candidate.jobs]
+    measured_slow = tuple(a / m if m else None for a, m in zip(alone, o.job_samples_per_s, strict=True))
     slow_err = (
         ()
         if o.profile_cell
@@ -165,15 +167,12 @@ def validate(
         key = (o.workloads, o.gpu.name)
         if key not in by_workloads:
             by_workloads[key] = fit(fit_on, exclude=o.workloads, gpu_name=o.gpu.name)
-        alone = [p.samples_per_s for p in o.candidate.jobs]
-        checks.append(_check(o, by_workloads[key], alone))
+        checks.append(_check(o, by_workloads[key]))
     scored = [c for c in checks if not c.profile_cell]
-    # The targets judge each configuration by the median of its runs (the sweep's default headline statistic);
-    # run by run, the same errors are listed too (a run's own noise is in them).
+    # The targets judge each configuration by the median of its runs (the sweep's default headline
+    # statistic); run by run, the same errors are listed too (a run's own noise is in them).
     configs = [
-        _check(o, by_workloads[(o.workloads, o.gpu.name)], [p.samples_per_s for p in o.candidate.jobs])
-        for o in by_configuration(checked)
-        if not o.profile_cell
+        _check(o, by_workloads[(o.workloads, o.gpu.name)]) for o in by_configuration(checked) if not o.profile_cell
     ]
     throughput = [c.throughput_error for c in configs if c.throughput_error is not None]
     slowdown = [e for c in configs for e in c.slowdown_errors]
