@@ -216,6 +216,12 @@ def test_a_profile_is_measured_until_it_is_steady(monkeypatch: pytest.MonkeyPatc
     history = combine([dataclasses.replace(profile("w", rate=r), cell_dirs=(f"/h/{r}",)) for r in (10_000.0, 10_500.0)])
     found = {profile_key(slow.gpu_name, slow.workload, slow.settings): history}
     assert measure.steady_profiles(profiled(slow), request, found, Path("/adv"))[0].profile is slow and not ran
+    # The history read before the further runs holds the first solo itself (its cell under out_dir):
+    # it is one run, not two, and three runs are still measured.
+    rates = iter((10_400.0, 10_300.0))
+    own = {profile_key(slow.gpu_name, slow.workload, slow.settings): slow}
+    got = measure.steady_profiles(profiled(slow), request, own, Path("/adv"))[0].profile
+    assert len(ran) == 2 and got is not None and got.runs == (7_441.0, 10_300.0, 10_400.0)
 
 
 def test_a_window_between_two_samples_takes_the_nearest_ones() -> None:

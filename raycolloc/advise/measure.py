@@ -13,7 +13,7 @@ from pathlib import Path
 from raycolloc.advise.advice import Advice, with_history
 from raycolloc.advise.confirm import knee_second, successive_halving
 from raycolloc.advise.model import Gpu, Params, Prediction, max_degree
-from raycolloc.advise.profile import Profile, combine
+from raycolloc.advise.profile import Profile, combine, profile_key
 from raycolloc.advise.rank import Ranking
 from raycolloc.advise.run import Profiled, Request, profile_in, run_cells
 
@@ -80,8 +80,11 @@ def steady_profiles(
             continue
         runs = [p.profile]
         out_root = Path(p.spec.config.out_dir).absolute()
+        known = found.get(profile_key(p.profile.gpu_name, p.profile.workload, p.profile.settings))
         while len(runs) < PROFILE_RUNS:
-            joined = with_history(combine(runs), found)
+            # Each run once: the first solo is among the history already where its cell lies under
+            # the fit sweeps (out_dir), the further runs are not (they ran after it was read).
+            joined = with_history(combine([r for r in runs if not _known(r, known)] or runs[:1]), found)
             if joined.rate_rel_hw is None or joined.rate_rel_hw <= PROFILE_CI or len(joined.runs) >= PROFILE_RUNS:
                 break
             key = f"{p.profile.workload} naive x1 r{len(runs)}"
@@ -93,6 +96,11 @@ def steady_profiles(
             runs.append(got)
         out.append(dataclasses.replace(p, profile=combine(runs)) if len(runs) > 1 else p)
     return out
+
+
+def _known(run: Profile, history: Profile | None) -> bool:
+    """Whether the history already holds this run (its cell)."""
+    return history is not None and set(run.cell_dirs) <= set(history.cell_dirs)
 
 
 def fitted_reach(params: Params) -> dict[str, int]:
