@@ -69,6 +69,11 @@ def check_min(key: str, value: Any, minimum: float, *, optional: bool = False) -
         raise ConfigError(f"{key}={value!r} is not allowed; it must be a number >= {minimum}")
 
 
+def check_range(key: str, value: Any, low: float, high: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise ConfigError(f"{key}={value!r} is not allowed; it must be a number {low:g}..{high:g}")
+
+
 def check_int(key: str, value: Any, minimum: int, *, optional: bool = False, maximum: int | None = None) -> None:
     if optional and value is None:
         return

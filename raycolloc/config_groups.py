@@ -13,6 +13,7 @@ from raycolloc.config_checks import AMP_MODES, COMPILE_MODES, ConfigError
 from raycolloc.config_checks import check_choice as _check_choice
 from raycolloc.config_checks import check_int as _check_int
 from raycolloc.config_checks import check_min as _check_min
+from raycolloc.config_checks import check_range as _check_range
 
 __all__ = [
     "STATISTICS",
@@ -198,6 +199,11 @@ class QueueConfig:
     that names none. ``modes``: the sharing modes the ``raycolloc`` policy chooses among per GPU;
     ``carma_mode`` the one CARMA collocates under. ``aging_s``: a job waiting this long stops others
     from overtaking it.
+    ``slowdown_margin``: the ``raycolloc`` policy keeps each job's *predicted* slowdown times
+    1 + this within its bound (the model's error on real GPUs: two saturating jobs time-sliced ran
+    12% slower than predicted). ``min_gain``: a job joins a busy GPU only where it adds at least this
+    much work per second (relative to one job alone); below it, it waits for a better place (sharing
+    that the model calls a wash loses throughput on a real GPU).
     ``backfill_depth``: queued jobs a placement pass looks at. ``oom_backoff``: an OOM multiplies the
     job's memory estimate by it. ``sim_mem_error``: a simulated job's true memory is its estimate
     times a factor within +-this. ``sim_speed``: a live queue's simulated seconds per wall second.
@@ -224,6 +230,8 @@ class QueueConfig:
     modes: list[str] = field(default_factory=lambda: list(QUEUE_MODES))
     carma_mode: str = "mps"
     aging_s: float = 300.0
+    slowdown_margin: float = 0.10
+    min_gain: float = 0.05
     backfill_depth: int = 16
     oom_backoff: float = 1.5
     sim_mem_error: float = 0.15
@@ -250,6 +258,8 @@ class QueueConfig:
             _check_choice("queue.modes", mode, QUEUE_MODES)
         _check_choice("queue.carma_mode", self.carma_mode, QUEUE_MODES)
         _check_min("queue.aging_s", self.aging_s, 0)
+        _check_range("queue.slowdown_margin", self.slowdown_margin, 0.0, 1.0)
+        _check_range("queue.min_gain", self.min_gain, 0.0, 1.0)
         _check_int("queue.backfill_depth", self.backfill_depth, 1)
         _check_min("queue.oom_backoff", self.oom_backoff, 1.01)
         if isinstance(self.sim_mem_error, bool) or not isinstance(self.sim_mem_error, int | float):

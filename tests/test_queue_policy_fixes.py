@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from raycolloc.advise.profile import Profile
 from raycolloc.config_checks import ConfigError
 from raycolloc.config_groups import QueueConfig, queue_policies
 from raycolloc.queue.__main__ import main
@@ -166,3 +167,43 @@ def test_the_queue_tells_a_policy_how_often_a_job_ran_out_of_memory(tmp_path: Pa
     queue.schedule(3.0)
     store.close()
     assert [(j.job_id, j.ooms) for j in seen] == [("j0", 1)]  # carma's recovery queue reads it (recovered())
+
+
+VIT = catalog_profile("vit_base_patch16_224/imagenet", GPU)
+
+
+def _naive_beside(profile: Profile, bound: float) -> GpuView:
+    resident = Resident("r", profile, profile.job_mem_mib or 0.0, bound)
+    return GpuView("g", GPU.memory_mib, "naive", (resident,), resident.mem_estimate_mib, 0.0, 0.0, 0.0, None)
+
+
+def _joins(config: QueueConfig, profile: Profile, bound: float) -> bool:
+    policy = AdvisedPolicy(config, GPU, PREDICTOR)
+    job = QueuedJob("j", profile.workload, profile, profile.job_mem_mib or 0.0, bound, 0.0)
+    return policy.added_gain(job, _naive_beside(profile, bound)) is not None
+
+
+def test_raycolloc_keeps_its_slowdown_margin_below_each_bound() -> None:
+    # Two time-sliced vit_base jobs: predicted ~1.96x each. A bound 5% above that is met by the point
+    # prediction but not with the 10% margin (on H200s such a pair ran 2.2x against a 2.0 bound).
+    predicted = PREDICTOR.outlook("naive", [VIT, VIT]).slowdowns[0]
+    bound = predicted * 1.05
+    assert not _joins(QueueConfig(slowdown_margin=0.10, min_gain=0.0), VIT, bound)
+    assert _joins(QueueConfig(slowdown_margin=0.0, min_gain=0.0), VIT, bound)
+    assert _joins(QueueConfig(slowdown_margin=0.10, min_gain=0.0), VIT, predicted * 1.11)
+
+
+def test_raycolloc_does_not_share_a_gpu_for_a_gain_below_min_gain() -> None:
+    # The same pair under a loose bound adds ~2% of a job's work per second: a wash, so it waits.
+    gain = 2.0 / PREDICTOR.outlook("naive", [VIT, VIT]).slowdowns[0] - 1.0
+    assert 0.0 < gain < 0.05
+    assert not _joins(QueueConfig(min_gain=0.05), VIT, 3.0)
+    assert _joins(QueueConfig(min_gain=0.0), VIT, 3.0)
+    assert _joins(QueueConfig(min_gain=0.05), R26, 3.0)  # light jobs still share (+70% naive)
+
+
+@pytest.mark.parametrize("key", ["slowdown_margin", "min_gain"])
+@pytest.mark.parametrize("value", [-0.1, 1.5, "lots", True])
+def test_queue_margins_out_of_range_are_refused_by_name(key: str, value: object) -> None:
+    with pytest.raises(ConfigError, match=rf"queue\.{key}=.* must be a number 0\.\.1"):
+        QueueConfig(**{key: value})  # type: ignore[arg-type]

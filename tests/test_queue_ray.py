@@ -208,6 +208,7 @@ def test_an_interrupted_ray_replay_releases_everything_and_resumes_with_no_job_l
     from raycolloc.node.modes.mps import find_control_daemons
     from raycolloc.queue import rayrunners
     from raycolloc.queue.rayreplay import replay_ray
+    from raycolloc.queue.report import format_summary
     from raycolloc.queue.state import Store
 
     words = ["cluster=local", "cluster.num_gpus=2", f"mode.pipe_root={pipe_root}", "queue.runner=ray"]
@@ -226,9 +227,18 @@ def test_an_interrupted_ray_replay_releases_everything_and_resumes_with_no_job_l
     assert not [d for d in find_control_daemons() if str(d["pipe_dir"]).startswith(str(pipe_root))]
     assert not list(pipe_root.glob("GPU-*"))
     assert all(g["state"] == "REMOVED" for g in placement_group_table().values())
+    (db,) = tmp_path.glob("queue/*/queue.sqlite")
+    store = Store(db)
+    try:  # the interrupted session kept what the GPUs drew, for the resume to add to
+        first_energy = store.meta("energy_j")
+        assert first_energy is not None and store.meta("sessions") == "1"
+    finally:
+        store.close()
     monkeypatch.setattr(rayrunners.RayRunners, "poll", poll)
     outcome = replay_ray(trace, compose_settings(words))  # the same command again: resumed
     assert outcome.summary.complete and outcome.summary.ended == 4
+    assert outcome.summary.sessions == 2 and (outcome.summary.energy_j or 0.0) >= float(first_energy)
+    assert "resumed: 2 sessions" in format_summary(outcome.summary)
     store = Store(outcome.directory / "queue.sqlite")
     try:
         ends = Counter(job for _, job, kind, _ in store.events() if kind == "ended")

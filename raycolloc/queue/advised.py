@@ -2,7 +2,11 @@
 
 A job may join a GPU only where the advisor predicts that its memory fits with the advisor's safety
 margin (each job's estimate + 8%, the MPS server, headroom: :func:`raycolloc.advise.model.memory_need`)
-and that every job on it, the newcomer included, stays within its slowdown bound. Among the GPUs that
+and that every job on it, the newcomer included, stays within its slowdown bound with
+``queue.slowdown_margin`` to spare (the predicted slowdown times 1 + the margin: on H200s, two
+saturating jobs time-sliced ran 12% slower than the model said). A busy GPU is taken only where the
+newcomer adds at least ``queue.min_gain`` of a job's work per second: sharing the model calls a wash
+(two saturating jobs, +2% predicted) lost 9% on the GPU, so the job waits instead. Among the GPUs that
 allow it, the job goes where it adds the most work per second (the jobs' summed rate relative to
 alone, after less before; an empty GPU adds a whole job). An empty GPU's mode is chosen for its first
 job: the mode (of ``queue.modes``) in which two such jobs would do best together; the GPU keeps it
@@ -42,6 +46,8 @@ class AdvisedPolicy:
         self.modes = tuple(queue.modes)
         self.aging_s = queue.aging_s
         self.depth = queue.backfill_depth
+        self.margin = 1.0 + queue.slowdown_margin
+        self.min_gain = queue.min_gain
         self.gpu = gpu
         self.predictor = predictor
         self._sized: dict[tuple[str, float], Profile] = {}
@@ -87,7 +93,7 @@ class AdvisedPolicy:
 
     def added_gain(self, job: QueuedJob, gpu: GpuView) -> float | None:
         """What ``job`` adds to ``gpu``'s summed rate (relative to alone); None where its memory would
-        not fit or a job would pass its slowdown bound."""
+        not fit, a job would pass its slowdown bound (with the margin) or it adds less than ``min_gain``."""
         mode = str(gpu.mode)
         sized = [
             self._with_estimate(r.profile, r.mem_used_mib if r.mem_used_mib is not None else r.mem_estimate_mib)
@@ -99,10 +105,11 @@ class AdvisedPolicy:
         profiles = [r.profile for r in gpu.residents]
         after = self.predictor.outlook(mode, [*profiles, job.profile])
         bounds = [r.max_slowdown for r in gpu.residents] + [job.max_slowdown]
-        if any(s > b for s, b in zip(after.slowdowns, bounds, strict=True)):
+        if any(s * self.margin > b for s, b in zip(after.slowdowns, bounds, strict=True)):
             return None
         before = self.predictor.outlook(mode, profiles)
-        return sum(1.0 / s for s in after.slowdowns) - sum(1.0 / s for s in before.slowdowns)
+        gain = sum(1.0 / s for s in after.slowdowns) - sum(1.0 / s for s in before.slowdowns)
+        return gain if gain >= self.min_gain else None
 
     def newcomer_mib(self, job: QueuedJob) -> float:
         """The memory ``job`` is counted at: the most a job of its workload was seen to use, but never

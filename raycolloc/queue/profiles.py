@@ -27,6 +27,7 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from raycolloc.advise.model import Gpu, Params
 from raycolloc.advise.profile import Profile, load_costs
@@ -45,6 +46,7 @@ __all__ = [
     "from_catalog",
     "measure_profiles",
     "profile_common",
+    "read_profiles",
     "workload_words",
     "write_profiles",
 ]
@@ -180,6 +182,23 @@ def write_profiles(path: Path, profiles: TraceProfiles) -> Path:
     tmp.write_text(json.dumps(dataclasses.asdict(profiles), indent=1, default=str))
     tmp.replace(path)
     return path
+
+
+def read_profiles(path: Path) -> TraceProfiles:
+    """The profiles :func:`write_profiles` wrote to ``path`` (a run's ``profiles.json``)."""
+    data = json.loads(path.read_text())
+    names = {f.name for f in dataclasses.fields(Profile)}
+
+    def profile(found: dict[str, Any] | None) -> Profile | None:
+        if found is None:
+            return None
+        values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in found.items() if k in names}
+        return Profile(**values)
+
+    workloads = tuple(
+        WorkloadProfile(**{**w, "jobs": tuple(w["jobs"]), "profile": profile(w["profile"])}) for w in data["workloads"]
+    )
+    return TraceProfiles(data["source"], workloads, float(data.get("base_mib") or 0.0), data.get("memory_mib"))
 
 
 def cancel_unprofiled(store: Store, profiles: TraceProfiles, now: float) -> list[str]:

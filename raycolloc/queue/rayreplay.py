@@ -17,6 +17,8 @@ as by a simulated replay: ``jobs.parquet`` (slowdowns against the profiles' rate
 ``profiles.json`` (the profiles used), and ``attempts.parquet`` (each attempt: outcome, GPU, mode,
 memory estimate against its measured peak, samples/s). Everything is released in ``finally`` (running jobs stopped,
 MPS daemons stopped, leases removed), also on Ctrl-C; the database keeps its state for a resume.
+The energy the GPUs drew is kept in the database every ``SAVE_S`` and on the way out (Ctrl-C,
+SIGTERM), so a resumed run's energy is its sessions' sum; the summary counts the sessions.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ __all__ = ["MAX_FAILURES", "TICK_S", "Polled", "replay_ray"]
 log = logging.getLogger(__name__)
 
 TICK_S = 0.2  # how often the loop looks for ended jobs and places waiting ones
+SAVE_S = 5.0  # how often the energy drawn so far is written to the database (a kill loses at most this much)
 MAX_FAILURES = 3  # a job whose attempts failed (not out of memory) this often is cancelled, not tried again
 
 
@@ -71,10 +74,17 @@ class Polled(Runners, Protocol):
     def poll(self, now: float) -> list[Report]: ...
 
 
-def _loop(queue: Queue, runners: Polled, store: Store, clock: Callable[[], float]) -> None:
-    """Reports in and placements out every ``TICK_S`` until no job is left unfinished."""
+def _loop(
+    queue: Queue, runners: Polled, store: Store, clock: Callable[[], float], save: Callable[[], object] = lambda: None
+) -> None:
+    """Reports in and placements out every ``TICK_S`` until no job is left unfinished; ``save`` every
+    ``SAVE_S``."""
+    saved = clock()
     while True:
         now = clock()
+        if now - saved >= SAVE_S:
+            save()
+            saved = now
         queue.handle(runners.poll(now))
         for job_id, failed in runners.failures.items():
             if failed >= MAX_FAILURES and store.cancel(job_id, now) is not None:
@@ -108,6 +118,13 @@ def replay_ray(trace: Path, settings: QueueSettings) -> ReplayOutcome:
     db = Path(config.queue.db) if config.queue.db else directory / "queue.sqlite"
     store = Store(db)
     runners: RayRunners | None = None
+    energy_base: float | None = None  # what earlier sessions of this database drew (J)
+
+    def energy_saved() -> float:
+        energy = (energy_base or 0.0) + (runners.energy_j if runners is not None else 0.0)
+        store.put("energy_j", repr(energy))
+        return energy
+
     try:
         claim_run(store, trace_digest(jobs), f"ray {config.cluster.backend} {gpu.name}", settings)
         connect(config.cluster, POOL_SIZE)  # before the profiles: the instance sized for the queue's pools
@@ -123,6 +140,9 @@ def replay_ray(trace: Path, settings: QueueSettings) -> ReplayOutcome:
         policy = create_policy(config.queue, gpu, predictor)
         queue = Queue(store, policy, runners, config.queue, gpu, lambda j: profiles[j.job_id])
         begin, t0 = store.clock(), time.monotonic()
+        sessions = int(store.meta("sessions") or 0) + 1
+        store.put("sessions", str(sessions))
+        energy_base = float(store.meta("energy_j") or 0.0)
         if sum(store.counts().values()):
             queue.resume(begin)
         else:
@@ -131,10 +151,9 @@ def replay_ray(trace: Path, settings: QueueSettings) -> ReplayOutcome:
             estimates = [p.job_mem_mib if (p := profiles.get(j.job_id)) else None for j in jobs]
             store.add(arriving, estimates, begin, config.queue.max_slowdown)
         cancel_unprofiled(store, found, begin)
-        _loop(queue, runners, store, lambda: begin + time.monotonic() - t0)
+        _loop(queue, runners, store, lambda: begin + time.monotonic() - t0, energy_saved)
         wall = time.monotonic() - t0
-        energy = float(store.meta("energy_j") or 0.0) + runners.energy_j
-        store.put("energy_j", repr(energy))
+        energy = energy_saved()
 
         def alone(job: TraceJob) -> float | None:
             # A stand-in trains another model than a catalogue profile's: its time alone is not known
@@ -154,7 +173,7 @@ def replay_ray(trace: Path, settings: QueueSettings) -> ReplayOutcome:
             return profile.samples_per_s / rate
 
         rows = job_rows(config.queue.policy, store.jobs(), alone, config.queue.max_slowdown, speed)
-        summary = summarise(config.queue.policy, rows, energy, wall, found.source)
+        summary = summarise(config.queue.policy, rows, energy, wall, found.source, sessions)
         jobs_file = write_parquet(directory / "jobs.parquet", rows)
         write_parquet(directory / "gpus.parquet", runners.telemetry)
         if runners.attempts:  # this run's (a resumed run's earlier attempts went with their process)
@@ -163,6 +182,8 @@ def replay_ray(trace: Path, settings: QueueSettings) -> ReplayOutcome:
     finally:
         try:
             if runners is not None:
+                if energy_base is not None:
+                    energy_saved()  # an interrupted session keeps what the GPUs drew for the resume
                 runners.close()
         finally:
             store.close()

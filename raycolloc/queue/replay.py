@@ -89,7 +89,7 @@ def run_dir(trace: Path, settings: QueueSettings) -> Path:
 # queue.* keys added after databases were claimed with their settings, and their defaults: left out of
 # the claim while at their default, so a database made before a key existed is still accepted (as
 # raycolloc.config's _LATER_KEYS keep config_hash). Rule: every queue key added from now on goes here.
-_LATER_KEYS: dict[str, object] = {"profiles": None}
+_LATER_KEYS: dict[str, object] = {"profiles": None, "slowdown_margin": 0.10, "min_gain": 0.05}
 
 
 def run_settings(queue: QueueConfig) -> dict[str, object]:

@@ -86,6 +86,7 @@ class Summary:
     wall_s: float
     cancelled: int = 0  # last, with a default: a summary.json written before it still loads
     profiles: str = "catalog"  # the jobs' profiles alone: the catalogue's, or measured on the cluster
+    sessions: int = 1  # processes that ran it: more than 1 where it was interrupted and resumed
 
 
 def job_rows(
@@ -141,9 +142,15 @@ def _p95(values: Sequence[float]) -> float | None:
 
 
 def summarise(
-    policy: str, rows: Sequence[JobRow], energy_j: float | None, wall_s: float, profiles: str = "catalog"
+    policy: str,
+    rows: Sequence[JobRow],
+    energy_j: float | None,
+    wall_s: float,
+    profiles: str = "catalog",
+    sessions: int = 1,
 ) -> Summary:
-    """The summary of a run's rows; ``profiles``: where the jobs' profiles alone came from."""
+    """The summary of a run's rows; ``profiles``: where the jobs' profiles alone came from;
+    ``sessions``: the processes that ran it (a resumed run: wall time is the last one's)."""
     done = [r for r in rows if r.jct_s is not None]
     jcts = [r.jct_s for r in done if r.jct_s is not None]
     slow = [s for r in done if (s := r.judged_slowdown) is not None]
@@ -166,6 +173,7 @@ def summarise(
         wall_s=wall_s,
         cancelled=sum(1 for r in rows if r.state == "cancelled"),
         profiles=profiles,
+        sessions=sessions,
     )
 
 
@@ -177,6 +185,12 @@ def format_summary(s: Summary) -> str:
 
     energy = "-" if s.energy_j is None else f"{s.energy_j / 3.6e6:.3f} kWh"
     cancelled = f", {s.cancelled} cancelled" if s.cancelled else ""
+    resumed = (
+        f"\n  resumed: {s.sessions} sessions (makespan and energy over all of them; "
+        "wall time and attempts the last one's)"
+        if s.sessions > 1
+        else ""
+    )
     return "\n".join(
         [
             f"queue policy={s.policy}: {s.ended}/{s.jobs} jobs ended{cancelled}"
@@ -184,7 +198,7 @@ def format_summary(s: Summary) -> str:
             f"  makespan {num(s.makespan_s, ',.1f')} s   JCT mean {num(s.jct_mean_s, ',.1f')} s, "
             f"p95 {num(s.jct_p95_s, ',.1f')} s   energy {energy}",
             f"  OOMs {s.ooms} (re-queues {s.requeues})   slowest job {num(s.max_slowdown, '.2f')}x alone, "
-            f"{s.over_bound} over their bound   wall {s.wall_s:.1f} s",
+            f"{s.over_bound} over their bound   wall {s.wall_s:.1f} s{resumed}",
         ]
     )
 
