@@ -48,6 +48,29 @@ def test_a_job_ends_once_and_a_stale_or_repeated_report_changes_nothing(tmp_path
     store.close()
 
 
+def test_a_measured_training_rate_is_kept_with_the_end_for_a_resumed_run(tmp_path: Path) -> None:
+    from raycolloc.queue.core import Report
+
+    store = Store(tmp_path / "q.sqlite")
+    store.add([_job("a"), _job("b"), _job("c")], [100.0] * 3, 0.0)
+    attempts = {j: store.place(j, "g0", "mps", 1.0) for j in "abc"}
+    assert all(store.start(j, a, 1.0) for j, a in attempts.items())
+    assert store.end("a", attempts["a"], 5.0, (), 21_000.0)
+    assert not store.end("a", attempts["a"], 6.0, (), 1.0)  # a stale report's rate is not kept either
+    assert store.end("b", attempts["b"], 5.0)  # nothing measured (the simulated cluster)
+    store.close()
+    store = Store(tmp_path / "q.sqlite")  # the next session: the rate measured by the last one is there
+    assert store.ended_rates() == {"a": 21_000.0}
+    # What a runner reports reaches the database through the queue's handling of it.
+    from raycolloc.queue.core import Queue
+
+    queue = Queue.__new__(Queue)
+    queue.store = store
+    queue.handle([Report("c", attempts["c"], "ended", 7.0, (), None, 9_000.0)])
+    assert store.ended_rates() == {"a": 21_000.0, "c": 9_000.0}
+    store.close()
+
+
 def test_recover_requeues_jobs_whose_runner_is_gone_and_keeps_the_living(tmp_path: Path) -> None:
     store = Store(tmp_path / "q.sqlite")
     store.add([_job("a"), _job("b"), _job("c")], [1.0, 1.0, 1.0], 0.0)

@@ -12,7 +12,7 @@ import pytest
 
 from raycolloc.config_groups import QueueConfig
 from raycolloc.queue.__main__ import main
-from raycolloc.queue.replay import _UNCLAIMED, run_settings
+from raycolloc.queue.replay import _LATER_KEYS, _UNCLAIMED, run_settings
 from raycolloc.queue.state import ConfigMismatch, Store, StoreUnusable
 from raycolloc.queue.trace import FIELDS
 
@@ -41,14 +41,20 @@ def test_a_queue_db_that_is_no_database_is_refused_with_exit_2(
     assert f"queue.db={db}: not usable" in err and "Traceback" not in err
 
 
-def test_a_database_claimed_before_queue_profiles_existed_is_accepted_at_its_default(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("key", "other", "shown"),
+    [("profiles", "catalog", '"catalog"'), ("slowdown_margin", 0.2, "0.2"), ("min_gain", 0.0, "0.0")],
+)
+def test_a_database_claimed_before_a_later_queue_key_existed_is_accepted_at_its_default(
+    tmp_path: Path, key: str, other: object, shown: str
+) -> None:
     queue = QueueConfig()
-    assert queue.profiles is None  # the default this rule keeps out of the digest
-    # The settings as a database made before queue.profiles recorded them: every claimed key but it.
-    old = {f"queue.{k}": v for k, v in dataclasses.asdict(queue).items() if k not in _UNCLAIMED | {"profiles"}}
+    assert getattr(queue, key) == _LATER_KEYS[key]  # the default this rule keeps out of the digest
+    # The settings as a database made before the later keys recorded them: every claimed key but those.
+    old = {f"queue.{k}": v for k, v in dataclasses.asdict(queue).items() if k not in _UNCLAIMED | set(_LATER_KEYS)}
     store = Store(tmp_path / "q.sqlite")
     store.claim_config(old)
     store.claim_config(run_settings(queue))  # the same run today: accepted
-    with pytest.raises(ConfigMismatch, match=r'queue.profiles=null there, "catalog" now'):
-        store.claim_config(run_settings(dataclasses.replace(queue, profiles="catalog")))  # not at its default
+    with pytest.raises(ConfigMismatch, match=rf"queue.{key}=null there, {shown} now"):
+        store.claim_config(run_settings(dataclasses.replace(queue, **{key: other})))  # not at its default
     store.close()

@@ -98,7 +98,7 @@ class Queue:
         or a job lost with its node (re-queued as it was)."""
         for r in reports:
             if r.kind == "ended":
-                self.store.end(r.job_id, r.attempt, r.t, r.co_residents)
+                self.store.end(r.job_id, r.attempt, r.t, r.co_residents, r.samples_per_s)
                 continue
             if r.kind == "lost":
                 self.store.requeue(r.job_id, r.attempt, r.t, "node lost")

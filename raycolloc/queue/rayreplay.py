@@ -163,8 +163,8 @@ def replay_ray(trace: Path, settings: QueueSettings) -> ReplayOutcome:
                 return None
             return (job.length_samples or 0) / profile.samples_per_s
 
-        # The rate each job trained at, from its attempt that ended (this process's attempts only).
-        rates = {a.job_id: a.samples_per_s for a in runners.attempts if a.outcome == "ended" and a.samples_per_s}
+        # The rate each job trained at, from its attempt that ended (kept in the database: every session's).
+        rates = store.ended_rates()
 
         def speed(job: TraceJob) -> float | None:
             profile, rate = profiles.get(job.job_id), rates.get(job.job_id)

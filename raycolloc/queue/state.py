@@ -36,16 +36,10 @@ EVENTS = ("queued", "placed", "started", "ended", "oom", "requeued", "cancelled"
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS jobs (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    job_id TEXT NOT NULL UNIQUE,
-    spec TEXT NOT NULL,
-    submit_s REAL NOT NULL,
-    state TEXT NOT NULL,
-    priority INTEGER NOT NULL DEFAULT 0,
-    mem_estimate_mib REAL,
-    attempt INTEGER NOT NULL DEFAULT 0,
-    ooms INTEGER NOT NULL DEFAULT 0,
-    requeues INTEGER NOT NULL DEFAULT 0,
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL UNIQUE, spec TEXT NOT NULL,
+    submit_s REAL NOT NULL, state TEXT NOT NULL, priority INTEGER NOT NULL DEFAULT 0,
+    mem_estimate_mib REAL, attempt INTEGER NOT NULL DEFAULT 0,
+    ooms INTEGER NOT NULL DEFAULT 0, requeues INTEGER NOT NULL DEFAULT 0,
     gpu TEXT, mode TEXT, first_start_s REAL, start_s REAL, end_s REAL, co_residents TEXT
 );
 CREATE TABLE IF NOT EXISTS events (
@@ -280,8 +274,11 @@ class Store:
                 self._event(db, t, job_id, "started", attempt, None, None)
         return cur.rowcount == 1
 
-    def end(self, job_id: str, attempt: int, t: float, co_residents: Sequence[str] = ()) -> bool:
-        """``started -> ended`` (this attempt only); False (and nothing changes) for a stale report."""
+    def end(
+        self, job_id: str, attempt: int, t: float, co_residents: Sequence[str] = (), rate: float | None = None
+    ) -> bool:
+        """``started -> ended`` (this attempt only), with the training ``rate`` (samples/s) a runner
+        measured in the event (a resumed run still has it); False (nothing changes) for a stale report."""
         with self.transaction() as db:
             cur = db.execute(
                 "UPDATE jobs SET state='ended', end_s=?, co_residents=? "
@@ -289,7 +286,7 @@ class Store:
                 (t, json.dumps(sorted(co_residents)), job_id, attempt),
             )
             if cur.rowcount == 1:
-                self._event(db, t, job_id, "ended", attempt, None, None)
+                self._event(db, t, job_id, "ended", attempt, None, None if rate is None else repr(rate))
         return cur.rowcount == 1
 
     def oom(self, job_id: str, attempt: int, t: float, new_estimate_mib: float) -> bool:
@@ -379,6 +376,11 @@ class Store:
         where, args = ("WHERE kind=?", (kind,)) if kind else ("", ())
         rows = self._db.execute(f"SELECT t, job_id, kind, attempt FROM events {where} ORDER BY id", args).fetchall()
         return [(float(t), str(j), str(k), int(a)) for t, j, k, a in rows]
+
+    def ended_rates(self) -> dict[str, float]:
+        """Each ended job's training rate (samples/s) as its runner measured it, in any session."""
+        rows = self._db.execute("SELECT job_id, detail FROM events WHERE kind='ended' AND detail IS NOT NULL")
+        return {str(j): float(d) for j, d in rows}
 
     # --- helpers -----------------------------------------------------------------------------------
     @staticmethod
