@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 from raycolloc.config_checks import ConfigError
 from raycolloc.config_groups import QueueConfig
@@ -43,6 +44,9 @@ def verdicts(run_dir: Path, job_ids: Sequence[str], at: float | None, queue: Que
             raise KeyError(f"no job {job_id} in {run_dir / 'jobs.parquet'}")
         row = rows.loc[job_id]
         t = float(row.submit_s) if at is None else at
+        missing = sorted({str(w) for w in rows.workload} - set(profiles))
+        if missing:
+            raise KeyError(f"{run_dir / PROFILES_FILE} has no profile of {', '.join(missing)}")
         profile = profiles[str(row.workload)]
         job = QueuedJob(job_id, profile.workload, profile, profile.job_mem_mib or 0.0, float(row.max_slowdown), 0.0)
         lines.append(
@@ -76,6 +80,17 @@ def verdicts(run_dir: Path, job_ids: Sequence[str], at: float | None, queue: Que
     return lines
 
 
+def _value(text: str) -> object:
+    """An override's value as Hydra reads one: 8, 0.1, 1e-3, [mps], a word."""
+    value = yaml.safe_load(text)
+    if isinstance(value, str):
+        try:
+            return float(value)  # YAML 1.1 reads 1e-3 as a string
+        except ValueError:
+            return value
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path)
@@ -85,18 +100,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ids = [j for j in args.jobs if "=" not in j]
     overrides = dict(j.split("=", 1) for j in args.jobs if "=" in j)
     try:
+        if not ids:
+            raise ConfigError("no job id given: name one or more jobs of the run (its jobs.parquet's job_id)")
         fields = {f.name: f for f in dataclasses.fields(QueueConfig)}
         values = {}
         for key, value in overrides.items():
             name = key.removeprefix("queue.")
             if not key.startswith("queue.") or name not in fields:
                 raise ConfigError(f"{key} is not allowed; give queue.KEY=VALUE with KEY one of: {', '.join(fields)}")
-            values[name] = float(value) if value.replace(".", "", 1).isdigit() else value
+            values[name] = _value(value)
         queue = QueueConfig(**values)
         for line in verdicts(args.run_dir, ids, args.at, queue):
             print(line)
-    except (ConfigError, KeyError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (ConfigError, KeyError, FileNotFoundError, yaml.YAMLError) as e:
+        print(f"error: {e.args[0] if isinstance(e, KeyError) else e}", file=sys.stderr)
         return 2
     return 0
 

@@ -41,20 +41,32 @@ def test_a_queue_db_that_is_no_database_is_refused_with_exit_2(
     assert f"queue.db={db}: not usable" in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize(
-    ("key", "other", "shown"),
-    [("profiles", "catalog", '"catalog"'), ("slowdown_margin", 0.2, "0.2"), ("min_gain", 0.0, "0.0")],
-)
-def test_a_database_claimed_before_a_later_queue_key_existed_is_accepted_at_its_default(
-    tmp_path: Path, key: str, other: object, shown: str
-) -> None:
+def test_a_database_claimed_before_queue_profiles_existed_is_accepted_at_its_default(tmp_path: Path) -> None:
     queue = QueueConfig()
-    assert getattr(queue, key) == _LATER_KEYS[key]  # the default this rule keeps out of the digest
+    assert queue.profiles is None and _LATER_KEYS["profiles"] is None  # the default kept out of the digest
     # The settings as a database made before the later keys recorded them: every claimed key but those.
     old = {f"queue.{k}": v for k, v in dataclasses.asdict(queue).items() if k not in _UNCLAIMED | set(_LATER_KEYS)}
     store = Store(tmp_path / "q.sqlite")
     store.claim_config(old)
-    store.claim_config(run_settings(queue))  # the same run today: accepted
-    with pytest.raises(ConfigMismatch, match=rf"queue.{key}=null there, {shown} now"):
-        store.claim_config(run_settings(dataclasses.replace(queue, **{key: other})))  # not at its default
+    # The same run today, with no margins (as it ran before they existed): accepted.
+    as_then = dataclasses.replace(queue, slowdown_margin=0.0, min_gain=0.0)
+    store.claim_config(run_settings(as_then))
+    with pytest.raises(ConfigMismatch, match=r'queue.profiles=null there, "catalog" now'):
+        store.claim_config(run_settings(dataclasses.replace(as_then, profiles="catalog")))
+    store.close()
+
+
+def test_a_database_made_before_the_margins_resumes_without_them_or_is_refused_naming_them(tmp_path: Path) -> None:
+    from raycolloc.queue.replay import claim_run
+    from raycolloc.queue.settings import compose_settings
+
+    settings = compose_settings([f"out_dir={tmp_path}"])
+    assert (settings.config.queue.slowdown_margin, settings.config.queue.min_gain) == (0.10, 0.05)
+    margins = ("queue.slowdown_margin", "queue.min_gain")
+    store = Store(tmp_path / "q.sqlite")
+    store.claim_config({k: v for k, v in run_settings(settings.config.queue).items() if k not in margins})
+    with pytest.raises(ConfigMismatch, match=r"min_gain=null there, 0.05 now.*ran as queue.slowdown_margin=0.0"):
+        claim_run(store, "t", "shape", settings)  # the default margins would change how it runs: refused
+    as_then = compose_settings([f"out_dir={tmp_path}", "queue.slowdown_margin=0", "queue.min_gain=0"])
+    claim_run(store, "t", "shape", as_then)  # as it ran: accepted
     store.close()

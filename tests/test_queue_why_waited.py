@@ -69,3 +69,8 @@ def test_a_bad_key_or_job_exits_2_naming_it(run_dir: Path, capsys: pytest.Captur
     assert "queue.nope is not allowed" in capsys.readouterr().err
     assert main([str(run_dir), "zz"]) == 2
     assert "no job zz" in capsys.readouterr().err
+    assert main([str(run_dir), "queue.min_gain=0"]) == 2  # no job named
+    assert "no job id given" in capsys.readouterr().err
+    assert main([str(run_dir), "w", "queue.min_gain=-1e-3"]) == 2  # a number, out of range
+    assert "queue.min_gain=-0.001 is not allowed; it must be a number 0..1" in capsys.readouterr().err
+    assert main([str(run_dir), "w", "queue.backfill_depth=8", "queue.modes=[mps]"]) == 0  # an int, a list

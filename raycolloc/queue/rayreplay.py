@@ -140,8 +140,10 @@ def replay_ray(trace: Path, settings: QueueSettings) -> ReplayOutcome:
         policy = create_policy(config.queue, gpu, predictor)
         queue = Queue(store, policy, runners, config.queue, gpu, lambda j: profiles[j.job_id])
         begin, t0 = store.clock(), time.monotonic()
-        sessions = int(store.meta("sessions") or 0) + 1
-        store.put("sessions", str(sessions))
+        sessions = int(store.meta("sessions") or 0)
+        if not sum(store.counts().values()) or _unfinished(store):  # a finished run shown again is no session
+            sessions += 1
+            store.put("sessions", str(sessions))
         energy_base = float(store.meta("energy_j") or 0.0)
         if sum(store.counts().values()):
             queue.resume(begin)
@@ -183,7 +185,10 @@ def replay_ray(trace: Path, settings: QueueSettings) -> ReplayOutcome:
         try:
             if runners is not None:
                 if energy_base is not None:
-                    energy_saved()  # an interrupted session keeps what the GPUs drew for the resume
+                    try:  # an interrupted session keeps what the GPUs drew, for the resume
+                        energy_saved()
+                    except Exception:  # the database may be what failed: still release everything
+                        log.exception("queue: the energy drawn could not be saved")
                 runners.close()
         finally:
             store.close()

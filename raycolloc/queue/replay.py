@@ -35,7 +35,7 @@ from raycolloc.queue.policy import Predictor
 from raycolloc.queue.report import Summary, format_summary, job_rows, summarise, write_parquet, write_summary
 from raycolloc.queue.settings import QueueSettings
 from raycolloc.queue.simcluster import SimCluster
-from raycolloc.queue.state import Store
+from raycolloc.queue.state import ConfigMismatch, Store
 from raycolloc.queue.trace import TraceError, TraceJob, read_trace
 
 __all__ = [
@@ -89,7 +89,9 @@ def run_dir(trace: Path, settings: QueueSettings) -> Path:
 # queue.* keys added after databases were claimed with their settings, and their defaults: left out of
 # the claim while at their default, so a database made before a key existed is still accepted (as
 # raycolloc.config's _LATER_KEYS keep config_hash). Rule: every queue key added from now on goes here.
-_LATER_KEYS: dict[str, object] = {"profiles": None, "slowdown_margin": 0.10, "min_gain": 0.05}
+# The value kept out is how a run behaved before the key existed (the margins: none), so a database
+# made before it is resumed as it ran, or refused with the key named.
+_LATER_KEYS: dict[str, object] = {"profiles": None, "slowdown_margin": 0.0, "min_gain": 0.0}
 
 
 def run_settings(queue: QueueConfig) -> dict[str, object]:
@@ -111,7 +113,13 @@ def claim_run(store: Store, trace: str, shape: str, settings: QueueSettings) -> 
     config = settings.config
     for key, value in (("trace", trace), ("policy", config.queue.policy), ("cluster", f"{shape} seed={config.seed}")):
         store.claim(key, value)
-    store.claim_config(run_settings(config.queue))
+    try:
+        store.claim_config(run_settings(config.queue))
+    except ConfigMismatch as exc:
+        then = [f"queue.{k}={json.dumps(v)}" for k, v in _LATER_KEYS.items() if f"queue.{k}=null there" in str(exc)]
+        if not then:
+            raise
+        raise ConfigMismatch(f"{exc} (null there: made before the key existed; it ran as {', '.join(then)})") from None
 
 
 def trace_profiles(trace: Path, jobs: list[TraceJob], settings: QueueSettings) -> dict[str, Profile]:

@@ -286,7 +286,7 @@ class Store:
                 (t, json.dumps(sorted(co_residents)), job_id, attempt),
             )
             if cur.rowcount == 1:
-                self._event(db, t, job_id, "ended", attempt, None, None if rate is None else repr(rate))
+                self._event(db, t, job_id, "ended", attempt, None, repr(rate) if rate and rate > 0 else None)
         return cur.rowcount == 1
 
     def oom(self, job_id: str, attempt: int, t: float, new_estimate_mib: float) -> bool:
