@@ -10,6 +10,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -112,9 +113,8 @@ class _FailingRunners:
         return out
 
 
-def test_a_job_that_keeps_failing_is_cancelled_after_max_failures(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _failing_queue(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, _FailingRunners, Any]:
+    """One job whose every attempt is lost, queued under ``exclusive``, and the loop's tick at 0 s."""
     from raycolloc.queue import rayreplay
     from raycolloc.queue.catalog import catalog_profile, sim_params
     from raycolloc.queue.core import Queue
@@ -131,7 +131,15 @@ def test_a_job_that_keeps_failing_is_cancelled_after_max_failures(
     store.add(jobs, [profile.job_mem_mib], 0.0)
     runners = _FailingRunners()
     policy = create_policy(settings.config.queue, gpu, Predictor(gpu, sim_params(gpu)))
-    queue = Queue(store, policy, runners, settings.config.queue, gpu, lambda j: profile)
+    return Queue(store, policy, runners, settings.config.queue, gpu, lambda j: profile), runners, store
+
+
+def test_a_job_that_keeps_failing_is_cancelled_after_max_failures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from raycolloc.queue import rayreplay
+
+    queue, runners, store = _failing_queue(tmp_path, monkeypatch)
     clock = iter(float(t) for t in range(1000))
     rayreplay._loop(queue, runners, store, lambda: next(clock))
     try:
@@ -143,22 +151,8 @@ def test_a_job_that_keeps_failing_is_cancelled_after_max_failures(
 
 def test_the_loop_saves_what_it_must_keep_every_save_s(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from raycolloc.queue import rayreplay
-    from raycolloc.queue.catalog import catalog_profile, sim_params
-    from raycolloc.queue.core import Queue
-    from raycolloc.queue.policies import create_policy
-    from raycolloc.queue.policy import Predictor
-    from raycolloc.queue.state import Store
-    from raycolloc.queue.trace import read_trace
 
-    monkeypatch.setattr(rayreplay, "TICK_S", 0.0)
-    settings = compose_settings(["queue.policy=exclusive"])
-    gpu, jobs = settings.gpu, read_trace(_trace(tmp_path / "one.csv", jobs=1))
-    profile = catalog_profile(jobs[0].workload, gpu)
-    store = Store(tmp_path / "q.sqlite")
-    store.add(jobs, [profile.job_mem_mib], 0.0)
-    runners = _FailingRunners()
-    policy = create_policy(settings.config.queue, gpu, Predictor(gpu, sim_params(gpu)))
-    queue = Queue(store, policy, runners, settings.config.queue, gpu, lambda j: profile)
+    queue, runners, store = _failing_queue(tmp_path, monkeypatch)
     clock = iter(2.0 * t for t in range(1000))  # 2 s per look
     times: list[float] = []
     now = {"t": 0.0}
