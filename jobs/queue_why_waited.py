@@ -38,15 +38,15 @@ def verdicts(run_dir: Path, job_ids: Sequence[str], at: float | None, queue: Que
     rows = pd.read_parquet(run_dir / "jobs.parquet").set_index("job_id")
     gpu = found.gpu(sim_gpu("H100-80GB"))  # the memory and base of the GPU profiled
     policy = AdvisedPolicy(queue, gpu, Predictor(gpu, sim_params(gpu)))
+    missing = sorted({str(w) for w in rows.workload} - set(profiles))
+    if missing:
+        raise KeyError(f"{run_dir / PROFILES_FILE} has no profile of {', '.join(missing)}")
     lines: list[str] = []
     for job_id in job_ids:
         if job_id not in rows.index:
             raise KeyError(f"no job {job_id} in {run_dir / 'jobs.parquet'}")
         row = rows.loc[job_id]
         t = float(row.submit_s) if at is None else at
-        missing = sorted({str(w) for w in rows.workload} - set(profiles))
-        if missing:
-            raise KeyError(f"{run_dir / PROFILES_FILE} has no profile of {', '.join(missing)}")
         profile = profiles[str(row.workload)]
         job = QueuedJob(job_id, profile.workload, profile, profile.job_mem_mib or 0.0, float(row.max_slowdown), 0.0)
         lines.append(

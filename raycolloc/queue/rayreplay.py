@@ -140,12 +140,13 @@ def replay_ray(trace: Path, settings: QueueSettings) -> ReplayOutcome:
         policy = create_policy(config.queue, gpu, predictor)
         queue = Queue(store, policy, runners, config.queue, gpu, lambda j: profiles[j.job_id])
         begin, t0 = store.clock(), time.monotonic()
+        begun = bool(sum(store.counts().values()))
         sessions = int(store.meta("sessions") or 0)
-        if not sum(store.counts().values()) or _unfinished(store):  # a finished run shown again is no session
+        if not begun or _unfinished(store):  # a finished run shown again is no session
             sessions += 1
             store.put("sessions", str(sessions))
         energy_base = float(store.meta("energy_j") or 0.0)
-        if sum(store.counts().values()):
+        if begun:
             queue.resume(begin)
         else:
             scale = config.queue.arrival_scale

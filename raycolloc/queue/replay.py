@@ -113,10 +113,14 @@ def claim_run(store: Store, trace: str, shape: str, settings: QueueSettings) -> 
     config = settings.config
     for key, value in (("trace", trace), ("policy", config.queue.policy), ("cluster", f"{shape} seed={config.seed}")):
         store.claim(key, value)
+    claimed = run_settings(config.queue)
     try:
-        store.claim_config(run_settings(config.queue))
+        store.claim_config(claimed)
     except ConfigMismatch as exc:
-        then = [f"queue.{k}={json.dumps(v)}" for k, v in _LATER_KEYS.items() if f"queue.{k}=null there" in str(exc)]
+        # A later key the database never recorded ran at its _LATER_KEYS value: say which that was.
+        recorded = json.loads(store.meta("config") or "{}")
+        absent = [k for k in _LATER_KEYS if f"queue.{k}" in claimed and f"queue.{k}" not in recorded]
+        then = [f"queue.{k}={json.dumps(_LATER_KEYS[k])}" for k in absent]
         if not then:
             raise
         raise ConfigMismatch(f"{exc} (null there: made before the key existed; it ran as {', '.join(then)})") from None
