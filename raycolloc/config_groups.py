@@ -41,6 +41,7 @@ TELEMETRY_SOURCES = ("auto", "dcgm", "gpm", "nvml")
 QUEUE_POLICIES = ("exclusive", "carma", "raycolloc")
 _QUEUE_POLICY_NAMES: dict[str, None] = dict.fromkeys(QUEUE_POLICIES)  # a dict: ordered, unique
 QUEUE_MODES = ("naive", "mps")
+QUEUE_ORDERS = ("longest", "arrival")  # the raycolloc policy's order of the jobs waiting
 QUEUE_RUNNERS = ("sim", "ray")
 QUEUE_PROFILES = ("catalog", "measured")
 # How a configuration's headline rate is formed from its runs (the analysis reads it from the config).
@@ -204,6 +205,9 @@ class QueueConfig:
     12% slower than predicted). ``min_gain``: a job joins a busy GPU only where it adds at least this
     much work per second (relative to one job alone); below it, it waits for a better place (sharing
     that the model calls a wash loses throughput on a real GPU).
+    ``order``: the order in which the ``raycolloc`` policy looks at the jobs waiting: ``longest`` (the
+    longest alone first: the schedule's makespan rests on its long jobs) or ``arrival`` (first come,
+    first served); either way a job re-queued after an OOM comes first and an aged one is not overtaken.
     ``backfill_depth``: queued jobs a placement pass looks at. ``oom_backoff``: an OOM multiplies the
     job's memory estimate by it. ``sim_mem_error``: a simulated job's true memory is its estimate
     times a factor within +-this. ``sim_speed``: a live queue's simulated seconds per wall second.
@@ -232,6 +236,7 @@ class QueueConfig:
     aging_s: float = 300.0
     slowdown_margin: float = 0.10
     min_gain: float = 0.05
+    order: str = "longest"
     backfill_depth: int = 16
     oom_backoff: float = 1.5
     sim_mem_error: float = 0.15
@@ -260,6 +265,7 @@ class QueueConfig:
         _check_min("queue.aging_s", self.aging_s, 0)
         _check_range("queue.slowdown_margin", self.slowdown_margin, 0.0, 1.0)
         _check_range("queue.min_gain", self.min_gain, 0.0, 1.0)
+        _check_choice("queue.order", self.order, QUEUE_ORDERS)
         _check_int("queue.backfill_depth", self.backfill_depth, 1)
         _check_min("queue.oom_backoff", self.oom_backoff, 1.01)
         if isinstance(self.sim_mem_error, bool) or not isinstance(self.sim_mem_error, int | float):

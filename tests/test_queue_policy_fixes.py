@@ -207,3 +207,30 @@ def test_raycolloc_does_not_share_a_gpu_for_a_gain_below_min_gain() -> None:
 def test_queue_margins_out_of_range_are_refused_by_name(key: str, value: object) -> None:
     with pytest.raises(ConfigError, match=rf"queue\.{key}=.* must be a number 0\.\.1"):
         QueueConfig(**{key: value})  # type: ignore[arg-type]
+
+
+def _first_placed(order: str, *jobs: QueuedJob) -> str:
+    """Which of ``jobs`` (waiting in this order) one empty GPU takes (their bound keeps a second off)."""
+    policy = AdvisedPolicy(QueueConfig(order=order, aging_s=60.0), GPU, PREDICTOR)
+    decision = policy.place(list(jobs), [_view("g")], 0.0)
+    assert len(decision.placements) == 1
+    return decision.placements[0].job_id
+
+
+def test_raycolloc_looks_at_the_longest_job_first_unless_told_arrival_or_the_head_has_aged() -> None:
+    mem = VIT.job_mem_mib or 0.0
+    short = QueuedJob("short", VIT.workload, VIT, mem, 1.2, 10.0, length_s=5.0)  # 1.2: no sharing
+    long = QueuedJob("long", VIT.workload, VIT, mem, 1.2, 1.0, length_s=50.0)
+    assert _first_placed("longest", short, long) == "long"
+    assert _first_placed("arrival", short, long) == "short"
+    # A job re-queued after an OOM comes first whatever its length.
+    assert _first_placed("longest", replace(short, ooms=1), long) == "short"
+    # A head that has waited aging_s is not overtaken.
+    assert _first_placed("longest", replace(short, waited_s=60.0), long) == "short"
+
+
+def test_queue_order_out_of_its_choices_is_refused_with_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ConfigError, match=r"queue\.order='biggest'.*longest, arrival"):
+        QueueConfig(order="biggest")
+    assert main(["trace", "--jobs", "2", "--out", "/dev/null", "queue.order=biggest"]) == 2
+    assert "queue.order" in capsys.readouterr().err

@@ -48,25 +48,36 @@ def test_a_database_claimed_before_queue_profiles_existed_is_accepted_at_its_def
     old = {f"queue.{k}": v for k, v in dataclasses.asdict(queue).items() if k not in _UNCLAIMED | set(_LATER_KEYS)}
     store = Store(tmp_path / "q.sqlite")
     store.claim_config(old)
-    # The same run today, with no margins (as it ran before they existed): accepted.
-    as_then = dataclasses.replace(queue, slowdown_margin=0.0, min_gain=0.0)
+    # The same run today, with no margins and in arrival order (as it ran before they existed): accepted.
+    as_then = dataclasses.replace(queue, slowdown_margin=0.0, min_gain=0.0, order="arrival")
     store.claim_config(run_settings(as_then))
     with pytest.raises(ConfigMismatch, match=r'queue.profiles=null there, "catalog" now'):
         store.claim_config(run_settings(dataclasses.replace(as_then, profiles="catalog")))
     store.close()
 
 
-def test_a_database_made_before_the_margins_resumes_without_them_or_is_refused_naming_them(tmp_path: Path) -> None:
+def test_a_database_made_before_the_margins_and_the_order_resumes_as_it_ran_or_is_refused_naming_them(
+    tmp_path: Path,
+) -> None:
     from raycolloc.queue.replay import claim_run
     from raycolloc.queue.settings import compose_settings
 
     settings = compose_settings([f"out_dir={tmp_path}"])
     assert (settings.config.queue.slowdown_margin, settings.config.queue.min_gain) == (0.10, 0.05)
-    margins = ("queue.slowdown_margin", "queue.min_gain")
+    margins = ("queue.slowdown_margin", "queue.min_gain", "queue.order")
     store = Store(tmp_path / "q.sqlite")
     store.claim_config({k: v for k, v in run_settings(settings.config.queue).items() if k not in margins})
     with pytest.raises(ConfigMismatch, match=r"min_gain=null there, 0.05 now.*ran as queue.slowdown_margin=0.0"):
         claim_run(store, "t", "shape", settings)  # the default margins would change how it runs: refused
-    as_then = compose_settings([f"out_dir={tmp_path}", "queue.slowdown_margin=0", "queue.min_gain=0"])
+    with pytest.raises(ConfigMismatch, match=r'queue.order=null there, "longest" now.*ran as .*queue.order="arrival"'):
+        claim_run(
+            store,
+            "t",
+            "shape",
+            compose_settings([f"out_dir={tmp_path}", "queue.slowdown_margin=0", "queue.min_gain=0"]),
+        )
+    as_then = compose_settings(
+        [f"out_dir={tmp_path}", "queue.slowdown_margin=0", "queue.min_gain=0", "queue.order=arrival"]
+    )
     claim_run(store, "t", "shape", as_then)  # as it ran: accepted
     store.close()

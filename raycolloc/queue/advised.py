@@ -17,9 +17,14 @@ measured memory, a newcomer by the larger of its estimate (grown after an OOM) a
 of its workload was seen to use (the profile is reused from past runs, as the advisor reuses solo
 cells): what was seen of others never shrinks what this job was found to need.
 
-Jobs are looked at in queue order (re-queued after an OOM first), up to ``queue.backfill_depth`` of
-them: a later job may take a place an earlier one cannot use (backfilling). Aging: once the job at
-the head has waited ``queue.aging_s``, no later job overtakes it, so the GPUs drain until it fits —
+The first ``queue.backfill_depth`` jobs of the queue (re-queued after an OOM first, then by
+arrival) are looked at in ``queue.order``: ``longest`` (the default) the longest alone first — a
+schedule's makespan rests on its long jobs, and a long job placed late is what ends it last (on 12
+simulated 60-job traces with an H200's measured profiles, 0.63x of exclusive's makespan on average
+against 0.67x in arrival order; docs/queue.md) — or ``arrival``; a job re-queued after an OOM comes
+first either way. A job may take a place one before it cannot use (backfilling). Aging: once the job
+at the head of the queue has waited ``queue.aging_s``, the pass goes in the queue's order and stops
+at the first job that does not fit, so no later job overtakes it and the GPUs drain until it fits —
 a large job is never starved by a stream of small ones.
 """
 
@@ -48,6 +53,7 @@ class AdvisedPolicy:
         self.depth = queue.backfill_depth
         self.margin = 1.0 + queue.slowdown_margin
         self.min_gain = queue.min_gain
+        self.longest_first = queue.order == "longest"
         self.gpu = gpu
         self.predictor = predictor
         self._sized: dict[tuple[str, float], Profile] = {}
@@ -63,7 +69,7 @@ class AdvisedPolicy:
                     self._seen_mib[r.profile.workload] = max(seen, r.mem_used_mib)
         out: list[Placement] = []
         aged = bool(waiting) and waiting[0].waited_s >= self.aging_s
-        for job in waiting[: self.depth]:
+        for job in self.order(waiting, aged):
             best = self.best(job, views)
             if best is None:
                 if aged:
@@ -73,6 +79,14 @@ class AdvisedPolicy:
             views[i] = views[i].with_job(job, mode, now)
             out.append(Placement(job.job_id, views[i].gpu_id, mode))
         return Decision(tuple(out))
+
+    def order(self, waiting: Sequence[QueuedJob], aged: bool) -> list[QueuedJob]:
+        """The jobs one pass looks at, in the order it looks at them: the queue's while its head has
+        aged (the GPUs drain for it in turn), else ``queue.order``'s (module docstring)."""
+        window = list(waiting[: self.depth])
+        if self.longest_first and not aged:  # stable: equal lengths keep the queue's order
+            window.sort(key=lambda j: (j.ooms == 0, -(j.length_s or 0.0)))
+        return window
 
     def best(self, job: QueuedJob, gpus: Sequence[GpuView]) -> tuple[int, str] | None:
         """The GPU (index) and mode where ``job`` adds the most work per second safely; None: nowhere."""

@@ -149,4 +149,7 @@ class Queue:
             max_slowdown=job.max_slowdown or self.queue.max_slowdown,
             waited_s=now - job.submit_s,
             ooms=record.ooms,
+            length_s=job.length_samples / profile.samples_per_s
+            if job.length_samples and profile.samples_per_s
+            else None,
         )

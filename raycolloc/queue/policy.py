@@ -38,8 +38,9 @@ __all__ = [
 
 @dataclass(frozen=True)
 class QueuedJob:
-    """A job waiting: its profile alone, memory estimate (MiB), slowdown bound, time waited and OOMs
-    so far (a job re-queued after one has ``ooms`` > 0 where the caller passes it on)."""
+    """A job waiting: its profile alone, memory estimate (MiB), slowdown bound, time waited, OOMs so
+    far (a job re-queued after one has ``ooms`` > 0 where the caller passes it on) and its length
+    alone in seconds (its samples at its profile's rate; None where the caller does not know it)."""
 
     job_id: str
     workload: str
@@ -48,6 +49,7 @@ class QueuedJob:
     max_slowdown: float
     waited_s: float
     ooms: int = 0
+    length_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -91,7 +91,7 @@ def run_dir(trace: Path, settings: QueueSettings) -> Path:
 # raycolloc.config's _LATER_KEYS keep config_hash). Rule: every queue key added from now on goes here.
 # The value kept out is how a run behaved before the key existed (the margins: none), so a database
 # made before it is resumed as it ran, or refused with the key named.
-_LATER_KEYS: dict[str, object] = {"profiles": None, "slowdown_margin": 0.0, "min_gain": 0.0}
+_LATER_KEYS: dict[str, object] = {"profiles": None, "slowdown_margin": 0.0, "min_gain": 0.0, "order": "arrival"}
 
 
 def run_settings(queue: QueueConfig) -> dict[str, object]:
