@@ -9,9 +9,12 @@ Each ``RUN_DIR`` is what a replay wrote (``out_dir/queue/<trace>-<policy>/``: ``
 (``out_dir/queue``). A run is known by its policy, its trace (the digest its state database recorded)
 and its cluster (shape, GPU model, seed): runs are compared only with runs of the same trace and
 cluster, one table per such group (makespan, mean and p95 JCT, energy, each against that group's
-``exclusive`` run — the report says where the group has none —, OOMs, the slowest job's slowdown, jobs
+``exclusive`` run on the same GPUs — a real run records their UUIDs; a ratio against another
+machine's run, where the group has none on the same GPUs, is marked ``*``, and the report says where
+the group has none at all —, OOMs, the slowest job's slowdown, jobs
 over their bound). It writes ``queue_policies.csv`` (a row per run, with ``trace``, ``cluster``,
-``run`` and the ratios against its group's ``exclusive``), the cluster's mean SM activity and jobs
+``run``, the ratios against its group's ``exclusive``, ``versus``: which run that was, and
+``versus_same_gpus``), the cluster's mean SM activity and jobs
 running over time per run (``queue_timeline.csv``, ``queue_sm_activity.png``) and each run's JCTs
 (``queue_jct.png``).
 """
@@ -34,7 +37,7 @@ import matplotlib.pyplot as plt  # after matplotlib.use: the backend is chosen b
 import numpy as np
 import pandas as pd
 
-from raycolloc.queue.report import Summary, format_policies
+from raycolloc.queue.report import Summary, baseline, format_policies, same_gpus
 
 __all__ = ["QueueRun", "format_groups", "load_runs", "main", "run_identity", "timeline"]
 
@@ -115,8 +118,12 @@ def _groups(runs: Sequence[QueueRun]) -> dict[tuple[str, str], list[QueueRun]]:
     return out
 
 
-def _baseline(group: Sequence[QueueRun]) -> QueueRun | None:
-    return next((r for r in group if r.summary.policy == "exclusive"), None)
+def _baseline(group: Sequence[QueueRun], run: QueueRun | None = None) -> QueueRun | None:
+    """The group's ``exclusive`` run ``run`` is compared with: on the same GPUs where there is one."""
+    if run is None:
+        return next((r for r in group if r.summary.policy == "exclusive"), None)
+    found = baseline(run.summary, [r.summary for r in group])
+    return next((r for r in group if r.summary is found), None)
 
 
 def format_groups(runs: Sequence[QueueRun]) -> str:
@@ -132,8 +139,8 @@ def format_groups(runs: Sequence[QueueRun]) -> str:
 def _table(runs: Sequence[QueueRun]) -> pd.DataFrame:
     rows: list[dict[str, object]] = []
     for group in _groups(runs).values():
-        base = _baseline(group)
         for r in group:
+            base = _baseline(group, r)
             row: dict[str, object] = {
                 "run": r.label,
                 "trace": r.trace,
@@ -141,6 +148,8 @@ def _table(runs: Sequence[QueueRun]) -> pd.DataFrame:
                 "directory": str(r.directory),
             }
             row.update(dataclasses.asdict(r.summary))
+            row["versus"] = base.label if base else None
+            row["versus_same_gpus"] = same_gpus(r.summary, base.summary) if base else None
             for key in ("makespan_s", "energy_j", "jct_mean_s"):
                 value, ref = getattr(r.summary, key), getattr(base.summary, key) if base else None
                 row[f"{key}_vs_exclusive"] = value / ref if value is not None and ref else None

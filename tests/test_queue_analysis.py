@@ -10,6 +10,7 @@ import pytest
 
 from analysis.queue import main, run_identity, timeline
 from raycolloc.queue.replay import replay
+from raycolloc.queue.report import Summary, baseline, format_policies, same_gpus
 from raycolloc.queue.settings import compose_settings
 from raycolloc.queue.trace import write_trace
 from raycolloc.queue.tracegen import generate
@@ -103,3 +104,22 @@ def test_a_run_directory_with_uri_characters_is_read_by_its_state_database(tmp_p
     con.commit()
     con.close()
     assert run_identity(run, pd.DataFrame(), pd.DataFrame()) == ("abc123", "2 x H200")
+
+
+def _summary(policy: str, makespan: float, gpus: str) -> Summary:
+    return Summary(policy, 60, 60, True, makespan, 10.0, 20.0, makespan * 1000.0, 0, 0, 1.2, 0, makespan, gpus=gpus)
+
+
+def test_a_run_is_measured_against_the_exclusive_run_on_its_own_gpus_and_marked_where_there_is_none() -> None:
+    host_a, host_b = _summary("exclusive", 200.0, "GPU-a1,GPU-a2"), _summary("exclusive", 180.0, "GPU-b1,GPU-b2")
+    on_b, on_c = _summary("raycolloc", 108.0, "GPU-b1,GPU-b2"), _summary("raycolloc", 100.0, "GPU-c1,GPU-c2")
+    simulated = _summary("carma", 150.0, "")
+    runs = [host_a, host_b, on_b, on_c, simulated]
+    assert baseline(on_b, runs) is host_b and baseline(on_c, runs) is host_a and baseline(simulated, runs) is host_a
+    assert same_gpus(on_b, host_b) and not same_gpus(on_c, host_a) and same_gpus(simulated, host_a)
+    lines = format_policies(runs, ["exclusive", "exclusive#2", "raycolloc", "raycolloc#2", "carma"]).splitlines()
+    row = {line.split()[0]: line.split() for line in lines[2:-1]}
+    assert row["raycolloc"][2] == "0.60x" and row["raycolloc"][6] == "0.60x"  # 108 / 180, not / 200
+    assert row["raycolloc#2"][2] == "0.50x*" and row["carma"][2] == "0.75x"
+    assert lines[-1].startswith("* against an exclusive run on other GPUs")
+    assert "*" not in format_policies([host_b, on_b])

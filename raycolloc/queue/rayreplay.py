@@ -176,7 +176,8 @@ def replay_ray(trace: Path, settings: QueueSettings) -> ReplayOutcome:
             return profile.samples_per_s / rate
 
         rows = job_rows(config.queue.policy, store.jobs(), alone, config.queue.max_slowdown, speed)
-        summary = summarise(config.queue.policy, rows, energy, wall, found.source, sessions)
+        gpus = ",".join(sorted(lane.gpu.uuid for lane in runners.lanes.values()))
+        summary = summarise(config.queue.policy, rows, energy, wall, found.source, sessions, gpus)
         jobs_file = write_parquet(directory / "jobs.parquet", rows)
         write_parquet(directory / "gpus.parquet", runners.telemetry)
         if runners.attempts:  # this run's (a resumed run's earlier attempts went with their process)

@@ -87,6 +87,7 @@ class Summary:
     cancelled: int = 0  # last, with a default: a summary.json written before it still loads
     profiles: str = "catalog"  # the jobs' profiles alone: the catalogue's, or measured on the cluster
     sessions: int = 1  # processes that ran it: more than 1 where it was interrupted and resumed
+    gpus: str = ""  # the GPUs it ran on, their UUIDs sorted (the last session's); "" simulated, or unknown
 
 
 def job_rows(
@@ -148,9 +149,11 @@ def summarise(
     wall_s: float,
     profiles: str = "catalog",
     sessions: int = 1,
+    gpus: str = "",
 ) -> Summary:
     """The summary of a run's rows; ``profiles``: where the jobs' profiles alone came from;
-    ``sessions``: the processes that ran it (a resumed run: wall time is the last one's)."""
+    ``sessions``: the processes that ran it (a resumed run: wall time is the last one's); ``gpus``:
+    the GPUs' UUIDs, sorted and comma-separated (what a comparison matches runs by)."""
     done = [r for r in rows if r.jct_s is not None]
     jcts = [r.jct_s for r in done if r.jct_s is not None]
     slow = [s for r in done if (s := r.judged_slowdown) is not None]
@@ -174,6 +177,7 @@ def summarise(
         cancelled=sum(1 for r in rows if r.state == "cancelled"),
         profiles=profiles,
         sessions=sessions,
+        gpus=gpus,
     )
 
 
@@ -216,23 +220,40 @@ def format_policies(summaries: Sequence[Summary], labels: Sequence[str] | None =
     def num(value: float | None, spec: str) -> str:
         return "-" if value is None else format(value, spec)
 
-    base = next((s for s in summaries if s.policy == "exclusive"), None)
-    base_makespan = base.makespan_s if base is not None else None
-    base_energy = base.energy_j if base is not None else None
     head = (
         f"{'policy':<10} {'makespan s':>10} {'vs excl':>7} {'JCT mean s':>10} {'JCT p95 s':>9} {'energy kWh':>10} "
         f"{'vs excl':>7} {'OOMs':>5} {'max slowdown':>12} {'over bound':>10} {'ended':>9}"
     )
     lines = [head, "-" * len(head)]
+    elsewhere = False
     for s, name in zip(summaries, labels or [s.policy for s in summaries], strict=True):
         energy = None if s.energy_j is None else s.energy_j / 3.6e6
+        base = baseline(s, summaries)
+        mark = "*" if base is not None and not same_gpus(s, base) else ""
+        elsewhere = elsewhere or bool(mark)
+        makespan = _ratio(s.makespan_s, base.makespan_s if base else None) + mark
+        energy_vs = _ratio(s.energy_j, base.energy_j if base else None) + mark
         lines.append(
-            f"{name:<10} {num(s.makespan_s, ',.1f'):>10} {_ratio(s.makespan_s, base_makespan):>7} "
+            f"{name:<10} {num(s.makespan_s, ',.1f'):>10} {makespan:>7} "
             f"{num(s.jct_mean_s, ',.1f'):>10} {num(s.jct_p95_s, ',.1f'):>9} {num(energy, '.3f'):>10} "
-            f"{_ratio(s.energy_j, base_energy):>7} {s.ooms:>5} {num(s.max_slowdown, '.2f'):>12} "
+            f"{energy_vs:>7} {s.ooms:>5} {num(s.max_slowdown, '.2f'):>12} "
             f"{s.over_bound:>10} {f'{s.ended}/{s.jobs}':>9}"
         )
+    if elsewhere:
+        lines.append("* against an exclusive run on other GPUs (another machine): speed moves between machines")
     return "\n".join(lines)
+
+
+def same_gpus(a: Summary, b: Summary) -> bool:
+    """Whether two runs ran on the same GPUs (either unknown, e.g. simulated: taken as the same)."""
+    return not a.gpus or not b.gpus or a.gpus == b.gpus
+
+
+def baseline(run: Summary, summaries: Sequence[Summary]) -> Summary | None:
+    """The ``exclusive`` run ``run`` is measured against: the one on the same GPUs where there is one
+    (solo speed moves between machines), else the first (None: there is no exclusive run)."""
+    exclusive = [s for s in summaries if s.policy == "exclusive"]
+    return next((s for s in exclusive if run.gpus and s.gpus == run.gpus), exclusive[0] if exclusive else None)
 
 
 def write_parquet(path: Path, rows: Sequence[Any]) -> Path:
