@@ -81,3 +81,21 @@ def test_a_database_made_before_the_margins_and_the_order_resumes_as_it_ran_or_i
     )
     claim_run(store, "t", "shape", as_then)  # as it ran: accepted
     store.close()
+
+
+def test_a_ray_replays_directory_does_not_name_the_catalogues_gpu_and_an_old_named_one_is_resumed(
+    tmp_path: Path,
+) -> None:
+    from raycolloc.queue.replay import run_dir
+    from raycolloc.queue.settings import compose_settings
+
+    words = [f"out_dir={tmp_path}", "queue.runner=ray", "cluster.backend=nvml"]
+    settings = compose_settings(words)  # cluster.gpu_model is the catalogue's H100-80GB: not the GPUs run on
+    trace = tmp_path / "t2.csv"
+    assert run_dir(trace, settings) == tmp_path / "queue" / "t2-raycolloc-ray-nvml"
+    old = tmp_path / "queue" / "t2-raycolloc-ray-nvml-H100-80GB"
+    old.mkdir(parents=True)
+    assert run_dir(trace, settings).name == "t2-raycolloc-ray-nvml"  # a folder with no database: not a run
+    Store(old / "queue.sqlite").close()
+    assert run_dir(trace, settings) == old  # made under the name before: resumed there
+    assert run_dir(trace, compose_settings([*words[:1], "cluster.num_gpus=2"])).name == "t2-raycolloc-1x2-H100-80GB"

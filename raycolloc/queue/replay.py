@@ -3,7 +3,7 @@
 The trace is read and every job's profile found first: a malformed trace or a job the simulated
 cluster has no profile of is refused before any state exists. Then the queue's database (under
 ``out_dir/queue/<trace>-<policy>-<cluster>/``, the cluster as ``<nodes>x<gpus>-<gpu model>`` or
-``ray-<backend>-<gpu model>``; or ``queue.db``) is opened: a new one takes the trace's jobs; one left by
+``ray-<backend>``; or ``queue.db``) is opened: a new one takes the trace's jobs; one left by
 an earlier run of the same trace, policy, cluster and queue settings (stopped or killed) is resumed —
 jobs it had running are re-queued, since their runners died with it — so every job ends exactly once;
 one made with other settings is refused, naming them (:func:`claim_run`). The loop
@@ -66,12 +66,14 @@ class ReplayOutcome:
     jobs_file: Path
 
 
-def cluster_label(settings: QueueSettings) -> str:
+def cluster_label(settings: QueueSettings, legacy: bool = False) -> str:
     """The cluster a replay runs on, for its directory's name: ``<nodes>x<gpus>-<gpu model>`` simulated,
-    ``ray-<backend>-<gpu model>`` on a Ray cluster's GPUs (their count is what the cluster has)."""
+    ``ray-<backend>`` on a Ray cluster's GPUs (their count and model are what the cluster has: the
+    catalogue's model, ``cluster.gpu_model``, is not theirs; ``legacy``: the name before, which carried
+    it)."""
     config = settings.config
     if config.queue.runner == "ray":
-        label = f"ray-{config.cluster.backend}-{settings.gpu.name}"
+        label = f"ray-{config.cluster.backend}" + (f"-{settings.gpu.name}" if legacy else "")
     else:
         label = f"{settings.nodes}x{settings.gpus_per_node}-{settings.gpu.name}"
     return re.sub(r"[^A-Za-z0-9._-]+", "_", label)
@@ -79,11 +81,18 @@ def cluster_label(settings: QueueSettings) -> str:
 
 def run_dir(trace: Path, settings: QueueSettings) -> Path:
     """Where a replay of ``trace`` keeps its database and results: one directory per trace, policy and
-    cluster, so that runs of one trace on other clusters sit side by side in one ``out_dir``."""
+    cluster, so that runs of one trace on other clusters sit side by side in one ``out_dir``. A ray
+    replay's database made under the name before (``ray-<backend>-<gpu model>``) is found there and
+    resumed, not started afresh beside it."""
     queue = settings.config.queue
     if queue.db:
         return Path(queue.db).parent
-    return settings.out_dir / "queue" / f"{trace.stem}-{queue.policy}-{cluster_label(settings)}"
+    name = f"{trace.stem}-{queue.policy}-"
+    directory = settings.out_dir / "queue" / (name + cluster_label(settings))
+    legacy = settings.out_dir / "queue" / (name + cluster_label(settings, legacy=True))
+    if queue.runner == "ray" and not directory.exists() and (legacy / "queue.sqlite").is_file():
+        return legacy
+    return directory
 
 
 # queue.* keys added after databases were claimed with their settings, and their defaults: left out of
