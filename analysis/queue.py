@@ -118,10 +118,8 @@ def _groups(runs: Sequence[QueueRun]) -> dict[tuple[str, str], list[QueueRun]]:
     return out
 
 
-def _baseline(group: Sequence[QueueRun], run: QueueRun | None = None) -> QueueRun | None:
+def _baseline(group: Sequence[QueueRun], run: QueueRun) -> QueueRun | None:
     """The group's ``exclusive`` run ``run`` is compared with: on the same GPUs where there is one."""
-    if run is None:
-        return next((r for r in group if r.summary.policy == "exclusive"), None)
     found = baseline(run.summary, [r.summary for r in group])
     return next((r for r in group if r.summary is found), None)
 
@@ -130,7 +128,8 @@ def format_groups(runs: Sequence[QueueRun]) -> str:
     """One table per trace and cluster, each against its own ``exclusive`` run (said where none)."""
     parts = []
     for (trace, cluster), group in _groups(runs).items():
-        note = "" if _baseline(group) else "\n(no exclusive run of this trace and cluster: no 'vs excl' ratios)"
+        has_exclusive = any(r.summary.policy == "exclusive" for r in group)
+        note = "" if has_exclusive else "\n(no exclusive run of this trace and cluster: no 'vs excl' ratios)"
         table = format_policies([r.summary for r in group], [r.label for r in group])  # as the CSV names runs
         parts.append(f"trace {trace}, cluster {cluster}:\n{table}{note}")
     return "\n\n".join(parts)
