@@ -62,11 +62,29 @@ def run_sweep(sweep_args: Sequence[str], out_dir: Path) -> tuple[Path, float]:
     return sweep, wall
 
 
-def measured(sweep: Path) -> tuple[pd.DataFrame, float]:
-    """The sweep's gain table and its GPU time (its cells' wall time, summed)."""
+RATES = {"epoch": "the epoch's samples over its wall time", "windows": "the median of its windows' rates"}
+
+
+def as_rate(cells: pd.DataFrame, rate: str) -> pd.DataFrame:
+    """The cells with their aggregate rate taken as ``rate`` says (:data:`RATES`): ``windows`` puts
+    ``agg_rate_median`` in ``agg_samples_per_s`` and scales the within-run bounds with it."""
+    if rate == "epoch":
+        return cells
+    if "agg_rate_median" not in cells:
+        raise ValueError("these results have no agg_rate_median (made before the windows' median existed)")
+    scale = cells["agg_rate_median"] / cells["agg_samples_per_s"]
+    return cells.assign(
+        agg_samples_per_s=cells["agg_rate_median"],
+        agg_rate_low=cells["agg_rate_low"] * scale,
+        agg_rate_high=cells["agg_rate_high"] * scale,
+    )
+
+
+def measured(sweep: Path, rates: Sequence[str] = ("epoch",)) -> tuple[dict[str, pd.DataFrame], float]:
+    """The sweep's gain table under each rate of ``rates`` and its GPU time (its cells' wall time, summed)."""
     data = load_sweeps([sweep])
     gpu_s = float((data.cells["finished_at"] - data.cells["started_at"]).clip(lower=0).sum())
-    return gain_table(data.cells, data.jobs), gpu_s
+    return {rate: gain_table(as_rate(data.cells, rate), data.jobs) for rate in rates}, gpu_s
 
 
 def _interval(row: pd.Series, column: str) -> Interval | None:
@@ -134,6 +152,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", required=True, type=Path, help="JSON file for the table and the summary")
     parser.add_argument("--gap-s", type=float, default=0.0, help="seconds to wait between the two sweeps")
     parser.add_argument("--work", type=Path, help="where the sweeps write (default: a new temporary directory)")
+    parser.add_argument(
+        "--rates",
+        default="epoch,windows",
+        help="the cell rates to compare the runs by, comma-separated: epoch (the study's metric), windows "
+        "(the median of each job's window rates); default both",
+    )
     parser.add_argument("sweep", nargs=argparse.REMAINDER, help="-- then the sweep's arguments")
     return parser
 
@@ -150,6 +174,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.gap_s < 0:
         print(f"error: --gap-s must be >= 0, got {args.gap_s}", file=sys.stderr)
         return 2
+    rates = [r for r in args.rates.split(",") if r]
+    if not rates or any(r not in RATES for r in rates):
+        print(f"error: --rates takes {', '.join(RATES)} (comma-separated), got {args.rates!r}", file=sys.stderr)
+        return 2
     work = args.work or Path(tempfile.mkdtemp(prefix="repro-"))
     runs = {}
     try:
@@ -158,29 +186,35 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"waiting {args.gap_s:.0f} s before run B", flush=True)
                 time.sleep(args.gap_s)
             sweep, wall = run_sweep(sweep_args, work / f"run_{name}")
-            gains, gpu_s = measured(sweep)
+            gains, gpu_s = measured(sweep, rates)
             runs[name] = {"sweep": str(sweep), "wall_s": wall, "gpu_s": gpu_s, "gains": gains}
     except RuntimeError as exc:
         print(exc, file=sys.stderr)
         return 1
-    rows = compare(runs["a"]["gains"], runs["b"]["gains"])
-    summary = summarise_rows(rows)
-    print(table(rows))
-    share = summary["overlap_share"]
-    print(
-        f"gains: median |A/B-1| {_fmt(summary['median_diff_pct'], '.1f')}%, "
-        f"max {_fmt(summary['max_diff_pct'], '.1f')}%; intervals overlap in "
-        f"{_fmt(None if share is None else 100 * share, '.0f')}% of {summary['configurations']} configurations; "
-        f"widest half-width {_fmt(summary['max_half_width_pct'], '.1f')}%"
-    )
+    by_rate: dict[str, Any] = {}
+    for rate in rates:
+        rows = compare(runs["a"]["gains"][rate], runs["b"]["gains"][rate])
+        summary = summarise_rows(rows)
+        by_rate[rate] = {"rows": rows, "summary": summary}
+        print(f"rate: {rate} ({RATES[rate]})")
+        print(table(rows))
+        share = summary["overlap_share"]
+        print(
+            f"gains ({rate}): median |A/B-1| {_fmt(summary['median_diff_pct'], '.1f')}%, "
+            f"max {_fmt(summary['max_diff_pct'], '.1f')}%; intervals overlap in "
+            f"{_fmt(None if share is None else 100 * share, '.0f')}% of {summary['configurations']} configurations; "
+            f"widest half-width {_fmt(summary['max_half_width_pct'], '.1f')}%"
+        )
     for name in ("a", "b"):
         print(f"run {name.upper()}: GPU time {runs[name]['gpu_s']:.1f} s, wall {runs[name]['wall_s']:.1f} s")
     result = {
         "sweep_args": sweep_args,
         "gap_s": args.gap_s,
         "runs": {n: {k: v for k, v in r.items() if k != "gains"} for n, r in runs.items()},
-        "rows": rows,
-        "summary": summary,
+        # The first rate's table at the top level, as before the rates existed; each rate's under rates.
+        "rows": by_rate[rates[0]]["rows"],
+        "summary": by_rate[rates[0]]["summary"],
+        "rates": by_rate,
     }
     args.out.write_text(json.dumps(result, indent=2, default=str))
     print(f"wrote {args.out}")

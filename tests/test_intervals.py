@@ -179,6 +179,19 @@ def test_bench_reproducibility_runs_the_sweep_twice_and_compares_each_configurat
     assert result["summary"]["configurations"] == 1 and result["summary"]["max_diff_pct"] == gain["diff_pct"]
     assert result["runs"]["a"]["gpu_s"] > 0 and result["runs"]["b"]["gpu_s"] > 0
     assert "median |A/B-1|" in proc.stdout and "run B: GPU time" in proc.stdout
+    # Both rates compared on the same runs; the windows' median rate is each run's agg_rate_median.
+    assert set(result["rates"]) == {"epoch", "windows"} and "gains (windows)" in proc.stdout
+    solo_w = next(r for r in result["rates"]["windows"]["rows"] if r["metric"] == "samples/s")
+    cells = pd.concat(pd.read_parquet(p) for p in (tmp_path / "run_a").rglob("cells.parquet"))
+    assert solo_w["a"] == pytest.approx(cells[cells.degree == 1]["agg_rate_median"].median())
+    bad_rate = subprocess.run(
+        [sys.executable, str(ROOT / "jobs" / "bench_reproducibility.py"), "--out", str(out), "--rates", "fastest"]
+        + ["--", *sweep],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert bad_rate.returncode == 2 and "--rates takes epoch, windows" in bad_rate.stderr
     bad = subprocess.run(
         [sys.executable, str(ROOT / "jobs" / "bench_reproducibility.py"), "--out", str(out)],
         capture_output=True,

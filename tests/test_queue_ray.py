@@ -40,7 +40,8 @@ def _trace(path: Path, jobs: int = 6, samples: int = 256) -> Path:
 
 
 def _epoch(peak: float | None, rate: float | None) -> EpochRow:
-    none = dict.fromkeys(("windows", "rate_low", "rate_high", "rate_cv", "steps", "loss", "thread_cpu_s"))
+    none: dict[str, object] = dict.fromkeys(("windows", "rate_low", "rate_high", "rate_cv", "rate_median", "steps"))
+    none.update(dict.fromkeys(("loss", "thread_cpu_s")), window_steps=[], window_s=[])
     none.update(dict.fromkeys(("thread_sys_s", "minor_faults", "involuntary_switches", "voluntary_switches")))
     return EpochRow(
         "c", 0, 1, False, 0.0, 1.0, 1.0, 64, rate, **none, peak_mem_allocated_mib=None, peak_mem_reserved_mib=peak

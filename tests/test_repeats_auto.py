@@ -98,6 +98,35 @@ def test_the_budget_caps_the_added_runs_gpu_time_at_a_share_of_the_first_pass() 
     assert [(a.base.degree, a.repeat, a.reason) for a in more] == [(1, 3, "ci")]
 
 
+def _again(cell, repeat: int):  # noqa: ANN001, ANN202 - a CellSpec: run ``repeat`` of its configuration
+    return dataclasses.replace(cell, config=dataclasses.replace(cell.config, repeat=repeat))
+
+
+@pytest.mark.parametrize("budget", [0.75, 1.0])
+def test_a_second_run_for_an_interval_is_granted_only_with_room_for_a_third_which_is_kept(budget: float) -> None:
+    # No solo repeats of their own; every interval ±10%; a first pass of 4 x 10 s.
+    words = ["measure.min_solo_repeats=1", "measure.max_repeats=3", f"measure.budget={budget}"]
+    cells = [load([f"degree={d}", *words]) for d in (1, 2, 3, 7)]
+    policy = RepeatPolicy(cells)
+    added = sum((policy.recorded(c, _timed(100.0, 90.0, 110.0, 10.0)) for c in cells), [])
+    # Each second run is granted with room for its third: 30 s hold one configuration's two more
+    # runs, 40 s two configurations'. Without the rule 40 s would leave all four at two runs, each
+    # with a t-interval wider than its first run's own.
+    seconds = [1] if budget == 0.75 else [1, 2]
+    assert [(a.base.degree, a.repeat) for a in added] == [(d, 1) for d in seconds]
+    assert policy.refused == 4 - len(seconds)
+    # Each second run recorded, still wide: its third is there, kept for it though others asked first.
+    for degree in seconds:
+        (third,) = policy.recorded(_again(cells[[1, 2, 3, 7].index(degree)], 1), _timed(130.0, 117.0, 143.0, 10.0))
+        assert (third.base.degree, third.repeat, third.reason) == (degree, 2, "ci")
+    # A second run that lands inside the target releases the room it held.
+    pair = [load([f"degree={d}", *words[:2], "measure.budget=2"]) for d in (1, 2)]
+    calm = RepeatPolicy(pair)
+    assert [(a.base.degree, a.repeat) for a in calm.recorded(pair[0], _timed(100.0, 90.0, 110.0, 10.0))] == [(1, 1)]
+    assert calm.recorded(_again(pair[0], 1), _timed(100.1, 90.0, 110.0, 10.0)) == []
+    assert not calm.groups[next(iter(calm.groups))].third_owed
+
+
 def test_a_run_found_on_disk_is_taken_whatever_the_budget() -> None:
     """A resumed sweep finds the runs its first invocation added, though its estimates differ."""
     cells = [load([f"degree={d}", "measure.budget=0"]) for d in (1, 2)]

@@ -65,7 +65,21 @@ def test_a_short_epoch_has_fewer_windows_of_at_least_three_steps_and_one_has_no_
     assert len(sizes) == 10 and set(sizes) == {3, 4} and sum(sizes) == 35
     one = _run(5, 5, lambda i: 0.01)
     assert one == [(5, pytest.approx(0.05))]
-    assert window_stats(one, 10, 1000.0) == WindowStats(1, None, None, None)
+    assert window_stats(one, 10, 1000.0) == WindowStats(1, None, None, None, 1000.0)
+
+
+def test_the_median_window_rate_leaves_out_the_windows_a_host_slowed() -> None:
+    # Ten windows at 1000 samples/s, three of them slowed to a third (a vCPU that slows for a while):
+    # the epoch's rate falls by a third; the median of its windows stays at the unslowed rate.
+    slow = {2, 5, 6}
+    got = _run(100, 100, lambda i: 0.01 * (3 if i // 10 in slow else 1))
+    headline = 1000 / sum(t for _, t in got)
+    stats = window_stats(got, 10, headline)
+    assert headline == pytest.approx(1000 / 1.6)
+    assert stats.rate_median == pytest.approx(1000.0)
+    # Half the windows or more slowed: the median is a slowed one's (it does not invent a rate).
+    most = window_stats(_run(100, 100, lambda i: 0.01 * (3 if i // 10 < 6 else 1)), 10, 500.0)
+    assert most.rate_median == pytest.approx(1000 / 3)
 
 
 def test_a_budgeted_epoch_merges_windows_as_it_goes_and_keeps_equal_steps() -> None:
@@ -100,6 +114,12 @@ def test_a_real_cell_carries_the_windows_into_its_rows(tmp_path: Path, budget: l
     assert cell["agg_rate_low"] <= cell["agg_samples_per_s"] <= cell["agg_rate_high"]
     assert cell["rate_cv"] == pytest.approx(e2["rate_cv"].max())
     assert cell["unstable"] == (cell["rate_cv"] >= 0.10)
+    # Each window's steps and seconds are in the epochs table, and the median of their rates with them.
+    for _, e in epochs.iterrows():
+        rates = [n * 8 / t for n, t in zip(e["window_steps"], e["window_s"], strict=True)]
+        assert len(rates) == e["windows"] and sum(e["window_steps"]) == e["steps"]
+        assert e["rate_median"] == pytest.approx(statistics.median(rates))
+    assert cell["agg_rate_median"] == pytest.approx(e2["rate_median"].sum())
 
 
 def _on(backend: str, *words: str):  # noqa: ANN202 - a Config

@@ -20,7 +20,10 @@ the engine asks :class:`RepeatPolicy` which runs to add:
   far). On a noisy host every interval is wider than the target and the re-runs would go to the cap
   (3.2x the first pass on 2 x H200, docs/measurements.md, sixteenth session); the budget keeps the
   sweep within twice its first pass by default. Runs are granted in the order results arrive, the
-  solo baselines' first (they come first and are the cheapest).
+  solo baselines' first (they come first and are the cheapest);
+- **never two runs where three are due**: a configuration gets a second run for its interval only if
+  the budget holds a third as well, and that third is kept for it (two runs' t-interval is wider
+  than one run's own; :meth:`RepeatPolicy._grant`).
 
 Pure bookkeeping: it reads specs and rows and returns :class:`Addition` records; the engine makes
 them cells (:mod:`raycolloc.driver.regrow`).
@@ -130,6 +133,7 @@ class _Group:
     next_repeat: int = 1
     first_done: bool = False
     refused: bool = False  # the budget refused it a solo run: none is asked for again
+    third_owed: bool = False  # granted a second run for its interval: the budget keeps room for a third
 
     @property
     def ok(self) -> bool:
@@ -185,6 +189,7 @@ class RepeatPolicy:
         if group.pending == 0 and (not group.solo or len(group.runs) >= self._solo_runs(group)):
             if needs_rerun(group.runs, group.base.config, group.solo):
                 out += self._grant(group, front=False, reason="ci")
+            group.third_owed = group.third_owed and group.pending > 0 and len(group.runs) < 3
         return out
 
     def _estimate(self, group: _Group) -> float:
@@ -202,26 +207,39 @@ class RepeatPolicy:
         first_pass = sum(self._first_gpu_s) / len(self._first_gpu_s) * self.first_pass
         return group.base.config.measure.budget * first_pass - self._spent_gpu_s
 
-    def _owed_to_solos(self) -> float:
-        """GPU seconds of the solo baselines' runs still to come (due later in the sweep): a re-run
-        for an interval leaves them room, since every gain divides by a solo."""
+    def _owed(self, asking: _Group) -> float:
+        """GPU seconds promised to other configurations: the solo baselines' runs still to come (due
+        later in the sweep; every gain divides by a solo) and the third run of each configuration
+        that was granted a second for its interval. A re-run for an interval leaves them room."""
         owed = 0.0
         for g in self.groups.values():
             if g.solo and g.ok and not g.refused:
                 missing = self._solo_runs(g) - len(g.runs) - g.pending
                 owed += max(0, missing) * self._estimate(g)
+            if g.third_owed and g is not asking:
+                owed += self._estimate(g)
         return owed
 
     def _grant(self, group: _Group, front: bool, reason: Reason) -> list[Addition]:
-        """One more run of ``group`` if the budget holds it (else none, counted in ``refused``); a
-        re-run for an interval only from what the solo baselines' remaining runs leave."""
+        """One more run of ``group`` if the budget holds it (else none, counted in ``refused``).
+
+        A re-run for an interval comes only from what the runs owed to others leave (:meth:`_owed`),
+        and a configuration's second run only if a third fits too: two runs' t-interval is 4.9 times
+        as wide as three's (Student's t with one degree of freedom is 12.7), so a configuration left
+        at two runs would show a wider interval than its one run had (±124-350% on an H200, docs/
+        measurements.md, twenty-second session). The third is then kept for it until it is recorded
+        or the interval no longer asks for it."""
         cost = self._estimate(group)
-        reserved = self._owed_to_solos() if reason == "ci" else 0.0
+        second = reason == "ci" and len(group.runs) + group.pending == 1 and group.base.config.measure.max_repeats >= 3
+        need = cost * (2 if second else 1)
+        reserved = self._owed(group) if reason == "ci" else 0.0
         found = self.on_disk is not None and self.on_disk(group.base, group.next_repeat)
-        if not found and cost > self._budget_left(group) - reserved:
+        if not found and need > self._budget_left(group) - reserved:
             self.refused += 1
+            group.third_owed = False
             return []
         self._spent_gpu_s += cost
+        group.third_owed = second
         return [self._add(group, front, reason)]
 
     def _solo_runs(self, group: _Group) -> int:

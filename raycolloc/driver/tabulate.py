@@ -344,6 +344,7 @@ def cell_row(rec: CellRecord, jobs: Sequence[JobRow], epochs: Sequence[EpochRow]
         window_samples_per_s=measured_samples / (end - start)
         if not mixed and measured_samples and start is not None and end is not None and end > start
         else None,
+        agg_rate_median=None if mixed else _sum([e.rate_median for e in e2]),
         # pyperf's rule on the least steady job: a flag, never a reason to hide the cell's numbers.
         rate_cv=rate_cv,
         unstable=None if rate_cv is None else rate_cv >= CV_UNSTABLE,

@@ -57,6 +57,9 @@ def epoch_row(
         rate_low=timed.rate_low,
         rate_high=timed.rate_high,
         rate_cv=timed.rate_cv,
+        rate_median=timed.rate_median,
+        window_steps=[int(n) for n, _ in times.windows],
+        window_s=[float(t) for _, t in times.windows],
         loss=loss,
         steps=times.steps,
         # The training thread's CPU time (user + system): near wall_s means the job is bound by

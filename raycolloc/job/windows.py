@@ -17,6 +17,7 @@ the boundary. (No thread may start here: the training process imports this befor
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -83,12 +84,14 @@ def clock_for(device: torch.device) -> Clock:
 @dataclass(frozen=True)
 class WindowStats:
     """An epoch's windows in the epochs table: how many, the 95% interval of its rate, the windows'
-    coefficient of variation (None with fewer than two windows: no spread to speak of)."""
+    coefficient of variation (None with fewer than two windows: no spread to speak of) and the median
+    of their rates (one window's: the epoch's rate)."""
 
     windows: int
     rate_low: float | None
     rate_high: float | None
     rate_cv: float | None
+    rate_median: float | None = None
 
 
 class EpochWindows:
@@ -151,12 +154,13 @@ def window_stats(windows: list[tuple[int, float]], batch_size: int, rate: float)
     The half-width is :func:`raycolloc.results.stats.window_interval`'s, taken relative and put around
     the headline: on a GPU the windows' seconds (events) and the wall time (the host's clock, from one
     synchronise to the next) differ by the synchronise itself, so the relative width is what carries.
+    The median of one window is the headline itself (the window is the epoch).
     """
     timed = [(s, t) for s, t in windows if s > 0]
     if len(timed) < 2 or any(t <= 0 for _, t in timed):
-        return WindowStats(len(windows), None, None, None)
+        return WindowStats(len(windows), None, None, None, rate if windows else None)
     samples = [float(s * batch_size) for s, _ in timed]
     seconds = [t for _, t in timed]
     rel = window_interval(samples, seconds).rel_half_width
     rates = [s / t for s, t in zip(samples, seconds, strict=True)]
-    return WindowStats(len(windows), rate * (1 - rel), rate * (1 + rel), cv(rates))
+    return WindowStats(len(windows), rate * (1 - rel), rate * (1 + rel), cv(rates), statistics.median(rates))

@@ -78,12 +78,17 @@ class EpochRow:
     samples: int | None  # None: a script's epoch (marked by workload.epoch_regex without a samples group)
     samples_per_s: float | None
     # The epoch timed in windows of equal steps (raycolloc.job.windows): how many, the 95% interval of
-    # samples_per_s from the windows' rates, their coefficient of variation. None for one window and
+    # samples_per_s from the windows' rates, their coefficient of variation, the median of their rates
+    # (what a host that slows some windows leaves alone; one window's is the epoch's rate) and each
+    # window's steps and seconds. The interval and CV are None for one window; all are None or empty
     # for a script's epochs (timed from outside).
     windows: int | None
     rate_low: float | None
     rate_high: float | None
     rate_cv: float | None
+    rate_median: float | None
+    window_steps: list[int] | None
+    window_s: list[float] | None
     steps: int | None
     loss: float | None
     thread_cpu_s: float | None
@@ -187,7 +192,11 @@ class CellRow:
     ``agg_rate_low``/``agg_rate_high`` are the within-run 95% interval of ``agg_samples_per_s``: each
     job's epoch-2 interval from its windows, summed (half-widths in quadrature; None unless every job
     has one). ``rate_cv`` is the largest coefficient of variation of a job's epoch-2 windows;
-    ``unstable`` is pyperf's rule on it (CV >= 10%).
+    ``unstable`` is pyperf's rule on it (CV >= 10%). ``agg_rate_median`` sums the jobs' epoch-2
+    ``rate_median`` (the median of each job's window rates; None unless every job has one). The
+    headline stays ``agg_samples_per_s``: on two pairs of sweeps the windows' median did not make
+    gains more reproducible (docs/measurements.md, twenty-second session); it is kept to compare by
+    (``jobs/bench_reproducibility.py --rates``).
     """
 
     cell_id: str
@@ -231,6 +240,7 @@ class CellRow:
     agg_rate_low: float | None
     agg_rate_high: float | None
     window_samples_per_s: float | None
+    agg_rate_median: float | None
     rate_cv: float | None
     unstable: bool | None
     n_jobs: int

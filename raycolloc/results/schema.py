@@ -30,7 +30,10 @@ _ARROW = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_
 def _arrow_type(annotation: Any) -> pa.DataType:
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         (inner,) = [a for a in typing.get_args(annotation) if a is not type(None)]
-        return _ARROW[inner]
+        return _arrow_type(inner)
+    if typing.get_origin(annotation) is list:  # an epoch's windows: a list column
+        (item,) = typing.get_args(annotation)
+        return pa.list_(_ARROW[item])
     return _ARROW[annotation]
 
 
