@@ -1,6 +1,7 @@
 """Why runs were noisy: for each cell, the likely cause, from the noise columns its rows carry
 (``raycolloc.driver.noise``: GPU clocks and clock-event reasons, how long the training threads waited
-for a core, their pre-emptions and core clocks, foreign GPU processes, cells side by side).
+for a core beyond the usual wait, their pre-emptions, core clocks and CPU time per step, foreign GPU
+processes, cells side by side).
 
 :func:`likely_causes` names the causes found in one cell, most likely first; :func:`attribute` adds
 them to the cells frame as ``likely_cause``; :func:`section` is the report's "Why runs were noisy".
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import pandas as pd
 
@@ -23,7 +25,10 @@ __all__ = [
     "FOREIGN_WEIGHT",
     "INVOL_SWITCHES_PER_S",
     "SIDE_BY_SIDE_WEIGHT",
+    "SLOW_CORE",
+    "Baseline",
     "attribute",
+    "baseline",
     "likely_causes",
     "section",
 ]
@@ -41,6 +46,11 @@ INVOL_SWITCHES_PER_S = 200.0
 # The cell's slowest job cores ran this much below the sweep's median core clock: turbo lost to heat
 # or load elsewhere on the socket (a few % is ordinary frequency jitter).
 CORE_MHZ_DROP = 0.05
+# A training thread spent this much more CPU time per step than in its configuration's quickest run,
+# without waiting longer for its core: the core itself ran slow. On H200 VMs (16 vCPUs, no steal
+# reported) a degree-1 job ran 10,900 samples/s at 6.8 ms a step beside runs at 17,000 and 4.2 ms,
+# its wait share 0.22 in both (docs/measurements.md, twenty-second session).
+SLOW_CORE = 0.10
 # Causes without a measured share of the window are ranked by these (how much of it they may take):
 # another process on the GPU shares its SMs for however long it runs; cells side by side slowed
 # each other 10-22% on 4 x H200 (issue 30).
@@ -77,22 +87,54 @@ def _clock_causes(row: Mapping[str, object]) -> list[tuple[float, str]]:
     return out
 
 
-def _cpu_cause(row: Mapping[str, object], median_mhz: float | None) -> list[tuple[float, str]]:
+@dataclass(frozen=True)
+class Baseline:
+    """What a cell's CPU readings are compared with, from every cell loaded (:func:`attribute`).
+
+    Args:
+        core_mhz: the median of ``core_mhz_min`` (None: no core clocks).
+        wait_share: the lower quartile of ``cpu_wait_share_max``: the wait a training thread has
+            anyway (on a GPU its one core is shared with CUDA's threads of its own process: 0.21-0.29
+            in every degree-1 cell on an H200). Contention is a wait :data:`CPU_WAIT_SHARE` above it.
+        quickest_ms: per configuration (``repeat_group``), the least ``cpu_ms_per_step_max`` of its runs.
+    """
+
+    core_mhz: float | None = None
+    wait_share: float | None = None
+    quickest_ms: Mapping[str, float] = field(default_factory=dict)
+
+
+def _slow_core(row: Mapping[str, object], base: Baseline) -> float:
+    """How much more CPU time per step the cell's slowest training thread spent than its
+    configuration's quickest run (0: unknown, or one run)."""
+    ms = _num(row, "cpu_ms_per_step_max")
+    quickest = base.quickest_ms.get(str(row.get("repeat_group")))
+    return ms / quickest - 1.0 if ms is not None and quickest else 0.0
+
+
+def _cpu_cause(row: Mapping[str, object], base: Baseline) -> list[tuple[float, str]]:
     wait = _num(row, "cpu_wait_share_max")
     switches = _num(row, "invol_switches_per_s_max")
     mhz = _num(row, "core_mhz_min")
+    median_mhz = base.core_mhz
     drop = 1.0 - mhz / median_mhz if mhz is not None and median_mhz else 0.0
     if wait is not None:
-        contended = wait >= CPU_WAIT_SHARE
+        usual = base.wait_share or 0.0
+        contended = wait >= CPU_WAIT_SHARE and wait - usual >= CPU_WAIT_SHARE
         weight = wait
     else:  # no schedstats on this host: pre-emptions alone
         contended = switches is not None and switches >= INVOL_SWITCHES_PER_S
         weight = min(1.0, (switches or 0.0) / 1000.0)
     if not contended and drop < CORE_MHZ_DROP:
-        return []
+        slower = _slow_core(row, base)
+        if slower < SLOW_CORE:
+            return []
+        text = f"CPU time per step +{slower:.0%} over the configuration's quickest run, no longer waiting for it"
+        return [(slower / (1.0 + slower), f"core ran slow ({text})")]
     parts = []
     if wait is not None:
-        parts.append(f"waited for a core {wait:.0%} of epoch 2")
+        beside = f", {base.wait_share:.0%} in the usual cell" if base.wait_share is not None else ""
+        parts.append(f"waited for a core {wait:.0%} of epoch 2{beside}")
     if switches is not None:
         parts.append(f"{switches:,.0f} involuntary switches/s")
     if mhz is not None and median_mhz and abs(drop) >= 0.01:  # a core clock within 1% of the sweep's says nothing
@@ -100,15 +142,14 @@ def _cpu_cause(row: Mapping[str, object], median_mhz: float | None) -> list[tupl
     return [(max(weight, drop), f"CPU contention ({', '.join(parts)})")]
 
 
-def likely_causes(row: Mapping[str, object], median_core_mhz: float | None = None) -> str:
+def likely_causes(row: Mapping[str, object], base: Baseline | None = None) -> str:
     """The causes of noise found in one cell's row, most likely first, "; "-joined ("" when none).
 
     Args:
         row: the cell's columns (a cells-frame row as a mapping); absent columns count as unknown.
-        median_core_mhz: the sweep's median of ``core_mhz_min``, the clock a cell's cores are
-            compared with (None: not compared).
+        base: what its CPU readings are compared with (None: absolute thresholds only).
     """
-    found = _clock_causes(row) + _cpu_cause(row, median_core_mhz)
+    found = _clock_causes(row) + _cpu_cause(row, base or Baseline())
     foreign = _num(row, "foreign_gpu_procs")
     if foreign:
         found.append(
@@ -123,10 +164,28 @@ def likely_causes(row: Mapping[str, object], median_core_mhz: float | None = Non
 def attribute(cells: pd.DataFrame) -> pd.DataFrame:
     """``cells`` with a ``likely_cause`` column (cells of every sweep loaded compared together)."""
     out = cells.copy()
-    mhz = pd.to_numeric(out["core_mhz_min"], errors="coerce") if "core_mhz_min" in out else pd.Series(dtype=float)
-    median = float(mhz.median()) if mhz.notna().any() else None
-    out["likely_cause"] = [likely_causes(row, median) for row in out.to_dict("records")]
+    base = baseline(out)
+    out["likely_cause"] = [likely_causes(row, base) for row in out.to_dict("records")]
     return out
+
+
+def baseline(cells: pd.DataFrame) -> Baseline:
+    """What each cell's CPU readings are compared with: over ``cells`` the median core clock and the
+    lower quartile of the wait share, and each configuration's quickest run (configurations of two
+    runs or more)."""
+
+    def quantile(column: str, q: float) -> float | None:
+        values = pd.to_numeric(cells[column], errors="coerce") if column in cells else pd.Series(dtype=float)
+        return float(values.quantile(q)) if values.notna().any() else None
+
+    quickest: dict[str, float] = {}
+    if {"repeat_group", "cpu_ms_per_step_max"} <= set(cells.columns):
+        ms = cells.assign(_ms=pd.to_numeric(cells["cpu_ms_per_step_max"], errors="coerce")).dropna(subset=["_ms"])
+        if "status" in ms:
+            ms = ms[ms["status"] == "ok"]
+        runs = ms.groupby("repeat_group")["_ms"]
+        quickest = {str(k): float(v) for k, v in runs.min()[runs.count() >= 2].items()}
+    return Baseline(quantile("core_mhz_min", 0.5), quantile("cpu_wait_share_max", 0.25), quickest)
 
 
 def _noisy(cells: pd.DataFrame) -> pd.Series:
@@ -158,7 +217,8 @@ def section(cells: pd.DataFrame) -> str:
     consts, text = display(noisy, _COLUMNS, keep=["likely_cause"])
     note = (
         f'<p class="note">{len(noisy)} of {len(frame)} cells: flagged unstable, or a cause of noise was measured in '
-        "the measured window (GPU clocks held by a cap, training threads waiting for a core, other processes on the "
+        "the measured window (GPU clocks held by a cap, training threads waiting for a core more than usual or their "
+        "core running slow, other processes on the "
         f"GPU, cells side by side). Thresholds: analysis/attribution.py.</p>"
     )
     return head + note + table_html(text, consts, wrap=["likely cause"])

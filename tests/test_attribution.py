@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from analysis import attribution
-from analysis.attribution import attribute, likely_causes, section
+from analysis.attribution import Baseline, attribute, baseline, likely_causes, section
 from raycolloc.config import ClusterConfig, config_hash
 from raycolloc.config_checks import ConfigError
 from raycolloc.driver.noise import cell_noise, job_noise
@@ -20,7 +20,7 @@ from raycolloc.node.gpu.sim import SIM_SM_CLOCK_MHZ, SimBackend
 from raycolloc.node.hostclock import core_mhz, foreign_count, load_avg_1m, run_delay_s
 from raycolloc.results.rows import EpochRow, TelemetryRow
 
-from .conftest import load
+from .conftest import ROOT, load
 
 QUIET = {
     "clock_events": "",
@@ -33,17 +33,17 @@ QUIET = {
 
 
 def test_a_quiet_cell_names_nothing_and_missing_columns_are_unknown() -> None:
-    assert likely_causes(QUIET, 3000.0) == ""
+    assert likely_causes(QUIET, Baseline(3000.0)) == ""
     assert likely_causes({}, None) == ""  # a sweep written before these columns
     assert likely_causes({**QUIET, "clock_events": "gpu_idle", "clock_event_share": 0.0}) == ""
 
 
 def test_a_power_cap_is_named_with_its_reason() -> None:
     row = {**QUIET, "clock_events": "gpu_idle,sw_power_cap", "clock_event_share": 0.4}
-    assert likely_causes(row, 3000.0) == "clocks dropped (sw_power_cap)"
+    assert likely_causes(row, Baseline(3000.0)) == "clocks dropped (sw_power_cap)"
     # Below the threshold: one capped sample in a long window is not a cause.
     below = {**row, "clock_event_share": attribution.CLOCK_EVENT_SHARE / 2}
-    assert likely_causes(below, 3000.0) == ""
+    assert likely_causes(below, Baseline(3000.0)) == ""
 
 
 def test_a_thermal_cap_is_named_as_such() -> None:
@@ -53,20 +53,22 @@ def test_a_thermal_cap_is_named_as_such() -> None:
 
 def test_cpu_contention_from_the_wait_for_a_core_with_switches_and_core_clock() -> None:
     row = {**QUIET, "cpu_wait_share_max": 0.45, "invol_switches_per_s_max": 180.0, "core_mhz_min": 2700.0}
-    assert likely_causes(row, 3000.0) == (
+    assert likely_causes(row, Baseline(3000.0)) == (
         "CPU contention (waited for a core 45% of epoch 2, 180 involuntary switches/s, core MHz -10%)"
     )
 
 
 def test_without_schedstats_cpu_contention_comes_from_preemptions() -> None:
     row = {**QUIET, "cpu_wait_share_max": None, "invol_switches_per_s_max": 900.0}
-    assert likely_causes(row, 3000.0) == "CPU contention (900 involuntary switches/s)"
-    assert likely_causes({**row, "invol_switches_per_s_max": 20.0}, 3000.0) == ""
+    assert likely_causes(row, Baseline(3000.0)) == "CPU contention (900 involuntary switches/s)"
+    assert likely_causes({**row, "invol_switches_per_s_max": 20.0}, Baseline(3000.0)) == ""
 
 
 def test_a_slow_core_clock_alone_is_named() -> None:
     row = {**QUIET, "core_mhz_min": 2400.0}
-    assert likely_causes(row, 3000.0).startswith("CPU contention (") and "core MHz -20%" in likely_causes(row, 3000.0)
+    assert likely_causes(row, Baseline(3000.0)).startswith("CPU contention (") and "core MHz -20%" in likely_causes(
+        row, Baseline(3000.0)
+    )
 
 
 def test_foreign_processes_and_side_by_side_cells_ranked_after_a_measured_cause() -> None:
@@ -96,7 +98,8 @@ def test_attribute_compares_core_clocks_with_the_sweeps_median_and_section_lists
     assert list(out["likely_cause"]) == [
         "",
         "",
-        "CPU contention (waited for a core 1% of epoch 2, 3 involuntary switches/s, core MHz -33%)",
+        "CPU contention (waited for a core 1% of epoch 2, 1% in the usual cell, 3 involuntary switches/s, "
+        "core MHz -33%)",
     ]
     page = section(cells)
     assert "Why runs were noisy" in page and "core MHz -33%" in page and ">a<" not in page
@@ -104,6 +107,59 @@ def test_attribute_compares_core_clocks_with_the_sweeps_median_and_section_lists
     assert ">a<" in section(unstable)  # flagged unstable: listed even with no cause found
     quiet = cells.assign(core_mhz_min=3000.0)
     assert "No cell was unstable" in section(quiet)
+
+
+def test_contention_is_a_wait_above_the_usual_one_and_a_slower_step_alone_is_a_slow_core() -> None:
+    # On a GPU every training thread waits ~22% for its one core (CUDA's threads of its own process
+    # share it): that is the usual wait, not contention. 45% is 23 points above it: contention.
+    usual = Baseline(wait_share=0.22, quickest_ms={"g": 4.0})
+    row = {**QUIET, "cpu_wait_share_max": 0.24, "invol_switches_per_s_max": 150.0, "repeat_group": "g"}
+    assert likely_causes({**row, "cpu_ms_per_step_max": 4.2}, usual) == ""
+    assert likely_causes({**row, "cpu_wait_share_max": 0.45}, usual).startswith(
+        "CPU contention (waited for a core 45% of epoch 2, 22% in the usual cell"
+    )
+    # The usual wait, but 60% more CPU time a step than the configuration's quickest run: the core ran slow.
+    assert likely_causes({**row, "cpu_ms_per_step_max": 6.4}, usual) == (
+        "core ran slow (CPU time per step +60% over the configuration's quickest run, no longer waiting for it)"
+    )
+    assert likely_causes({**row, "cpu_ms_per_step_max": 4.3}, usual) == ""  # +7.5%: within SLOW_CORE
+    # A configuration of one run has no quickest run to compare with: nothing is said.
+    assert likely_causes({**row, "repeat_group": "one", "cpu_ms_per_step_max": 9.0}, usual) == ""
+
+
+def test_baseline_takes_each_configurations_quickest_of_two_runs_or_more() -> None:
+    cells = pd.DataFrame(
+        {
+            "repeat_group": ["a", "a", "b", "c", "c"],
+            "status": ["ok", "ok", "ok", "ok", "error"],
+            "cpu_ms_per_step_max": [5.0, 4.0, 3.0, 6.0, 1.0],
+            "cpu_wait_share_max": [0.2, 0.22, 0.3, 0.21, None],
+        }
+    )
+    base = baseline(cells)
+    assert base.quickest_ms == {"a": 4.0}  # b: one run; c: one ok run (a failed run is not a quickest)
+    assert base.wait_share == pytest.approx(0.2075) and base.core_mhz is None  # the lower quartile
+
+
+def test_on_an_h200_sweep_the_slow_runs_are_named_slow_cores_and_no_cell_contention() -> None:
+    # Two sweeps of the resnet26 quick matrix on one H200 (twenty-second session), as recorded: every
+    # cell's training threads waited 21-29% for their core; some runs ran at 0.6x their configuration's best.
+    cells = pd.read_csv(ROOT / "tests" / "data" / "h200_resnet26_repro_cells.csv", dtype={"repeat_group": str})
+    out = attribute(cells)
+    assert not out["likely_cause"].str.contains("CPU contention").any()
+    named_slow = out["likely_cause"].str.startswith("core ran slow")
+    slow = out[named_slow]
+    # The CPU readings alone split the runs as their rates do: every run named is at most 0.90 of its
+    # configuration's fastest run (0.61-0.90), every run not named above it (0.92-1.00).
+    share = out["agg_samples_per_s"] / out.groupby("repeat_group")["agg_samples_per_s"].transform("max")
+    assert (share[named_slow] <= 0.91).all() and (share[~named_slow] > 0.91).all()
+    assert named_slow.sum() == 16
+    named = set(slow["sweep"] + ":" + slow["label"])
+    assert "run_a:resnet26_cifar10-mps-x1-r2" in named  # 10,944 samples/s beside 17,817: 6.4 ms a step, not 3.8
+    assert "run_b:resnet26_cifar10-mps-x2" in named  # one job at 7,900, the other at 16,500
+    # The quickest runs of each configuration, and the configurations of one run, are never named.
+    quickest = out.loc[out.groupby("repeat_group")["cpu_ms_per_step_max"].idxmin()]
+    assert (quickest["likely_cause"] == "").all()
 
 
 def test_clock_event_names() -> None:
@@ -195,7 +251,7 @@ def test_cell_and_job_noise_summarise_the_measured_window() -> None:
         [],
         3,
         None,
-        None,
+        0.03,
         None,
         None,
         450,
@@ -204,15 +260,24 @@ def test_cell_and_job_noise_summarise_the_measured_window() -> None:
         None,
     )
     job = job_noise(rows, 0, e2)
-    assert job == {"epoch2_core_mhz": 2500.0, "epoch2_invol_switches_per_s": 150.0, "epoch2_cpu_wait_share": 0.5}
+    assert job == pytest.approx(
+        {
+            "epoch2_core_mhz": 2500.0,
+            "epoch2_invol_switches_per_s": 150.0,
+            "epoch2_cpu_wait_share": 0.5,
+            "epoch2_cpu_ms_per_step": 10.0,  # 0.03 s of the training thread's CPU over 3 steps
+        }
+    )
     assert job_noise(rows, 0, None)["epoch2_cpu_wait_share"] is None
 
     # The JobRow fields cell_noise reads.
-    jobs = [SimpleNamespace(epoch2_core_mhz=2500.0, epoch2_invol_switches_per_s=150.0, epoch2_cpu_wait_share=0.5)]
+    one = dict(epoch2_core_mhz=2500.0, epoch2_invol_switches_per_s=150.0, epoch2_cpu_wait_share=0.5)
+    jobs = [SimpleNamespace(**one, epoch2_cpu_ms_per_step=4.0), SimpleNamespace(**one, epoch2_cpu_ms_per_step=None)]
     cell = cell_noise(rows, jobs, 1.0, 4.0)
     assert cell["sm_clock_min_mhz"] == 1188.0 and cell["clock_events"] == "sw_power_cap"
     assert cell["clock_event_share"] == pytest.approx(0.25) and cell["foreign_gpu_procs"] == 1
     assert cell["cpu_wait_share_max"] == 0.5 and cell["core_mhz_min"] == 2500.0
+    assert cell["cpu_ms_per_step_max"] == 4.0
     assert all(v is None for v in cell_noise(rows, [], None, None).values())
 
 

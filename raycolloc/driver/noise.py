@@ -24,6 +24,7 @@ NOISE_CELL_COLUMNS = (
     "core_mhz_min",
     "invol_switches_per_s_max",
     "cpu_wait_share_max",
+    "cpu_ms_per_step_max",
 )
 
 
@@ -33,10 +34,13 @@ def _mean(values: Sequence[float]) -> float | None:
 
 def job_noise(rows: Sequence[TelemetryRow], job_index: int, e2: EpochRow | None) -> dict[str, float | None]:
     """A job's epoch-2 core clock (the mean of the steward's samples of its cores inside the epoch),
-    its training thread's involuntary context switches per second of the epoch, and the share of the
-    epoch it waited for a core (the run delay between the first and last samples inside it)."""
+    its training thread's involuntary context switches per second of the epoch, the share of the
+    epoch it waited for a core (the run delay between the first and last samples inside it), and the
+    training thread's CPU time per step (ms)."""
     if e2 is None:
-        return dict.fromkeys(("epoch2_core_mhz", "epoch2_invol_switches_per_s", "epoch2_cpu_wait_share"))
+        return dict.fromkeys(
+            ("epoch2_core_mhz", "epoch2_invol_switches_per_s", "epoch2_cpu_wait_share", "epoch2_cpu_ms_per_step")
+        )
     inside = [r for r in rows if r.scope == "process" and r.job_index == job_index and e2.start_ts <= r.ts <= e2.end_ts]
     mhz = [float(r.proc_core_mhz) for r in inside if r.proc_core_mhz is not None]
     delay = sorted((r.ts, float(r.proc_run_delay_s)) for r in inside if r.proc_run_delay_s is not None)
@@ -46,6 +50,9 @@ def job_noise(rows: Sequence[TelemetryRow], job_index: int, e2: EpochRow | None)
         "epoch2_core_mhz": _mean(mhz),
         "epoch2_invol_switches_per_s": switches / e2.wall_s if switches is not None and e2.wall_s > 0 else None,
         "epoch2_cpu_wait_share": None if waited is None else min(1.0, max(0.0, waited)),
+        "epoch2_cpu_ms_per_step": 1000.0 * e2.thread_cpu_s / e2.steps
+        if e2.thread_cpu_s is not None and e2.steps
+        else None,
     }
 
 
@@ -77,6 +84,7 @@ def cell_noise(
     mhz = [j.epoch2_core_mhz for j in jobs if j.epoch2_core_mhz is not None]
     switches = [j.epoch2_invol_switches_per_s for j in jobs if j.epoch2_invol_switches_per_s is not None]
     waits = [j.epoch2_cpu_wait_share for j in jobs if j.epoch2_cpu_wait_share is not None]
+    per_step = [j.epoch2_cpu_ms_per_step for j in jobs if j.epoch2_cpu_ms_per_step is not None]
     return {
         "sm_clock_mean_mhz": _mean(sm),
         "sm_clock_min_mhz": min(sm) if sm else None,
@@ -89,4 +97,5 @@ def cell_noise(
         "core_mhz_min": min(mhz) if mhz else None,
         "invol_switches_per_s_max": max(switches) if switches else None,
         "cpu_wait_share_max": max(waits) if waits else None,
+        "cpu_ms_per_step_max": max(per_step) if per_step else None,
     }

@@ -165,10 +165,12 @@ class JobRow:
     # What explains noise (README, "Why runs were noisy"): the mean clock of the job's cores over its
     # epoch 2 (the steward's samples of them; None where the host shows no core frequency), how
     # often its training thread was pre-empted per second of epoch 2 (EpochRow.involuntary_switches),
-    # and the share of epoch 2 it waited, runnable, for a core (the steward's schedstat samples).
+    # and the share of epoch 2 it waited, runnable, for a core (the steward's schedstat samples);
+    # the training thread's CPU time per step of epoch 2 (ms): up with waits no longer, the core ran slow.
     epoch2_core_mhz: float | None
     epoch2_invol_switches_per_s: float | None
     epoch2_cpu_wait_share: float | None
+    epoch2_cpu_ms_per_step: float | None
     compile: str
     amp: str
     channels_last: bool
@@ -260,7 +262,8 @@ class CellRow:
     # (mean and lowest), the clock-event reasons seen and the share of samples a cap slowed, the
     # hottest temperature, the lowest enforced power limit, the node's mean load average, the most
     # GPU processes that were not the cell's (None: NVML hid them), and over the jobs the lowest
-    # core clock, the most pre-emptions per second and the largest share of time waiting for a core.
+    # core clock, the most pre-emptions per second, the largest share of time waiting for a core and
+    # the most CPU time per step of a training thread (ms).
     sm_clock_mean_mhz: float | None
     sm_clock_min_mhz: float | None
     clock_events: str | None
@@ -272,6 +275,7 @@ class CellRow:
     core_mhz_min: float | None
     invol_switches_per_s_max: float | None
     cpu_wait_share_max: float | None
+    cpu_ms_per_step_max: float | None
     resumed_from: str | None
     # Quiet cores and side-by-side cells (issue 30): the node's cores kept for its own processes
     # ("0-1"; None: none reserved), how many other cells of the node measured while this one did

@@ -8,8 +8,9 @@ Each injection is real where it can be, not a number written into a column:
   (SIGSTOP) for ``1 - DROP_FACTOR`` of every :data:`DUTY_PERIOD_S`, as a GPU at a lower clock runs
   the same kernels slower. It holds for :data:`DROP_SHARE` of the measured window, estimated from the
   warm-up's length (the steward does not know the window's end in advance).
-* ``cpu_hog``: a busy process pinned to each core of the cell's jobs runs through the measured
-  window: the training threads are pre-empted (involuntary context switches rise) and the rate falls.
+* ``cpu_hog``: :data:`HOGS_PER_CORE` busy processes pinned to each core of the cell's jobs run through
+  the measured window: the training threads are pre-empted (involuntary context switches rise), wait
+  for their core well beyond the usual wait, and the rate falls.
 * ``foreign_process``: a process that is not the cell's attaches to the simulated GPU (a context and
   a little memory), as another user's job would; NVML's process list shows it.
 
@@ -32,7 +33,7 @@ import psutil
 
 from raycolloc.node.gpu.sim import SimBackend
 
-__all__ = ["DROP_FACTOR", "DROP_SHARE", "DUTY_PERIOD_S", "MAX_LIFE_S", "Injector", "injector_for"]
+__all__ = ["DROP_FACTOR", "DROP_SHARE", "DUTY_PERIOD_S", "HOGS_PER_CORE", "MAX_LIFE_S", "Injector", "injector_for"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,9 @@ DROP_SHARE = 0.5  # how much of the measured window the drop lasts: part of it, 
 DUTY_PERIOD_S = 0.05  # stop/continue period: short beside a 1 s progress report, long beside a signal
 MAX_LIFE_S = 900.0  # a helper process never outlives this, whatever happens to the steward
 FOREIGN_MIB = 256  # what the foreign process allocates on the simulated GPU
+# Two: the training thread gets about a third of its core, its wait far above the usual one even on a
+# loaded 2-core CI machine, where every cell's thread already waits about half the time.
+HOGS_PER_CORE = 2
 # A helper's body: busy (hog) or idle (foreign), until its parent (the steward) is gone or time is up.
 _BODY = "import os,time\nend=time.time()+{life}\nwhile os.getppid()=={parent} and time.time()<end:\n    {work}\n"
 
@@ -75,9 +79,10 @@ class Injector:
         """The measured epochs begin: start every injection."""
         if "cpu_hog" in self.names:
             for core in sorted(self._job_cores()):
-                hog = _helper("pass")
-                os.sched_setaffinity(hog.pid, {core})
-                self.helpers.append(hog)
+                for _ in range(HOGS_PER_CORE):
+                    hog = _helper("pass")
+                    os.sched_setaffinity(hog.pid, {core})
+                    self.helpers.append(hog)
         if "foreign_process" in self.names:
             other = _helper("time.sleep(0.2)")
             self.helpers.append(other)
