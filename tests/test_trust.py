@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import re
 import shutil
 import signal
@@ -262,13 +263,29 @@ def _dashboard_env(home: Path) -> dict[str, str]:
     return env
 
 
+def _quiet_port() -> int:
+    """A free port that no other process is handed meanwhile: Ray's default 8265 may be another
+    instance's, and a port the kernel picked (bind to 0) is in the ephemeral range, where Ray's own
+    processes and every outgoing connection of the other test worker take ports too (a CI run lost
+    one that way between the test's bind and Ray's). So: below the ephemeral range and above Ray's
+    worker ports (10002-19999), a random one that binds now."""
+    rng = random.Random(os.getpid() ^ time.monotonic_ns())
+    for _ in range(100):
+        port = rng.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000-31999")
+
+
 @pytest.mark.slow
 def test_item_11_the_dashboard_url_comes_with_the_token_it_asks_for(tmp_path: Path) -> None:
     out = tmp_path / "out"
     ray_tmp = tempfile.mkdtemp(prefix="rcd", dir="/tmp")
-    with socket.socket() as s:  # a free port: Ray's default 8265 may be another instance's
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = _quiet_port()
     proc = subprocess.Popen(
         [
             sys.executable,
