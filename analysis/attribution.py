@@ -26,6 +26,7 @@ __all__ = [
     "INVOL_SWITCHES_PER_S",
     "SIDE_BY_SIDE_WEIGHT",
     "SLOW_CORE",
+    "USUAL_WAIT_CAP",
     "Baseline",
     "attribute",
     "baseline",
@@ -51,6 +52,9 @@ CORE_MHZ_DROP = 0.05
 # reported) a degree-1 job ran 10,900 samples/s at 6.8 ms a step beside runs at 17,000 and 4.2 ms,
 # its wait share 0.22 in both (docs/measurements.md, twenty-second session).
 SLOW_CORE = 0.10
+# The usual wait is never taken above this: on a GPU it is 0.17-0.29 (H200 VMs); a sweep of one cell,
+# or one whose cells are mostly contended, must not make contention the usual.
+USUAL_WAIT_CAP = 0.30
 # Causes without a measured share of the window are ranked by these (how much of it they may take):
 # another process on the GPU shares its SMs for however long it runs; cells side by side slowed
 # each other 10-22% on 4 x H200 (issue 30).
@@ -96,7 +100,8 @@ class Baseline:
         wait_share: the lower quartile of ``cpu_wait_share_max``: the wait a training thread has
             anyway (on a GPU its one core is shared with CUDA's threads of its own process: 0.21-0.29
             in every degree-1 cell on an H200). Contention is a wait :data:`CPU_WAIT_SHARE` above it.
-        quickest_ms: per configuration (``repeat_group``), the least ``cpu_ms_per_step_max`` of its runs.
+        quickest_ms: per configuration on one kind of GPU of one host (:func:`_config_key`), the
+            least ``cpu_ms_per_step_max`` of its runs.
     """
 
     core_mhz: float | None = None
@@ -104,11 +109,20 @@ class Baseline:
     quickest_ms: Mapping[str, float] = field(default_factory=dict)
 
 
+_KEY_COLUMNS = ("repeat_group", "gpu_name", "hostname")
+
+
+def _config_key(row: Mapping[str, object]) -> str:
+    """The runs a cell's CPU time per step is compared with: its configuration's, on the same kind of
+    GPU and host (sweeps of other machines loaded together are not compared)."""
+    return "|".join(str(row.get(k)) for k in _KEY_COLUMNS if k in row)
+
+
 def _slow_core(row: Mapping[str, object], base: Baseline) -> float:
     """How much more CPU time per step the cell's slowest training thread spent than its
     configuration's quickest run (0: unknown, or one run)."""
     ms = _num(row, "cpu_ms_per_step_max")
-    quickest = base.quickest_ms.get(str(row.get("repeat_group")))
+    quickest = base.quickest_ms.get(_config_key(row))
     return ms / quickest - 1.0 if ms is not None and quickest else 0.0
 
 
@@ -129,7 +143,7 @@ def _cpu_cause(row: Mapping[str, object], base: Baseline) -> list[tuple[float, s
         slower = _slow_core(row, base)
         if slower < SLOW_CORE:
             return []
-        text = f"CPU time per step +{slower:.0%} over the configuration's quickest run, no longer waiting for it"
+        text = f"CPU time per step +{slower:.0%} over the configuration's quickest run, its wait for a core as usual"
         return [(slower / (1.0 + slower), f"core ran slow ({text})")]
     parts = []
     if wait is not None:
@@ -171,8 +185,8 @@ def attribute(cells: pd.DataFrame) -> pd.DataFrame:
 
 def baseline(cells: pd.DataFrame) -> Baseline:
     """What each cell's CPU readings are compared with: over ``cells`` the median core clock and the
-    lower quartile of the wait share, and each configuration's quickest run (configurations of two
-    runs or more)."""
+    lower quartile of the wait share (at most :data:`USUAL_WAIT_CAP`), and each configuration's
+    quickest run (configurations of two runs or more on one kind of GPU of one host)."""
 
     def quantile(column: str, q: float) -> float | None:
         values = pd.to_numeric(cells[column], errors="coerce") if column in cells else pd.Series(dtype=float)
@@ -183,9 +197,11 @@ def baseline(cells: pd.DataFrame) -> Baseline:
         ms = cells.assign(_ms=pd.to_numeric(cells["cpu_ms_per_step_max"], errors="coerce")).dropna(subset=["_ms"])
         if "status" in ms:
             ms = ms[ms["status"] == "ok"]
-        runs = ms.groupby("repeat_group")["_ms"]
+        keys = [_config_key(row) for row in ms.to_dict("records")]
+        runs = ms.assign(_key=keys).groupby("_key")["_ms"]
         quickest = {str(k): float(v) for k, v in runs.min()[runs.count() >= 2].items()}
-    return Baseline(quantile("core_mhz_min", 0.5), quantile("cpu_wait_share_max", 0.25), quickest)
+    usual = quantile("cpu_wait_share_max", 0.25)
+    return Baseline(quantile("core_mhz_min", 0.5), None if usual is None else min(usual, USUAL_WAIT_CAP), quickest)
 
 
 def _noisy(cells: pd.DataFrame) -> pd.Series:

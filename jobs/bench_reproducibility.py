@@ -70,8 +70,8 @@ def as_rate(cells: pd.DataFrame, rate: str) -> pd.DataFrame:
     ``agg_rate_median`` in ``agg_samples_per_s`` and scales the within-run bounds with it."""
     if rate == "epoch":
         return cells
-    if "agg_rate_median" not in cells:
-        raise ValueError("these results have no agg_rate_median (made before the windows' median existed)")
+    if "agg_rate_median" not in cells or cells["agg_rate_median"].isna().all():
+        raise RuntimeError("these results have no agg_rate_median (made before the windows' median existed)")
     scale = cells["agg_rate_median"] / cells["agg_samples_per_s"]
     return cells.assign(
         agg_samples_per_s=cells["agg_rate_median"],

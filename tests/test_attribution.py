@@ -120,11 +120,25 @@ def test_contention_is_a_wait_above_the_usual_one_and_a_slower_step_alone_is_a_s
     )
     # The usual wait, but 60% more CPU time a step than the configuration's quickest run: the core ran slow.
     assert likely_causes({**row, "cpu_ms_per_step_max": 6.4}, usual) == (
-        "core ran slow (CPU time per step +60% over the configuration's quickest run, no longer waiting for it)"
+        "core ran slow (CPU time per step +60% over the configuration's quickest run, its wait for a core as usual)"
     )
     assert likely_causes({**row, "cpu_ms_per_step_max": 4.3}, usual) == ""  # +7.5%: within SLOW_CORE
     # A configuration of one run has no quickest run to compare with: nothing is said.
     assert likely_causes({**row, "repeat_group": "one", "cpu_ms_per_step_max": 9.0}, usual) == ""
+
+
+def test_a_single_hogged_cell_is_still_contention_the_usual_wait_has_a_ceiling() -> None:
+    one = pd.DataFrame([{**QUIET, "label": "hog", "cpu_wait_share_max": 0.62}])
+    assert baseline(one).wait_share == attribution.USUAL_WAIT_CAP
+    assert attribute(one)["likely_cause"].iloc[0].startswith("CPU contention (waited for a core 62% of epoch 2")
+    # The same configuration's runs on another host are not its quickest run.
+    two_hosts = pd.DataFrame(
+        [
+            {**QUIET, "repeat_group": "g", "hostname": h, "cpu_ms_per_step_max": ms}
+            for h, ms in (("fast", 4.0), ("fast", 4.1), ("slow", 6.0), ("slow", 6.1))
+        ]
+    )
+    assert (attribute(two_hosts)["likely_cause"] == "").all()
 
 
 def test_baseline_takes_each_configurations_quickest_of_two_runs_or_more() -> None:

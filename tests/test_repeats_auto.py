@@ -127,6 +127,20 @@ def test_a_second_run_for_an_interval_is_granted_only_with_room_for_a_third_whic
     assert not calm.groups[next(iter(calm.groups))].third_owed
 
 
+def test_the_kept_third_run_is_granted_even_when_the_second_took_longer_than_estimated() -> None:
+    words = ["measure.min_solo_repeats=1", "measure.max_repeats=3", "measure.budget=1.0"]
+    cells = [load([f"degree={d}", *words]) for d in (1, 2, 3, 7)]
+    policy = RepeatPolicy(cells)
+    added = sum((policy.recorded(c, _timed(100.0, 90.0, 110.0, 10.0)) for c in cells), [])
+    assert [(a.base.degree, a.repeat) for a in added] == [(1, 1), (2, 1)]  # 40 s: two seconds, two thirds
+    # The solo's second run took 15 s, not 10: 35 s spent or held, 5 s left, less than a run; its
+    # third is still granted (it was kept for it), and x2's after it.
+    (third,) = policy.recorded(_again(cells[0], 1), _timed(130.0, 117.0, 143.0, 15.0))
+    assert (third.base.degree, third.repeat) == (1, 2)
+    (x2_third,) = policy.recorded(_again(cells[1], 1), _timed(130.0, 117.0, 143.0, 10.0))
+    assert (x2_third.base.degree, x2_third.repeat) == (2, 2)
+
+
 def test_a_run_found_on_disk_is_taken_whatever_the_budget() -> None:
     """A resumed sweep finds the runs its first invocation added, though its estimates differ."""
     cells = [load([f"degree={d}", "measure.budget=0"]) for d in (1, 2)]

@@ -228,12 +228,14 @@ class RepeatPolicy:
         as wide as three's (Student's t with one degree of freedom is 12.7), so a configuration left
         at two runs would show a wider interval than its one run had (±124-350% on an H200, docs/
         measurements.md, twenty-second session). The third is then kept for it until it is recorded
-        or the interval no longer asks for it."""
+        or the interval no longer asks for it, and granted whatever the budget says by then (its second
+        run may have taken longer than estimated, or the first pass's estimate fallen)."""
         cost = self._estimate(group)
         second = reason == "ci" and len(group.runs) + group.pending == 1 and group.base.config.measure.max_repeats >= 3
+        owed_third = reason == "ci" and group.third_owed and len(group.runs) + group.pending == 2
         need = cost * (2 if second else 1)
         reserved = self._owed(group) if reason == "ci" else 0.0
-        found = self.on_disk is not None and self.on_disk(group.base, group.next_repeat)
+        found = owed_third or (self.on_disk is not None and self.on_disk(group.base, group.next_repeat))
         if not found and need > self._budget_left(group) - reserved:
             self.refused += 1
             group.third_owed = False

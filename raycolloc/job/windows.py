@@ -85,7 +85,7 @@ def clock_for(device: torch.device) -> Clock:
 class WindowStats:
     """An epoch's windows in the epochs table: how many, the 95% interval of its rate, the windows'
     coefficient of variation (None with fewer than two windows: no spread to speak of) and the median
-    of their rates (one window's: the epoch's rate)."""
+    of their rates (one window's: its own rate)."""
 
     windows: int
     rate_low: float | None
@@ -154,11 +154,13 @@ def window_stats(windows: list[tuple[int, float]], batch_size: int, rate: float)
     The half-width is :func:`raycolloc.results.stats.window_interval`'s, taken relative and put around
     the headline: on a GPU the windows' seconds (events) and the wall time (the host's clock, from one
     synchronise to the next) differ by the synchronise itself, so the relative width is what carries.
-    The median of one window is the headline itself (the window is the epoch).
+    The median of one window is its own rate.
     """
     timed = [(s, t) for s, t in windows if s > 0]
     if len(timed) < 2 or any(t <= 0 for _, t in timed):
-        return WindowStats(len(windows), None, None, None, rate if windows else None)
+        # One window: its own rate (the device's clock, as the windows' median is), else the headline.
+        own = timed[0][0] * batch_size / timed[0][1] if len(timed) == 1 and timed[0][1] > 0 else rate
+        return WindowStats(len(windows), None, None, None, own if windows else None)
     samples = [float(s * batch_size) for s, _ in timed]
     seconds = [t for _, t in timed]
     rel = window_interval(samples, seconds).rel_half_width

@@ -79,7 +79,7 @@ class EpochRow:
     samples_per_s: float | None
     # The epoch timed in windows of equal steps (raycolloc.job.windows): how many, the 95% interval of
     # samples_per_s from the windows' rates, their coefficient of variation, the median of their rates
-    # (what a host that slows some windows leaves alone; one window's is the epoch's rate) and each
+    # (what a host that slows some windows leaves alone; one window's is its own rate) and each
     # window's steps and seconds. The interval and CV are None for one window; all are None or empty
     # for a script's epochs (timed from outside).
     windows: int | None
