@@ -66,8 +66,9 @@ def _handle(signum: int, frame: FrameType | None) -> None:
             f"`python -m raycolloc.doctor --fix` cleans what is left\n".encode(),
         )
         os._exit(128 + signum)
-    _state["first"] = signum
+    # The time first: a second signal handled between these two lines must see it as the echo.
     _first_at[0] = time.monotonic()
+    _state["first"] = signum
     raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
 
