@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from analysis.load import load_sweeps
-from raycolloc.advise.confirm import knee_second
+from raycolloc.advise.confirm import plateau_order
 from raycolloc.advise.fit import fit, observations_in
 from raycolloc.advise.model import Gpu, predict
 from raycolloc.advise.profile import combine, gpu_costs_in, profiles_in
@@ -61,7 +61,7 @@ def main() -> int:
         ]
         preds = [q for q in preds if f"{q.mode} x{q.degree}" in truth and not q.active_thread_percentage and q.fits]
         preds.sort(key=lambda q: -(q.agg_samples_per_s or 0))
-        top = knee_second(preds)[: args.k]  # as the advisor orders what it confirms
+        top = plateau_order(preds)[: args.k]  # as the advisor orders what it confirms
         got = {q.label: truth.get(f"{q.mode} x{q.degree}") for q in top}
         pick = max(top, key=lambda q: got[q.label] or 0)
         best = max(truth, key=lambda k: truth[k])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from raycolloc.advise.confirm import knee_second, successive_halving
+from raycolloc.advise.confirm import plateau_order, successive_halving
 from raycolloc.advise.fit import Observation, by_configuration, fit
 from raycolloc.advise.model import ModeParams, Params, Prediction, predict
 from raycolloc.advise.profile import Profile, combine
@@ -134,7 +134,7 @@ def test_the_knee_of_the_plateau_is_confirmed_second() -> None:
     measured with it, and picked where it measures better (resnet26 on an H200: x7 above x28)."""
     preds = _plateau(0.4)
     assert preds[0].degree in (14, 28) and {q.degree for q in preds[:3]} == {7, 14, 28}
-    ordered = knee_second(preds)
+    ordered = plateau_order(preds)
     assert [q.degree for q in ordered[:2]] == [preds[0].degree, 7]
     assert sorted(q.label for q in ordered) == sorted(q.label for q in preds)
     truth = {q.label: (70_000.0 if q.degree == 7 else 61_000.0) for q in preds}
@@ -144,10 +144,57 @@ def test_the_knee_of_the_plateau_is_confirmed_second() -> None:
 
     assert successive_halving(ordered, 2, 1e6, 60.0, measure).pick == "w mps x7"
     # A best whose interval is narrow has no tie below it; nor has a ranking of two, or one without intervals.
-    assert knee_second(_plateau(0.0)) == _plateau(0.0)
-    assert knee_second(preds[:2]) == preds[:2]
+    assert plateau_order(_plateau(0.0)) == _plateau(0.0)
+    assert plateau_order(preds[:2]) == preds[:2]
     bare = [dataclasses.replace(q, agg_interval=None) for q in preds]
-    assert knee_second(bare) == bare
+    assert plateau_order(bare) == bare
+
+
+def _row(degree: int, rate: float, atp: int | None = None, extrapolated: bool = False) -> Prediction:
+    """An MPS prediction of ``rate`` samples/s with a +-30% interval (mobilenetv3's on one H200)."""
+    q = predict(cell("mps", profile("w", sm=0.2), degree), H200, TRUTH)
+    return dataclasses.replace(
+        q,
+        label=f"w mps x{degree}" + (f" atp={atp}" if atp else ""),
+        agg_samples_per_s=rate,
+        agg_interval=Interval(rate, rate * 0.7, rate * 1.3, 5, "fit+profile"),
+        active_thread_percentage=(atp,) * degree if atp else None,
+        extrapolated=extrapolated,
+    )
+
+
+def test_a_best_at_the_plateaus_small_end_is_confirmed_with_its_far_end() -> None:
+    """mobilenetv3 on one H200 (twenty-third session): predicted x7 46,738, x7 with equal thread
+    shares alike, x14 46,263, x16 (extrapolated) 46,060; measured x14 23% above x7. The second
+    measured is x14, the plateau's far end inside the fitted range, not x7 again with thread shares."""
+    rows = [
+        _row(7, 46_738.0),
+        _row(7, 46_738.0, atp=15),
+        _row(14, 46_263.0),
+        _row(14, 46_263.0, atp=8),
+        _row(16, 46_060.0, extrapolated=True),
+        _row(3, 25_338.0),
+    ]
+    ordered = plateau_order(rows)
+    assert [q.label for q in ordered] == [
+        "w mps x7",
+        "w mps x14",
+        "w mps x16",
+        "w mps x3",
+        "w mps x7 atp=15",
+        "w mps x14 atp=8",
+    ]
+    truth = {"w mps x7": 44_785.0, "w mps x14": 55_010.0}
+
+    def measure(batch: list[Prediction], scale: int) -> dict[str, tuple[float | None, str, bool]]:
+        return {q.label: (truth.get(q.label, 40_000.0), "/c", False) for q in batch}
+
+    assert successive_halving(ordered, 2, 1e6, 60.0, measure).pick == "w mps x14"
+    # Only an extrapolated degree above the best: it is the far end then.
+    assert [q.label for q in plateau_order([rows[0], rows[4], rows[5]])][:2] == ["w mps x7", "w mps x16"]
+    # Nothing tied (every other far below): the order is the predicted one, variants last.
+    low = [_row(7, 46_738.0), _row(7, 46_738.0, atp=15), _row(3, 25_338.0), _row(2, 16_893.0)]
+    assert [q.label for q in plateau_order(low)] == ["w mps x7", "w mps x3", "w mps x2", "w mps x7 atp=15"]
 
 
 def test_default_probes_skip_the_degrees_the_fit_covers() -> None:

@@ -1,7 +1,7 @@
 """Confirm before advising: the top candidates of a ranking measured by successive halving.
 
-All of the top ``k`` (those that fit, best predicted gain first, the knee of the plateau second:
-:func:`knee_second`) run a short cell (rung 0: the
+All of the top ``k`` (those that fit, best predicted gain first, the other end of its plateau second:
+:func:`plateau_order`) run a short cell (rung 0: the
 profile's own length), the better half runs again twice as long (rung 1), and so on until one is
 left; the pick is the best *measured* configuration, the last rung's best. Each rung's cells run
 through the engine as a sweep (:func:`raycolloc.advise.run.run_cells`), which reuses any valid cell
@@ -30,7 +30,7 @@ __all__ = [
     "TIE_BAND",
     "Halving",
     "Rung",
-    "knee_second",
+    "plateau_order",
     "schedule",
     "successive_halving",
 ]
@@ -86,23 +86,44 @@ def schedule(k: int, budget_s: float, unit_s: float) -> list[Rung]:
     return []
 
 
-def knee_second(candidates: Sequence[Prediction]) -> list[Prediction]:
-    """The order the halving measures the candidates in: the best predicted first, then the smallest
-    degree below the best's whose prediction is tied with it (within the best's interval, at most
-    ``TIE_BAND`` below), then the rest as predicted. Past saturation the predictions are a plateau
-    the model is least sure of: on 2 x H200 resnet26's MPS x7 measured 70,802 samples/s and x28, predicted the best,
-    61,247 (docs/measurements.md, nineteenth session). The knee also costs the least memory and
-    slowdown; where the curve does rise to the top, measuring it only confirms the best."""
-    best = candidates[0] if len(candidates) >= 3 else None
+def plateau_order(candidates: Sequence[Prediction]) -> list[Prediction]:
+    """The order the halving measures the candidates in: the best predicted first, then the other end
+    of the plateau it sits on, then the rest as predicted, and last any configuration that differs
+    from one already listed only in its MPS active-thread percentages (a split the model predicts
+    alike: measured second, it would spend a rung on the same mode and degree twice, as it did for
+    mobilenetv3 on one H200, twenty-third session).
+
+    The plateau is the candidates tied with the best (within the best's interval, at most
+    ``TIE_BAND`` below). Past saturation the predictions are flat where the model is least sure, and
+    the truth may fall or still rise along it. Where the plateau lies below the best's degree, its
+    smallest degree (the knee) comes second: on 2 x H200 resnet26's MPS x7 measured 70,802 samples/s
+    and x28, predicted the best, 61,247 (docs/measurements.md, nineteenth session); the knee also
+    costs the least memory and slowdown. Where the best is the plateau's smallest degree, its largest
+    degree comes second (one inside the fitted range before an extrapolated one): on one H200
+    mobilenetv3's MPS x14 measured 23% above x7, predicted 1% below it (twenty-third session)."""
+    seen: set[tuple[str, int]] = set()
+    distinct: list[Prediction] = []
+    variants: list[Prediction] = []
+    for p in candidates:
+        key = (p.mode, p.degree)
+        (variants if key in seen else distinct).append(p)
+        seen.add(key)
+    best = distinct[0] if len(distinct) >= 3 else None
     if best is None or not best.agg_samples_per_s or best.agg_interval is None:
-        return list(candidates)
+        return [*distinct, *variants]
     band = min(TIE_BAND, max(0.0, best.agg_interval.high / best.agg_samples_per_s - 1.0))
     floor = best.agg_samples_per_s * (1.0 - band)
-    tied = [p for p in candidates[1:] if (p.agg_samples_per_s or 0.0) >= floor and p.degree < best.degree]
-    if not tied:
-        return list(candidates)
-    knee = min(tied, key=lambda p: p.degree)  # min keeps the better predicted among equal degrees
-    return [best, knee, *(p for p in candidates[1:] if p is not knee)]
+    tied = [p for p in distinct[1:] if (p.agg_samples_per_s or 0.0) >= floor and p.degree != best.degree]
+    below = [p for p in tied if p.degree < best.degree]
+    above = [p for p in tied if p.degree > best.degree]
+    if below:
+        second = min(below, key=lambda p: p.degree)  # min keeps the better predicted among equal degrees
+    elif above:
+        fitted = [p for p in above if not p.extrapolated] or above
+        second = max(fitted, key=lambda p: (p.degree, p.agg_samples_per_s or 0.0))
+    else:
+        return [*distinct, *variants]
+    return [best, second, *(p for p in distinct[1:] if p is not second), *variants]
 
 
 def _keep(rows: Sequence[Prediction], got: dict[str, float | None], size: int) -> list[Prediction]:

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from raycolloc.advise.advice import Advice, with_history
-from raycolloc.advise.confirm import knee_second, successive_halving
+from raycolloc.advise.confirm import plateau_order, successive_halving
 from raycolloc.advise.model import Gpu, Params, Prediction, max_degree
 from raycolloc.advise.profile import Profile, combine, profile_key
 from raycolloc.advise.rank import Ranking
@@ -148,7 +148,7 @@ def _confirm(r: Ranking, profiled: list[Profiled], request: Request, advice_dir:
         runs = run_cells(advice_dir / f"confirm-x{scale}", cells, scaled)
         return {x.key: (x.samples_per_s, x.cell_dir, x.reused) for x in runs}
 
-    h = successive_halving(knee_second(candidates), request.confirm_k, request.confirm_budget_s, UNIT_S, measure)
+    h = successive_halving(plateau_order(candidates), request.confirm_k, request.confirm_budget_s, UNIT_S, measure)
     note = f"{h.stopped}; {len(h.measured)} measurement(s) in {h.spent_s:.0f} s of {request.confirm_budget_s:g} s"
     return dataclasses.replace(r, confirmed=h.pick, measured=h.measured, confirm_note=note)
 
