@@ -9,7 +9,10 @@ by looking up what the brute force measured for them (the median of its runs): t
 regret against the best measured configuration and the prediction's error at the pick. A replay,
 not a run: the confirmation's own short cells are not re-measured.
 
-    python jobs/advise_whatif.py OUT [--k 2]
+``--probe 14`` lets the model's own first MPS cell at degree 14 into its fit, as the advisor's
+default MPS probe at the largest degree it ranks would.
+
+    python jobs/advise_whatif.py OUT [--k 2] [--probe 14]
 """
 
 from __future__ import annotations
@@ -35,6 +38,12 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("out", type=Path)
     p.add_argument("--k", type=int, default=2)
+    p.add_argument(
+        "--probe",
+        default="",
+        help="degrees (e.g. 14) whose first MPS brute-force cell of the model itself enters its fit, "
+        "as the advisor's default MPS probe at the largest ranked degree would",
+    )
     args = p.parse_args()
     brute = sorted(d for d in (args.out / "res" / "brute").iterdir() if d.is_dir())
     data = load_sweeps(brute)
@@ -51,7 +60,13 @@ def main() -> int:
             a = load_sweeps(solo_dirs)
             new = profiles_in(a.cells, a.jobs, a.epochs, a.telemetry, gpu_costs_in(a.cells, a.jobs))
             profile = combine([*new.values(), history])
-        params = fit(observations, exclude=frozenset({workload}), gpu_name=profile.gpu_name)
+        wanted = {int(x) for x in args.probe.split(",") if x}
+        own = load_sweeps([d]).cells
+        own = own[(own["degree"].isin(wanted)) & (own["status"] == "ok") & (own["mode"] == "mps")].sort_values(
+            "started_at"
+        )
+        keep = frozenset(str(x) for x in own.drop_duplicates(["mode", "degree"])["cell_dir"])
+        params = fit(observations, exclude=frozenset({workload}), gpu_name=profile.gpu_name, keep=keep)
         truth = measured(d)  # each configuration's median, as the table step reads it
         degrees = sorted({int(k.split("x")[1]) for k in truth})
         gpu = Gpu(profile.gpu_name, profile.gpu_memory_mib, 0.0, None)

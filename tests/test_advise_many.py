@@ -4,6 +4,7 @@ configuration's repeats fitted as one, and a new solo combined with every run me
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,33 @@ def test_many_mps_clients_lose_by_their_dram_activity() -> None:
         agg(TRUTH, heavy, "mps", 28) / (1 + 0.5 * 0.3 * 5.2222), rel=1e-3
     )
     assert agg(thrash, heavy, "mps", 28) < agg(thrash, heavy, "mps", 14) < agg(TRUTH, heavy, "mps", 14)
+
+
+def test_an_mps_configuration_past_saturation_beyond_the_fits_dram_activity_is_extrapolated() -> None:
+    """The fit learns the many-clients loss from the DRAM activity of the workloads it saw past
+    saturation; a workload with over 1.5x that much, past saturation under MPS, is marked extrapolated
+    and its interval widened by 1 + log2(its DRAM activity / the reach) (resnet26 at 2.6% fitted on
+    models at 0.8% or less on one H200: MPS x14 predicted 29% high). Below saturation, within reach,
+    or naive, nothing changes."""
+    light, heavy = profile("light", sm=0.2, dram=0.008), profile("heavy", sm=0.2, dram=0.026)
+    truth = dataclasses.replace(TRUTH, mps_thrash=1.0)
+    obs = [_observed(truth, light, mode, d) for mode in ("naive", "mps") for d in (2, 3, 7, 14)]
+    params = fit(obs)
+    assert params.mps_dram_reach == pytest.approx(0.008)  # light's MPS x7 and x14 offer 1.4 and 2.8
+    assert fit([o for o in obs if o.candidate.degree <= 3]).mps_dram_reach == 0.0  # none past saturation
+    unfitted = dataclasses.replace(params, degrees=(("naive", (2, 3, 7, 14, 28)), ("mps", (2, 3, 7, 14, 28))))
+    far = predict(cell("mps", heavy, 14), H200, unfitted)
+    assert far.extrapolated and far.dram_beyond == pytest.approx(0.026 / 0.008)
+    reach = dataclasses.replace(unfitted, mps_dram_reach=0.026)
+    near = predict(cell("mps", heavy, 14), H200, reach)
+    assert not near.extrapolated and near.dram_beyond == 1.0
+    assert far.agg_samples_per_s == pytest.approx(near.agg_samples_per_s)  # a flag and a wider interval
+    assert far.agg_interval is not None and near.agg_interval is not None
+    widened = (far.agg_interval.high - far.agg_interval.low) / (near.agg_interval.high - near.agg_interval.low)
+    assert widened > 1.0 + math.log2(0.026 / 0.008) - 0.3  # the profile's own spread is added in quadrature
+    assert not predict(cell("mps", heavy, 3), H200, unfitted).extrapolated  # 0.6 offered: below saturation
+    assert not predict(cell("naive", heavy, 14), H200, unfitted).extrapolated
+    assert not predict(cell("mps", profile("x", sm=0.2, dram=0.011), 14), H200, unfitted).extrapolated  # < 1.5x
 
 
 def test_fit_finds_the_many_clients_loss() -> None:
@@ -199,7 +227,7 @@ def test_a_best_at_the_plateaus_small_end_is_confirmed_with_its_far_end() -> Non
 
 def test_default_probes_skip_the_degrees_the_fit_covers() -> None:
     """The default probes (8 and the largest ranked) leave out what the other workloads' cells
-    already cover in that mode; probe_degrees given are run as given."""
+    already cover in that mode, except MPS at the largest ranked; probe_degrees given are run as given."""
     from raycolloc.advise.measure import fitted_reach, probe_words
     from raycolloc.advise.run import parse_request
     from tests.test_advise_confirm import _profiled
@@ -215,6 +243,9 @@ def test_default_probes_skip_the_degrees_the_fit_covers() -> None:
         "tiny_cnn mps x8",
         "tiny_cnn mps x32",
     }
+    # Covered in both modes up to the largest ranked: MPS is probed there all the same (past
+    # saturation it goes where the workload takes it), naive is not.
+    assert [label for label, _ in probe_words(profiled, req, gpu, {"naive": 32, "mps": 32})] == ["tiny_cnn mps x32"]
     given = parse_request(["workload=tiny_cnn", "probe_degrees=8"], (1,))
     assert {label for label, _ in probe_words(profiled, given, gpu, covered)} == {
         "tiny_cnn naive x8",

@@ -320,6 +320,22 @@ def _fit_modes(usable: list[Observation], cpu: float, thrash: float = 0.0) -> Pa
         residual_rel=tuple(residual.items()),
         cpu_capacity=cpu,
         mps_thrash=thrash,
+        mps_dram_reach=_dram_reach(usable, fitted.get("mps", DEFAULT_PARAMS.mps).capacity),
+    )
+
+
+def _dram_reach(usable: list[Observation], capacity: float) -> float:
+    """The largest DRAM activity of a job alone among the MPS cells past saturation (their jobs' SM
+    activity alone, summed, above ``capacity``): what the thrash term was fitted on (0: none)."""
+    return max(
+        (
+            p.dram_active or 0.0
+            for o in usable
+            if o.candidate.mode == "mps" and o.candidate.degree > 1 and o.status == "ok"
+            if sum(q.sm_active for q in o.candidate.jobs) > capacity
+            for p in o.candidate.jobs
+        ),
+        default=0.0,
     )
 
 

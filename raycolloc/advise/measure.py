@@ -47,7 +47,12 @@ def probe_words(
     the largest degree the advice ranks), each capped at the largest that fits; degree 1 never. By
     default a degree the fit already covers in that mode (``covered``: the largest degree of the
     other workloads' cells it is fitted on) is not probed: a probe is there to take the ranking out
-    of extrapolation, and one inside the fitted range spends GPU time on what the fit knows."""
+    of extrapolation, and one inside the fitted range spends GPU time on what the fit knows. The
+    exception is MPS at the largest degree ranked, probed always: past saturation MPS goes where the
+    workload takes it, not where the others went (on one H200, fitted on two other models up to x14,
+    resnet26's MPS x14 was predicted 29% high and mobilenetv3's 16% low; with their own x14 in the
+    fit, 0.4% high and 10% low: docs/measurements.md, twenty-third session). Its cell is the
+    confirmation's rung-0 cell of that configuration, reused if the halving measures it."""
     covered = covered or {}
     out = []
     for p in profiled:
@@ -55,11 +60,13 @@ def probe_words(
             continue
         for mode in ("naive", "mps"):
             top = max_degree(p.profile, gpu, mode)
-            wanted, reach = request.probe_degrees, 0
+            wanted, reach, always = request.probe_degrees, 0, 0
             if wanted is None:
-                wanted, reach = (PROBE_DEGREE, max((*request.degrees, top))), covered.get(mode, 0)
+                largest = min(max((*request.degrees, top)), top)
+                wanted, reach = (PROBE_DEGREE, largest), covered.get(mode, 0)
+                always = largest if mode == "mps" else 0
             for d in sorted({min(d, top) for d in wanted} - {0, 1}):
-                if d <= reach:
+                if d <= reach and d != always:
                     continue
                 out.append((f"{p.profile.workload} {mode} x{d}", (*p.words, f"mode={mode}", f"degree={d}")))
     return list(dict.fromkeys(out))

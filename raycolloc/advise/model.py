@@ -84,7 +84,8 @@ ASSUMPTIONS = (
     "a loaded resource serves W(O) = (O^-k + C^-k)^(-1/k) of an offer O (capacity C, sharpness k); a job's rate "
     "is bound by its tightest resource, and the jobs sharing a resource slow down in proportion",
     "mps past saturation: each client loses 1 / (1 + thrash x DRAM activity x (offered SM activity / C - 1)) "
-    "(thrash fitted; the many-clients limit seen on an H200)",
+    "(thrash fitted; the many-clients limit seen on an H200); a workload with over 1.5x the DRAM activity of "
+    "those the fit saw past saturation is extrapolated there (marked *, its interval widened)",
     "samples per unit of SM activity stay as alone; power is linear in SM activity (slope fitted); "
     "energy per sample = predicted power / predicted throughput",
     "memory: each job's measured memory (NVML per process, or PyTorch's reserved peak + the GPU model's "
@@ -273,6 +274,8 @@ def predict(c: Candidate, gpu: Gpu, params: Params) -> Prediction:
     agg = sum(j.samples_per_s for j in jobs) if c.uniform else None
     alone = sum(r * p.power_w for p, r in zip(c.jobs, rates.ratio, strict=True) if p.power_w is not None)
     worst = max(range(c.degree), key=lambda i: jobs[i].slowdown)
+    dram = sum(p.dram_active or 0.0 for p in c.jobs) / len(c.jobs)
+    beyond = params.dram_beyond(c.mode, sum(p.sm_active for p in c.jobs), dram) if c.degree > 1 else 1.0
     pred = Prediction(
         label=c.label,
         mode=c.mode,
@@ -294,7 +297,8 @@ def predict(c: Candidate, gpu: Gpu, params: Params) -> Prediction:
         active_thread_percentage=c.active_thread_percentage,
         mig_profiles=c.mig_profiles,
         jobs=jobs,
-        extrapolated=params.extrapolated(c.mode, c.degree),
+        extrapolated=params.extrapolated(c.mode, c.degree) or beyond > 1.0,
+        dram_beyond=beyond,
     )
     return with_intervals(pred, params, [p.rate_rel_hw for p in c.jobs])
 

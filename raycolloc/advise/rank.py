@@ -144,7 +144,8 @@ def format_ranking(r: Ranking) -> str:
     lines = [
         f"{r.group}: configurations ranked by throughput gain (T: best throughput, E: best energy per sample, "
         f"C: best throughput within {cap}; ext *: extrapolated, beyond the degrees or modes the parameters "
-        f"were fitted on; ±: the 95% interval from the fit's residuals and the solo profile's spread; "
+        f"were fitted on, or MPS past saturation with more DRAM activity than the fit saw there; "
+        f"±: the 95% interval from the fit's residuals and the solo profile's spread; "
         f"M: the confirmed pick, the best measured; measured rN: its samples/s at halving rung N)"
     ]
     head = (

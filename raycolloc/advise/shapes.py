@@ -12,6 +12,7 @@ from raycolloc.results.stats import Interval
 
 __all__ = [
     "DEFAULT_PARAMS",
+    "DRAM_REACH",
     "Candidate",
     "Measurement",
     "Gpu",
@@ -21,6 +22,10 @@ __all__ = [
     "Prediction",
     "Slot",
 ]
+
+# A workload's DRAM activity up to this multiple of the fitted workloads' largest is within the fit's
+# reach (the thrash term's evidence); beyond it an MPS configuration past saturation is extrapolated.
+DRAM_REACH = 1.5
 
 # Host-to-device bandwidth a job's copies can reach over the GPU's PCIe link (pinned memory,
 # measured ~ 80% of the theoretical 32 GB/s for Gen4 x16 and 64 GB/s for Gen5 x16).
@@ -56,6 +61,10 @@ class Params:
     # MPS past saturation: each client's rate falls by 1 / (1 + thrash x DRAM activity x excess), the
     # excess being the SM activity offered over capacity, less one (fitted; 0 = no such loss).
     mps_thrash: float = 0.0
+    # The largest DRAM activity (0..1, per job alone) of the workloads whose MPS cells past saturation
+    # the parameters were fitted on (0: no such cell): the reach of ``mps_thrash``, which only cells
+    # past saturation show and which grows with DRAM activity.
+    mps_dram_reach: float = 0.0
 
     def mode(self, name: str) -> ModeParams:
         return {"naive": self.naive, "mps": self.mps, "mig": self.mig}[name]
@@ -67,6 +76,18 @@ class Params:
     def residual(self, mode: str) -> float | None:
         """The mode's 95% relative half-width from its fit's residuals (None: not fitted on two cells)."""
         return dict(self.residual_rel).get(mode)
+
+    def dram_beyond(self, mode: str, offered_sm: float, dram: float) -> float:
+        """How far past the DRAM activity the fit saw an MPS configuration past saturation lies: its
+        jobs' mean DRAM activity over ``mps_dram_reach`` where that is above ``DRAM_REACH`` and the
+        SM activity offered (its jobs' alone, summed) is above MPS's capacity; else 1 (within reach).
+        Past saturation MPS clients lose in proportion to DRAM activity (``mps_thrash``): a fit on
+        workloads with less of it cannot know how much (on one H200, resnet26 at 2.6% DRAM activity
+        fitted on two models at 0.8% or less: MPS x14 predicted 29% high)."""
+        if mode != "mps" or self.mps_dram_reach <= 0 or offered_sm <= self.mps.capacity:
+            return 1.0
+        ratio = dram / self.mps_dram_reach
+        return ratio if ratio > DRAM_REACH else 1.0
 
     def extrapolated(self, mode: str, degree: int) -> bool:
         """Whether a configuration lies outside what the fit saw: a degree above the largest fitted
@@ -181,7 +202,9 @@ class Prediction:
     active_thread_percentage: tuple[int, ...] | None = None
     mig_profiles: tuple[str, ...] | None = None
     jobs: tuple[JobPrediction, ...] = field(default_factory=tuple)
-    extrapolated: bool = False  # outside the degrees (or modes) the parameters were fitted on
+    extrapolated: bool = False  # outside the degrees (or modes) the parameters were fitted on, or their DRAM reach
+    # Where past the fit's DRAM reach (Params.dram_beyond): the jobs' DRAM activity over it (else 1).
+    dram_beyond: float = 1.0
     # 95% intervals of ``agg_samples_per_s`` and ``max_slowdown`` (:mod:`raycolloc.advise.spread`).
     agg_interval: Interval | None = None
     slowdown_interval: Interval | None = None

@@ -51,7 +51,7 @@ def _around(value: float, rel: float, n: int) -> Interval:
 
 def with_intervals(pred: Prediction, params: Params, profile_rels: list[float | None]) -> Prediction:
     """``pred`` with the intervals of its aggregate throughput and its largest slowdown."""
-    fit = fit_rel(params, pred.mode, pred.degree)
+    fit = fit_rel(params, pred.mode, pred.degree) * (1.0 + math.log2(pred.dram_beyond))
     known = [r for r in profile_rels if r is not None]
     profile = max(known) if known else 0.0
     agg = None

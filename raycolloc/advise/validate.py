@@ -179,10 +179,15 @@ def validate(
     memory = [c.mem_error for c in scored if c.mem_error is not None]
     energy = [c.energy_error for c in configs if c.energy_error is not None]
     per_run = [c.throughput_error for c in scored if c.throughput_error is not None]
+    # Listed apart (no target): where the fit had evidence, and where the advice marks its rows `*`.
+    inside = [c.throughput_error for c in configs if c.throughput_error is not None and not c.predicted.extrapolated]
+    beyond = [c.throughput_error for c in configs if c.throughput_error is not None and c.predicted.extrapolated]
     metrics = (
         _metric("aggregate throughput", throughput, targets.throughput_median),
         _metric("aggregate throughput", throughput, targets.throughput_max, of="max"),
         _metric("per-job slowdown", slowdown, targets.slowdown_median),
+        _metric("aggregate throughput, within reach", inside),
+        _metric("aggregate throughput, extrapolated", beyond),
         _metric("aggregate throughput, run by run", per_run),
         _metric("memory (expected vs used)", memory),
         _metric("energy per sample", energy),
@@ -222,6 +227,7 @@ def format_validation(v: Validation) -> str:
         pred_rate = f"{p.agg_samples_per_s:,.0f}" if p.agg_samples_per_s else "-"
         meas_rate = f"{c.measured_agg_samples_per_s:,.0f}" if c.measured_agg_samples_per_s else "-"
         mark = " (profile)" if c.profile_cell else (" UNSAFE: predicted to fit" if c.unsafe_fit else "")
+        mark += " (extrapolated)" if p.extrapolated and not c.profile_cell else ""
         lines.append(
             f"{c.label[:42]:<42} {c.status:<7} {'yes' if p.fits else 'no':<5} {pred_rate:>14} {meas_rate:>10} "
             f"{_pct(c.throughput_error):>7} {slow:>13} {mem:>12} {_pct(c.mem_error):>8}  {p.bound}{mark}"
