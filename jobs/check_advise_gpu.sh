@@ -9,7 +9,9 @@
 # the next call, which unpacks it first. Settings (environment): MODELS (timm models on CIFAR-10 beside
 # resnet26_cifar10), DEGREES (1,2,3,7,14,28,48; on a GPU those above the node's cores are left out: 48
 # needs the 64-core 4-GPU kind), EPOCH_S (5: every epoch's length), ADVISE (extra advisor words; the
-# nineteenth session's run: "probe_degrees=none confirm_k=2"), LIMIT_S (560).
+# nineteenth and twenty-third sessions' runs: "probe_degrees=none confirm_k=2"; since then the default
+# probes are MPS at the largest ranked degree alone where other models cover the rest: "confirm_k=2"),
+# LIMIT_S (560).
 # BACKEND=sim runs the same steps on simulated GPUs (tiny_cnn, tiny_dlrm; degrees 1,2,3): plumbing only.
 set -uo pipefail
 out=$(realpath -m "${1:?OUT}"); step=${2:?step}
