@@ -225,6 +225,28 @@ def test_a_best_at_the_plateaus_small_end_is_confirmed_with_its_far_end() -> Non
     assert [q.label for q in plateau_order(low)] == ["w mps x7", "w mps x3", "w mps x2", "w mps x7 atp=15"]
 
 
+def test_a_probed_configuration_joins_the_first_rung_for_free() -> None:
+    """On one H200 the advisor probed mobilenetv3's MPS x16 (55,017 samples/s) and then confirmed x14
+    and x7 in new cells: the probe's cell is a rung-0 measurement already. It joins rung 0 beside the
+    top k, reused (no cell run for it), and can be the pick; without it the top k alone run."""
+    rows = [_row(14, 49_662.0), _row(7, 47_896.0), _row(16, 49_500.0), _row(3, 25_338.0)]
+    truth = {"w mps x14": 55_058.0, "w mps x7": 35_476.0, "w mps x16": 56_000.0}
+    ran: list[str] = []
+
+    def measure(batch: list[Prediction], scale: int) -> dict[str, tuple[float | None, str, bool]]:
+        ran.extend(q.label for q in batch)
+        return {q.label: (truth.get(q.label, 20_000.0), "/c", q.label == "w mps x16") for q in batch}
+
+    h = successive_halving(rows, 2, 1e6, 60.0, measure, free=frozenset({"w mps x16", "w mps x99"}))
+    assert ran == ["w mps x14", "w mps x7", "w mps x16"] and h.pick == "w mps x16"
+    assert [m.reused for m in h.measured] == [False, False, True]
+    ran.clear()
+    assert successive_halving(rows, 2, 1e6, 60.0, measure).pick == "w mps x14" and ran == ["w mps x14", "w mps x7"]
+    # No rung fits the budget: nothing is measured, the free ones neither.
+    ran.clear()
+    assert successive_halving(rows, 2, 10.0, 60.0, measure, free=frozenset({"w mps x16"})).pick is None and not ran
+
+
 def test_default_probes_skip_the_degrees_the_fit_covers() -> None:
     """The default probes (8 and the largest ranked) leave out what the other workloads' cells
     already cover in that mode, except MPS at the largest ranked; probe_degrees given are run as given."""

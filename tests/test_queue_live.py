@@ -147,7 +147,7 @@ def test_serve_submit_status_cancel_drain_through_a_detached_ray_actor(tmp_path:
                 "--dataset",
                 "imagenet64",
                 "--samples",
-                "2000000",
+                "200000000",  # hours of simulated time: it cannot end before the cancel below
                 *words,
             ]
         )

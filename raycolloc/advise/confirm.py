@@ -142,14 +142,18 @@ def successive_halving(
     unit_s: float,
     measure: Measure,
     clock: Callable[[], float] = time.monotonic,
+    free: frozenset[str] = frozenset(),
 ) -> Halving:
     """Measure the top ``k`` of ``candidates`` (best predicted first) by successive halving within
     ``budget_s`` (see the module docstring). Cells run one at a time, and none starts that the time
     spent plus its estimate (the slowest short cell so far, times its rung's length) would take past
-    the budget; the pick is the best measured at the highest rung anything was measured at."""
+    the budget; the pick is the best measured at the highest rung anything was measured at.
+    Candidates labelled in ``free`` have their rung-0 cell already (the advisor's probes): they join
+    rung 0 beside the top ``k``, reused at no cost, and the better of all go on."""
     start = clock()
     rungs = schedule(min(k, len(candidates)), budget_s, unit_s)
     alive = list(candidates[: rungs[0].size]) if rungs else []
+    alive += [p for p in candidates if p.label in free and p not in alive] if rungs else []
     measured: list[Measurement] = []
     stopped = "no candidate fits" if not candidates else "the budget holds no short cell" if not rungs else "done"
     best: list[Prediction] = []

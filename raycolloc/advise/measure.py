@@ -117,10 +117,13 @@ def fitted_reach(params: Params) -> dict[str, int]:
 
 def run_probes(
     profiled: list[Profiled], request: Request, gpu: Gpu, advice_dir: Path, covered: Mapping[str, int] | None = None
-) -> frozenset[str]:
-    """Run the probe cells (short: the profile's length); returns the directories of those that ran ok."""
+) -> tuple[frozenset[str], frozenset[str]]:
+    """Run the probe cells (short: the profile's length); returns the directories of those that ran ok
+    (for the fit) and their labels (``<workload> <mode> x<degree>``, as the rankings label them: the
+    confirmation's rung 0 has them for free)."""
     runs = run_cells(advice_dir / "probe", probe_words(profiled, request, gpu, covered), request)
-    return frozenset(r.cell_dir for r in runs if r.status == "ok")
+    ok = [r for r in runs if r.status == "ok"]
+    return frozenset(r.cell_dir for r in ok), frozenset(r.key for r in ok)
 
 
 def scaled_common(common: tuple[str, ...], scale: int) -> tuple[str, ...]:
@@ -143,7 +146,9 @@ def _words(p: Prediction, profiled: list[Profiled]) -> tuple[str, ...]:
     return words
 
 
-def _confirm(r: Ranking, profiled: list[Profiled], request: Request, advice_dir: Path) -> Ranking:
+def _confirm(
+    r: Ranking, profiled: list[Profiled], request: Request, advice_dir: Path, probed: frozenset[str]
+) -> Ranking:
     if r.mix:
         return dataclasses.replace(r, confirm_note="a mix is not confirmed (its cells are in sweep.txt)")
     # The modes the engine runs on any GPU (MIG needs a GPU model's layout and reconfiguration rights).
@@ -155,12 +160,21 @@ def _confirm(r: Ranking, profiled: list[Profiled], request: Request, advice_dir:
         runs = run_cells(advice_dir / f"confirm-x{scale}", cells, scaled)
         return {x.key: (x.samples_per_s, x.cell_dir, x.reused) for x in runs}
 
-    h = successive_halving(plateau_order(candidates), request.confirm_k, request.confirm_budget_s, UNIT_S, measure)
+    free = frozenset(p.label for p in candidates if p.label in probed and not p.active_thread_percentage)
+    order = plateau_order(candidates)
+    h = successive_halving(order, request.confirm_k, request.confirm_budget_s, UNIT_S, measure, free=free)
     note = f"{h.stopped}; {len(h.measured)} measurement(s) in {h.spent_s:.0f} s of {request.confirm_budget_s:g} s"
     return dataclasses.replace(r, confirmed=h.pick, measured=h.measured, confirm_note=note)
 
 
-def confirm_rankings(advice: Advice, profiled: list[Profiled], request: Request, advice_dir: Path) -> Advice:
-    """The advice with each workload's top candidates measured by successive halving."""
-    rankings = tuple(_confirm(r, profiled, request, advice_dir) for r in advice.rankings)
+def confirm_rankings(
+    advice: Advice,
+    profiled: list[Profiled],
+    request: Request,
+    advice_dir: Path,
+    probed: frozenset[str] = frozenset(),
+) -> Advice:
+    """The advice with each workload's top candidates measured by successive halving; the configurations
+    probed (``probed``: their labels) join its first rung at no cost (their cells are reused)."""
+    rankings = tuple(_confirm(r, profiled, request, advice_dir, probed) for r in advice.rankings)
     return dataclasses.replace(advice, rankings=rankings)
