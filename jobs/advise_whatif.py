@@ -50,6 +50,7 @@ def main() -> int:
     costs = gpu_costs_in(data.cells, data.jobs)
     profiles = profiles_in(data.cells, data.jobs, data.epochs, data.telemetry, costs)
     observations = observations_in(data.cells, data.jobs, profiles, costs, None)
+    wanted = {int(x) for x in args.probe.split(",") if x}
     for d in brute:
         adv = args.out / "res" / f"adv-{d.name}"
         solo_dirs = sorted({q.parent for q in adv.rglob("cells.parquet")}) if adv.is_dir() else []
@@ -60,7 +61,6 @@ def main() -> int:
             a = load_sweeps(solo_dirs)
             new = profiles_in(a.cells, a.jobs, a.epochs, a.telemetry, gpu_costs_in(a.cells, a.jobs))
             profile = combine([*new.values(), history])
-        wanted = {int(x) for x in args.probe.split(",") if x}
         own = load_sweeps([d]).cells
         own = own[(own["degree"].isin(wanted)) & (own["status"] == "ok") & (own["mode"] == "mps")].sort_values(
             "started_at"

@@ -13,7 +13,9 @@ from raycolloc.advise.confirm import plateau_order, successive_halving
 from raycolloc.advise.fit import Observation, by_configuration, fit
 from raycolloc.advise.model import ModeParams, Params, Prediction, predict
 from raycolloc.advise.profile import Profile, combine
+from raycolloc.advise.rank import uniform_candidates
 from raycolloc.advise.run import Profiled
+from raycolloc.advise.shapes import DRAM_UNSEEN
 from raycolloc.results.stats import Interval
 from tests.test_advise import H200, cell, profile
 
@@ -94,6 +96,13 @@ def test_an_mps_configuration_past_saturation_beyond_the_fits_dram_activity_is_e
     assert not predict(cell("mps", heavy, 3), H200, unfitted).extrapolated  # 0.6 offered: below saturation
     assert not predict(cell("naive", heavy, 14), H200, unfitted).extrapolated
     assert not predict(cell("mps", profile("x", sm=0.2, dram=0.011), 14), H200, unfitted).extrapolated  # < 1.5x
+    # A fit with no MPS cell past saturation knows nothing there: past saturation is extrapolated.
+    unseen = dataclasses.replace(unfitted, mps_dram_reach=0.0)
+    blind = predict(cell("mps", heavy, 14), H200, unseen)
+    assert blind.extrapolated and blind.dram_beyond == DRAM_UNSEEN
+    assert not predict(cell("mps", heavy, 3), H200, unseen).extrapolated
+    # Far beyond the reach, the ratio is capped (the interval stays finite).
+    assert predict(cell("mps", profile("y", sm=0.2, dram=0.5), 14), H200, unfitted).dram_beyond == DRAM_UNSEEN
 
 
 def test_fit_finds_the_many_clients_loss() -> None:
@@ -220,6 +229,13 @@ def test_a_best_at_the_plateaus_small_end_is_confirmed_with_its_far_end() -> Non
     assert successive_halving(ordered, 2, 1e6, 60.0, measure).pick == "w mps x14"
     # Only an extrapolated degree above the best: it is the far end then.
     assert [q.label for q in plateau_order([rows[0], rows[4], rows[5]])][:2] == ["w mps x7", "w mps x16"]
+    # Fewer than three distinct configurations: as predicted, the variants last.
+    two = [_row(7, 46_738.0), _row(7, 46_738.0, atp=15), _row(14, 46_263.0)]
+    assert [q.label for q in plateau_order(two)] == ["w mps x7", "w mps x14", "w mps x7 atp=15"]
+    # A naive configuration is never the other end of an MPS plateau.
+    naive = dataclasses.replace(_row(14, 46_500.0), mode="naive", label="w naive x14")
+    assert [q.label for q in plateau_order([rows[0], naive, rows[5]])][:2] == ["w mps x7", "w naive x14"]
+    assert plateau_order([rows[0], naive, rows[5], rows[2]])[1].label == "w mps x14"
     # Nothing tied (every other far below): the order is the predicted one, variants last.
     low = [_row(7, 46_738.0), _row(7, 46_738.0, atp=15), _row(3, 25_338.0), _row(2, 16_893.0)]
     assert [q.label for q in plateau_order(low)] == ["w mps x7", "w mps x3", "w mps x2", "w mps x7 atp=15"]
@@ -228,7 +244,7 @@ def test_a_best_at_the_plateaus_small_end_is_confirmed_with_its_far_end() -> Non
 def test_a_probed_configuration_joins_the_first_rung_for_free() -> None:
     """On one H200 the advisor probed mobilenetv3's MPS x16 (55,017 samples/s) and then confirmed x14
     and x7 in new cells: the probe's cell is a rung-0 measurement already. It joins rung 0 beside the
-    top k, reused (no cell run for it), and can be the pick; without it the top k alone run."""
+    top k, first and reused (no cell run for it), and can be the pick; without it the top k alone run."""
     rows = [_row(14, 49_662.0), _row(7, 47_896.0), _row(16, 49_500.0), _row(3, 25_338.0)]
     truth = {"w mps x14": 55_058.0, "w mps x7": 35_476.0, "w mps x16": 56_000.0}
     ran: list[str] = []
@@ -238,13 +254,32 @@ def test_a_probed_configuration_joins_the_first_rung_for_free() -> None:
         return {q.label: (truth.get(q.label, 20_000.0), "/c", q.label == "w mps x16") for q in batch}
 
     h = successive_halving(rows, 2, 1e6, 60.0, measure, free=frozenset({"w mps x16", "w mps x99"}))
-    assert ran == ["w mps x14", "w mps x7", "w mps x16"] and h.pick == "w mps x16"
-    assert [m.reused for m in h.measured] == [False, False, True]
+    assert ran == ["w mps x16", "w mps x14", "w mps x7"] and h.pick == "w mps x16"
+    assert [m.reused for m in h.measured] == [True, False, False]
     ran.clear()
     assert successive_halving(rows, 2, 1e6, 60.0, measure).pick == "w mps x14" and ran == ["w mps x14", "w mps x7"]
     # No rung fits the budget: nothing is measured, the free ones neither.
     ran.clear()
     assert successive_halving(rows, 2, 10.0, 60.0, measure, free=frozenset({"w mps x16"})).pick is None and not ran
+    # A free one already among the top k is measured once.
+    ran.clear()
+    successive_halving(rows, 2, 1e6, 60.0, measure, free=frozenset({"w mps x14"}))
+    assert ran == ["w mps x14", "w mps x7"]
+    # A tight budget: each paid cell takes 60 s of a 130 s budget; the free one is measured first and
+    # outside the budget, and is the pick.
+    now = [0.0]
+
+    def clock() -> float:
+        return now[0]
+
+    def paid(batch: list[Prediction], scale: int) -> dict[str, tuple[float | None, str, bool]]:
+        reused = batch[0].label == "w mps x16"
+        now[0] += 0.0 if reused else 60.0
+        return measure(batch, scale)
+
+    ran.clear()
+    h = successive_halving(rows, 2, 130.0, 60.0, paid, clock, free=frozenset({"w mps x16"}))
+    assert ran == ["w mps x16", "w mps x14", "w mps x7"] and h.pick == "w mps x16" and h.stopped == "done"
 
 
 def test_default_probes_skip_the_degrees_the_fit_covers() -> None:
@@ -268,6 +303,9 @@ def test_default_probes_skip_the_degrees_the_fit_covers() -> None:
     # Covered in both modes up to the largest ranked: MPS is probed there all the same (past
     # saturation it goes where the workload takes it), naive is not.
     assert [label for label, _ in probe_words(profiled, req, gpu, {"naive": 32, "mps": 32})] == ["tiny_cnn mps x32"]
+    # The probes are labelled as the ranking labels its candidates (the confirmation finds them by label).
+    ranked = {c.label for c in uniform_candidates(profiled[0].profile, gpu, (8, 32))}
+    assert everything <= ranked
     given = parse_request(["workload=tiny_cnn", "probe_degrees=8"], (1,))
     assert {label for label, _ in probe_words(profiled, given, gpu, covered)} == {
         "tiny_cnn naive x8",

@@ -97,12 +97,12 @@ def _advise(args: argparse.Namespace) -> int:
     profiled = steady_profiles(profiled, request, found.profiles, advice_dir)
     # The default probes skip the degrees the fit already covers.
     covered = fitted_reach(found.params) if request.probe_degrees is None else None
-    probes, probed = run_probes(profiled, request, gpu, advice_dir, covered)
-    if probes and not any(advice_dir.is_relative_to(d.absolute()) for d in fit_dirs):
+    probes = run_probes(profiled, request, gpu, advice_dir, covered)
+    if probes.dirs and not any(advice_dir.is_relative_to(d.absolute()) for d in fit_dirs):
         fit_dirs.append(advice_dir / "probe")  # the probes are fitted on wherever the other cells are
-    advice = advise(profiled, request, fit_dirs, out_dir, cores, keep=probes)
+    advice = advise(profiled, request, fit_dirs, out_dir, cores, keep=probes.dirs)
     if request.confirm:
-        advice = confirm_rankings(advice, profiled, request, advice_dir, probed)
+        advice = confirm_rankings(advice, profiled, request, advice_dir, probes.labels)
     if args.emit_sweep:
         advice = dataclasses.replace(
             advice, emitted=emit_sweep(advice_dir, list(advice.rankings), profiled, request.common)

@@ -1,11 +1,12 @@
 """Confirm before advising: the top candidates of a ranking measured by successive halving.
 
-All of the top ``k`` (those that fit, best predicted gain first, the other end of its plateau second:
-:func:`plateau_order`) run a short cell (rung 0: the
-profile's own length), the better half runs again twice as long (rung 1), and so on until one is
-left; the pick is the best *measured* configuration, the last rung's best. Each rung's cells run
-through the engine as a sweep (:func:`raycolloc.advise.run.run_cells`), which reuses any valid cell
-of the same configuration hash under ``out_dir``: a rung-0 degree-1 naive cell is the profile.
+All of the top ``k`` (those that fit, best predicted gain first, the other end of its plateau
+second: :func:`plateau_order`) run a short cell (rung 0: the profile's own length), the better half
+runs again twice as long (rung 1), and so on until one is left; the pick is the best *measured*
+configuration, the last rung's best. Configurations the advisor probed (``free``) join rung 0 beside
+them: their probe cells are rung-0 cells already. Each rung's cells run through the engine as a
+sweep (:func:`raycolloc.advise.run.run_cells`), which reuses any valid cell of the same
+configuration hash under ``out_dir``: a rung-0 degree-1 naive cell is the profile.
 
 The schedule is planned within ``confirm_budget_s`` from an estimate of one short cell's cost
 (``unit_s``: 60 s before any cell is timed, ``measure.UNIT_S``); cells run one at a time, the
@@ -93,8 +94,8 @@ def plateau_order(candidates: Sequence[Prediction]) -> list[Prediction]:
     alike: measured second, it would spend a rung on the same mode and degree twice, as it did for
     mobilenetv3 on one H200, twenty-third session).
 
-    The plateau is the candidates tied with the best (within the best's interval, at most
-    ``TIE_BAND`` below). Past saturation the predictions are flat where the model is least sure, and
+    The plateau is the candidates of the best's mode tied with it (within the best's interval, at
+    most ``TIE_BAND`` below). Past saturation the predictions are flat where the model is least sure, and
     the truth may fall or still rise along it. Where the plateau lies below the best's degree, its
     smallest degree (the knee) comes second: on 2 x H200 resnet26's MPS x7 measured 70,802 samples/s
     and x28, predicted the best, 61,247 (docs/measurements.md, nineteenth session); the knee also
@@ -113,7 +114,11 @@ def plateau_order(candidates: Sequence[Prediction]) -> list[Prediction]:
         return [*distinct, *variants]
     band = min(TIE_BAND, max(0.0, best.agg_interval.high / best.agg_samples_per_s - 1.0))
     floor = best.agg_samples_per_s * (1.0 - band)
-    tied = [p for p in distinct[1:] if (p.agg_samples_per_s or 0.0) >= floor and p.degree != best.degree]
+    tied = [
+        p
+        for p in distinct[1:]
+        if p.mode == best.mode and (p.agg_samples_per_s or 0.0) >= floor and p.degree != best.degree
+    ]
     below = [p for p in tied if p.degree < best.degree]
     above = [p for p in tied if p.degree > best.degree]
     if below:
@@ -149,19 +154,22 @@ def successive_halving(
     spent plus its estimate (the slowest short cell so far, times its rung's length) would take past
     the budget; the pick is the best measured at the highest rung anything was measured at.
     Candidates labelled in ``free`` have their rung-0 cell already (the advisor's probes): they join
-    rung 0 beside the top ``k``, reused at no cost, and the better of all go on."""
+    rung 0 beside the top ``k``, measured first and outside the budget (their cells are reused), and
+    the better of all go on."""
     start = clock()
     rungs = schedule(min(k, len(candidates)), budget_s, unit_s)
     alive = list(candidates[: rungs[0].size]) if rungs else []
-    alive += [p for p in candidates if p.label in free and p not in alive] if rungs else []
+    labels = {p.label for p in alive}
+    alive += [p for p in candidates if p.label in free and p.label not in labels] if rungs else []
     measured: list[Measurement] = []
     stopped = "no candidate fits" if not candidates else "the budget holds no short cell" if not rungs else "done"
     best: list[Prediction] = []
     for i, rung in enumerate(rungs):
         rates: dict[str, float | None] = {}
-        for p in alive:
+        at_no_cost = free if i == 0 else frozenset()
+        for p in sorted(alive, key=lambda p: p.label not in at_no_cost):  # stable: the rest as ranked
             spent = clock() - start
-            if spent + rung.scale * unit_s > budget_s:
+            if p.label not in at_no_cost and spent + rung.scale * unit_s > budget_s:
                 stopped = (
                     f"rung {rung.index} stopped: its next cell would overrun confirm_budget_s ({spent:.0f} s spent)"
                 )

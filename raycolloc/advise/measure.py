@@ -9,10 +9,11 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 from raycolloc.advise.advice import Advice, with_history
 from raycolloc.advise.confirm import plateau_order, successive_halving
-from raycolloc.advise.model import Gpu, Params, Prediction, max_degree
+from raycolloc.advise.model import Candidate, Gpu, Params, Prediction, Slot, max_degree
 from raycolloc.advise.profile import Profile, combine, profile_key
 from raycolloc.advise.rank import Ranking
 from raycolloc.advise.run import Profiled, Request, profile_in, run_cells
@@ -21,6 +22,7 @@ __all__ = [
     "PROBE_DEGREE",
     "PROFILE_CI",
     "PROFILE_RUNS",
+    "Probes",
     "UNIT_S",
     "confirm_rankings",
     "fitted_reach",
@@ -62,13 +64,14 @@ def probe_words(
             top = max_degree(p.profile, gpu, mode)
             wanted, reach, always = request.probe_degrees, 0, 0
             if wanted is None:
-                largest = min(max((*request.degrees, top)), top)
-                wanted, reach = (PROBE_DEGREE, largest), covered.get(mode, 0)
-                always = largest if mode == "mps" else 0
+                # The largest degree ranked is the largest that fits (``max_degree``): the ranking adds it.
+                wanted, reach = (PROBE_DEGREE, top), covered.get(mode, 0)
+                always = top if mode == "mps" else 0
             for d in sorted({min(d, top) for d in wanted} - {0, 1}):
                 if d <= reach and d != always:
                     continue
-                out.append((f"{p.profile.workload} {mode} x{d}", (*p.words, f"mode={mode}", f"degree={d}")))
+                label = Candidate(mode, (p.profile,) * d, (Slot(),) * d).label  # as the ranking labels it
+                out.append((label, (*p.words, f"mode={mode}", f"degree={d}")))
     return list(dict.fromkeys(out))
 
 
@@ -115,15 +118,21 @@ def fitted_reach(params: Params) -> dict[str, int]:
     return {mode: max(params.fitted_degrees(mode), default=0) for mode in ("naive", "mps")}
 
 
+class Probes(NamedTuple):
+    """The probe cells that ran ok: their directories (the fit keeps them) and their configurations'
+    labels, as the rankings label them (the confirmation's rung 0 has them at no cost)."""
+
+    dirs: frozenset[str]
+    labels: frozenset[str]
+
+
 def run_probes(
     profiled: list[Profiled], request: Request, gpu: Gpu, advice_dir: Path, covered: Mapping[str, int] | None = None
-) -> tuple[frozenset[str], frozenset[str]]:
-    """Run the probe cells (short: the profile's length); returns the directories of those that ran ok
-    (for the fit) and their labels (``<workload> <mode> x<degree>``, as the rankings label them: the
-    confirmation's rung 0 has them for free)."""
+) -> Probes:
+    """Run the probe cells (short: the profile's length)."""
     runs = run_cells(advice_dir / "probe", probe_words(profiled, request, gpu, covered), request)
     ok = [r for r in runs if r.status == "ok"]
-    return frozenset(r.cell_dir for r in ok), frozenset(r.key for r in ok)
+    return Probes(frozenset(r.cell_dir for r in ok), frozenset(r.key for r in ok))
 
 
 def scaled_common(common: tuple[str, ...], scale: int) -> tuple[str, ...]:
@@ -160,7 +169,7 @@ def _confirm(
         runs = run_cells(advice_dir / f"confirm-x{scale}", cells, scaled)
         return {x.key: (x.samples_per_s, x.cell_dir, x.reused) for x in runs}
 
-    free = frozenset(p.label for p in candidates if p.label in probed and not p.active_thread_percentage)
+    free = frozenset(p.label for p in candidates if p.label in probed)
     order = plateau_order(candidates)
     h = successive_halving(order, request.confirm_k, request.confirm_budget_s, UNIT_S, measure, free=free)
     note = f"{h.stopped}; {len(h.measured)} measurement(s) in {h.spent_s:.0f} s of {request.confirm_budget_s:g} s"

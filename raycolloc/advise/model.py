@@ -274,7 +274,7 @@ def predict(c: Candidate, gpu: Gpu, params: Params) -> Prediction:
     agg = sum(j.samples_per_s for j in jobs) if c.uniform else None
     alone = sum(r * p.power_w for p, r in zip(c.jobs, rates.ratio, strict=True) if p.power_w is not None)
     worst = max(range(c.degree), key=lambda i: jobs[i].slowdown)
-    dram = sum(p.dram_active or 0.0 for p in c.jobs) / len(c.jobs)
+    dram = max(p.dram_active or 0.0 for p in c.jobs)
     beyond = params.dram_beyond(c.mode, sum(p.sm_active for p in c.jobs), dram) if c.degree > 1 else 1.0
     pred = Prediction(
         label=c.label,

@@ -13,6 +13,7 @@ from raycolloc.results.stats import Interval
 __all__ = [
     "DEFAULT_PARAMS",
     "DRAM_REACH",
+    "DRAM_UNSEEN",
     "Candidate",
     "Measurement",
     "Gpu",
@@ -26,6 +27,9 @@ __all__ = [
 # A workload's DRAM activity up to this multiple of the fitted workloads' largest is within the fit's
 # reach (the thrash term's evidence); beyond it an MPS configuration past saturation is extrapolated.
 DRAM_REACH = 1.5
+# How far beyond the reach counts at most (the interval's widening, 1 + log2 of it, stays finite): and
+# what a workload with DRAM activity counts where the fit saw no MPS cell past saturation at all.
+DRAM_UNSEEN = 4.0
 
 # Host-to-device bandwidth a job's copies can reach over the GPU's PCIe link (pinned memory,
 # measured ~ 80% of the theoretical 32 GB/s for Gen4 x16 and 64 GB/s for Gen5 x16).
@@ -62,9 +66,9 @@ class Params:
     # excess being the SM activity offered over capacity, less one (fitted; 0 = no such loss).
     mps_thrash: float = 0.0
     # The largest DRAM activity (0..1, per job alone) of the workloads whose MPS cells past saturation
-    # the parameters were fitted on (0: no such cell): the reach of ``mps_thrash``, which only cells
-    # past saturation show and which grows with DRAM activity.
-    mps_dram_reach: float = 0.0
+    # the parameters were fitted on (0: the fit had no such cell; None: not fitted, nothing checked):
+    # the reach of ``mps_thrash``, which only cells past saturation show and which grows with DRAM activity.
+    mps_dram_reach: float | None = None
 
     def mode(self, name: str) -> ModeParams:
         return {"naive": self.naive, "mps": self.mps, "mig": self.mig}[name]
@@ -79,14 +83,18 @@ class Params:
 
     def dram_beyond(self, mode: str, offered_sm: float, dram: float) -> float:
         """How far past the DRAM activity the fit saw an MPS configuration past saturation lies: its
-        jobs' mean DRAM activity over ``mps_dram_reach`` where that is above ``DRAM_REACH`` and the
-        SM activity offered (its jobs' alone, summed) is above MPS's capacity; else 1 (within reach).
+        jobs' largest DRAM activity (``dram``) over ``mps_dram_reach`` where that is above
+        ``DRAM_REACH`` and the SM activity offered (its jobs' alone, summed) is above MPS's capacity,
+        at most ``DRAM_UNSEEN`` (and that where the fit saw no MPS cell past saturation); else 1 (also
+        for parameters not fitted: ``mps_dram_reach`` None).
         Past saturation MPS clients lose in proportion to DRAM activity (``mps_thrash``): a fit on
         workloads with less of it cannot know how much (on one H200, resnet26 at 2.6% DRAM activity
         fitted on two models at 0.8% or less: MPS x14 predicted 29% high)."""
-        if mode != "mps" or self.mps_dram_reach <= 0 or offered_sm <= self.mps.capacity:
+        if self.mps_dram_reach is None or mode != "mps" or offered_sm <= self.mps.capacity or dram <= 0:
             return 1.0
-        ratio = dram / self.mps_dram_reach
+        if self.mps_dram_reach <= 0:  # the fit had no cell past saturation: nothing known there
+            return DRAM_UNSEEN
+        ratio = min(dram / self.mps_dram_reach, DRAM_UNSEEN)
         return ratio if ratio > DRAM_REACH else 1.0
 
     def extrapolated(self, mode: str, degree: int) -> bool:

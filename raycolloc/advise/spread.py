@@ -13,7 +13,10 @@ An extrapolated candidate (beyond the fitted degrees of its mode) has the fit's 
 ``1 + log2(degree / largest fitted degree)``: twice as wide at twice the largest degree the fit saw,
 three times at four times it. The residuals say nothing about the model's error where no cell was;
 the widening only says that it grows with the distance. A degree-1 candidate is the profile itself:
-its interval is the profile's alone.
+its interval is the profile's alone. An MPS candidate past saturation whose jobs have more DRAM
+activity than the fit saw there (:meth:`Params.dram_beyond`, a ratio r > 1) has the fit's half-width
+widened by ``1 + log2(r)`` too, its slowdown's interval with it: the many-clients loss grows with
+DRAM activity, and the fit has no evidence of how much at that level.
 """
 
 from __future__ import annotations
