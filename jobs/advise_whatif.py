@@ -54,14 +54,14 @@ def main() -> int:
     for d in brute:
         adv = args.out / "res" / f"adv-{d.name}"
         solo_dirs = sorted({q.parent for q in adv.rglob("cells.parquet")}) if adv.is_dir() else []
-        workload = str(load_sweeps([d]).cells["workload"].iloc[0])
+        own = load_sweeps([d]).cells
+        workload = str(own["workload"].iloc[0])
         history = next(v for (g, w, s), v in profiles.items() if w == workload)
         profile = history
         if solo_dirs:
             a = load_sweeps(solo_dirs)
             new = profiles_in(a.cells, a.jobs, a.epochs, a.telemetry, gpu_costs_in(a.cells, a.jobs))
             profile = combine([*new.values(), history])
-        own = load_sweeps([d]).cells
         own = own[(own["degree"].isin(wanted)) & (own["status"] == "ok") & (own["mode"] == "mps")].sort_values(
             "started_at"
         )

@@ -290,6 +290,7 @@ def _fit_modes(usable: list[Observation], cpu: float, thrash: float = 0.0) -> Pa
     fitted: dict[str, ModeParams] = {}
     degrees: dict[str, tuple[int, ...]] = {}
     residual: dict[str, float] = {}
+    dram_reach = 0.0
     notes = []
     for mode in ("naive", "mps", "mig"):
         cells = [o for o in usable if o.candidate.mode == mode and o.candidate.degree > 1 and o.status == "ok"]
@@ -301,6 +302,8 @@ def _fit_modes(usable: list[Observation], cpu: float, thrash: float = 0.0) -> Pa
             continue
         fitted[mode], rms, n = _fit_mode(cells, mode, start, cpu, thrash)
         degrees[mode] = tuple(sorted({o.candidate.degree for o in cells}))
+        if mode == "mps":
+            dram_reach = _dram_reach(cells, fitted[mode].capacity)
         if n >= 2:  # a 95% half-width of the relative error: the t-quantile (n - 1 dof) times the RMS
             residual[mode] = t_quantile(n - 1) * rms
         notes.append(f"{mode}: {len(cells)} cells, rms log error {rms:.3f}")
@@ -320,18 +323,17 @@ def _fit_modes(usable: list[Observation], cpu: float, thrash: float = 0.0) -> Pa
         residual_rel=tuple(residual.items()),
         cpu_capacity=cpu,
         mps_thrash=thrash,
-        mps_dram_reach=_dram_reach(usable, fitted.get("mps", DEFAULT_PARAMS.mps).capacity),
+        mps_dram_reach=dram_reach,
     )
 
 
-def _dram_reach(usable: list[Observation], capacity: float) -> float:
-    """The largest DRAM activity of a job alone among the MPS cells past saturation (their jobs' SM
-    activity alone, summed, above ``capacity``): what the thrash term was fitted on (0: none)."""
+def _dram_reach(cells: list[Observation], capacity: float) -> float:
+    """The largest DRAM activity of a job alone among the (MPS) ``cells`` past saturation (their jobs'
+    SM activity alone, summed, above ``capacity``): what the thrash term was fitted on (0: none)."""
     return max(
         (
             p.dram_active or 0.0
-            for o in usable
-            if o.candidate.mode == "mps" and o.candidate.degree > 1 and o.status == "ok"
+            for o in cells
             if sum(q.sm_active for q in o.candidate.jobs) > capacity
             for p in o.candidate.jobs
         ),

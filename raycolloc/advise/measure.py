@@ -169,9 +169,8 @@ def _confirm(
         runs = run_cells(advice_dir / f"confirm-x{scale}", cells, scaled)
         return {x.key: (x.samples_per_s, x.cell_dir, x.reused) for x in runs}
 
-    free = frozenset(p.label for p in candidates if p.label in probed)
     order = plateau_order(candidates)
-    h = successive_halving(order, request.confirm_k, request.confirm_budget_s, UNIT_S, measure, free=free)
+    h = successive_halving(order, request.confirm_k, request.confirm_budget_s, UNIT_S, measure, free=probed)
     note = f"{h.stopped}; {len(h.measured)} measurement(s) in {h.spent_s:.0f} s of {request.confirm_budget_s:g} s"
     return dataclasses.replace(r, confirmed=h.pick, measured=h.measured, confirm_note=note)
 
