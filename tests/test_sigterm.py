@@ -263,3 +263,33 @@ def test_a_script_job_under_the_sweeps_own_ray_has_sigterm_unblocked(tmp_path: P
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "sigterm-blocked=False" in out and "sigterm-blocked=True" not in out, out[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_local")
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_that_lands_inside_ray_get_keeps_its_exit_status(signum: int, status: int) -> None:
+    """CI's stop 42: the queue's SIGTERM landed while the driver waited in ``ray.get``, which re-raises
+    the handler's ``Terminated`` as a plain ``KeyboardInterrupt``; the command exited 130, not 143."""
+    import threading
+
+    import ray
+
+    from raycolloc.driver import signals
+
+    @ray.remote(num_cpus=0)
+    def _sleep() -> None:
+        time.sleep(60)
+
+    ref = _sleep.remote()
+    signals.install()
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signum))
+    try:
+        timer.start()
+        with pytest.raises(KeyboardInterrupt) as caught:
+            ray.get(ref, timeout=30)
+        assert signals.exit_status(caught.value) == status
+    finally:
+        timer.cancel()
+        signals.uninstall()
+        ray.cancel(ref, force=True)

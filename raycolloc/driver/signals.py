@@ -40,7 +40,10 @@ from raycolloc.driver.outcome import EXIT_INTERRUPTED, EXIT_TERMINATED
 __all__ = ["Terminated", "ending", "exit_status", "install", "reinstall", "shielded", "uninstall"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
-_state: dict[str, int] = {"installed": 0, "first": 0}
+# "first": the first signal, or SIGTERM once the command is ending; "received": the first signal that
+# came, which names the exit status (Ray's blocking calls re-raise any exception a handler raises as
+# a plain KeyboardInterrupt, so the exception's type alone cannot tell SIGTERM from Ctrl-C).
+_state: dict[str, int] = {"installed": 0, "first": 0, "received": 0}
 _before: dict[int, Any] = {}  # the handlers install() replaced, put back by uninstall()
 _first_at = [0.0]  # when the first signal came (time.monotonic)
 # GNU `timeout` sends its signal to the command and then to its own process group, which holds the
@@ -69,6 +72,7 @@ def _handle(signum: int, frame: FrameType | None) -> None:
     # The time first: a second signal handled between these two lines must see it as the echo.
     _first_at[0] = time.monotonic()
     _state["first"] = signum
+    _state["received"] = signum
     raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
 
@@ -90,7 +94,7 @@ def uninstall() -> None:
     for signum, before in _before.items():
         signal.signal(signum, before if before is not None else signal.SIG_DFL)
     _before.clear()
-    _state.update(installed=0, first=0)
+    _state.update(installed=0, first=0, received=0)
 
 
 def reinstall() -> None:
@@ -119,5 +123,10 @@ def ending() -> None:
 
 
 def exit_status(exc: KeyboardInterrupt) -> int:
-    """130 for an interrupt (Ctrl-C), 143 for SIGTERM."""
-    return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+    """130 for an interrupt (Ctrl-C), 143 for SIGTERM: the signal this process took first, or, where
+    :func:`install` never ran, the exception's type. ``ray.get`` and ``ray.wait`` turn the
+    :class:`Terminated` our handler raises into a plain ``KeyboardInterrupt`` (measured, Ray 2.x in
+    local mode), so a SIGTERM that lands while the driver waits on Ray is known by the record."""
+    if isinstance(exc, Terminated) or _state["received"] == signal.SIGTERM:
+        return EXIT_TERMINATED
+    return EXIT_INTERRUPTED
