@@ -277,7 +277,12 @@ def test_advise_confirms_its_pick_by_measuring(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-4000:]
     (ranking,) = json.loads((tmp_path / "a.json").read_text())["rankings"]
     measured = {m["label"]: m for m in ranking["measured"]}
-    assert len({m["label"] for m in ranking["measured"] if m["rung"] == 0}) == 2  # the top two, briefly
+    # Rung 0: the top two, briefly, and beside them at no cost every probed configuration (its probe
+    # cell reused), so 2 to 4 labels, as the noisy ranking puts the probes in the top two or not.
+    rung0 = {m["label"] for m in ranking["measured"] if m["rung"] == 0}
+    probed = {m["label"] for m in ranking["measured"] if m["rung"] == 0 and "/probe/" in m["cell_dir"]}
+    assert probed and all(m["reused"] for m in ranking["measured"] if m["label"] in probed and m["rung"] == 0)
+    assert len(rung0) >= 2 and len(rung0 - probed) <= 2, ranking["measured"]
     pick = ranking["confirmed"]
     assert pick in measured and measured[pick]["samples_per_s"] > 0  # the pick is a measured one
     top = max(m["rung"] for m in ranking["measured"])
