@@ -18,8 +18,8 @@ from .conftest import load, run_one
 pytestmark = pytest.mark.usefixtures("ray_local")
 
 
-def _cell(tmp_path: Path, overrides: list[str]):  # noqa: ANN202
-    spec = load(["epoch_samples=256", *overrides], out_dir=tmp_path)
+def _cell(tmp_path: Path, overrides: list[str], samples: int = 256):  # noqa: ANN202
+    spec = load([f"epoch_samples={samples}", *overrides], out_dir=tmp_path)
     outcome, tables = run_one(spec, tmp_path / "cell")
     return spec, outcome, tables
 
@@ -30,7 +30,9 @@ def _steward(spec):  # noqa: ANN001, ANN202
 
 
 def test_naive_cell_writes_four_tables_with_one_gpu_per_cell(tmp_path: Path) -> None:
-    job, outcome, t = _cell(tmp_path, ["degree=2", "mode=naive"])
+    # 1024 samples: a measured window of ~0.5 s holds several 50 ms telemetry samples and overlaps
+    # surely (a 256-sample window on a loaded CI box once caught no sample).
+    job, outcome, t = _cell(tmp_path, ["degree=2", "mode=naive"], samples=1024)
     assert outcome.status == "ok"
     cells, jobs, epochs, tel = t["cells"], t["jobs"], t["epochs"], t["telemetry"]
     assert len(cells) == 1 and cells.loc[0, "status"] == "ok"
@@ -48,10 +50,11 @@ def test_naive_cell_writes_four_tables_with_one_gpu_per_cell(tmp_path: Path) -> 
     # Epoch 1 is warm-up; epoch 2 is measured, and the measured epochs overlap (barrier).
     assert sorted(epochs["epoch"].unique()) == [1, 2]
     assert epochs.loc[epochs.epoch == 1, "warmup"].all() and not epochs.loc[epochs.epoch == 2, "warmup"].any()
-    e2 = epochs[epochs.epoch == 2]
+    e1, e2 = epochs[epochs.epoch == 1], epochs[epochs.epoch == 2]
+    assert e2["start_ts"].min() >= e1["end_ts"].max()  # every job warmed up before any measured
     assert e2["start_ts"].max() < e2["end_ts"].min()
     assert cells.loc[0, "agg_samples_per_s"] == pytest.approx(e2["samples_per_s"].sum())
-    assert (e2["samples"] == 256).all()
+    assert (e2["samples"] == 1024).all()
     # The training thread's own accounting: CPU time within the epoch's wall time, system time a part of it.
     assert ((e2["thread_cpu_s"] > 0) & (e2["thread_cpu_s"] <= e2["wall_s"] * 1.05 + 0.01)).all()
     assert ((e2["thread_sys_s"] >= 0) & (e2["thread_sys_s"] <= e2["thread_cpu_s"])).all()

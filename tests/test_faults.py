@@ -208,13 +208,14 @@ def test_an_mps_daemon_killed_mid_cell_is_cleaned_and_the_next_cell_gets_a_new_o
         pid = json.loads(record.read_text())["pid"]
         modes.append(record.parent.stat().st_mode & 0o777)  # owner-only: nobody else joins or steers it
         wait_for(lambda: _actor(f"raycolloc:{spec.cell_id}/0-tiny_cnn"), 120, "the trainer")
-        time.sleep(5)
+        time.sleep(2)
         os.kill(pid, signal.SIGKILL)
 
     modes: list[int] = []
-    _, outcome, t = _cell(
-        tmp_path, ["degree=2", "epoch_samples=4096", "mode=mps", f"mode.pipe_root={root}"], during=kill_daemon
-    )
+    # Epochs of 5 s (a time budget): the kill, 2 s after the trainer is up, lands while the cell runs
+    # (a 4096-sample cell once ended first on CI in the steward's test below, its daemon stopped).
+    words = ["degree=2", "epoch_samples=1000000", "epoch_time_s=5", "mode=mps", f"mode.pipe_root={root}"]
+    _, outcome, t = _cell(tmp_path, words, during=kill_daemon)
     assert modes == [0o700]
     assert len(t["cells"]) == 1 and outcome.status in ("ok", "partial", "error")
     assert_clean(root)
@@ -306,9 +307,10 @@ def test_driver_sigkill_then_rerun_stops_the_daemon_and_completes_each_cell_once
         "mode=naive,mps",
         f"mode.pipe_root={root}",
         f"out_dir={out}",
-        # Long enough that the daemon seen is still up when the kill lands: with 1,024 samples a loaded
-        # CI box once saw the lane finish the cell and stop its daemon first (no daemon left to find).
-        "epoch_samples=4096",
+        # Epochs of 3 s (a time budget): the daemon seen is still up when the kill lands. With 1,024
+        # samples a loaded CI box once saw the lane finish the cell and stop its daemon first.
+        "epoch_samples=1000000",
+        "epoch_time_s=3",
         "cluster.max_concurrent_cells=1",
     ]
     proc = _popen(args, env, tmp_path / "first.log")
@@ -400,7 +402,10 @@ def test_two_sweeps_on_one_output_run_each_cell_once(tmp_path: Path) -> None:
         "mode=naive",
         f"out_dir={out}",
         f"mode.pipe_root={root}",
-        "epoch_samples=1024",
+        # Epochs of 3 s (a time budget): the first sweep holds its lock while the second starts and
+        # plans (1024-sample cells could end first, and the second would then find the results).
+        "epoch_samples=1000000",
+        "epoch_time_s=3",
         f"hydra.sweep.dir={sweep_dir}",
     ]
     first = _popen(args, {}, tmp_path / "first.log", own_ray=False)

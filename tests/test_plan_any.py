@@ -300,7 +300,10 @@ def test_plan_fanout_runs_groups_at_once_on_any_gpu_and_devices_pin_them_by_defa
         args = [
             f"+plan={plan}",
             "cluster=local",
-            "epoch_samples=64",
+            # Epochs of 2 s (a time budget): a cell outlasts a lane's set-up, so fanned out each
+            # lane takes one (64-sample cells could both end on the lane that opened first).
+            "epoch_samples=1000000",
+            "epoch_time_s=2",
             f"mode.pipe_root={pipe_root}",
             f"out_dir={out}",
             *(["+plan_fanout=true"] if fanout else []),

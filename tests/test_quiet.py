@@ -197,8 +197,10 @@ def test_the_nodes_own_processes_run_on_the_reserved_cores(tmp_path: Path) -> No
 @pytest.mark.slow
 def test_cells_side_by_side_are_counted_and_isolation_stops_it(tmp_path: Path) -> None:
     """Two cells on two simulated GPUs of one node: measured at once, then one at a time."""
-    args = ["-m", "workload=tiny_cnn", "cluster=local", "seed=0,1", "epoch_samples=100000000", "repeats=1"]
-    args += ["epoch_time_s=3", "cluster.num_gpus=2", f"out_dir={tmp_path}"]
+    # Steps that sleep (tests/sleepy_workload.py): two CPU-bound cells on a 2-core machine slow each
+    # other's set-up, and a skew longer than their 5 s windows would keep them from overlapping.
+    args = ["-m", "workload=python", "workload.entry=tests.sleepy_workload:build", "cluster=local", "seed=0,1"]
+    args += ["epoch_samples=100000000", "repeats=1", "epoch_time_s=5", "cluster.num_gpus=2", f"out_dir={tmp_path}"]
 
     def cells(sweep: Path, *extra: str) -> pd.DataFrame:
         proc = run_cli([*args, f"hydra.sweep.dir={sweep}", *extra], cwd=ROOT)

@@ -133,7 +133,12 @@ def test_a_second_signal_ends_the_sweep_at_once(tmp_path: Path) -> None:
     try:
         wait_for(lambda: "tiny_cnn-mps-x2: warm-up" in log.read_text(), 400, "the MPS cell's warm-up")
         os.kill(proc.pid, signal.SIGTERM)
-        time.sleep(0.3)  # inside the first signal's cancelling (about a second here)
+        # Inside the first signal's cancelling (about a second here): once the driver says it began,
+        # not after a fixed pause (a loaded box that has not yet run the SIGTERM handler would take the
+        # two as pending together, SIGINT first, and end 143).
+        deadline = time.monotonic() + 30
+        while "interrupted: cancelling" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.02)
         os.kill(proc.pid, signal.SIGINT)
         t0 = time.monotonic()
         code = proc.wait(timeout=60)
