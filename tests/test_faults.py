@@ -82,13 +82,13 @@ def assert_clean(root: Path, sim_root: Path | None = None) -> None:
         shutil.rmtree(root, ignore_errors=True)  # the simulated control, its fork server's stale files
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, every: float = 0.3) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
         if value:
             return value
-        time.sleep(0.3)
+        time.sleep(every)
     raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
 
 

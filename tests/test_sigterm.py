@@ -136,9 +136,7 @@ def test_a_second_signal_ends_the_sweep_at_once(tmp_path: Path) -> None:
         # Inside the first signal's cancelling (about a second here): once the driver says it began,
         # not after a fixed pause (a loaded box that has not yet run the SIGTERM handler would take the
         # two as pending together, SIGINT first, and end 143).
-        deadline = time.monotonic() + 30
-        while "interrupted: cancelling" not in log.read_text() and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_for(lambda: "interrupted: cancelling" in log.read_text(), 30, "the first signal's cancelling", every=0.02)
         os.kill(proc.pid, signal.SIGINT)
         t0 = time.monotonic()
         code = proc.wait(timeout=60)

@@ -40,10 +40,10 @@ from raycolloc.driver.outcome import EXIT_INTERRUPTED, EXIT_TERMINATED
 __all__ = ["Terminated", "ending", "exit_status", "install", "reinstall", "shielded", "uninstall"]
 
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
-# "first": the first signal, or SIGTERM once the command is ending; "received": the first signal that
-# came, which names the exit status (Ray's blocking calls re-raise any exception a handler raises as
-# a plain KeyboardInterrupt, so the exception's type alone cannot tell SIGTERM from Ctrl-C).
-_state: dict[str, int] = {"installed": 0, "first": 0, "received": 0}
+# "first": the first signal that came, which also names the exit status (Ray's blocking calls re-raise
+# any exception a handler raises as a plain KeyboardInterrupt, so the exception's type alone cannot tell
+# SIGTERM from Ctrl-C); "ending": the command is tearing down, and any signal ends it at once.
+_state: dict[str, int] = {"installed": 0, "first": 0, "ending": 0}
 _before: dict[int, Any] = {}  # the handlers install() replaced, put back by uninstall()
 _first_at = [0.0]  # when the first signal came (time.monotonic)
 # GNU `timeout` sends its signal to the command and then to its own process group, which holds the
@@ -60,7 +60,7 @@ class Terminated(KeyboardInterrupt):
 def _handle(signum: int, frame: FrameType | None) -> None:
     if _state["first"] == signum and time.monotonic() - _first_at[0] < ECHO_S:
         return  # the same signal again at once: `timeout` sends it to the command, then to its group
-    if _state["first"]:
+    if _state["first"] or _state["ending"]:
         # Nothing is waited for: Ray's processes die with this one (they share its fate), and a
         # re-run stops what the steward kept (MPS daemons, MIG layouts) from its records.
         os.write(
@@ -72,7 +72,6 @@ def _handle(signum: int, frame: FrameType | None) -> None:
     # The time first: a second signal handled between these two lines must see it as the echo.
     _first_at[0] = time.monotonic()
     _state["first"] = signum
-    _state["received"] = signum
     raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
 
@@ -94,7 +93,7 @@ def uninstall() -> None:
     for signum, before in _before.items():
         signal.signal(signum, before if before is not None else signal.SIG_DFL)
     _before.clear()
-    _state.update(installed=0, first=0, received=0)
+    _state.update(installed=0, first=0, ending=0)
 
 
 def reinstall() -> None:
@@ -119,7 +118,7 @@ def shielded() -> Iterator[None]:
 
 def ending() -> None:
     """The command is tearing down: a signal from now on ends it at once, as a second one does."""
-    _state["first"] = _state["first"] or signal.SIGTERM
+    _state["ending"] = 1
 
 
 def exit_status(exc: KeyboardInterrupt) -> int:
@@ -127,6 +126,6 @@ def exit_status(exc: KeyboardInterrupt) -> int:
     :func:`install` never ran, the exception's type. ``ray.get`` and ``ray.wait`` turn the
     :class:`Terminated` our handler raises into a plain ``KeyboardInterrupt`` (measured, Ray 2.x in
     local mode), so a SIGTERM that lands while the driver waits on Ray is known by the record."""
-    if isinstance(exc, Terminated) or _state["received"] == signal.SIGTERM:
+    if isinstance(exc, Terminated) or _state["first"] == signal.SIGTERM:
         return EXIT_TERMINATED
     return EXIT_INTERRUPTED
