@@ -4,6 +4,7 @@ and what is allowed (:mod:`raycolloc.config`, :mod:`raycolloc.workload_config`).
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -25,6 +26,7 @@ __all__ = [
     "check_reserved_cpus",
     "check_sim_inject",
     "closest",
+    "is_number",
     "is_mem_limit",
     "listed",
     "parse_cpu_list",
@@ -62,15 +64,25 @@ def check_choice(key: str, value: Any, allowed: tuple[str, ...]) -> None:
         raise ConfigError(f"{key}={value!r} is not allowed; choose one of: {', '.join(allowed)}")
 
 
-def check_min(key: str, value: Any, minimum: float, *, optional: bool = False) -> None:
+def is_number(value: Any) -> bool:
+    """A finite int or float (not a bool): NaN compares false with every bound, so a ``value < low``
+    check alone lets it through, and an infinity overflows the first wait or integer it meets."""
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+
+
+def check_min(
+    key: str, value: Any, minimum: float, *, optional: bool = False, maximum: float | None = None
+) -> None:
     if optional and value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < minimum:
+    if not is_number(value) or value < minimum:
         raise ConfigError(f"{key}={value!r} is not allowed; it must be a number >= {minimum}")
+    if maximum is not None and value > maximum:
+        raise ConfigError(f"{key}={value!r} is not allowed; it must be a number {minimum:g}..{maximum:g}")
 
 
 def check_range(key: str, value: Any, low: float, high: float) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+    if not is_number(value) or not low <= value <= high:
         raise ConfigError(f"{key}={value!r} is not allowed; it must be a number {low:g}..{high:g}")
 
 
