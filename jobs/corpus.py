@@ -1,0 +1,261 @@
+"""The measured corpus: real collocation cells that grade the advisor and play the queue simulator's GPUs.
+
+Runs the real sweep command for each corpus entry (a workload alone at several degrees, naive and MPS;
+pairs of different workloads for mixes) and keeps every cell it measured in two small Parquet tables
+under the corpus folder: ``cells.parquet`` (one row per cell run: aggregate rate and its interval, SM
+activity, memory, power, energy, provenance) and ``jobs.parquet`` (one row per job of those cells:
+its rate alone in the cell, its peak memory). It resumes: a configuration the corpus already holds for
+this GPU model is not measured again, so a device call cut short by its time limit goes on in the next.
+
+    python jobs/corpus.py measure corpus/ [--only NAME,...] [--limit-s 540] [--work DIR]
+    python jobs/corpus.py measure corpus-sim/ --backend sim        # simulated GPUs, tiny workloads: plumbing
+    python jobs/corpus.py show corpus/                              # what it holds, per entry and mode
+
+Provenance: each row carries the GPU's name, driver, host, the date, the command and the commit
+(``RAYCOLLOC_COMMIT`` in the environment: the device machine's copy of the tree has no git).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shlex
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from analysis.load import SweepDirError, load_sweeps  # noqa: E402  (after the checkout is on the path)
+
+TIMM = "workload=timm workload.model={model} workload.dataset={dataset}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One workload of the corpus (or a pair of them: a mix), with why it is there."""
+
+    name: str
+    words: str  # the sweep's workload words
+    shape: str  # what kind of model it stands for
+    mix: bool = False
+
+
+# At least eight timm models of different shapes: small and large CNNs, a mobile net, a transformer,
+# at 32, 64 and 224 px; then pairs of different models for mixes.
+GPU_ENTRIES = (
+    Entry("resnet26_cifar10", "workload=resnet26_cifar10", "small CNN, 32 px (the study's S)"),
+    Entry("mobilenetv3_cifar10", TIMM.format(model="mobilenetv3_large_100", dataset="cifar10"), "mobile net, 32 px"),
+    Entry("vit_tiny_imagenet", TIMM.format(model="vit_tiny_patch16_224", dataset="imagenet"), "transformer, 224 px"),
+    Entry("resnet50_imagenet64", "workload=resnet50_imagenet64", "CNN, 64 px (the study's M)"),
+    Entry("resnet152_imagenet", "workload=resnet152_imagenet", "large CNN, 224 px (the study's L)"),
+    Entry("convnext_atto_cifar10", TIMM.format(model="convnext_atto", dataset="cifar10"), "small ConvNeXt, 32 px"),
+    Entry("efficientnetv2s_imagenet64", "workload=efficientnetv2s_imagenet64", "EfficientNetV2, 64 px (study's M)"),
+    Entry("resnet18_cifar10", TIMM.format(model="resnet18", dataset="cifar10"), "small CNN, 32 px"),
+    Entry("cait_xxs24_imagenet", "workload=cait_xxs24_imagenet", "transformer, 224 px (the study's L)"),
+    Entry(
+        "mix_resnet26_resnet50",
+        "mix.name=r26_r50 mix.jobs=[{workload:resnet26_cifar10},{workload:resnet50_imagenet64}]",
+        "pair: small CNN beside a 64 px CNN",
+        mix=True,
+    ),
+    Entry(
+        "mix_resnet26_effnet",
+        "mix.name=r26_effv2 mix.jobs=[{workload:resnet26_cifar10},{workload:efficientnetv2s_imagenet64}]",
+        "pair: small CNN beside EfficientNetV2",
+        mix=True,
+    ),
+)
+SIM_ENTRIES = (
+    Entry("tiny_cnn", "workload=tiny_cnn", "tiny CPU CNN (simulated GPU)"),
+    Entry("tiny_dlrm", "workload=tiny_dlrm", "tiny CPU recommender (simulated GPU)"),
+    Entry("mix_tiny", "mix=tiny_mixed", "tiny mix (simulated GPU)", mix=True),
+)
+GPU_DEGREES = (1, 2, 3, 7, 14, 16)
+SIM_DEGREES = (1, 2, 3)
+MODES = ("naive", "mps")
+CELL_COLUMNS = [
+    "cell_id", "label", "config_hash", "repeat", "status", "reason", "mode", "degree", "workload", "mix",
+    "gpu_name", "gpu_memory_mib", "gpu_sm_count", "hostname", "backend", "driver", "telemetry_source",
+    "started_at", "finished_at", "fixed_s", "overlap_s", "agg_samples_per_s", "agg_rate_low", "agg_rate_high",
+    "agg_rate_median", "rate_cv", "unstable", "n_jobs", "n_ok", "sm_active_mean", "sm_active_max",
+    "gpu_util_mean", "mem_used_max_mib", "energy_j", "power_mean_w", "energy_per_sample_j",
+    "pcie_rx_mean_bytes_s", "pcie_tx_mean_bytes_s", "sm_clock_mean_mhz", "clock_event_share",
+    "cpu_wait_share_max",
+]  # fmt: skip
+JOB_COLUMNS = [
+    "cell_id", "job_index", "workload", "model", "dataset", "status", "error", "batch_size", "params",
+    "mps_client", "epoch2_s", "epoch2_samples_per_s", "epoch2_rate_low", "epoch2_rate_high", "epoch2_rate_cv",
+    "peak_mem_allocated_mib", "peak_mem_reserved_mib", "nvml_mem_mib", "peak_device_mem_mib",
+]  # fmt: skip
+
+
+def gpu_name(backend: str) -> str:
+    """The GPU model this call measures on: NVML's name, or ``sim`` on the simulated backend."""
+    if backend == "sim":
+        return "sim"
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))
+        return name.decode() if isinstance(name, bytes) else str(name)
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def read_table(corpus: Path, name: str) -> pd.DataFrame:
+    path = corpus / f"{name}.parquet"
+    return pd.read_parquet(path) if path.exists() else pd.DataFrame()
+
+
+def measured(corpus: Path, gpu: str) -> set[tuple[str, str, int]]:
+    """(entry, mode, degree) the corpus holds a result for on this GPU model (a failed cell counts:
+    an OOM at x16 is a measurement, and running it again gives the same)."""
+    cells = read_table(corpus, "cells")
+    if cells.empty:
+        return set()
+    mine = cells[(cells["gpu_name"] == gpu) & cells["status"].isin(["ok", "partial", "oom", "unfit"])]
+    return {(str(e), str(m), int(d)) for e, m, d in zip(mine["entry"], mine["mode"], mine["degree"], strict=True)}
+
+
+def sweep_words(entry: Entry, modes: str, degrees: list[int], backend: str, work: Path, epoch_s: float) -> list[str]:
+    words = ["-m", *shlex.split(entry.words), f"mode={modes}"]
+    if not entry.mix:
+        words.append("degree=" + ",".join(str(d) for d in degrees))
+    words += [
+        f"epoch_time_s={epoch_s}",
+        "measure.target_ci=0.05",  # repeats where the interval is wider than ±5%
+        "measure.budget=0.5",  # ... within half the first pass's GPU time again
+        f"out_dir={work / 'res'}",
+        f"hydra.sweep.dir={sweep_dir(work, entry, modes)}",
+    ]
+    if backend == "sim":
+        words += ["cluster=local", "cluster.num_gpus=1"]
+    else:
+        words.append("cluster.isolate_measurement=true")
+    return words
+
+
+def sweep_dir(work: Path, entry: Entry, modes: str) -> Path:
+    return work / "res" / entry.name / modes.replace(",", "-")
+
+
+def export(corpus: Path, entry: Entry, sweep_dir: Path, gpu: str, command: str) -> int:
+    """Add the cells measured under ``sweep_dir`` (every run, repeats included) to the corpus."""
+    try:
+        data = load_sweeps([sweep_dir], all_results=True)
+    except SweepDirError:
+        return 0
+    cells = data.cells.reindex(columns=CELL_COLUMNS).copy()
+    cells.insert(0, "entry", entry.name)
+    cells["shape"] = entry.shape
+    cells["gpu_name"] = cells["gpu_name"].fillna(gpu) if gpu != "sim" else "sim"
+    cells["commit"] = os.environ.get("RAYCOLLOC_COMMIT", "unknown")
+    cells["measured_on"] = datetime.now(UTC).strftime("%Y-%m-%d")
+    cells["command"] = command
+    jobs = data.jobs[data.jobs["cell_id"].isin(cells["cell_id"])].reindex(columns=JOB_COLUMNS).copy()
+    jobs.insert(0, "entry", entry.name)
+    old_cells, old_jobs = read_table(corpus, "cells"), read_table(corpus, "jobs")
+    new = cells[~cells["cell_id"].isin(old_cells["cell_id"])] if not old_cells.empty else cells
+    jobs = jobs[jobs["cell_id"].isin(new["cell_id"])]
+    corpus.mkdir(parents=True, exist_ok=True)
+    for name, old, add in (("jobs", old_jobs, jobs), ("cells", old_cells, new)):  # cells last: they index jobs
+        both = pd.concat([old, add], ignore_index=True) if not old.empty else add
+        tmp = corpus / f".{name}.parquet.tmp"
+        both.to_parquet(tmp, index=False)
+        tmp.replace(corpus / f"{name}.parquet")
+    return len(new)
+
+
+def steps(entry: Entry, degrees: list[int], done: set[tuple[str, str, int]]) -> list[tuple[Entry, str, list[int]]]:
+    """The sweeps that measure what the corpus lacks of ``entry``: one over both modes where they lack
+    the same degrees (one Ray start, one warm lane), else one per mode."""
+    todo = {m: [d for d in ([1] if entry.mix else degrees) if (entry.name, m, d) not in done] for m in MODES}
+    if len({tuple(v) for v in todo.values()}) == 1:
+        first = todo[MODES[0]]
+        return [(entry, ",".join(MODES), first)] if first else []
+    return [(entry, m, ds) for m, ds in todo.items() if ds]
+
+
+def measure(args: argparse.Namespace) -> int:
+    corpus, work = Path(args.corpus), Path(args.work)
+    backend = args.backend
+    entries = SIM_ENTRIES if backend == "sim" else GPU_ENTRIES
+    if args.only:
+        wanted = args.only.split(",")
+        unknown = sorted(set(wanted) - {e.name for e in entries})
+        if unknown:
+            print(f"error: --only {','.join(unknown)}: no such entry; choose from {', '.join(e.name for e in entries)}")
+            return 2
+        entries = tuple(e for e in entries if e.name in wanted)
+    degrees = list(SIM_DEGREES if backend == "sim" else GPU_DEGREES)
+    if backend != "sim":  # raycolloc gives every training process a core of its own
+        degrees = [d for d in degrees if d <= (os.cpu_count() or 1)]
+    gpu = gpu_name(backend)
+    done = measured(corpus, gpu)
+    start = time.monotonic()
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if backend == "sim":
+        env.setdefault("RAYCOLLOC_SIM_ROOT", str(work / "sim"))
+    plan = [step for e in entries for step in steps(e, degrees, done)]
+    print(f"corpus {corpus} on {gpu}: {len(done)} configurations held; {len(plan)} sweeps to run", flush=True)
+    for i, (entry, modes, todo) in enumerate(plan, 1):
+        left = args.limit_s - (time.monotonic() - start)
+        if left < 45:
+            print(f"time limit: {len(plan) - i + 1} sweeps left for the next call", flush=True)
+            return 3
+        words = sweep_words(entry, modes, todo, backend, work, args.epoch_s)
+        command = "python -m raycolloc.sweep " + shlex.join(words)
+        print(f"[{i}/{len(plan)}] {entry.name} {modes} x{','.join(map(str, todo))} ({left:.0f} s left)", flush=True)
+        log = work / f"{entry.name}-{modes.replace(',', '-')}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("a") as out:
+            try:
+                rc = subprocess.run(
+                    [sys.executable, "-m", "raycolloc.sweep", *words],
+                    cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=left - 15, check=False,
+                ).returncode  # fmt: skip
+            except subprocess.TimeoutExpired:
+                rc = -1
+        added = export(corpus, entry, sweep_dir(work, entry, modes), gpu, command)
+        print(f"    exit {rc}, {added} cells added; log {log}", flush=True)
+    return 0
+
+
+def show(args: argparse.Namespace) -> int:
+    cells = read_table(Path(args.corpus), "cells")
+    if cells.empty:
+        print(f"{args.corpus}: empty")
+        return 0
+    ok = cells[cells["status"] == "ok"]
+    table = ok.groupby(["gpu_name", "entry", "mode", "degree"])["agg_samples_per_s"].agg(["median", "count"])
+    print(table.to_string(float_format=lambda v: f"{v:,.0f}"))
+    print(f"{len(cells)} cell runs ({dict(cells['status'].value_counts())})")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    m = sub.add_parser("measure", help="measure what the corpus lacks on this GPU model")
+    m.add_argument("corpus")
+    m.add_argument("--only", help="entries to measure (comma-separated names)")
+    m.add_argument("--limit-s", type=float, default=540.0, help="stop starting sweeps past this (s)")
+    m.add_argument("--work", default="/tmp/raycolloc-corpus-work", help="the sweeps' own output")
+    m.add_argument("--backend", choices=("gpu", "sim"), default="gpu")
+    m.add_argument("--epoch-s", type=float, default=3.0, help="every epoch's length (s)")
+    s = sub.add_parser("show", help="what the corpus holds")
+    s.add_argument("corpus")
+    args = parser.parse_args(argv)
+    return measure(args) if args.command == "measure" else show(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
