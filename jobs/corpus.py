@@ -21,11 +21,13 @@ import argparse
 import dataclasses
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import IO
 
 import pandas as pd
 
@@ -184,6 +186,24 @@ def steps(entry: Entry, degrees: list[int], done: set[tuple[str, str, int]]) -> 
     return [(entry, m, ds) for m, ds in todo.items() if ds]
 
 
+def run_sweep(words: list[str], env: dict[str, str], out: IO[str], limit_s: float) -> int:
+    """Run one sweep; past ``limit_s`` end it as a user would, with SIGTERM (the sweep records what it
+    measured and releases the GPU: its MPS daemon, its training processes), and SIGKILL only if it
+    has not ended 30 s later. A SIGKILLed driver left its jobs' processes on the GPU (a device call)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "raycolloc.sweep", *words], cwd=ROOT, env=env, stdout=out, stderr=out
+    )
+    try:
+        return proc.wait(timeout=max(limit_s, 1))
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            return proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return proc.wait()
+
+
 def measure(args: argparse.Namespace) -> int:
     corpus, work = Path(args.corpus), Path(args.work)
     backend = args.backend
@@ -217,13 +237,7 @@ def measure(args: argparse.Namespace) -> int:
         log = work / f"{entry.name}-{modes.replace(',', '-')}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("a") as out:
-            try:
-                rc = subprocess.run(
-                    [sys.executable, "-m", "raycolloc.sweep", *words],
-                    cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=left - 15, check=False,
-                ).returncode  # fmt: skip
-            except subprocess.TimeoutExpired:
-                rc = -1
+            rc = run_sweep(words, env, out, left - 40)
         added = export(corpus, entry, sweep_dir(work, entry, modes), gpu, command)
         print(f"    exit {rc}, {added} cells added; log {log}", flush=True)
     return 0
