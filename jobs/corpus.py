@@ -82,20 +82,10 @@ SIM_ENTRIES = (
 GPU_DEGREES = (1, 2, 3, 7, 14, 16)
 SIM_DEGREES = (1, 2, 3)
 MODES = ("naive", "mps")
-CELL_COLUMNS = [
-    "cell_id", "label", "config_hash", "repeat", "status", "reason", "mode", "degree", "workload", "mix",
-    "gpu_name", "gpu_memory_mib", "gpu_sm_count", "hostname", "backend", "driver", "telemetry_source",
-    "started_at", "finished_at", "fixed_s", "overlap_s", "agg_samples_per_s", "agg_rate_low", "agg_rate_high",
-    "agg_rate_median", "rate_cv", "unstable", "n_jobs", "n_ok", "sm_active_mean", "sm_active_max",
-    "gpu_util_mean", "mem_used_max_mib", "energy_j", "power_mean_w", "energy_per_sample_j",
-    "pcie_rx_mean_bytes_s", "pcie_tx_mean_bytes_s", "sm_clock_mean_mhz", "clock_event_share",
-    "cpu_wait_share_max",
-]  # fmt: skip
-JOB_COLUMNS = [
-    "cell_id", "job_index", "workload", "model", "dataset", "status", "error", "batch_size", "params",
-    "mps_client", "epoch2_s", "epoch2_samples_per_s", "epoch2_rate_low", "epoch2_rate_high", "epoch2_rate_cv",
-    "peak_mem_allocated_mib", "peak_mem_reserved_mib", "nvml_mem_mib", "peak_device_mem_mib",
-]  # fmt: skip
+# Every column of the sweep's cells and jobs is kept (the advisor's profiles read config_json, the
+# memory columns, the telemetry means); its epochs whole; its telemetry at GPU scope inside each cell's
+# measured window (what a profile averages), not the per-process samples that make it large.
+TABLES = ("cells", "jobs", "epochs", "telemetry")
 
 
 def gpu_name(backend: str) -> str:
@@ -155,25 +145,35 @@ def export(corpus: Path, entry: Entry, sweep_dir: Path, gpu: str, command: str) 
         data = load_sweeps([sweep_dir], all_results=True)
     except SweepDirError:
         return 0
-    cells = data.cells.reindex(columns=CELL_COLUMNS).copy()
+    cells = data.cells.copy()
+    old = {name: read_table(corpus, name) for name in TABLES}
+    if not old["cells"].empty:
+        cells = cells[~cells["cell_id"].isin(old["cells"]["cell_id"])]
     cells.insert(0, "entry", entry.name)
     cells["shape"] = entry.shape
     cells["gpu_name"] = cells["gpu_name"].fillna(gpu) if gpu != "sim" else "sim"
     cells["commit"] = os.environ.get("RAYCOLLOC_COMMIT", "unknown")
     cells["measured_on"] = datetime.now(UTC).strftime("%Y-%m-%d")
     cells["command"] = command
-    jobs = data.jobs[data.jobs["cell_id"].isin(cells["cell_id"])].reindex(columns=JOB_COLUMNS).copy()
-    jobs.insert(0, "entry", entry.name)
-    old_cells, old_jobs = read_table(corpus, "cells"), read_table(corpus, "jobs")
-    new = cells[~cells["cell_id"].isin(old_cells["cell_id"])] if not old_cells.empty else cells
-    jobs = jobs[jobs["cell_id"].isin(new["cell_id"])]
+    ids = cells["cell_id"]
+    windows = cells.set_index("cell_id")[["measured_start_ts", "measured_end_ts"]]
+    tele = data.telemetry[(data.telemetry["scope"] == "gpu") & data.telemetry["cell_id"].isin(ids)]
+    tele = tele.join(windows, on="cell_id")
+    tele = tele[(tele["ts"] >= tele["measured_start_ts"]) & (tele["ts"] <= tele["measured_end_ts"])]
+    new = {
+        "cells": cells.drop(columns=["cell_dir"], errors="ignore"),
+        "jobs": data.jobs[data.jobs["cell_id"].isin(ids)],
+        "epochs": data.epochs[data.epochs["cell_id"].isin(ids)],
+        "telemetry": tele.drop(columns=["measured_start_ts", "measured_end_ts"]),
+    }
     corpus.mkdir(parents=True, exist_ok=True)
-    for name, old, add in (("jobs", old_jobs, jobs), ("cells", old_cells, new)):  # cells last: they index jobs
-        both = pd.concat([old, add], ignore_index=True) if not old.empty else add
+    for name in (*TABLES[1:], "cells"):  # cells last: they index the rest
+        add = new[name].assign(entry=entry.name) if name != "cells" else new[name]
+        both = pd.concat([old[name], add], ignore_index=True) if not old[name].empty else add
         tmp = corpus / f".{name}.parquet.tmp"
         both.to_parquet(tmp, index=False)
         tmp.replace(corpus / f"{name}.parquet")
-    return len(new)
+    return len(cells)
 
 
 def steps(entry: Entry, degrees: list[int], done: set[tuple[str, str, int]]) -> list[tuple[Entry, str, list[int]]]:
@@ -215,7 +215,11 @@ def measure(args: argparse.Namespace) -> int:
             print(f"error: --only {','.join(unknown)}: no such entry; choose from {', '.join(e.name for e in entries)}")
             return 2
         entries = tuple(e for e in entries if e.name in wanted)
-    degrees = list(SIM_DEGREES if backend == "sim" else GPU_DEGREES)
+    degrees = (
+        [int(d) for d in args.degrees.split(",")]
+        if args.degrees
+        else list(SIM_DEGREES if backend == "sim" else GPU_DEGREES)
+    )
     if backend != "sim":  # raycolloc gives every training process a core of its own
         degrees = [d for d in degrees if d <= (os.cpu_count() or 1)]
     gpu = gpu_name(backend)
@@ -264,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--limit-s", type=float, default=540.0, help="stop starting sweeps past this (s)")
     m.add_argument("--work", default="/tmp/raycolloc-corpus-work", help="the sweeps' own output")
     m.add_argument("--backend", choices=("gpu", "sim"), default="gpu")
+    m.add_argument("--degrees", help="degrees to measure (default: 1,2,3,7,14,16 on a GPU, 1,2,3 simulated)")
     m.add_argument("--epoch-s", type=float, default=3.0, help="every epoch's length (s)")
     s = sub.add_parser("show", help="what the corpus holds")
     s.add_argument("corpus")

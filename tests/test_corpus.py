@@ -1,0 +1,67 @@
+"""The measured corpus (corpus/, jobs/corpus.py): every committed row says how it was measured, and
+the measuring script resumes from what the corpus holds."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pandas as pd
+
+from .conftest import ROOT
+
+CORPUS = ROOT / "corpus"
+
+
+def _script() -> ModuleType:  # jobs/ is no package: load the script as a module
+    spec = importlib.util.spec_from_file_location("corpus_script", ROOT / "jobs" / "corpus.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_committed_cell_names_its_gpu_commit_date_and_command() -> None:
+    cells = pd.read_parquet(CORPUS / "cells.parquet")
+    for column in ("entry", "gpu_name", "commit", "measured_on", "command", "mode", "degree", "status"):
+        assert cells[column].notna().all(), column
+    assert (cells["backend"] == "nvml").all()  # measured on a real GPU, not the simulated backend
+    assert cells["command"].str.startswith("python -m raycolloc.sweep ").all()
+    jobs = pd.read_parquet(CORPUS / "jobs.parquet")
+    assert set(jobs["cell_id"]) <= set(cells["cell_id"])  # every job belongs to a committed cell
+    ok = cells[cells["status"] == "ok"]
+    singles = ok[~ok["entry"].str.startswith("mix_")]
+    assert singles["agg_samples_per_s"].gt(0).all()
+    # at least seven models, each with naive and MPS solos
+    solos = singles[singles["degree"] == 1].groupby("entry")["mode"].agg(set)
+    assert len(solos) >= 7 and all(m == {"naive", "mps"} for m in solos)
+
+
+def test_the_readme_lists_every_entry_the_corpus_holds() -> None:
+    cells = pd.read_parquet(CORPUS / "cells.parquet")
+    readme = (CORPUS / "README.md").read_text()
+    assert all(f"| {entry} |" in readme for entry in cells["entry"].unique())
+
+
+def test_measure_plans_only_what_the_corpus_lacks(tmp_path: Path) -> None:
+    corpus = _script()
+    entry = next(e for e in corpus.SIM_ENTRIES if e.name == "tiny_cnn")
+    assert corpus.steps(entry, [1, 2, 3], set()) == [(entry, "naive,mps", [1, 2, 3])]
+    done = {("tiny_cnn", "naive", 1), ("tiny_cnn", "naive", 2), ("tiny_cnn", "mps", 1)}
+    assert corpus.steps(entry, [1, 2, 3], done) == [(entry, "naive", [3]), (entry, "mps", [2, 3])]
+    every = {("tiny_cnn", m, d) for m in ("naive", "mps") for d in (1, 2, 3)}
+    assert corpus.steps(entry, [1, 2, 3], every) == []
+    # what the corpus holds, read back per GPU model: a cell that could not fit is a measurement too
+    pd.DataFrame(
+        {
+            "entry": ["tiny_cnn"] * 3,
+            "gpu_name": ["sim", "sim", "other"],
+            "status": ["ok", "unfit", "ok"],
+            "mode": ["naive", "mps", "mps"],
+            "degree": [1, 3, 2],
+        }
+    ).to_parquet(tmp_path / "cells.parquet")
+    assert corpus.measured(tmp_path, "sim") == {("tiny_cnn", "naive", 1), ("tiny_cnn", "mps", 3)}
