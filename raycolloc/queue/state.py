@@ -10,7 +10,11 @@ nothing — every job ends exactly once. :meth:`Store.recover` re-queues what a 
 ``placed`` or ``started`` (its runner is gone), counted as a re-queue, never as an end.
 
 One process owns a database at a time (:mod:`~raycolloc.queue.dblock`: a second gets
-:class:`StoreBusy`); a ``read_only`` store reads beside the owner. Each job is stored with the
+:class:`StoreBusy`); a ``read_only`` store reads beside the owner. The owner checks the database before
+it writes to it (:mod:`~raycolloc.queue.dbcheck`: another program's SQLite file, or a damaged one, is
+refused by name) and keeps a ledger of its events beside it (:mod:`~raycolloc.queue.ledger`): a
+database that lost committed changes with its ``-wal`` file is said so on opening, the jobs named
+(:attr:`Store.lost`; :meth:`Store.ends_lost` keeps the count for the summary). Each job is stored with the
 slowdown bound it runs under (its own, else the queue's default when it was queued), and
 :meth:`Store.claim_config` keeps the queue settings a database was made with.
 """
@@ -19,13 +23,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from raycolloc.queue.dbcheck import check_database
 from raycolloc.queue.dblock import DbLock, StoreBusy, StoreUnusable
+from raycolloc.queue.ledger import Entry, Ledger, LostWork, open_ledger
 from raycolloc.queue.trace import TraceJob
 
 __all__ = ["EVENTS", "STATES", "ConfigMismatch", "JobRecord", "JournalModeError", "Store", "StoreBusy"]
@@ -48,6 +55,7 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state, submit_s);
 """
+log = logging.getLogger(__name__)
 
 
 class TraceMismatch(ValueError):
@@ -116,10 +124,14 @@ class Store:
         Raises:
             StoreBusy: another process owns it (not for ``read_only``).
             JournalModeError: SQLite would not put it in WAL mode.
-            StoreUnusable: the path is no SQLite database (a text file, a directory, a missing folder).
+            StoreUnusable: the path is no SQLite database (a text file, a directory, a missing folder);
+                ``ForeignDatabase``: another program's; ``StoreDamaged``: it fails SQLite's integrity check.
         """
         self.path = Path(path)
         self._lock: DbLock | None = None
+        self._ledger: Ledger | None = None
+        self._pending: list[Entry] = []  # the open transaction's events, for the ledger once committed
+        self.lost: LostWork | None = None  # what the database lost with its WAL, found on opening
         try:
             self._open(read_only)
         except (sqlite3.DatabaseError, OSError) as exc:  # sqlite3.OperationalError is a DatabaseError
@@ -134,38 +146,68 @@ class Store:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         lock = self._lock = DbLock(self.path)
+        fresh = not self.path.is_file() or self.path.stat().st_size == 0
+        db: sqlite3.Connection | None = None
         try:
             # Autocommit mode: every change goes through :meth:`transaction`'s explicit BEGIN IMMEDIATE.
-            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0, check_same_thread=False)
-            mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()
+            db = self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0, check_same_thread=False)
+            check_database(db, self.path, _SCHEMA)  # before anything is written: another program's, or damaged
+            mode = db.execute("PRAGMA journal_mode=WAL").fetchone()
             if mode is None or str(mode[0]).lower() != "wal":
-                self._db.close()
                 raise JournalModeError(f"{self.path}: SQLite answered journal_mode={mode and mode[0]}, not wal")
             # NORMAL in WAL mode: a commit survives the process being killed (not a power cut), and costs
             # no fsync per event, which a replay of 1,000 jobs would pay thousands of times.
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.executescript(_SCHEMA)
+            self._check_ledger(fresh)
         except BaseException:
-            lock.release()
+            if db is not None:
+                db.close()
+            if self._ledger is not None:
+                self._ledger.close()
+            lock.release(discard=True)  # a lock file it made for a database it refused goes too
             self._lock = None
             raise
 
+    def _check_ledger(self, fresh: bool) -> None:
+        """Compare the ledger beside the database with its events; say what it lost, and keep the count."""
+        self._ledger, self.lost = open_ledger(self._db, self.path, fresh)
+        if self.lost is None:
+            return
+        log.warning("%s", self.lost.message())
+        ends = json.dumps(sorted(set(self.ends_lost()) | set(self.lost.ends)))
+        self._db.execute(
+            "INSERT INTO meta (key, value) VALUES ('ends_lost', ?) ON CONFLICT(key) DO UPDATE SET value=?", (ends, ends)
+        )
+
+    def ends_lost(self) -> tuple[str, ...]:
+        """Jobs whose end an earlier session committed and the database lost (they ran again)."""
+        return tuple(json.loads(self.meta("ends_lost") or "[]"))
+
     def close(self) -> None:
         self._db.close()
+        if self._ledger is not None:
+            self._ledger.close()
         if self._lock is not None:
             self._lock.release()
             self._lock = None
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """One atomic change: committed whole at the end of the block, or not at all."""
+        """One atomic change: committed whole at the end of the block, or not at all; its events then
+        go to the ledger."""
         self._db.execute("BEGIN IMMEDIATE")
+        self._pending = []
         try:
             yield self._db
         except BaseException:
             self._db.execute("ROLLBACK")
+            self._pending = []
             raise
         self._db.execute("COMMIT")
+        if self._ledger is not None:
+            self._ledger.append(self._pending)
+        self._pending = []
 
     # --- meta ------------------------------------------------------------------------------------
     def meta(self, key: str) -> str | None:
@@ -387,11 +429,18 @@ class Store:
     def _attempt(db: sqlite3.Connection, job_id: str) -> int:
         return int(db.execute("SELECT attempt FROM jobs WHERE job_id=?", (job_id,)).fetchone()[0])
 
-    @staticmethod
     def _event(
-        db: sqlite3.Connection, t: float, job_id: str, kind: str, attempt: int, gpu: str | None, detail: str | None
+        self,
+        db: sqlite3.Connection,
+        t: float,
+        job_id: str,
+        kind: str,
+        attempt: int,
+        gpu: str | None,
+        detail: str | None,
     ) -> None:
-        db.execute(
+        cur = db.execute(
             "INSERT INTO events (t, job_id, kind, attempt, gpu, detail) VALUES (?, ?, ?, ?, ?, ?)",
             (t, job_id, kind, attempt, gpu, detail),
         )
+        self._pending.append(Entry(int(cur.lastrowid or 0), kind, job_id, attempt))
