@@ -130,7 +130,7 @@ def test_a_resume_after_the_wal_was_deleted_names_the_jobs_that_run_again(
     assert ended  # jobs had ended: their end is only in the WAL (no checkpoint yet)
     for suffix in ("-wal", "-shm"):
         Path(f"{db}{suffix}").unlink()
-    with caplog.at_level(logging.WARNING, logger="raycolloc.queue.state"):
+    with caplog.at_level(logging.WARNING, logger="raycolloc.queue.dbopen"):
         assert _replay_again(trace, tmp_path) == 0  # every job ends: the run goes on, and says so
     said = " ".join(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
     assert f"queue.db={db} lost its last" in said and "-wal file was deleted" in said
@@ -149,7 +149,7 @@ def test_a_resume_after_the_wal_was_cut_says_changes_were_lost(
     db = _killed(trace, tmp_path)
     wal = Path(f"{db}-wal")
     os.truncate(wal, wal.stat().st_size // 2)  # SQLite drops the frames past the cut, without a word
-    with caplog.at_level(logging.WARNING, logger="raycolloc.queue.state"):
+    with caplog.at_level(logging.WARNING, logger="raycolloc.queue.dbopen"):
         assert _replay_again(trace, tmp_path) == 0
     assert any(f"queue.db={db} lost its last" in r.getMessage() for r in caplog.records)
 
@@ -158,7 +158,7 @@ def test_a_resume_with_its_wal_whole_and_a_database_made_new_report_nothing_lost
     tmp_path: Path, trace: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     db = _killed(trace, tmp_path)
-    with caplog.at_level(logging.WARNING, logger="raycolloc.queue.state"):
+    with caplog.at_level(logging.WARNING, logger="raycolloc.queue.dbopen"):
         assert _replay_again(trace, tmp_path) == 0  # an ordinary kill: the WAL holds every commit
         for path in (db, Path(f"{db}-wal"), Path(f"{db}-shm")):
             path.unlink(missing_ok=True)  # the database removed on purpose; its ledger left behind

@@ -10,29 +10,25 @@ nothing — every job ends exactly once. :meth:`Store.recover` re-queues what a 
 ``placed`` or ``started`` (its runner is gone), counted as a re-queue, never as an end.
 
 One process owns a database at a time (:mod:`~raycolloc.queue.dblock`: a second gets
-:class:`StoreBusy`); a ``read_only`` store reads beside the owner. The owner checks the database before
-it writes to it (:mod:`~raycolloc.queue.dbcheck`: another program's SQLite file, or a damaged one, is
-refused by name) and keeps a ledger of its events beside it (:mod:`~raycolloc.queue.ledger`): a
-database that lost committed changes with its ``-wal`` file is said so on opening, the jobs named
-(:attr:`Store.lost`; :meth:`Store.ends_lost` keeps the count for the summary). Each job is stored with the
-slowdown bound it runs under (its own, else the queue's default when it was queued), and
-:meth:`Store.claim_config` keeps the queue settings a database was made with.
+:class:`StoreBusy`); a ``read_only`` store reads beside the owner, who opens it checked, with a ledger
+of its events beside it (:mod:`~raycolloc.queue.dbopen`; what it lost: :attr:`Store.lost`). Each job is
+stored with the slowdown bound it runs under (its own, else the queue's default when it was queued),
+and :meth:`Store.claim_config` keeps the queue settings a database was made with.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from raycolloc.queue.dbcheck import check_database
 from raycolloc.queue.dblock import DbLock, StoreBusy, StoreUnusable
-from raycolloc.queue.ledger import Entry, Ledger, LostWork, open_ledger
+from raycolloc.queue.dbopen import JournalModeError, open_owned
+from raycolloc.queue.ledger import Entry, Ledger, LostWork
 from raycolloc.queue.trace import TraceJob
 
 __all__ = ["EVENTS", "STATES", "ConfigMismatch", "JobRecord", "JournalModeError", "Store", "StoreBusy"]
@@ -55,7 +51,6 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE INDEX IF NOT EXISTS jobs_state ON jobs (state, submit_s);
 """
-log = logging.getLogger(__name__)
 
 
 class TraceMismatch(ValueError):
@@ -64,11 +59,6 @@ class TraceMismatch(ValueError):
 
 class ConfigMismatch(TraceMismatch):
     """The database was made with other queue settings than the ones given (the keys are named)."""
-
-
-class JournalModeError(RuntimeError):
-    """SQLite would not put the database in WAL mode (an in-memory database, or a filesystem without
-    the shared memory WAL needs): the queue's crash safety rests on it, so it does not run without."""
 
 
 @dataclass(frozen=True)
@@ -124,8 +114,7 @@ class Store:
         Raises:
             StoreBusy: another process owns it (not for ``read_only``).
             JournalModeError: SQLite would not put it in WAL mode.
-            StoreUnusable: the path is no SQLite database (a text file, a directory, a missing folder);
-                ``ForeignDatabase``: another program's; ``StoreDamaged``: it fails SQLite's integrity check.
+            StoreUnusable: no SQLite database there, another program's, or a damaged one (named; ``dbcheck``).
         """
         self.path = Path(path)
         self._lock: DbLock | None = None
@@ -138,50 +127,15 @@ class Store:
             raise StoreUnusable(f"queue.db={self.path}: not usable as the queue's database ({exc})") from None
 
     def _open(self, read_only: bool) -> None:
-        # check_same_thread=False: the live queue's actor opens it on one thread and ticks it on
-        # another; its callers serialise every use (the actor's lock), as sqlite3 then requires.
-        if read_only:
+        if read_only:  # check_same_thread=False: see dbopen.open_owned
             uri = f"{self.path.resolve().as_uri()}?mode=ro"
             self._db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=30.0, check_same_thread=False)
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        lock = self._lock = DbLock(self.path)
-        fresh = not self.path.is_file() or self.path.stat().st_size == 0
-        db: sqlite3.Connection | None = None
-        try:
-            # Autocommit mode: every change goes through :meth:`transaction`'s explicit BEGIN IMMEDIATE.
-            db = self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0, check_same_thread=False)
-            check_database(db, self.path, _SCHEMA)  # before anything is written: another program's, or damaged
-            mode = db.execute("PRAGMA journal_mode=WAL").fetchone()
-            if mode is None or str(mode[0]).lower() != "wal":
-                raise JournalModeError(f"{self.path}: SQLite answered journal_mode={mode and mode[0]}, not wal")
-            # NORMAL in WAL mode: a commit survives the process being killed (not a power cut), and costs
-            # no fsync per event, which a replay of 1,000 jobs would pay thousands of times.
-            db.execute("PRAGMA synchronous=NORMAL")
-            db.executescript(_SCHEMA)
-            self._check_ledger(fresh)
-        except BaseException:
-            if db is not None:
-                db.close()
-            if self._ledger is not None:
-                self._ledger.close()
-            lock.release(discard=True)  # a lock file it made for a database it refused goes too
-            self._lock = None
-            raise
-
-    def _check_ledger(self, fresh: bool) -> None:
-        """Compare the ledger beside the database with its events; say what it lost, and keep the count."""
-        self._ledger, self.lost = open_ledger(self._db, self.path, fresh)
-        if self.lost is None:
-            return
-        log.warning("%s", self.lost.message())
-        ends = json.dumps(sorted(set(self.ends_lost()) | set(self.lost.ends)))
-        self._db.execute(
-            "INSERT INTO meta (key, value) VALUES ('ends_lost', ?) ON CONFLICT(key) DO UPDATE SET value=?", (ends, ends)
-        )
+        owned = open_owned(self.path, _SCHEMA)
+        self._db, self._lock, self._ledger, self.lost = owned.db, owned.lock, owned.ledger, owned.lost
 
     def ends_lost(self) -> tuple[str, ...]:
-        """Jobs whose end an earlier session committed and the database lost (they ran again)."""
+        """Jobs whose end an earlier session committed and the database lost (they ran again; ``dbopen``)."""
         return tuple(json.loads(self.meta("ends_lost") or "[]"))
 
     def close(self) -> None:
