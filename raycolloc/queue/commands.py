@@ -82,23 +82,30 @@ def _print_status(status: object) -> None:
     print(f"queue policy={status.policy} t={status.now:,.1f} s  {counts}{drain}", flush=True)
 
 
+def _submission_fields(args: argparse.Namespace) -> dict[str, str]:
+    """The ``submit`` flags given, checked as a trace row's are: a bad one is refused here (exit 2, named),
+    before the live queue is looked for (with none running, it was "no live queue", exit 1)."""
+    from raycolloc.queue.service import submission
+
+    fields = {k: str(v) for k in _SUBMIT_FIELDS if (v := getattr(args, k)) is not None}
+    fields.setdefault("kind", "timm")
+    submission(fields)
+    return fields
+
+
 @_refused_store
 def live_command(args: argparse.Namespace) -> int:
     """``serve``, ``submit``, ``status``, ``cancel``, ``drain``."""
     import ray
 
     from raycolloc.queue import live
-    from raycolloc.queue.service import submission
 
     settings = compose_settings(args.words)
     if args.command == "serve":
         print(f"queue serving: db={live.live_db(settings)} policy={settings.config.queue.policy}", flush=True)
         print(format_summary(live.serve(settings, _print_status)), flush=True)
         return 0
-    fields = {k: str(v) for k in _SUBMIT_FIELDS if (v := getattr(args, k, None)) is not None}
-    if args.command == "submit":
-        fields.setdefault("kind", "timm")
-        submission(fields)  # a bad field is refused here (exit 2, named), before the live queue is looked for
+    fields = _submission_fields(args) if args.command == "submit" else {}
     try:
         actor = live.find_actor(settings)
     except live.NoLiveQueue as exc:

@@ -61,10 +61,10 @@ class LostWork:
     def message(self) -> str:
         """What was lost and what it means, for the log."""
         parts = [
-            f"queue.db={self.db} lost its last {self.recorded - self.found} committed changes: its ledger "
-            f"({ledger_path(self.db).name}) records events up to #{self.recorded}, the database holds them up to "
-            f"#{self.found}. Its {self.db.name}-wal file was deleted, cut or damaged after the queue that owned it "
-            "was killed, and the database is as it was before those changes."
+            f"queue.db={self.db} lost its last {self.recorded - self.found} committed events (job changes): its "
+            f"ledger ({ledger_path(self.db).name}) records events up to #{self.recorded}, the database holds them "
+            f"up to #{self.found}. Its {self.db.name}-wal file was deleted, cut or damaged after the queue that "
+            "owned it was killed, and the database is as it was before those events."
         ]
         for ids, what in (
             (self.ends, "ended before, and run again now"),
