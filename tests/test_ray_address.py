@@ -106,3 +106,12 @@ def test_queue_submit_with_a_stale_ray_address_file_says_no_live_queue_at_once(t
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert f"error: no live queue: nothing answers at {stale}" in proc.stderr and "Traceback" not in proc.stderr
     assert time.monotonic() - start < 30
+
+
+def test_the_probe_dials_where_ray_would_and_leaves_auto_to_ray() -> None:
+    from raycolloc.driver.rayprobe import _dialled
+
+    assert _dialled("auto") is None and _dialled("local") is None  # Ray looks these up itself
+    assert _dialled("ray://[::1]:10001") == ("::1", 10001)  # Ray Client, IPv6 in brackets
+    host, port = _dialled("127.0.0.1:6379") or ("", 0)
+    assert port == 6379 and host  # loopback: the node's own address, as ray.init dials it

@@ -94,7 +94,7 @@ def _dialled(address: str) -> tuple[str, int] | None:
     None where Ray looks the address up itself."""
     if address.startswith("ray://"):  # Ray Client: its server at host:port, as given
         host, _, port = address.removeprefix("ray://").partition("/")[0].rpartition(":")
-        return (host, int(port)) if host and port.isdigit() else None
+        return (host.strip("[]"), int(port)) if host and port.isdigit() else None
     if address in ("auto", "local"):
         return None
     from ray._private.services import canonicalize_bootstrap_address  # private: the resolution ray.init uses
@@ -104,4 +104,4 @@ def _dialled(address: str) -> tuple[str, int] | None:
     except Exception:  # noqa: BLE001 - a malformed address: ray.init gives its own error for it
         return None
     host, _, port = (canonical or "").rpartition(":")
-    return (host, int(port)) if host and port.isdigit() else None
+    return (host.strip("[]"), int(port)) if host and port.isdigit() else None  # [::1]:6379: IPv6 in brackets
