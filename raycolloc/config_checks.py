@@ -70,9 +70,7 @@ def is_number(value: Any) -> bool:
     return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
 
 
-def check_min(
-    key: str, value: Any, minimum: float, *, optional: bool = False, maximum: float | None = None
-) -> None:
+def check_min(key: str, value: Any, minimum: float, *, optional: bool = False, maximum: float | None = None) -> None:
     if optional and value is None:
         return
     if not is_number(value) or value < minimum:

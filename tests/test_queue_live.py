@@ -137,6 +137,7 @@ def test_serve_submit_status_cancel_drain_through_a_detached_ray_actor(tmp_path:
         while not address.exists() and serve.poll() is None and time.monotonic() < deadline:
             time.sleep(0.5)
         assert address.exists(), serve.stdout.read() if serve.stdout else ""
+        served_at = address.read_text()
         ok = _cli(
             [
                 "submit",
@@ -163,6 +164,16 @@ def test_serve_submit_status_cancel_drain_through_a_detached_ray_actor(tmp_path:
         assert drain.returncode == 0 and "draining" in drain.stdout, drain.stderr[-2000:]
         out, _ = serve.communicate(timeout=120)
         assert serve.returncode == 0 and "queue policy=raycolloc: 0/1 jobs ended" in out, out[-3000:]
+        # Issue 47, item 14: the ended serve takes its address file with it; one a killed serve left names
+        # an address where nothing answers: "no live queue" at once (it waited 120 s on Ray's retries).
+        assert not address.exists()
+        address.write_text(served_at)
+        start = time.monotonic()
+        late = _cli(
+            ["submit", "--job-id", "c", "--model", "resnet50", "--dataset", "imagenet64", "--samples", "9", *words]
+        )
+        assert late.returncode == 1 and f"no live queue: nothing answers at {served_at}" in late.stderr, late.stderr
+        assert time.monotonic() - start < 30
     finally:
         if serve.poll() is None:
             serve.kill()

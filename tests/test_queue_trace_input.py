@@ -109,3 +109,102 @@ def test_a_quote_open_on_the_last_line_is_refused_for_that_reason(tmp_path: Path
     trace.write_text(f"{HEADER}\n{GOOD}\n{last}")
     with pytest.raises(TraceError, match=rf"t.csv:3: {field}: a quote is opened and not closed on this line"):
         read_trace(trace)
+
+
+# --- issue 47 -------------------------------------------------------------------------------------------
+
+
+def test_a_trace_cut_inside_its_last_number_is_refused_naming_the_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = tmp_path / "cut.csv"
+    trace.write_text(f"{HEADER}\n{GOOD}\nj2,0,timm,resnet18,cifar10,,,817")  # 8170 samples, cut short
+    with pytest.raises(TraceError, match=r"cut.csv:3: row: the file ends inside this line"):
+        read_trace(trace)
+    out = tmp_path / "out"
+    assert main(["replay", str(trace), f"out_dir={out}", "cluster=local"]) == 2
+    err = capsys.readouterr().err
+    assert "cut.csv:3: row: the file ends inside this line" in err and "Traceback" not in err
+    assert not out.exists()
+    trace.write_text(f"{HEADER}\r\n{GOOD}\r\nj2,0,timm,resnet18,cifar10,,,817\r\n")  # whole (CRLF, as written)
+    assert [j.samples for j in read_trace(trace)] == [817, 1000]
+
+
+def _trace_cmd(tmp_path: Path, out: str, *words: str, jobs: str = "5") -> list[str]:
+    return ["trace", "--jobs", jobs, "--out", out, f"out_dir={tmp_path / 'o'}", *words]
+
+
+@pytest.mark.parametrize("where", ["directory", "folder that cannot be made", "folder that is a file"])
+def test_trace_out_that_cannot_take_a_trace_exits_2_naming_it_and_leaves_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "afile").write_text("x")
+    out = {
+        "directory": str(tmp_path / "adir"),
+        "folder that cannot be made": "/proc/nope/t.csv",
+        "folder that is a file": str(tmp_path / "afile" / "t.csv"),
+    }[where]
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    assert main(_trace_cmd(tmp_path, out)) == 2
+    err = capsys.readouterr().err
+    assert f"error: --out={out} " in err and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before  # no .tmp file, no folder made
+
+
+def test_a_write_that_fails_leaves_no_temp_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from raycolloc.queue.trace import TraceOutError, write_trace
+
+    def full(self: Path, target: Path) -> Path:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Path, "replace", full)
+    with pytest.raises(TraceOutError, match=r"--out=.*t.csv cannot be written \(OSError: \[Errno 28\]"):
+        write_trace(tmp_path / "t.csv", [])
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("jobs", "words", "named"),
+    [
+        ("1000000000", [], "--jobs=1000000000 is not allowed; it must be an integer from 1 to 100,000"),
+        ("100001", [], "--jobs=100001 is not allowed"),
+        ("1000", ["queue.trace_gap_s=1e300"], "queue.trace_gap_s=1e+300 is not allowed here: a job would arrive"),
+        ("5", ["queue.trace_job_s=1e300"], "queue.trace_job_s=1e+300 is not allowed here: a job would train"),
+    ],
+)
+def test_a_trace_too_large_to_write_or_replay_is_refused_up_front(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], jobs: str, words: list[str], named: str
+) -> None:
+    import time
+
+    out = tmp_path / "t.csv"
+    start = time.monotonic()
+    assert main(_trace_cmd(tmp_path, str(out), *words, jobs=jobs)) == 2
+    assert time.monotonic() - start < 30  # it hung for over 120 s drawing a billion jobs
+    err = capsys.readouterr().err
+    assert named in err and "Traceback" not in err
+    assert not out.exists() and not (tmp_path / ".t.csv.tmp").exists()
+
+
+@pytest.mark.parametrize(
+    ("scale", "named"),
+    [
+        ("nan", "queue.arrival_scale=nan is not allowed"),
+        ("1e300", "queue.arrival_scale=1e+300 is not allowed for this trace: its job j1 (submit_s 0.5)"),
+    ],
+)
+def test_a_ray_replay_with_an_arrival_scale_it_cannot_keep_is_refused_before_ray_and_leaves_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], scale: str, named: str
+) -> None:
+    import ray
+
+    trace = tmp_path / "tr.csv"
+    trace.write_text(f"{HEADER}\n{GOOD}\n")
+    out = tmp_path / "out"
+    connected = ray.is_initialized()  # the session's instance, where an earlier test of this worker started it
+    words = ["queue.runner=ray", f"queue.arrival_scale={scale}", "queue.stand_in=tiny_cnn", "cluster=local"]
+    assert main(["replay", str(trace), *words, f"out_dir={out}"]) == 2  # it profiled for 37 s, then a traceback
+    err = capsys.readouterr().err
+    assert named in err and "Traceback" not in err
+    assert not out.exists() and ray.is_initialized() == connected  # no queue.sqlite, no lock; Ray not started

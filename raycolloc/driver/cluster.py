@@ -9,6 +9,10 @@ dashboard's page asks for it once). The token stays on: anyone else on the machi
 A local instance that fails to start (Ray gives a raylet 30 s to register with its GCS, which a
 loaded 2-core machine has missed) is shut down and started again, up to three times, each failure
 logged with Ray's reason.
+
+An address (``cluster.address``, else ``RAY_ADDRESS``) is probed before ``ray.init`` joins it
+(:mod:`raycolloc.driver.rayprobe`: seconds, SIGTERM taken): ``ray.init`` itself retries an address where
+no cluster answers for minutes, with SIGTERM held back.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import ray
 
 from raycolloc.config import ClusterConfig
 from raycolloc.driver import signals
+from raycolloc.driver.rayprobe import probe
 from raycolloc.node.gpu.kinds import backend_traits
 
 __all__ = ["auth_token", "connect", "dashboard_line", "start_local_ray"]
@@ -39,6 +44,7 @@ def connect(cluster: ClusterConfig, max_jobs_per_cell: int = 1) -> dict[str, Any
     kwargs: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": True}
     address = cluster.address or os.environ.get("RAY_ADDRESS")  # `ray job submit` sets RAY_ADDRESS
     if address:
+        probe(address, "cluster.address" if cluster.address else "RAY_ADDRESS")
         with signals.shielded():  # a SIGTERM during ray.init waits for our handler
             ray.init(address=address, **kwargs)
             signals.reinstall()  # ray.init took SIGTERM (its native handler aborts the driver)

@@ -14,10 +14,13 @@ with ``queue.runner=ray`` on the Ray cluster's GPUs (wall-clock time), to the en
 state database (resumed if the same command ran before and was stopped), prints a summary and writes
 one row per job as Parquet. ``serve`` runs a live queue (a detached Ray actor, simulated GPUs in
 wall-clock time) until it is drained; ``submit``, ``status``, ``cancel`` and ``drain`` talk to it.
-Exit status: 0; 2 for a config error, a malformed trace or a refused submission (named, nothing
-queued), or a database another process owns or that was made with other ``queue.*`` settings;
-1 for a replay that did not end every job or found no GPU to lease, a cancel of no such job,
-or no live queue to talk to; 130/143 for a ``queue.runner=ray`` replay stopped by Ctrl-C/SIGTERM.
+Exit status: 0; 2 for a config error, a malformed or cut trace, a ``--out`` or ``--jobs`` a trace
+cannot have, or a refused submission (named, nothing queued), a Ray address where no cluster answers,
+or a database another process owns, that was made with other ``queue.*`` settings, that is another
+program's SQLite file or that is damaged; 1 for a replay that did not end every job or found no GPU to
+lease, a cancel of no such job, or no live queue to talk to (said within seconds, also where a killed
+``serve`` left its address); 130/143 for a ``queue.runner=ray`` replay stopped by Ctrl-C/SIGTERM.
+A resume that finds its database lost committed changes (its ``-wal`` file) says so, naming the jobs.
 """
 
 from __future__ import annotations

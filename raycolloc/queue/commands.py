@@ -9,7 +9,6 @@ import functools
 import sys
 from collections.abc import Callable
 
-from raycolloc.config import ConfigError
 from raycolloc.queue.report import format_summary
 from raycolloc.queue.settings import compose_settings
 from raycolloc.queue.state import JournalModeError, StoreBusy, StoreUnusable
@@ -34,11 +33,11 @@ def _refused_store(command: Callable[[argparse.Namespace], int]) -> Callable[[ar
 
 
 def trace_command(args: argparse.Namespace) -> int:
-    from raycolloc.queue.trace import write_trace
-    from raycolloc.queue.tracegen import generate
+    from raycolloc.queue.trace import check_out, write_trace
+    from raycolloc.queue.tracegen import check_count, generate
 
-    if args.jobs < 1:
-        raise ConfigError(f"--jobs={args.jobs} is not allowed; it must be an integer >= 1")
+    check_count(args.jobs)  # the flags first: a refusal comes before the config is composed or a job drawn
+    check_out(args.out)
     settings = compose_settings(args.words)
     jobs = generate(args.jobs, args.seed, settings.config.queue, settings.gpu)
     path = write_trace(args.out, jobs)
@@ -83,6 +82,17 @@ def _print_status(status: object) -> None:
     print(f"queue policy={status.policy} t={status.now:,.1f} s  {counts}{drain}", flush=True)
 
 
+def _submission_fields(args: argparse.Namespace) -> dict[str, str]:
+    """The ``submit`` flags given, checked as a trace row's are: a bad one is refused here (exit 2, named),
+    before the live queue is looked for (with none running, it was "no live queue", exit 1)."""
+    from raycolloc.queue.service import submission
+
+    fields = {k: str(v) for k in _SUBMIT_FIELDS if (v := getattr(args, k)) is not None}
+    fields.setdefault("kind", "timm")
+    submission(fields)
+    return fields
+
+
 @_refused_store
 def live_command(args: argparse.Namespace) -> int:
     """``serve``, ``submit``, ``status``, ``cancel``, ``drain``."""
@@ -95,14 +105,13 @@ def live_command(args: argparse.Namespace) -> int:
         print(f"queue serving: db={live.live_db(settings)} policy={settings.config.queue.policy}", flush=True)
         print(format_summary(live.serve(settings, _print_status)), flush=True)
         return 0
+    fields = _submission_fields(args) if args.command == "submit" else {}
     try:
         actor = live.find_actor(settings)
     except live.NoLiveQueue as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 1
     if args.command == "submit":
-        fields = {k: str(v) for k in _SUBMIT_FIELDS if (v := getattr(args, k)) is not None}
-        fields.setdefault("kind", "timm")
         answer = ray.get(actor.submit.remote(fields), timeout=60)
         if answer.error is not None:
             print(f"error: {answer.error}", file=sys.stderr, flush=True)

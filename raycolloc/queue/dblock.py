@@ -54,9 +54,11 @@ class DbLock:
         self.path = lock_path(db)
         self._key = str(self.path.resolve())
         held = _HELD.get(self._key)
+        self._made = False  # whether this hold made the lock file (a refused database's goes with it)
         if held is not None and held.pid == os.getpid():
             held.count += 1
             return
+        self._made = not self.path.exists()
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -68,12 +70,15 @@ class DbLock:
             ) from None
         _HELD[self._key] = _Held(os.getpid(), fd, 1)
 
-    def release(self) -> None:
-        """Drop this hold; the lock itself goes with the process's last one."""
+    def release(self, discard: bool = False) -> None:
+        """Drop this hold; the lock itself goes with the process's last one (``discard``: and the lock
+        file, where this hold made it: a database refused on opening leaves nothing beside it)."""
         held = _HELD.get(self._key)
         if held is None or held.pid != os.getpid():
             return
         held.count -= 1
         if held.count == 0:
             del _HELD[self._key]
+            if discard and self._made:
+                self.path.unlink(missing_ok=True)  # still locked: no other process can hold it meanwhile
             os.close(held.fd)  # closing the descriptor releases the flock

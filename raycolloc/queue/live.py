@@ -2,7 +2,10 @@
 
 ``serve`` connects to Ray (``cluster.address``, or a new local instance), starts the actor by name
 (or finds it: ``get_if_exists``) and writes the cluster's address beside the queue's database, where
-``submit``, ``status``, ``cancel`` and ``drain`` find it. The actor ticks its service on a thread of
+``submit``, ``status``, ``cancel`` and ``drain`` find it; it removes the file as it ends. A file left by
+a ``serve`` that was killed names an address where nothing answers: the connection is probed first
+(:mod:`raycolloc.driver.rayprobe`, seconds), so those commands say "no live queue" at once
+instead of waiting on Ray's retries. The actor ticks its service on a thread of
 its own every ``TICK_S`` (:class:`Ticker`: jobs start and end with no command called) and answers calls
 between ticks (one lock). A database another process owns, made with other settings, not kept in WAL
 mode, or no database at all is refused before the actor is left running (``StoreBusy``,
@@ -27,6 +30,7 @@ from typing import TYPE_CHECKING, Any, cast
 import ray
 
 from raycolloc.gauges import make_gauge
+from raycolloc.queue.dbcheck import ForeignDatabase, StoreDamaged
 from raycolloc.queue.report import Summary
 from raycolloc.queue.service import QueueClosed, QueueService, QueueStatus
 from raycolloc.queue.settings import QueueSettings
@@ -146,7 +150,8 @@ class Ticker:
 # so a command maps it to exit 2 as it would without Ray (an exception escaping the constructor would
 # reach start_actor as ActorDiedError: a traceback, exit 1).
 _REFUSALS: dict[str, type[Exception]] = {
-    c.__name__: c for c in (StoreBusy, TraceMismatch, ConfigMismatch, JournalModeError, StoreUnusable)
+    c.__name__: c
+    for c in (StoreBusy, TraceMismatch, ConfigMismatch, JournalModeError, StoreUnusable, ForeignDatabase, StoreDamaged)
 }
 
 
@@ -248,14 +253,21 @@ def find_actor(settings: QueueSettings) -> Any:
         NoLiveQueue: no address written and none given, or no queue actor on that cluster.
     """
     from raycolloc.driver.cluster import connect
+    from raycolloc.driver.rayprobe import RayUnreachable
 
     path = address_file(settings)
     address = settings.config.cluster.address or (path.read_text().strip() if path.is_file() else None)
     if not address:
         raise NoLiveQueue(f"no live queue: {path} does not exist (start one with `serve`, same out_dir)")
     try:
-        connect(replace(settings.config.cluster, address=address))
+        connect(replace(settings.config.cluster, address=address))  # probed first: a dead address fails at once
         return ray.get_actor(ACTOR_NAME, namespace=NAMESPACE)
+    except RayUnreachable:
+        given = "cluster.address" if settings.config.cluster.address else f"the address in {path}"
+        raise NoLiveQueue(
+            f"no live queue: nothing answers at {address} ({given}; the `serve` that wrote it has ended). "
+            "Start one with `serve`, same out_dir"
+        ) from None
     except (ConnectionError, ValueError) as exc:
         raise NoLiveQueue(f"no live queue at {address}: {type(exc).__name__}: {exc}") from None
 
@@ -272,6 +284,7 @@ def serve(settings: QueueSettings, report: Callable[[QueueStatus], None], poll_s
         summary: Summary = ray.get(actor.summary.remote(), timeout=60)
         return summary
     finally:
+        address_file(settings).unlink(missing_ok=True)  # no queue answers there any more
         try:
             ray.get(actor.shutdown.remote(), timeout=30)
         finally:

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from raycolloc.config_checks import ConfigError
 from raycolloc.queue.catalog import sim_params
 from raycolloc.queue.core import Queue, Report, Runners
 from raycolloc.queue.policies import create_policy
@@ -50,7 +51,7 @@ from raycolloc.queue.replay import ReplayOutcome, claim_run, lengths_known, run_
 from raycolloc.queue.report import job_rows, summarise, write_parquet, write_summary
 from raycolloc.queue.settings import QueueSettings
 from raycolloc.queue.state import Store
-from raycolloc.queue.trace import TraceJob, read_trace
+from raycolloc.queue.trace import MAX_SUBMIT_S, TraceJob, read_trace
 
 __all__ = ["MAX_FAILURES", "TICK_S", "Polled", "replay_ray"]
 
@@ -95,12 +96,25 @@ def _loop(
         time.sleep(TICK_S)
 
 
+def _check_arrivals(jobs: list[TraceJob], scale: float) -> None:
+    """Refuse a ``queue.arrival_scale`` that puts the trace's last arrival past a trace's span (a replay
+    that would wait for ever; NaN, which the config refuses too, stored no arrival at all)."""
+    last = max(jobs, key=lambda j: j.submit_s)
+    if not last.submit_s * scale <= MAX_SUBMIT_S:
+        raise ConfigError(
+            f"queue.arrival_scale={scale:g} is not allowed for this trace: its job {last.job_id} (submit_s "
+            f"{last.submit_s:g}) would arrive {last.submit_s * scale:.3g} s in, after the {MAX_SUBMIT_S:g} s a "
+            "trace may span; give a smaller scale"
+        )
+
+
 def replay_ray(trace: Path, settings: QueueSettings) -> ReplayOutcome:
     """Run ``trace`` on the Ray cluster's GPUs to its end (or resume it).
 
     Raises:
         TraceError: a malformed trace, or a job without a profile or length (nothing is queued).
-        ConfigError: a job that cannot be built, a ``queue.inject_oom`` id not in the trace.
+        ConfigError: a job that cannot be built, a ``queue.inject_oom`` id not in the trace, a
+            ``queue.arrival_scale`` that puts an arrival past a trace's span.
         TraceMismatch: the database holds another trace, policy, cluster or queue settings.
         StoreBusy: another process runs it.
         LeaseError: the cluster has no GPU, or one was not granted in time.
@@ -108,6 +122,7 @@ def replay_ray(trace: Path, settings: QueueSettings) -> ReplayOutcome:
     from raycolloc.driver.cluster import connect
 
     jobs = read_trace(trace)
+    _check_arrivals(jobs, settings.config.queue.arrival_scale)
     measuring = settings.config.queue.profiles == "measured"
     catalog = {} if measuring else trace_profiles(trace, jobs, settings)
     lengths_known(trace, jobs)
@@ -177,7 +192,9 @@ def replay_ray(trace: Path, settings: QueueSettings) -> ReplayOutcome:
 
         rows = job_rows(config.queue.policy, store.jobs(), alone, config.queue.max_slowdown, speed)
         gpus = ",".join(sorted(lane.gpu.uuid for lane in runners.lanes.values()))
-        summary = summarise(config.queue.policy, rows, energy, wall, found.source, sessions, gpus)
+        summary = summarise(
+            config.queue.policy, rows, energy, wall, found.source, sessions, gpus, len(store.ends_lost())
+        )
         jobs_file = write_parquet(directory / "jobs.parquet", rows)
         write_parquet(directory / "gpus.parquet", runners.telemetry)
         if runners.attempts:  # this run's (a resumed run's earlier attempts went with their process)

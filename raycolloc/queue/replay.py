@@ -203,7 +203,7 @@ def replay(trace: Path, settings: QueueSettings, open_store: Callable[[Path], St
 
         # Each job's bound is the one stored with it; the default only fills a database made before that.
         rows = job_rows(config.queue.policy, store.jobs(), alone, config.queue.max_slowdown)
-        summary = summarise(config.queue.policy, rows, energy, wall)
+        summary = summarise(config.queue.policy, rows, energy, wall, ends_lost=len(store.ends_lost()))
         jobs_file = write_parquet(directory / "jobs.parquet", rows)
         if not over:  # a run found already over ran nothing: the GPU rows of the run that did stay
             write_parquet(directory / "gpus.parquet", cluster.telemetry)

@@ -88,6 +88,7 @@ class Summary:
     profiles: str = "catalog"  # the jobs' profiles alone: the catalogue's, or measured on the cluster
     sessions: int = 1  # processes that ran it: more than 1 where it was interrupted and resumed
     gpus: str = ""  # the GPUs it ran on, their UUIDs sorted (the last session's); "" simulated, or unknown
+    ends_lost: int = 0  # jobs that had ended and ran again: the database lost their end with its WAL (ledger)
 
 
 def job_rows(
@@ -150,10 +151,12 @@ def summarise(
     profiles: str = "catalog",
     sessions: int = 1,
     gpus: str = "",
+    ends_lost: int = 0,
 ) -> Summary:
     """The summary of a run's rows; ``profiles``: where the jobs' profiles alone came from;
     ``sessions``: the processes that ran it (a resumed run: wall time is the last one's); ``gpus``:
-    the GPUs' UUIDs, sorted and comma-separated (what a comparison matches runs by)."""
+    the GPUs' UUIDs, sorted and comma-separated (what a comparison matches runs by); ``ends_lost``: jobs
+    that ran again because the database lost their end (:meth:`~raycolloc.queue.state.Store.ends_lost`)."""
     done = [r for r in rows if r.jct_s is not None]
     jcts = [r.jct_s for r in done if r.jct_s is not None]
     slow = [s for r in done if (s := r.judged_slowdown) is not None]
@@ -178,6 +181,7 @@ def summarise(
         profiles=profiles,
         sessions=sessions,
         gpus=gpus,
+        ends_lost=ends_lost,
     )
 
 
@@ -195,6 +199,11 @@ def format_summary(s: Summary) -> str:
         if s.sessions > 1
         else ""
     )
+    if s.ends_lost:
+        resumed += (
+            f"\n  WARNING: {s.ends_lost} job{'s' if s.ends_lost > 1 else ''} ran again: the database lost "
+            "their end with its -wal file (the log names them): these numbers are not those of each job run once"
+        )
     return "\n".join(
         [
             f"queue policy={s.policy}: {s.ended}/{s.jobs} jobs ended{cancelled}"

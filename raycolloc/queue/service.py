@@ -32,11 +32,24 @@ from raycolloc.queue.simcluster import SimCluster
 from raycolloc.queue.state import Store
 from raycolloc.queue.trace import FIELDS, TraceError, TraceJob, parse_row
 
-__all__ = ["GpuStatus", "JobStatus", "QueueClosed", "QueueService", "QueueStatus"]
+__all__ = ["GpuStatus", "JobStatus", "QueueClosed", "QueueService", "QueueStatus", "submission"]
 
 
 class QueueClosed(RuntimeError):
     """The queue is draining: it takes no new job."""
+
+
+def submission(fields: Mapping[str, str], now: float = 0.0) -> TraceJob:
+    """A submission's fields (a trace row's but ``submit_s``) as the job arriving at ``now``. The
+    ``submit`` command checks them so before it looks for the live queue, and the queue again.
+
+    Raises:
+        TraceError: an unknown, missing or malformed field (named), as a trace row's.
+    """
+    unknown = sorted(set(fields) - set(FIELDS) | ({"submit_s"} & set(fields)))
+    if unknown:
+        raise TraceError("submission", unknown[0], f"not a field of a submission; give: {', '.join(FIELDS[2:])}")
+    return parse_row({**fields, "submit_s": f"{now:.6f}"}, "submission")
 
 
 @dataclass(frozen=True)
@@ -135,11 +148,8 @@ class QueueService:
         """
         if self.draining:
             raise QueueClosed("the queue is draining: it takes no new job")
-        unknown = sorted(set(fields) - set(FIELDS) | ({"submit_s"} & set(fields)))
-        if unknown:
-            raise TraceError("submission", unknown[0], f"not a field of a submission; give: {', '.join(FIELDS[2:])}")
         now = self.cluster_time()  # the runners' time: it arrives now, never behind what they did
-        job = parse_row({**fields, "submit_s": f"{now:.6f}"}, "submission")
+        job = submission(fields, now)
         try:
             profile = catalog_profile(job.workload, self.settings.gpu)
         except NoProfile as exc:
@@ -190,7 +200,7 @@ class QueueService:
 
         queue = self.settings.config.queue
         rows = job_rows(queue.policy, self.store.jobs(), alone, queue.max_slowdown)
-        return summarise(queue.policy, rows, self.cluster.energy_j, 0.0)
+        return summarise(queue.policy, rows, self.cluster.energy_j, 0.0, ends_lost=len(self.store.ends_lost()))
 
     def close(self) -> None:
         self.store.close()

@@ -10,9 +10,10 @@ nothing — every job ends exactly once. :meth:`Store.recover` re-queues what a 
 ``placed`` or ``started`` (its runner is gone), counted as a re-queue, never as an end.
 
 One process owns a database at a time (:mod:`~raycolloc.queue.dblock`: a second gets
-:class:`StoreBusy`); a ``read_only`` store reads beside the owner. Each job is stored with the
-slowdown bound it runs under (its own, else the queue's default when it was queued), and
-:meth:`Store.claim_config` keeps the queue settings a database was made with.
+:class:`StoreBusy`); a ``read_only`` store reads beside the owner, who opens it checked, with a ledger
+of its events beside it (:mod:`~raycolloc.queue.dbopen`; what it lost: :attr:`Store.lost`). Each job is
+stored with the slowdown bound it runs under (its own, else the queue's default when it was queued),
+and :meth:`Store.claim_config` keeps the queue settings a database was made with.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from raycolloc.queue.dblock import DbLock, StoreBusy, StoreUnusable
+from raycolloc.queue.dbopen import JournalModeError, open_owned
+from raycolloc.queue.ledger import Entry, Ledger, LostWork
 from raycolloc.queue.trace import TraceJob
 
 __all__ = ["EVENTS", "STATES", "ConfigMismatch", "JobRecord", "JournalModeError", "Store", "StoreBusy"]
@@ -56,11 +59,6 @@ class TraceMismatch(ValueError):
 
 class ConfigMismatch(TraceMismatch):
     """The database was made with other queue settings than the ones given (the keys are named)."""
-
-
-class JournalModeError(RuntimeError):
-    """SQLite would not put the database in WAL mode (an in-memory database, or a filesystem without
-    the shared memory WAL needs): the queue's crash safety rests on it, so it does not run without."""
 
 
 @dataclass(frozen=True)
@@ -116,56 +114,54 @@ class Store:
         Raises:
             StoreBusy: another process owns it (not for ``read_only``).
             JournalModeError: SQLite would not put it in WAL mode.
-            StoreUnusable: the path is no SQLite database (a text file, a directory, a missing folder).
+            StoreUnusable: no SQLite database there, another program's, or a damaged one (named; ``dbcheck``).
         """
         self.path = Path(path)
         self._lock: DbLock | None = None
+        self._ledger: Ledger | None = None
+        self._pending: list[Entry] = []  # the open transaction's events, for the ledger once committed
+        self.lost: LostWork | None = None  # what the database lost with its WAL, found on opening
         try:
             self._open(read_only)
         except (sqlite3.DatabaseError, OSError) as exc:  # sqlite3.OperationalError is a DatabaseError
             raise StoreUnusable(f"queue.db={self.path}: not usable as the queue's database ({exc})") from None
 
     def _open(self, read_only: bool) -> None:
-        # check_same_thread=False: the live queue's actor opens it on one thread and ticks it on
-        # another; its callers serialise every use (the actor's lock), as sqlite3 then requires.
-        if read_only:
+        if read_only:  # check_same_thread=False: see dbopen.open_owned
             uri = f"{self.path.resolve().as_uri()}?mode=ro"
             self._db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=30.0, check_same_thread=False)
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        lock = self._lock = DbLock(self.path)
-        try:
-            # Autocommit mode: every change goes through :meth:`transaction`'s explicit BEGIN IMMEDIATE.
-            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30.0, check_same_thread=False)
-            mode = self._db.execute("PRAGMA journal_mode=WAL").fetchone()
-            if mode is None or str(mode[0]).lower() != "wal":
-                self._db.close()
-                raise JournalModeError(f"{self.path}: SQLite answered journal_mode={mode and mode[0]}, not wal")
-            # NORMAL in WAL mode: a commit survives the process being killed (not a power cut), and costs
-            # no fsync per event, which a replay of 1,000 jobs would pay thousands of times.
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
-        except BaseException:
-            lock.release()
-            self._lock = None
-            raise
+        owned = open_owned(self.path, _SCHEMA)
+        self._db, self._lock, self._ledger, self.lost = owned.db, owned.lock, owned.ledger, owned.lost
+
+    def ends_lost(self) -> tuple[str, ...]:
+        """Jobs whose end an earlier session committed and the database lost (they ran again; ``dbopen``)."""
+        return tuple(json.loads(self.meta("ends_lost") or "[]"))
 
     def close(self) -> None:
         self._db.close()
+        if self._ledger is not None:
+            self._ledger.close()
         if self._lock is not None:
             self._lock.release()
             self._lock = None
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        """One atomic change: committed whole at the end of the block, or not at all."""
+        """One atomic change: committed whole at the end of the block, or not at all; its events then
+        go to the ledger."""
         self._db.execute("BEGIN IMMEDIATE")
+        self._pending = []
         try:
             yield self._db
         except BaseException:
             self._db.execute("ROLLBACK")
+            self._pending = []
             raise
         self._db.execute("COMMIT")
+        if self._ledger is not None:
+            self._ledger.append(self._pending)
+        self._pending = []
 
     # --- meta ------------------------------------------------------------------------------------
     def meta(self, key: str) -> str | None:
@@ -387,11 +383,18 @@ class Store:
     def _attempt(db: sqlite3.Connection, job_id: str) -> int:
         return int(db.execute("SELECT attempt FROM jobs WHERE job_id=?", (job_id,)).fetchone()[0])
 
-    @staticmethod
     def _event(
-        db: sqlite3.Connection, t: float, job_id: str, kind: str, attempt: int, gpu: str | None, detail: str | None
+        self,
+        db: sqlite3.Connection,
+        t: float,
+        job_id: str,
+        kind: str,
+        attempt: int,
+        gpu: str | None,
+        detail: str | None,
     ) -> None:
-        db.execute(
+        cur = db.execute(
             "INSERT INTO events (t, job_id, kind, attempt, gpu, detail) VALUES (?, ?, ?, ?, ?, ?)",
             (t, job_id, kind, attempt, gpu, detail),
         )
+        self._pending.append(Entry(int(cur.lastrowid or 0), kind, job_id, attempt))

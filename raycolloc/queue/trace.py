@@ -16,16 +16,23 @@ left out or empty where they do not apply):
 
 Numbers are plain finite decimals (``12``, ``0.5``): no ``1_0``, ``1e3``, ``inf`` or ``nan``, and
 none so long that it is infinite as a float (the upper bounds above keep a replay finite). The file is
-UTF-8 (a byte-order mark is skipped). A malformed trace is refused whole (:class:`TraceError` names
-the line and the column), before anything is queued from it: a column named twice, a field over the
-CSV reader's size limit, a quote left open (named at the line it opens, the last line's too), bytes
+UTF-8 (a byte-order mark is skipped) and ends with a line break: a last line without one is refused,
+since a trace cut short (a copy or a write that stopped) ends inside its last number, and ``...,,,817``
+of ``...,,,8170`` would replay as a shorter job. A malformed trace is refused whole (:class:`TraceError`
+names the line and the column), before anything is queued from it: a column named twice, a field over
+the CSV reader's size limit, a quote left open (named at the line it opens, the last line's too), bytes
 that are not UTF-8 (named at their line) are refused like a bad value.
+
+:func:`write_trace` refuses, before it writes, an ``--out`` that is a directory or whose folder cannot
+be made or written (:class:`TraceOutError`, naming it); a write that fails leaves no temp file behind.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
+import os
 import re
 import shlex
 from collections.abc import Iterable
@@ -36,7 +43,8 @@ from raycolloc.config_checks import ConfigError
 from raycolloc.datasets import DATASETS
 from raycolloc.workload_config import WorkloadConfig
 
-__all__ = ["FIELDS", "KINDS", "TraceError", "TraceJob", "parse_row", "read_trace", "write_trace"]
+__all__ = ["FIELDS", "KINDS", "TraceError", "TraceJob", "TraceOutError", "check_out", "parse_row", "read_trace"]
+__all__ += ["write_trace"]
 
 FIELDS = ("job_id", "submit_s", "kind", "model", "dataset", "entry", "epochs", "samples", "max_slowdown")
 REQUIRED = ("job_id", "submit_s", "kind")
@@ -60,6 +68,11 @@ class TraceError(ValueError):
         super().__init__(f"{where}: {field}: {message}")
         self.where = where
         self.field = field
+
+
+class TraceOutError(ConfigError):
+    """Where a trace was to be written cannot take it (a directory, a folder that cannot be made or
+    written); the message names the path (``--out``)."""
 
 
 @dataclass(frozen=True)
@@ -182,7 +195,9 @@ def read_trace(path: str | Path) -> list[TraceJob]:
             or a job id twice (the first such line is named).
     """
     where = str(path)
-    lines = _read_lines(where)
+    text = _read_text(where)
+    lines = text.splitlines()
+    cut = not text.endswith(("\n", "\r"))  # the last line has no line break: the file may end mid-number
     # strict: a quote still open at the end of the data raises (non-strict would take the rest as the field)
     reader = csv.reader(lines, strict=True)
     try:
@@ -208,6 +223,13 @@ def read_trace(path: str | Path) -> list[TraceJob]:
             _open_quote(f"{where}:{line}", lines[line - 1], header)
         if len(cells) > len(header):
             raise TraceError(f"{where}:{line}", "row", f"{len(cells)} cells; the header has {len(header)}")
+        if cut and reader.line_num == len(lines):
+            raise TraceError(
+                f"{where}:{line}",
+                "row",
+                "the file ends inside this line (no line break after it): a trace cut short ends inside its "
+                "last number; if the line is whole, end the file with a line break",
+            )
         row = dict(zip(header, cells, strict=False))  # fewer cells: the rest are empty
         job = parse_row(row, f"{where}:{line}")
         if job.job_id in seen:
@@ -219,14 +241,14 @@ def read_trace(path: str | Path) -> list[TraceJob]:
     return sorted(jobs, key=lambda j: j.submit_s)  # sorted() is stable: ties keep the file's order
 
 
-def _read_lines(where: str) -> list[str]:
-    """The file's lines (UTF-8; a byte-order mark skipped); bytes that are not UTF-8 named by line."""
+def _read_text(where: str) -> str:
+    """The file's text (UTF-8; a byte-order mark skipped); bytes that are not UTF-8 named by line."""
     try:
         data = Path(where).read_bytes()
     except OSError as exc:
         raise TraceError(where, "file", f"cannot be read ({type(exc).__name__}: {exc})") from None
     try:
-        return data.decode("utf-8-sig").splitlines()
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         raise TraceError(
@@ -263,17 +285,50 @@ def _long_column(line: str, header: list[str]) -> str:
     return header[at] if at is not None and at < len(header) else "row"
 
 
-def write_trace(path: str | Path, jobs: Iterable[TraceJob]) -> Path:
-    """Write ``jobs`` as a trace (atomically: a temp file renamed); returns the path."""
+def check_out(path: str | Path) -> Path:
+    """``path`` as a trace may be written there, checked before anything is made: not a directory, its
+    nearest existing folder a writable directory (folders missing below it are made when it is written).
+
+    Raises:
+        TraceOutError: a directory; a folder on the way that is a file, or not writable by this user.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir():
+        raise TraceOutError(
+            f"--out={path} is a directory; give the path of the file to write, e.g. {path / 'trace.csv'}"
+        )
+    folder = path.absolute().parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise TraceOutError(f"--out={path} cannot be written: {folder} is not a directory")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise TraceOutError(
+            f"--out={path} cannot be written: {folder} is not writable by this user (uid {os.getuid()})"
+        )
+    return path
+
+
+def write_trace(path: str | Path, jobs: Iterable[TraceJob]) -> Path:
+    """Write ``jobs`` as a trace (atomically: a temp file renamed); returns the path.
+
+    Raises:
+        TraceOutError: ``path`` is a directory, or it (or its folder) cannot be written; no temp file is left.
+    """
+    path = check_out(path)
     tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("w", newline="") as f:
-        out = csv.writer(f)
-        out.writerow(FIELDS)
-        for j in jobs:
-            values = (j.job_id, f"{j.submit_s:.3f}", j.kind, j.model, j.dataset, j.entry, j.epochs, j.samples)
-            bound = f"{j.max_slowdown:g}" if j.max_slowdown is not None else ""
-            out.writerow(["" if v is None else v for v in values] + [bound])
-    tmp.replace(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tmp.open("w", newline="") as f:
+            out = csv.writer(f)
+            out.writerow(FIELDS)
+            for j in jobs:
+                values = (j.job_id, f"{j.submit_s:.3f}", j.kind, j.model, j.dataset, j.entry, j.epochs, j.samples)
+                bound = f"{j.max_slowdown:g}" if j.max_slowdown is not None else ""
+                out.writerow(["" if v is None else v for v in values] + [bound])
+        tmp.replace(path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):  # a folder that is a file: there is no temp file to remove
+            tmp.unlink(missing_ok=True)
+        raise TraceOutError(f"--out={path} cannot be written ({type(exc).__name__}: {exc})") from None
     return path

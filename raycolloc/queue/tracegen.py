@@ -6,7 +6,9 @@ workload of the catalogue drawn by size class (``queue.trace_mix``: CIFAR CNNs, 
 as long as ``queue.trace_job_s`` alone at the median, log-normally spread as Philly's run times are
 (heavier classes run longer). Lengths are written in samples, computed from the job's rate alone on
 the cluster's GPU model, so that a trace's length in time holds on that GPU. Half the jobs name a
-slowdown bound.
+slowdown bound. A trace is at most ``MAX_JOBS`` jobs, and one whose arrivals or lengths would pass
+what a trace may hold (:mod:`raycolloc.queue.trace`'s bounds) is refused naming the key that took it
+there, before anything is written.
 """
 
 from __future__ import annotations
@@ -15,19 +17,40 @@ import math
 import random
 
 from raycolloc.advise.model import Gpu
+from raycolloc.config_checks import ConfigError
 from raycolloc.config_groups import QueueConfig
 from raycolloc.queue.catalog import CATALOG, CLASSES, catalog_profile
-from raycolloc.queue.trace import TraceJob
+from raycolloc.queue.trace import MAX_SAMPLES, MAX_SUBMIT_S, TraceJob
 
-__all__ = ["generate"]
+__all__ = ["MAX_JOBS", "check_count", "generate"]
+
+# A trace's size: 100,000 jobs are generated in about 5 s on one core (the 1,000-job benchmark's in 0.05 s)
+# and replay in minutes; a billion took no visible time to refuse but hours to generate (issue 47, item 14).
+MAX_JOBS = 100_000
 
 _CLASS_LENGTH = {"light": 0.6, "medium": 1.0, "heavy": 1.6}  # times the median: big jobs run longer
 _SPREAD = 0.6  # sigma of the log-normal length; Philly's run times span orders of magnitude, clipped here
 _BOUNDS = (1.5, 2.0, 3.0)
 
 
+def check_count(n: int) -> None:
+    """Refuse a trace of ``n`` jobs unless 1 <= n <= ``MAX_JOBS``.
+
+    Raises:
+        ConfigError: naming ``--jobs`` and the limit.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_JOBS:
+        raise ConfigError(f"--jobs={n} is not allowed; it must be an integer from 1 to {MAX_JOBS:,} (a trace's limit)")
+
+
 def generate(n: int, seed: int, queue: QueueConfig, gpu: Gpu) -> list[TraceJob]:
-    """``n`` jobs, the same for the same seed, settings and GPU model."""
+    """``n`` jobs, the same for the same seed, settings and GPU model.
+
+    Raises:
+        ConfigError: ``n`` out of range (:func:`check_count`); ``queue.trace_gap_s`` or ``queue.trace_job_s``
+            so large that a job would arrive after, or last longer than, a trace may say.
+    """
+    check_count(n)
     rng = random.Random(seed)
     weights = [float(w) for w in queue.trace_mix]
     by_class = {c: sorted(k for k, e in CATALOG.items() if e.size == c) for c in CLASSES}
@@ -38,6 +61,7 @@ def generate(n: int, seed: int, queue: QueueConfig, gpu: Gpu) -> list[TraceJob]:
         median = queue.trace_job_s * _CLASS_LENGTH[size]
         seconds = min(4 * median, max(median / 4, median * math.exp(rng.gauss(0.0, _SPREAD))))
         rate = catalog_profile(entry.key, gpu).samples_per_s
+        _check_fits(queue, t, seconds * rate)
         bound = rng.choice(_BOUNDS) if rng.random() < 0.5 else None
         jobs.append(
             TraceJob(
@@ -54,3 +78,17 @@ def generate(n: int, seed: int, queue: QueueConfig, gpu: Gpu) -> list[TraceJob]:
         )
         t += rng.expovariate(1.0 / queue.trace_gap_s)
     return jobs
+
+
+def _check_fits(queue: QueueConfig, submit_s: float, samples: float) -> None:
+    """A job the trace reader would take (``replay`` refuses a trace past its bounds)."""
+    if not submit_s <= MAX_SUBMIT_S:
+        raise ConfigError(
+            f"queue.trace_gap_s={queue.trace_gap_s:g} is not allowed here: a job would arrive at {submit_s:.3g} s, "
+            f"after the {MAX_SUBMIT_S:g} s a trace may span; give a shorter gap or fewer --jobs"
+        )
+    if not samples <= MAX_SAMPLES:
+        raise ConfigError(
+            f"queue.trace_job_s={queue.trace_job_s:g} is not allowed here: a job would train {samples:.3g} samples, "
+            f"more than the {MAX_SAMPLES:g} a trace may give; give a shorter median length"
+        )
