@@ -26,6 +26,7 @@ __all__ = [
     "SIM_INJECTIONS",
     "ConfigError",
     "as_list",
+    "bound_text",
     "check_choice",
     "check_int",
     "check_min_epoch",
@@ -95,7 +96,7 @@ def is_number(value: Any) -> bool:
     return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
 
 
-def _bound(value: float) -> str:
+def bound_text(value: float) -> str:
     """A bound as a message shows it: ``10000000`` rather than ``1e+07``, ``0.001`` as it is."""
     return str(int(value)) if float(value).is_integer() and abs(value) < 1e16 else f"{value:g}"
 
@@ -114,7 +115,7 @@ def check_min(
     (``" of seconds"``), ``note`` follows the range (why the bound)."""
     if optional and value is None:
         return
-    shown = f">= {_bound(minimum)}" if maximum is None else f"{_bound(minimum)}..{_bound(maximum)}"
+    shown = f">= {bound_text(minimum)}" if maximum is None else f"{bound_text(minimum)}..{bound_text(maximum)}"
     if not is_number(value) or value < minimum or (maximum is not None and value > maximum):
         raise ConfigError(f"{key}={value!r} is not allowed; it must be a number{what} {shown}{note}")
 
@@ -126,7 +127,7 @@ def check_seconds(key: str, value: Any, minimum: float, *, optional: bool = Fals
 
 def check_range(key: str, value: Any, low: float, high: float) -> None:
     if not is_number(value) or not low <= value <= high:
-        raise ConfigError(f"{key}={value!r} is not allowed; it must be a number {_bound(low)}..{_bound(high)}")
+        raise ConfigError(f"{key}={value!r} is not allowed; it must be a number {bound_text(low)}..{bound_text(high)}")
 
 
 def check_int(key: str, value: Any, minimum: int, *, optional: bool = False, maximum: int = MAX_INT) -> None:
@@ -211,7 +212,7 @@ def check_min_epoch(value: Any) -> None:
     if not is_number(value) or not 0 <= value <= MAX_SECONDS:
         raise ConfigError(
             f"min_epoch_s={value!r} is not allowed; choose auto (5 s on a real GPU, none on a simulated one), "
-            f"null (no floor) or a number of seconds 0..{_bound(MAX_SECONDS)} (116 days)"
+            f"null (no floor) or a number of seconds 0..{bound_text(MAX_SECONDS)} (116 days)"
         )
 
 
