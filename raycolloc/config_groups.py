@@ -7,6 +7,7 @@ that needs torch, Ray or Hydra.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from raycolloc.config_checks import (
@@ -27,6 +28,7 @@ from raycolloc.config_checks import check_min as _check_min
 from raycolloc.config_checks import check_range as _check_range
 
 __all__ = [
+    "COMPILE_CACHE_VAR",
     "STATISTICS",
     "DataConfig",
     "MeasureConfig",
@@ -34,6 +36,7 @@ __all__ = [
     "TelemetryConfig",
     "TrainerConfig",
     "check_repeats",
+    "compile_cache_at",
     "queue_policies",
     "register_queue_policy",
     "unregister_queue_policy",
@@ -140,6 +143,20 @@ class TrainerConfig:
             _check_choice("trainer.fault", self.fault, FAULTS)
         _check_int("trainer.fault_job", self.fault_job, 0)
         _check_int("trainer.fault_epoch", self.fault_epoch, 1, maximum=MAX_EPOCHS)
+
+
+COMPILE_CACHE_VAR = "RAYCOLLOC_COMPILE_CACHE"
+DEFAULT_COMPILE_CACHE = "/tmp/raycolloc-compile-cache"
+
+
+def compile_cache_at(configured: str | None, environ: Mapping[str, str]) -> tuple[str, str]:
+    """The node's compile cache (a directory) and what named it: ``trainer.compile_cache``, else
+    ``$RAYCOLLOC_COMPILE_CACHE`` in the node's ``environ``, else the default."""
+    if configured:
+        return configured, "trainer.compile_cache"
+    if COMPILE_CACHE_VAR in environ:
+        return environ[COMPILE_CACHE_VAR], f"${COMPILE_CACHE_VAR}"
+    return DEFAULT_COMPILE_CACHE, "the default compile cache"
 
 
 @dataclass

@@ -37,6 +37,7 @@ from pathlib import Path
 
 # Nothing imported at module level may start a thread: main() pins the whole process to the job's
 # cores first, and only threads started after that inherit them (pyarrow, for one, starts two).
+from raycolloc.config_groups import compile_cache_at
 from raycolloc.job.epoch import EpochTimes, epoch_row, inject_fault
 from raycolloc.job.measure import own_nvml_memory, thread_usage
 from raycolloc.job.windows import EpochWindows, clock_for
@@ -53,7 +54,7 @@ log = logging.getLogger(__name__)
 def compile_cache(configured: str | None = None) -> Path:
     """The node's compile cache (a directory): ``trainer.compile_cache``, else $RAYCOLLOC_COMPILE_CACHE,
     else /tmp/raycolloc-compile-cache."""
-    return Path(configured or os.environ.get("RAYCOLLOC_COMPILE_CACHE", "/tmp/raycolloc-compile-cache"))
+    return Path(compile_cache_at(configured, os.environ)[0])
 
 
 def cache_env(env: dict[str, str], configured: str | None = None) -> None:
