@@ -271,9 +271,12 @@ class JobProcess:
         # A time budget (job.epoch_time_s) ends the epoch after the step that reaches it; the epoch's
         # time is still taken after the sync below, so it covers every step it launched.
         deadline = t0 + job.epoch_time_s if job.epoch_time_s else float("inf")
+        # The fault comes half-way through the epoch's steps, or through its time budget where that ends
+        # the epoch first (epoch_samples=1000000 epoch_time_s=8: the steps' half never came, issue 47).
+        fault_at = (t0 + deadline) / 2
         done = 0
         while done < steps or time.perf_counter() < floor_end:
-            if done == fault_step:
+            if faulty and (done == fault_step or time.perf_counter() >= fault_at):
                 inject_fault(job)
             self._last_loss = self.step()
             done += 1
