@@ -15,26 +15,10 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from raycolloc.config_checks import (
-    MAX_CORES,
-    MAX_DEGREE,
-    MAX_EPOCHS,
-    MAX_GPUS,
-    MAX_REPEATS,
-    MAX_SAMPLES,
-    MAX_SEED,
-    MIN_EPOCH_AUTO_S,
-    ConfigError,
-    as_list,
-    check_min_epoch,
-    check_mode_only,
-    check_percentage,
-    check_port,
-    check_reserved_cpus,
-    check_seconds,
-    check_sim_inject,
-    is_mem_limit,
-)
+from raycolloc import config_checks as limits  # the bounds of numbers: limits.MAX_*
+from raycolloc.config_checks import MIN_EPOCH_AUTO_S, ConfigError, as_list, check_min_epoch, check_mode_only
+from raycolloc.config_checks import check_percentage, check_port, check_reserved_cpus, check_seconds
+from raycolloc.config_checks import check_sim_inject, is_mem_limit
 from raycolloc.config_checks import check_choice as _check_choice
 from raycolloc.config_checks import check_int as _check_int
 from raycolloc.config_groups import (
@@ -158,8 +142,8 @@ class ClusterConfig:
         self.sim_inject = check_sim_inject(self.sim_inject, self.backend)
         _check_choice("cluster.sim_mig_mode", self.sim_mig_mode, SIM_MIG_MODES)
         # gpu_model against the node's MIG tables: where the driver validates a cell (driver/cell_specs.py).
-        _check_int("cluster.num_gpus", self.num_gpus, 1, maximum=MAX_GPUS)
-        _check_int("cluster.num_cpus", self.num_cpus, 1, optional=True, maximum=MAX_CORES)
+        _check_int("cluster.num_gpus", self.num_gpus, 1, maximum=limits.MAX_GPUS)
+        _check_int("cluster.num_cpus", self.num_cpus, 1, optional=True, maximum=limits.MAX_CORES)
         _check_int("cluster.max_concurrent_cells", self.max_concurrent_cells, 1, optional=True)
         check_seconds("cluster.lease_timeout_s", self.lease_timeout_s, 1)
         check_port("cluster.dashboard_port", self.dashboard_port)
@@ -202,17 +186,17 @@ class Config:
     tags: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _check_int("degree", self.degree, 1, maximum=MAX_DEGREE)
+        _check_int("degree", self.degree, 1, maximum=limits.MAX_DEGREE)
         check_mode_only("mig.layout", self.mig.layout, "auto", "mig", self.mode.name)
-        _check_int("epochs", self.epochs, 2, maximum=MAX_EPOCHS)
-        _check_int("epoch_samples", self.epoch_samples, 1, optional=True, maximum=MAX_SAMPLES)
+        _check_int("epochs", self.epochs, 2, maximum=limits.MAX_EPOCHS)
+        _check_int("epoch_samples", self.epoch_samples, 1, optional=True, maximum=limits.MAX_SAMPLES)
         check_seconds("epoch_time_s", self.epoch_time_s, 0.001, optional=True)
         check_min_epoch(self.min_epoch_s)
         self._check_floor()
         check_repeats(self.repeats)
-        _check_int("repeat", self.repeat, 0, maximum=MAX_REPEATS - 1)
-        _check_int("batch_size", self.batch_size, 1, optional=True, maximum=MAX_SAMPLES)
-        _check_int("seed", self.seed, 0, maximum=MAX_SEED)
+        _check_int("repeat", self.repeat, 0, maximum=limits.MAX_REPEATS - 1)
+        _check_int("batch_size", self.batch_size, 1, optional=True, maximum=limits.MAX_SAMPLES)
+        _check_int("seed", self.seed, 0, maximum=limits.MAX_SEED)
         n_jobs = len(self.mix.jobs)
         if n_jobs and self.degree not in (1, n_jobs):
             raise ConfigError(
