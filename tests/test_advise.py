@@ -376,3 +376,24 @@ def test_item_2_a_null_workload_is_refused_by_the_advisor_naming_the_group() -> 
 
     with pytest.raises(ConfigError, match="workload=null is not allowed; choose one of: .*tiny_cnn"):
         compose_profile(("workload=null",), ("cluster=local",))
+
+
+@pytest.mark.parametrize(
+    ("out", "why"),
+    [("{tmp}/a-file/advice.json", "a-file: it is a file, not a directory"), ("{tmp}", "it is a directory")],
+    ids=["under-a-file", "a-directory"],
+)
+def test_an_out_file_that_cannot_be_written_exits_2_before_anything_runs(
+    out: str, why: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``--out`` is a path the user gives too: it failed (a traceback) only after every profile had run."""
+    import logging
+
+    from raycolloc.advise.__main__ import main
+
+    (tmp_path / "a-file").write_text("x\n")
+    path = out.replace("{tmp}", str(tmp_path))
+    with caplog.at_level(logging.ERROR, logger="raycolloc"):
+        code = main(["workload=tiny_cnn", "cluster=local", f"out_dir={tmp_path / 'out'}", "--out", path])
+    assert code == 2 and f"--out {path} cannot be written: " in caplog.text and why in caplog.text, caplog.text
+    assert not (tmp_path / "out").exists()

@@ -76,6 +76,24 @@ def _check_fit(dirs: list[str]) -> None:
             raise SweepDirError(f"--fit {path}: {str(exc).removeprefix('error: ')}") from None
 
 
+def _check_out(out: Path | None) -> None:
+    """``--out FILE.json`` can be written once the work is done: not a directory, in one this user can
+    make and write (a JSON that cannot be written was found only after every profile had run).
+
+    Raises:
+        ConfigError: naming the path and why.
+    """
+    from raycolloc.driver.node_paths import dir_problem
+
+    if out is None:
+        return
+    parent = out.absolute().parent
+    problem = dir_problem(parent)
+    why = "it is a directory; give the JSON's file name" if out.is_dir() else problem and f"{parent}: {problem}"
+    if why:
+        raise ConfigError(f"--out {out} cannot be written: {why}")
+
+
 def _validate(args: argparse.Namespace) -> int:
     from raycolloc.advise.advice import write_json
     from raycolloc.advise.run import parse_number
@@ -138,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         _check_fit(args.fit)
+        _check_out(args.out)
         return _validate(args) if args.validate else _advise(args)
     except NothingProfiled as exc:  # as SystemExit(message) did: the message on stderr, exit 1
         print(exc, file=sys.stderr, flush=True)

@@ -24,7 +24,7 @@ from raycolloc.job.workloads.compose import PythonWorkload, ScriptWorkload
 from raycolloc.node.gpu.kinds import backend_traits
 from raycolloc.spec import CellSpec
 
-__all__ = ["check_node_dir", "check_node_paths", "node_is_here"]
+__all__ = ["check_node_dir", "check_node_paths", "dir_problem", "node_is_here"]
 
 _LOCAL_HOSTS = ("", "auto", "local", "localhost", "127.0.0.1")
 _PYTHON_OPTIONS_WITH_VALUE = ("-X", "-W", "-Q")
@@ -55,6 +55,14 @@ def _cannot_write(folder: Path) -> str | None:
     return None
 
 
+def dir_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be a directory this user makes and writes (None: it can)."""
+    found = _nearest_existing(path)
+    if not found.is_dir():
+        return "it is a file, not a directory" if found == path else f"{found} is a file, so it cannot be created"
+    return _cannot_write(found)
+
+
 def check_node_dir(name: str, value: str, role: str, shown: str | None = None) -> None:
     """``value`` is a directory this user can create and write, or refused naming ``name`` (the key or
     the environment variable that gave it; ``shown``: how the message shows it, default ``name=value``).
@@ -62,14 +70,7 @@ def check_node_dir(name: str, value: str, role: str, shown: str | None = None) -
     Raises:
         ConfigError: it is a file, lies under a file, or cannot be made or written.
     """
-    path = Path(value).expanduser()
-    found = _nearest_existing(path)
-    if not found.is_dir():
-        why: str | None = (
-            "it is a file, not a directory" if found == path else f"{found} is a file, so it cannot be created"
-        )
-    else:
-        why = _cannot_write(found)
+    why = dir_problem(Path(value).expanduser())
     if why is not None:
         raise ConfigError(
             f"{shown or f'{name}={value!r}'} is not allowed: {why}; {name} must be a directory this "
