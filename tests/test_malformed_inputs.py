@@ -243,6 +243,12 @@ CASES: list[tuple[str, list[str], list[str]]] = [
         ["epochs=1000000000000000000000000000000", "2..1000000"],
     ),
     ("seed-huge", ["seed=99999999999"], ["seed=99999999999 is not allowed", "0..2147483647"]),
+    # issue 47: a plan row's numbers are bounded as the config's (a 22-digit epochs ran into the config check).
+    (
+        "plan-epochs-huge",
+        ["+plan={tmp}/epochs-huge.csv"],
+        ["epochs-huge.csv:2", "column Params: epochs value '1000000000000000000000' must be 1..1000000"],
+    ),
     # issue 47, items 7 and 13 by key (the environment variables: ENV_CASES below).
     (
         "sim-root-a-file",
@@ -269,6 +275,9 @@ def _fixtures(tmp_path: Path) -> None:
             (tmp_path / folder / f"data_batch_{i}").write_bytes(content)
     for name, devices in (("devices-abc", "abc"), ("devices-frac", "1.5")):
         (tmp_path / f"{name}.csv").write_text(PLAN_HEADER + f"1,1,,a,{devices},-,train.py,smi,--workload tiny_cnn\n")
+    (tmp_path / "epochs-huge.csv").write_text(
+        PLAN_HEADER + "1,1,,a,0,-,train.py,smi,--workload tiny_cnn --epochs 1000000000000000000000\n"
+    )
     (tmp_path / "binary.bin").write_bytes(bytes(range(256)) * 4)
     (tmp_path / "many-bad.csv").write_text(
         PLAN_HEADER + "".join(f"1,{i},,a,gpu{i},-,train.py,smi,--workload tiny_cnn\n" for i in range(1000))
