@@ -23,7 +23,7 @@ from raycolloc.results.index import REFERENCE, read_reference
 from raycolloc.results.schema import TABLES
 from raycolloc.results.store import InvalidResult, UnknownSchemaVersion, read_cell
 
-__all__ = ["SweepData", "SweepDirError", "find_cell_dirs", "load_sweeps", "sweep_label"]
+__all__ = ["SweepData", "SweepDirError", "check_sweep_dir", "find_cell_dirs", "load_sweeps", "sweep_label"]
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +91,29 @@ def _tables(cell_dir: Path) -> tuple[Path, dict[str, pa.Table]] | str:
     return target.resolve(), {"cells": cells, "jobs": found.jobs, "epochs": found.epochs, "telemetry": found.telemetry}
 
 
+def _unreadable(roots: Sequence[Path], invalid: Sequence[str]) -> SweepDirError:
+    corrupt = f" ({len(invalid)} corrupt: {'; '.join(invalid[:3])}{'; ...' if len(invalid) > 3 else ''})"
+    return SweepDirError(
+        f"error: no readable cell under {', '.join(map(str, roots))}{corrupt if invalid else ''}; expected {_EXPECTED}"
+    )
+
+
+def check_sweep_dir(root: str | Path) -> None:
+    """Refuse a directory given to read before the work that needs it starts: missing, not a directory,
+    holding no cell or only corrupt ones (cells are read until one is whole, not the whole sweep).
+
+    Raises:
+        SweepDirError: naming the path and why.
+    """
+    invalid = []
+    for cell_dir in find_cell_dirs(root):
+        loaded = _tables(cell_dir)
+        if not isinstance(loaded, str):
+            return
+        invalid.append(loaded)
+    raise _unreadable([Path(root)], invalid)
+
+
 def load_sweeps(paths: Sequence[str | Path], all_results: bool = False) -> SweepData:
     """Load every cell under each sweep dir into four DataFrames.
 
@@ -130,11 +153,7 @@ def load_sweeps(paths: Sequence[str | Path], all_results: bool = False) -> Sweep
                 parts[name].append(table)
         log.info("sweep=%s path=%s cells_total=%d", label, root, sum(t.num_rows for t in parts["cells"]))
     if not parts["cells"]:
-        corrupt = f" ({len(invalid)} corrupt: {'; '.join(invalid[:3])}{'; ...' if len(invalid) > 3 else ''})"
-        raise SweepDirError(
-            f"error: no readable cell under {', '.join(map(str, roots))}"
-            f"{corrupt if invalid else ''}; expected {_EXPECTED}"
-        )
+        raise _unreadable(roots, invalid)
     frames = {name: pa.concat_tables(tables, promote_options="default").to_pandas() for name, tables in parts.items()}
     cells = frames["cells"]
     if not all_results:

@@ -15,11 +15,12 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from raycolloc.config_checks import MAX_DEGREE, MIN_EPOCH_AUTO_S, ConfigError, as_list, check_mode_only
+from raycolloc import config_checks as limits  # the bounds of numbers: limits.MAX_*
+from raycolloc.config_checks import MIN_EPOCH_AUTO_S, ConfigError, as_list, check_min_epoch, check_mode_only
+from raycolloc.config_checks import check_percentage, check_port, check_reserved_cpus, check_seconds
+from raycolloc.config_checks import check_sim_inject, is_mem_limit
 from raycolloc.config_checks import check_choice as _check_choice
 from raycolloc.config_checks import check_int as _check_int
-from raycolloc.config_checks import check_min as _check_min
-from raycolloc.config_checks import check_min_epoch, check_port, check_reserved_cpus, check_sim_inject, is_mem_limit
 from raycolloc.config_groups import (
     DataConfig,
     MeasureConfig,
@@ -89,8 +90,7 @@ class ModeConfig:
                 if getattr(self, key) is not None:
                     raise ConfigError(f"mode.{key} applies to mode=mps only (mode={self.name})")
         for pct in as_list(self.active_thread_percentage):
-            if pct is not None and (isinstance(pct, bool) or not isinstance(pct, int) or not 1 <= pct <= 100):
-                raise ConfigError(f"mode.active_thread_percentage={pct!r} is not allowed; it must be an integer 1..100")
+            check_percentage("mode.active_thread_percentage", pct)
         for limit in as_list(self.pinned_mem_limit):
             if limit is not None and not is_mem_limit(limit):
                 raise ConfigError(f"mode.pinned_mem_limit={limit!r} is not allowed; write a size such as 8G or 512M")
@@ -142,10 +142,10 @@ class ClusterConfig:
         self.sim_inject = check_sim_inject(self.sim_inject, self.backend)
         _check_choice("cluster.sim_mig_mode", self.sim_mig_mode, SIM_MIG_MODES)
         # gpu_model against the node's MIG tables: where the driver validates a cell (driver/cell_specs.py).
-        _check_int("cluster.num_gpus", self.num_gpus, 1)
-        _check_int("cluster.num_cpus", self.num_cpus, 1, optional=True)
+        _check_int("cluster.num_gpus", self.num_gpus, 1, maximum=limits.MAX_GPUS)
+        _check_int("cluster.num_cpus", self.num_cpus, 1, optional=True, maximum=limits.MAX_CORES)
         _check_int("cluster.max_concurrent_cells", self.max_concurrent_cells, 1, optional=True)
-        _check_min("cluster.lease_timeout_s", self.lease_timeout_s, 1)
+        check_seconds("cluster.lease_timeout_s", self.lease_timeout_s, 1)
         check_port("cluster.dashboard_port", self.dashboard_port)
         check_port("cluster.metrics_export_port", self.metrics_export_port, optional=True)
 
@@ -186,17 +186,17 @@ class Config:
     tags: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        _check_int("degree", self.degree, 1, maximum=MAX_DEGREE)
+        _check_int("degree", self.degree, 1, maximum=limits.MAX_DEGREE)
         check_mode_only("mig.layout", self.mig.layout, "auto", "mig", self.mode.name)
-        _check_int("epochs", self.epochs, 2)
-        _check_int("epoch_samples", self.epoch_samples, 1, optional=True)
-        _check_min("epoch_time_s", self.epoch_time_s, 0.001, optional=True)
+        _check_int("epochs", self.epochs, 2, maximum=limits.MAX_EPOCHS)
+        _check_int("epoch_samples", self.epoch_samples, 1, optional=True, maximum=limits.MAX_SAMPLES)
+        check_seconds("epoch_time_s", self.epoch_time_s, 0.001, optional=True)
         check_min_epoch(self.min_epoch_s)
         self._check_floor()
         check_repeats(self.repeats)
-        _check_int("repeat", self.repeat, 0)
-        _check_int("batch_size", self.batch_size, 1, optional=True)
-        _check_int("seed", self.seed, 0)
+        _check_int("repeat", self.repeat, 0, maximum=limits.MAX_REPEATS - 1)
+        _check_int("batch_size", self.batch_size, 1, optional=True, maximum=limits.MAX_SAMPLES)
+        _check_int("seed", self.seed, 0, maximum=limits.MAX_SEED)
         n_jobs = len(self.mix.jobs)
         if n_jobs and self.degree not in (1, n_jobs):
             raise ConfigError(

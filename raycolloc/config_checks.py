@@ -11,19 +11,32 @@ from typing import Any
 __all__ = [
     "AMP_MODES",
     "COMPILE_MODES",
+    "MAX_CORES",
     "MAX_DEGREE",
+    "MAX_EPOCHS",
+    "MAX_GPUS",
+    "MAX_INT",
+    "MAX_REPEATS",
+    "MAX_SAMPLES",
+    "MAX_SECONDS",
+    "MAX_SEED",
+    "MAX_SLOWDOWN",
     "MIN_EPOCH_AUTO_S",
     "MOST_LISTED",
     "SIM_INJECTIONS",
     "ConfigError",
     "as_list",
+    "bound_text",
     "check_choice",
     "check_int",
     "check_min_epoch",
     "check_min",
     "check_mode_only",
+    "check_percentage",
     "check_port",
+    "check_range",
     "check_reserved_cpus",
+    "check_seconds",
     "check_sim_inject",
     "closest",
     "is_number",
@@ -40,6 +53,19 @@ MOST_LISTED = 20  # a plan of 132,197 bad rows printed 22 MB of errors; the firs
 # Each job of a naive cell holds 1/degree of its GPU, and Ray's smallest fraction of a resource is 0.0001:
 # a larger degree has no lease (and an integer past the index range crashed Python itself).
 MAX_DEGREE = 10_000
+# The largest value of every number a user gives (config keys, advisor flags): NaN, infinities and
+# values past these are refused by name before anything starts.
+MAX_INT = 2**63 - 1  # an integer without a tighter bound: what a result column (int64) and torch hold
+# Seconds (timeouts, budgets, floors, gaps): ~116 days, longer than any sweep, lease or queue; a trace's
+# submit_s stops there too (raycolloc.queue.trace), and a wait of 1e300 s overflows (threading, asyncio).
+MAX_SECONDS = 1e7
+MAX_EPOCHS = 10**6  # a cell's (or a trace job's) epochs
+MAX_SAMPLES = 10**12  # an epoch's samples (as a trace job's)
+MAX_SLOWDOWN = 1e6  # a job's bound on its slowdown against running alone (as a trace's max_slowdown column)
+MAX_CORES = 4096  # cores, threads or processes asked of one node (larger than any node's count of cores)
+MAX_GPUS = 1024  # GPUs of one (simulated) node
+MAX_REPEATS = 1000  # runs of one configuration
+MAX_SEED = 2**31 - 1  # a job's seed is seed + its index: below 2**32, what numpy and most user code take
 # What ``cluster.sim_inject`` may put into a simulated cell's measured window (raycolloc.node.gpu.sim_inject).
 SIM_INJECTIONS = ("clock_drop", "cpu_hog", "foreign_process")
 
@@ -70,27 +96,51 @@ def is_number(value: Any) -> bool:
     return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
 
 
-def check_min(key: str, value: Any, minimum: float, *, optional: bool = False, maximum: float | None = None) -> None:
+def bound_text(value: float) -> str:
+    """A bound as a message shows it: ``10000000`` rather than ``1e+07``, ``0.001`` as it is."""
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e16 else f"{value:g}"
+
+
+def check_min(
+    key: str,
+    value: Any,
+    minimum: float,
+    *,
+    optional: bool = False,
+    maximum: float | None = None,
+    what: str = "",
+    note: str = "",
+) -> None:
+    """A finite number ``>= minimum`` (and ``<= maximum`` where given); ``what`` says what it counts
+    (``" of seconds"``), ``note`` follows the range (why the bound)."""
     if optional and value is None:
         return
-    if not is_number(value) or value < minimum:
-        raise ConfigError(f"{key}={value!r} is not allowed; it must be a number >= {minimum}")
-    if maximum is not None and value > maximum:
-        raise ConfigError(f"{key}={value!r} is not allowed; it must be a number {minimum:g}..{maximum:g}")
+    shown = f">= {bound_text(minimum)}" if maximum is None else f"{bound_text(minimum)}..{bound_text(maximum)}"
+    if not is_number(value) or value < minimum or (maximum is not None and value > maximum):
+        raise ConfigError(f"{key}={value!r} is not allowed; it must be a number{what} {shown}{note}")
+
+
+def check_seconds(key: str, value: Any, minimum: float, *, optional: bool = False) -> None:
+    """A number of seconds ``minimum..MAX_SECONDS``: a timeout, a budget, a floor or a gap."""
+    check_min(key, value, minimum, optional=optional, maximum=MAX_SECONDS, what=" of seconds", note=" (116 days)")
 
 
 def check_range(key: str, value: Any, low: float, high: float) -> None:
     if not is_number(value) or not low <= value <= high:
-        raise ConfigError(f"{key}={value!r} is not allowed; it must be a number {low:g}..{high:g}")
+        raise ConfigError(f"{key}={value!r} is not allowed; it must be a number {bound_text(low)}..{bound_text(high)}")
 
 
-def check_int(key: str, value: Any, minimum: int, *, optional: bool = False, maximum: int | None = None) -> None:
+def check_int(key: str, value: Any, minimum: int, *, optional: bool = False, maximum: int = MAX_INT) -> None:
+    """An integer (not a bool, not a float) ``minimum..maximum``; the message shows the range where
+    ``maximum`` is a field's own, and the 64-bit limit only to a value past it."""
     if optional and value is None:
         return
+    shown = f">= {minimum}" if maximum == MAX_INT else f"{minimum}..{maximum}"
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{key}={value!r} is not allowed; it must be an integer >= {minimum}")
-    if maximum is not None and value > maximum:
-        raise ConfigError(f"{key}={value!r} is not allowed; it must be an integer {minimum}..{maximum}")
+        raise ConfigError(f"{key}={value!r} is not allowed; it must be an integer {shown}")
+    if value > maximum:
+        beyond = f" (at most {MAX_INT}: a 64-bit integer)" if maximum == MAX_INT else ""
+        raise ConfigError(f"{key}={value!r} is not allowed; it must be an integer {shown}{beyond}")
 
 
 def check_port(key: str, value: Any, *, optional: bool = False) -> None:
@@ -99,6 +149,12 @@ def check_port(key: str, value: Any, *, optional: bool = False) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
         raise ConfigError(f"{key}={value!r} is not allowed; it must be a TCP port 1..65535")
+
+
+def check_percentage(key: str, value: Any) -> None:
+    """An MPS active-thread percentage: an integer 1..100, or None (the daemon's default)."""
+    if value is not None:
+        check_int(key, value, 1, maximum=100)
 
 
 def check_mode_only(key: str, value: Any, unset: Any, only: str, mode: str) -> None:
@@ -150,13 +206,13 @@ MIN_EPOCH_AUTO_S = 5.0
 
 
 def check_min_epoch(value: Any) -> None:
-    """``min_epoch_s``: ``auto``, null (no floor) or a number of seconds >= 0."""
+    """``min_epoch_s``: ``auto``, null (no floor) or a number of seconds 0..MAX_SECONDS."""
     if value is None or value == "auto":
         return
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < float("inf"):
+    if not is_number(value) or not 0 <= value <= MAX_SECONDS:
         raise ConfigError(
             f"min_epoch_s={value!r} is not allowed; choose auto (5 s on a real GPU, none on a simulated one), "
-            "null (no floor) or a number of seconds >= 0"
+            f"null (no floor) or a number of seconds 0..{bound_text(MAX_SECONDS)} (116 days)"
         )
 
 

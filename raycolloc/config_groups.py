@@ -7,15 +7,28 @@ that needs torch, Ray or Hydra.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from raycolloc.config_checks import AMP_MODES, COMPILE_MODES, ConfigError
+from raycolloc.config_checks import (
+    AMP_MODES,
+    COMPILE_MODES,
+    MAX_CORES,
+    MAX_EPOCHS,
+    MAX_GPUS,
+    MAX_REPEATS,
+    MAX_SLOWDOWN,
+    ConfigError,
+    check_seconds,
+    is_number,
+)
 from raycolloc.config_checks import check_choice as _check_choice
 from raycolloc.config_checks import check_int as _check_int
 from raycolloc.config_checks import check_min as _check_min
 from raycolloc.config_checks import check_range as _check_range
 
 __all__ = [
+    "COMPILE_CACHE_VAR",
     "STATISTICS",
     "DataConfig",
     "MeasureConfig",
@@ -23,6 +36,7 @@ __all__ = [
     "TelemetryConfig",
     "TrainerConfig",
     "check_repeats",
+    "compile_cache_at",
     "queue_policies",
     "register_queue_policy",
     "unregister_queue_policy",
@@ -44,6 +58,15 @@ QUEUE_MODES = ("naive", "mps")
 QUEUE_ORDERS = ("longest", "arrival")  # the raycolloc policy's order of the jobs waiting
 QUEUE_RUNNERS = ("sim", "ray")
 QUEUE_PROFILES = ("catalog", "measured")
+# Bounds of the numbers of these groups that no other group shares (config_checks has the shared ones).
+MAX_INTERVAL_MS = 60_000  # telemetry sampled less than once a minute says nothing of a cell
+MAX_BUDGET = 1000.0  # measure.budget: the added runs' GPU time, as a share of the first pass's
+MAX_SIM_NODES = 10_000  # a simulated cluster's nodes (each is objects in memory, none of them free)
+MAX_OOM_BACKOFF = 100.0  # an OOM multiplies a job's memory estimate by this: more is past any GPU
+MAX_SIM_SPEED = 1e6  # a live queue's simulated seconds per wall second
+MAX_ARRIVAL_SCALE = 100.0  # a ray replay waits submit_s times this (a trace's submit_s goes to 1e7 s)
+MAX_TRACE_S = 86_400.0  # the trace generator's mean gap and job length: a day (its trace's submit_s stop at 1e7 s)
+MAX_SHARE = 1_000_000  # a trace_mix weight (only their ratio counts; three of them sum without overflow)
 # How a configuration's headline rate is formed from its runs (the analysis reads it from the config).
 STATISTICS = ("mean", "median", "fastest")
 
@@ -75,7 +98,7 @@ class DataConfig:
     def __post_init__(self) -> None:
         _check_choice("data.source", self.source, SOURCES)
         _check_choice("data.placement", self.placement, PLACEMENTS)
-        _check_int("data.num_workers", self.num_workers, 0)
+        _check_int("data.num_workers", self.num_workers, 0, maximum=MAX_CORES)
         # data.source=real without data.path is checked per job (a radT plan's rows bring their own).
 
 
@@ -109,17 +132,31 @@ class TrainerConfig:
         _check_choice("trainer.allocator", self.allocator, ALLOCATORS)
         _check_choice("trainer.compile", self.compile, COMPILE_MODES)
         _check_choice("trainer.amp", self.amp, AMP_MODES)
-        _check_min("trainer.num_cpus", self.num_cpus, 0)
+        _check_min("trainer.num_cpus", self.num_cpus, 0, maximum=MAX_CORES)
         _check_choice("trainer.cpu_affinity", self.cpu_affinity, CPU_AFFINITY)
         _check_choice("trainer.spawn", self.spawn, SPAWN_METHODS)
-        _check_int("trainer.torch_threads", self.torch_threads, 1, optional=True)
-        _check_min("trainer.setup_timeout_s", self.setup_timeout_s, 1)
-        _check_min("trainer.stall_timeout_s", self.stall_timeout_s, 1)
-        _check_min("trainer.epoch_timeout_s", self.epoch_timeout_s, 1, optional=True)
+        _check_int("trainer.torch_threads", self.torch_threads, 1, optional=True, maximum=MAX_CORES)
+        check_seconds("trainer.setup_timeout_s", self.setup_timeout_s, 1)
+        check_seconds("trainer.stall_timeout_s", self.stall_timeout_s, 1)
+        check_seconds("trainer.epoch_timeout_s", self.epoch_timeout_s, 1, optional=True)
         if self.fault is not None:
             _check_choice("trainer.fault", self.fault, FAULTS)
         _check_int("trainer.fault_job", self.fault_job, 0)
-        _check_int("trainer.fault_epoch", self.fault_epoch, 1)
+        _check_int("trainer.fault_epoch", self.fault_epoch, 1, maximum=MAX_EPOCHS)
+
+
+COMPILE_CACHE_VAR = "RAYCOLLOC_COMPILE_CACHE"
+DEFAULT_COMPILE_CACHE = "/tmp/raycolloc-compile-cache"
+
+
+def compile_cache_at(configured: str | None, environ: Mapping[str, str]) -> tuple[str, str]:
+    """The node's compile cache (a directory) and what named it: ``trainer.compile_cache``, else
+    ``$RAYCOLLOC_COMPILE_CACHE`` in the node's ``environ``, else the default."""
+    if configured:
+        return configured, "trainer.compile_cache"
+    if COMPILE_CACHE_VAR in environ:
+        return environ[COMPILE_CACHE_VAR], f"${COMPILE_CACHE_VAR}"
+    return DEFAULT_COMPILE_CACHE, "the default compile cache"
 
 
 @dataclass
@@ -133,7 +170,7 @@ class TelemetryConfig:
 
     def __post_init__(self) -> None:
         _check_choice("telemetry.source", self.source, TELEMETRY_SOURCES)
-        _check_int("telemetry.interval_ms", self.interval_ms, 10)
+        _check_int("telemetry.interval_ms", self.interval_ms, 10, maximum=MAX_INTERVAL_MS)
         if self.source == "gpm" and self.interval_ms < 100:
             raise ConfigError("telemetry.interval_ms must be >= 100 with telemetry.source=gpm (NVML GPM limit)")
 
@@ -158,18 +195,19 @@ class MeasureConfig:
     statistic: str = "median"
 
     def __post_init__(self) -> None:
-        target = self.target_ci
-        if isinstance(target, bool) or not isinstance(target, int | float) or not 0 < target < 1:
+        if not is_number(self.target_ci) or not 0 < self.target_ci < 1:
             raise ConfigError(
                 f"measure.target_ci={self.target_ci!r} is not allowed; it must be a number between 0 and 1 "
                 "(0.03 = a 95% interval of ±3%)"
             )
-        _check_int("measure.max_repeats", self.max_repeats, 1)
-        if isinstance(self.budget, bool) or not isinstance(self.budget, int | float) or self.budget < 0:
-            raise ConfigError(
-                f"measure.budget={self.budget!r} is not allowed; it must be a number >= 0 (the added runs' GPU "
-                "time as a share of the first pass's: 1.0 = as much again)"
-            )
+        _check_int("measure.max_repeats", self.max_repeats, 1, maximum=MAX_REPEATS)
+        _check_min(
+            "measure.budget",
+            self.budget,
+            0,
+            maximum=MAX_BUDGET,
+            note=" (the added runs' GPU time as a share of the first pass's: 1.0 = as much again)",
+        )
         _check_int("measure.min_solo_repeats", self.min_solo_repeats, 1)
         if self.min_solo_repeats > self.max_repeats:
             raise ConfigError(
@@ -183,9 +221,9 @@ def check_repeats(value: object) -> None:
     """``repeats``: an integer >= 1 (exactly that many runs) or ``auto`` (adaptive, see ``measure``)."""
     if value == "auto":
         return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_REPEATS:
         raise ConfigError(
-            f"repeats={value!r} is not allowed; it must be an integer >= 1 (exactly that many runs) "
+            f"repeats={value!r} is not allowed; it must be an integer 1..{MAX_REPEATS} (exactly that many runs) "
             "or auto (adaptive: measure.target_ci, measure.max_repeats, measure.min_solo_repeats)"
         )
 
@@ -254,26 +292,23 @@ class QueueConfig:
 
     def __post_init__(self) -> None:
         _check_choice("queue.policy", self.policy, queue_policies())
-        _check_int("queue.sim_nodes", self.sim_nodes, 1, optional=True)
-        _check_int("queue.sim_gpus_per_node", self.sim_gpus_per_node, 1, optional=True)
-        _check_min("queue.max_slowdown", self.max_slowdown, 1.0)
+        _check_int("queue.sim_nodes", self.sim_nodes, 1, optional=True, maximum=MAX_SIM_NODES)
+        _check_int("queue.sim_gpus_per_node", self.sim_gpus_per_node, 1, optional=True, maximum=MAX_GPUS)
+        _check_min("queue.max_slowdown", self.max_slowdown, 1, maximum=MAX_SLOWDOWN)
         if not self.modes:
             raise ConfigError(f"queue.modes=[] is not allowed; give one or more of: {', '.join(QUEUE_MODES)}")
         for mode in self.modes:
             _check_choice("queue.modes", mode, QUEUE_MODES)
         _check_choice("queue.carma_mode", self.carma_mode, QUEUE_MODES)
-        _check_min("queue.aging_s", self.aging_s, 0)
+        check_seconds("queue.aging_s", self.aging_s, 0)
         _check_range("queue.slowdown_margin", self.slowdown_margin, 0.0, 1.0)
         _check_range("queue.min_gain", self.min_gain, 0.0, 1.0)
         _check_choice("queue.order", self.order, QUEUE_ORDERS)
         _check_int("queue.backfill_depth", self.backfill_depth, 1)
-        _check_min("queue.oom_backoff", self.oom_backoff, 1.01)
-        if isinstance(self.sim_mem_error, bool) or not isinstance(self.sim_mem_error, int | float):
-            raise ConfigError(f"queue.sim_mem_error={self.sim_mem_error!r} is not allowed; it must be a number 0..0.9")
-        if not 0 <= self.sim_mem_error <= 0.9:
-            raise ConfigError(f"queue.sim_mem_error={self.sim_mem_error!r} is not allowed; it must be a number 0..0.9")
-        _check_min("queue.sim_oom_after_s", self.sim_oom_after_s, 0)
-        _check_min("queue.sim_speed", self.sim_speed, 0.001)
+        _check_min("queue.oom_backoff", self.oom_backoff, 1.01, maximum=MAX_OOM_BACKOFF)
+        _check_range("queue.sim_mem_error", self.sim_mem_error, 0.0, 0.9)
+        check_seconds("queue.sim_oom_after_s", self.sim_oom_after_s, 0)
+        _check_min("queue.sim_speed", self.sim_speed, 0.001, maximum=MAX_SIM_SPEED)
         for loss in self.sim_node_loss:
             node, at, when = str(loss).partition("@")
             if not (at and node.isdigit() and when.replace(".", "", 1).isdigit()):
@@ -282,7 +317,7 @@ class QueueConfig:
                     "simulated node 1 is lost 120 s into the run)"
                 )
         _check_choice("queue.runner", self.runner, QUEUE_RUNNERS)
-        _check_min("queue.arrival_scale", self.arrival_scale, 0)
+        _check_min("queue.arrival_scale", self.arrival_scale, 0, maximum=MAX_ARRIVAL_SCALE)
         if self.profiles is not None:
             _check_choice("queue.profiles", self.profiles, QUEUE_PROFILES)
             if self.profiles == "measured" and self.runner != "ray":
@@ -290,14 +325,15 @@ class QueueConfig:
                     "queue.profiles=measured is not allowed with queue.runner=sim: the simulated cluster's truth "
                     "is the catalogue (use queue.profiles=catalog, or queue.runner=ray)"
                 )
-        _check_min("queue.trace_gap_s", self.trace_gap_s, 0.001)
-        _check_min("queue.trace_job_s", self.trace_job_s, 0.001)
+        _check_min(
+            "queue.trace_gap_s", self.trace_gap_s, 0.001, maximum=MAX_TRACE_S, what=" of seconds", note=" (a day)"
+        )
+        _check_min(
+            "queue.trace_job_s", self.trace_job_s, 0.001, maximum=MAX_TRACE_S, what=" of seconds", note=" (a day)"
+        )
         mix = self.trace_mix
-        if (
-            len(mix) != 3
-            or any(isinstance(w, bool) or not isinstance(w, int | float) or w < 0 for w in mix)
-            or not sum(mix)
-        ):
+        if len(mix) != 3 or not all(is_number(w) and 0 <= w <= MAX_SHARE for w in mix) or not sum(mix):
             raise ConfigError(
-                f"queue.trace_mix={mix!r} is not allowed; give three shares >= 0 (light, medium, heavy), not all 0"
+                f"queue.trace_mix={mix!r} is not allowed; give three shares 0..{MAX_SHARE} (light, medium, heavy; "
+                "only their ratio counts), not all 0"
             )

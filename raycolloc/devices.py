@@ -62,6 +62,9 @@ class BackendTraits:
         dcgm: DCGM may sample its GPUs (where DCGM is installed).
         steward_keys: the ``cluster`` fields, besides the backend, that make a different set of
             GPUs on a node: each set has its own steward.
+        state_dir_key: the ``cluster`` field naming the directory where the backend keeps its GPUs'
+            state (the steward creates it; the driver checks it before Ray starts where the node is
+            this machine), or None.
     """
 
     name: str
@@ -74,6 +77,7 @@ class BackendTraits:
     telemetry_prefix: str
     dcgm: bool
     steward_keys: tuple[str, ...] = ()
+    state_dir_key: str | None = None
 
 
 class JobDevice(Protocol):

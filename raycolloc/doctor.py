@@ -10,7 +10,8 @@ Reports (and with ``--fix`` puts right) what a killed run can leave behind:
   sockets and logs of dead stewards;
 * with ``--out-dir``: who holds that output directory's lock.
 
-Exit status: 0 when nothing is left (after ``--fix``: when everything was put right), 1 otherwise;
+Exit status: 0 when nothing is left (after ``--fix``: when everything was put right), 1 otherwise, 2
+when ``--out-dir`` is not a directory or ``--pipe-root`` is a file (before anything is looked at);
 the socket and log a dead steward's fork server left are reported as stale files and removed by
 ``--fix`` (or the next steward), but hold nothing and do not count.
 A steward does the same for its own GPUs whenever it starts (:mod:`raycolloc.node.leftovers`).
@@ -78,12 +79,26 @@ def _lock_line(out_dir: Path) -> str:
     return f"out_dir {out_dir}: free{left}; the next sweep takes it"
 
 
+def _refused_paths(pipe_root: str, out_dir: Path | None) -> str | None:
+    """Why a path given cannot be what it names (None: both can): a pipe root that is a file (one not
+    made yet holds nothing to report), an output directory that is missing or not a directory."""
+    if Path(pipe_root).exists() and not Path(pipe_root).is_dir():
+        return f"--pipe-root {pipe_root}: not a directory (give mode.pipe_root of the runs to check)"
+    if out_dir is not None and not out_dir.is_dir():
+        why = "not a directory" if out_dir.exists() else "no such directory"
+        return f"--out-dir {out_dir}: {why} (give the out_dir of a sweep)"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m raycolloc.doctor", description=__doc__.split("\n")[0])
     parser.add_argument("--pipe-root", default=ModeConfig().pipe_root, help="mode.pipe_root of the runs to check")
     parser.add_argument("--out-dir", type=Path, help="also report who holds this output directory")
     parser.add_argument("--fix", action="store_true", help="stop, restore and remove what dead runs left")
     args = parser.parse_args(argv)
+    refused = _refused_paths(args.pipe_root, args.out_dir)
+    if refused:
+        parser.error(refused)  # exit 2, before anything is looked at or changed
     pipe_root = Path(args.pipe_root)
     found, in_use = find_leftovers(pipe_root)
     ours = {item.pid for item in found if item.pid is not None}

@@ -21,7 +21,18 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from raycolloc.config_checks import AMP_MODES, COMPILE_MODES, ConfigError, check_choice, check_int, check_min
+from raycolloc.config_checks import (
+    AMP_MODES,
+    COMPILE_MODES,
+    MAX_EPOCHS,
+    MAX_SAMPLES,
+    ConfigError,
+    check_choice,
+    check_int,
+    check_min,
+    check_percentage,
+    check_seconds,
+)
 from raycolloc.datasets import DATASETS
 
 __all__ = [
@@ -40,6 +51,8 @@ __all__ = [
 ]
 
 SETTINGS = ("batch_size", "resolution", "num_classes", "dataset_size", "lr")
+# A learning rate past this diverges at the first step (NaN weights train as fast, and mean nothing).
+MAX_LR = 1000.0
 _ENTRY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 _LABEL_CHARS = re.compile(r"[^A-Za-z0-9_.+-]+")
 
@@ -87,9 +100,11 @@ class WorkloadConfig:
                     f"workload.{key} does not apply to workload={self.name}; it takes: "
                     f"{', '.join((*kind.settings, *kind.keys)) or 'nothing'}"
                 )
-        for key in ("batch_size", "resolution", "num_classes", "dataset_size"):
+        for key in ("batch_size", "dataset_size"):
+            check_int(f"workload.{key}", getattr(self, key), 1, optional=True, maximum=MAX_SAMPLES)
+        for key in ("resolution", "num_classes"):
             check_int(f"workload.{key}", getattr(self, key), 1, optional=True)
-        check_min("workload.lr", self.lr, 0, optional=True)
+        check_min("workload.lr", self.lr, 0, optional=True, maximum=MAX_LR)
         kind.check(self)
 
 
@@ -251,10 +266,11 @@ class MixJob:
                 f"mix.jobs[].workload={self.workload!r} is not allowed; give a preset's name or "
                 "a composition ({name: timm, model: ..., dataset: ...})"
             )
-        check_int("mix.jobs[].batch_size", self.batch_size, 1, optional=True)
-        check_int("mix.jobs[].epochs", self.epochs, 2, optional=True)
-        check_int("mix.jobs[].epoch_samples", self.epoch_samples, 1, optional=True)
-        check_min("mix.jobs[].epoch_time_s", self.epoch_time_s, 0.001, optional=True)
+        check_int("mix.jobs[].batch_size", self.batch_size, 1, optional=True, maximum=MAX_SAMPLES)
+        check_int("mix.jobs[].epochs", self.epochs, 2, optional=True, maximum=MAX_EPOCHS)
+        check_int("mix.jobs[].epoch_samples", self.epoch_samples, 1, optional=True, maximum=MAX_SAMPLES)
+        check_seconds("mix.jobs[].epoch_time_s", self.epoch_time_s, 0.001, optional=True)
+        check_percentage("mix.jobs[].active_thread_percentage", self.active_thread_percentage)
         if self.compile is not None:
             check_choice("mix.jobs[].compile", self.compile, COMPILE_MODES)
         if self.amp is not None:

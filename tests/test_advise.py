@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import pytest
 
@@ -306,3 +307,93 @@ def test_command_line_words() -> None:
         with pytest.raises(ConfigError, match=fragment):
             parse_request(words, (1,))
     assert math.isfinite(DEFAULT_PARAMS.mps.capacity)
+
+
+# --- issue 47: what the advisor is given, refused or taken by name ------------------------------------
+
+
+def _fit_dirs(tmp_path: Path) -> dict[str, Path]:
+    """The four --fit paths of issue 47, item 11: missing, a file, an empty directory, junk Parquet."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "a-file").write_text("not a sweep\n")
+    junk = tmp_path / "junk" / "cell"
+    junk.mkdir(parents=True)
+    for table in ("cells", "jobs", "epochs", "telemetry"):
+        (junk / f"{table}.parquet").write_bytes(b"PAR1 not parquet at all")
+    return {
+        "missing": tmp_path / "nonexistent" / "dir",
+        "a-file": tmp_path / "a-file",
+        "empty": tmp_path / "empty",
+        "junk": tmp_path / "junk",
+    }
+
+
+@pytest.mark.parametrize(
+    ("which", "why"),
+    [
+        ("missing", "does not exist"),
+        ("a-file", "is not a directory"),
+        ("empty", "no cells.parquet found anywhere under"),
+        ("junk", "no readable cell under"),
+    ],
+)
+def test_item_11_a_fit_directory_without_a_readable_cell_exits_2_naming_it(
+    which: str, why: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 47, item 11: all four advised from round defaults with exit 0 (no message, or an INFO line),
+    although the advisor's docstring says exit 2. Refused before any profile runs (no Ray)."""
+    import ray
+
+    from raycolloc.advise.__main__ import main
+
+    path = _fit_dirs(tmp_path)[which]
+    out = tmp_path / "out"
+    code = main(["workload=tiny_cnn", "cluster=local", "epoch_samples=256", f"out_dir={out}", "--fit", str(path)])
+    err = capfd.readouterr().err
+    assert code == 2 and f"--fit {path}: " in err and why in err, err
+    assert "Traceback" not in err and not out.exists() and not ray.is_initialized()
+
+
+def test_item_15_mode_pipe_root_is_a_path_the_advisor_passes_to_its_cells(tmp_path: Path) -> None:
+    """Issue 47, item 15: ``mode.pipe_root=/x`` was refused ("the advisor weighs every mode"): it is where
+    the node keeps its MPS pipes, no mode choice. Every cell the advisor composes carries it."""
+    from raycolloc.advise.run import compose_profile
+    from raycolloc.driver.cell_specs import validate_cell
+
+    root = str(tmp_path / "pipes")
+    words = ["workload=tiny_cnn", "cluster=local", "epoch_samples=256", "batch_size=32", f"mode.pipe_root={root}"]
+    req = parse_request(words, (1, 2))
+    assert f"mode.pipe_root={root}" in req.common
+    for cell in (("mode=naive", "degree=1"), ("mode=mps", "degree=2")):
+        config = validate_cell(compose_profile(req.workloads[0], req.common, cell)).config
+        assert config.mode.pipe_root == root and f"mode={config.mode.name}" == cell[0]
+    with pytest.raises(ConfigError, match="mode.active_thread_percentage=50 is not allowed: the advisor weighs"):
+        parse_request([*words, "mode.active_thread_percentage=50"], (1,))
+
+
+def test_item_2_a_null_workload_is_refused_by_the_advisor_naming_the_group() -> None:
+    from raycolloc.advise.run import compose_profile
+
+    with pytest.raises(ConfigError, match="workload=null is not allowed; choose one of: .*tiny_cnn"):
+        compose_profile(("workload=null",), ("cluster=local",))
+
+
+@pytest.mark.parametrize(
+    ("out", "why"),
+    [("{tmp}/a-file/advice.json", "a-file: it is a file, not a directory"), ("{tmp}", "it is a directory")],
+    ids=["under-a-file", "a-directory"],
+)
+def test_an_out_file_that_cannot_be_written_exits_2_before_anything_runs(
+    out: str, why: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``--out`` is a path the user gives too: it failed (a traceback) only after every profile had run."""
+    import logging
+
+    from raycolloc.advise.__main__ import main
+
+    (tmp_path / "a-file").write_text("x\n")
+    path = out.replace("{tmp}", str(tmp_path))
+    with caplog.at_level(logging.ERROR, logger="raycolloc"):
+        code = main(["workload=tiny_cnn", "cluster=local", f"out_dir={tmp_path / 'out'}", "--out", path])
+    assert code == 2 and f"--out {path} cannot be written: " in caplog.text and why in caplog.text, caplog.text
+    assert not (tmp_path / "out").exists()

@@ -48,8 +48,8 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     ("multirun-unknown-workload", ["-m", "workload=tiny_cnn,resnet9000"], ["workload='resnet9000' is not allowed"]),
     ("multirun-schema-mode", ["-m", "mode=naive,base_mode"], ["mode='base_mode' is not allowed"]),
     # raycolloc's schemas: values out of range or not among the choices.
-    ("degree-zero", ["degree=0"], ["degree=0 is not allowed", ">= 1"]),
-    ("epochs-one", ["epochs=1"], ["epochs=1 is not allowed", ">= 2"]),
+    ("degree-zero", ["degree=0"], ["degree=0 is not allowed", "1..10000"]),
+    ("epochs-one", ["epochs=1"], ["epochs=1 is not allowed", "2..1000000"]),
     ("epoch-samples-negative", ["epoch_samples=-5"], ["epoch_samples=-5 is not allowed"]),
     ("batch-zero", ["batch_size=0"], ["batch_size=0 is not allowed"]),
     ("seed-negative", ["seed=-1"], ["seed=-1 is not allowed"]),
@@ -63,7 +63,7 @@ CASES: list[tuple[str, list[str], list[str]]] = [
     ("cpu-affinity", ["trainer.cpu_affinity=numa"], ["trainer.cpu_affinity='numa'", "auto, none"]),
     ("fault", ["trainer.fault=melt"], ["trainer.fault='melt'", "oom, error, exit, hang"]),
     ("fault-job", ["trainer.fault=oom", "trainer.fault_job=5"], ["trainer.fault_job=5 is not allowed", "jobs 0..0"]),
-    ("stall-timeout", ["trainer.stall_timeout_s=0"], ["trainer.stall_timeout_s=0.0 is not allowed", ">= 1"]),
+    ("stall-timeout", ["trainer.stall_timeout_s=0"], ["trainer.stall_timeout_s=0.0 is not allowed", "1..10000000"]),
     ("epoch-timeout", ["trainer.epoch_timeout_s=-1"], ["trainer.epoch_timeout_s=-1.0 is not allowed"]),
     ("data-source", ["data.source=disk"], ["data.source='disk'", "synthetic, real"]),
     ("data-placement", ["data.placement=gpu"], ["data.placement='gpu'", "host, device"]),
@@ -221,6 +221,45 @@ CASES: list[tuple[str, list[str], list[str]]] = [
         ["mode=mig", "mig.layout=[3g.20gb,"],
         ["cannot read the value of mig.layout", "closes its brackets"],
     ),
+    # issue 47, item 1: Ray started, then a ValueError / OverflowError in the preflight (exit 1).
+    ("num-cpus-nan", ["trainer.num_cpus=nan"], ["trainer.num_cpus=nan is not allowed", "0..4096"]),
+    ("num-cpus-inf", ["trainer.num_cpus=inf"], ["trainer.num_cpus=inf is not allowed", "0..4096"]),
+    # issue 47, item 2: "Config group override must be a string or a list. Got NoneType", no group named.
+    ("mode-null", ["mode=null"], ["mode=null is not allowed; choose one of: mig, mps, naive"]),
+    ("workload-null", ["workload=null"], ["workload=null is not allowed; choose one of:", "tiny_cnn"]),
+    ("multirun-mode-null", ["-m", "mode=naive,null"], ["mode=null is not allowed; choose one of: mig, mps, naive"]),
+    # issue 47, item 8: NaN passed every >= check (a NaN learning rate trained; "timed out after nans").
+    ("epoch-time-nan", ["epoch_time_s=nan"], ["epoch_time_s=nan is not allowed", "seconds 0.001..10000000"]),
+    ("stall-timeout-nan", ["trainer.stall_timeout_s=nan"], ["trainer.stall_timeout_s=nan is not allowed"]),
+    ("lease-timeout-nan", ["cluster.lease_timeout_s=nan"], ["cluster.lease_timeout_s=nan is not allowed"]),
+    ("lr-nan", ["workload.lr=nan"], ["workload.lr=nan is not allowed", "0..1000"]),
+    ("lr-inf", ["workload.lr=inf"], ["workload.lr=inf is not allowed", "0..1000"]),
+    ("epoch-timeout-nan", ["trainer.epoch_timeout_s=nan"], ["trainer.epoch_timeout_s=nan is not allowed"]),
+    # issue 47: a finite bound on every number (1e300 s overflowed a wait; a 30-digit count an int64 column).
+    ("lease-timeout-huge", ["cluster.lease_timeout_s=1e300"], ["cluster.lease_timeout_s=1e+300", "1..10000000"]),
+    (
+        "epochs-huge",
+        ["epochs=1000000000000000000000000000000"],
+        ["epochs=1000000000000000000000000000000", "2..1000000"],
+    ),
+    ("seed-huge", ["seed=99999999999"], ["seed=99999999999 is not allowed", "0..2147483647"]),
+    # issue 47: a plan row's numbers are bounded as the config's (a 22-digit epochs ran into the config check).
+    (
+        "plan-epochs-huge",
+        ["+plan={tmp}/epochs-huge.csv"],
+        ["epochs-huge.csv:2", "column Params: epochs value '1000000000000000000000' must be 1..1000000"],
+    ),
+    # issue 47, items 7 and 13 by key (the environment variables: ENV_CASES below).
+    (
+        "sim-root-a-file",
+        ["cluster.sim_root={tmp}/a-file"],
+        ["cluster.sim_root=", "a-file' is not allowed: it is a file"],
+    ),
+    (
+        "compile-cache-under-a-file",
+        ["trainer.compile_cache={tmp}/a-file/cache"],
+        ["trainer.compile_cache=", "a-file is a file, so it cannot be created"],
+    ),
 ]
 
 
@@ -236,6 +275,9 @@ def _fixtures(tmp_path: Path) -> None:
             (tmp_path / folder / f"data_batch_{i}").write_bytes(content)
     for name, devices in (("devices-abc", "abc"), ("devices-frac", "1.5")):
         (tmp_path / f"{name}.csv").write_text(PLAN_HEADER + f"1,1,,a,{devices},-,train.py,smi,--workload tiny_cnn\n")
+    (tmp_path / "epochs-huge.csv").write_text(
+        PLAN_HEADER + "1,1,,a,0,-,train.py,smi,--workload tiny_cnn --epochs 1000000000000000000000\n"
+    )
     (tmp_path / "binary.bin").write_bytes(bytes(range(256)) * 4)
     (tmp_path / "many-bad.csv").write_text(
         PLAN_HEADER + "".join(f"1,{i},,a,gpu{i},-,train.py,smi,--workload tiny_cnn\n" for i in range(1000))
@@ -287,6 +329,56 @@ def test_malformed_input_is_refused_by_name(
     assert "base_workload" not in text.replace("workload='base_workload'", "")  # no schema offered as a choice
     assert "Traceback" not in text, text[-3000:]
     assert not list(out.rglob("*.parquet")) if out.exists() else True
+
+
+# Paths the environment gives (issue 47, items 7 and 13): the steward died inside Ray (ActorDiedError,
+# exit 1), every training process died ("training process N died"), the variable never named.
+ENV_CASES: list[tuple[str, str, str, list[str]]] = [
+    (
+        "sim-root-a-file",
+        "RAYCOLLOC_SIM_ROOT",
+        "{tmp}/a-file",
+        ["$RAYCOLLOC_SIM_ROOT=", "a-file' (read as cluster.sim_root) is not allowed: it is a file, not a directory"],
+    ),
+    (
+        "sim-root-uncreatable",
+        "RAYCOLLOC_SIM_ROOT",
+        "/proc/nope/sim",
+        ["$RAYCOLLOC_SIM_ROOT='/proc/nope/sim' (read as cluster.sim_root) is not allowed", "in /proc"],
+    ),
+    (
+        "compile-cache-a-file",
+        "RAYCOLLOC_COMPILE_CACHE",
+        "{tmp}/a-file",
+        ["$RAYCOLLOC_COMPILE_CACHE=", "a-file' is not allowed: it is a file, not a directory"],
+    ),
+    (
+        "compile-cache-uncreatable",
+        "RAYCOLLOC_COMPILE_CACHE",
+        "/proc/nope/cache",
+        ["$RAYCOLLOC_COMPILE_CACHE='/proc/nope/cache' is not allowed", "in /proc"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("var", "value", "needles"), [c[1:] for c in ENV_CASES], ids=[c[0] for c in ENV_CASES])
+def test_a_path_the_environment_gives_is_refused_naming_the_variable(
+    var: str,
+    value: str,
+    needles: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    _fixtures(tmp_path)
+    before = _tree(tmp_path)
+    monkeypatch.setenv(var, value.replace("{tmp}", str(tmp_path)))
+    out = tmp_path / "out"
+    code, text = run_main(_args([], tmp_path, out), capfd)
+    assert code == 2, text[-3000:]
+    for needle in (n.replace("{tmp}", str(tmp_path)) for n in needles):
+        assert needle in text, f"{needle!r} not in:\n{text[-3000:]}"
+    assert "Traceback" not in text and _tree(tmp_path) == before
 
 
 def _tree(root: Path) -> dict[str, int]:
@@ -433,6 +525,15 @@ def test_the_shell_sees_exit_status_2(overrides: list[str], tmp_path: Path) -> N
     proc = run_cli(_args(overrides, tmp_path, tmp_path / "out"), cwd=ROOT, timeout=120, own_ray=True)  # refused: no Ray
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "config error" in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_shell_sees_exit_status_2_for_a_sim_root_that_is_a_file(tmp_path: Path) -> None:
+    """Issue 47, item 7, as tried: ``RAYCOLLOC_SIM_ROOT=<a file> python -m raycolloc.sweep ...``."""
+    (tmp_path / "a-file").write_text("x\n")
+    env = {"RAYCOLLOC_SIM_ROOT": str(tmp_path / "a-file")}
+    proc = run_cli(_args([], tmp_path, tmp_path / "out"), cwd=ROOT, timeout=120, env=env, own_ray=True)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "$RAYCOLLOC_SIM_ROOT=" in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
 
 
 @pytest.mark.parametrize("multirun", [False, True], ids=["run", "multirun"])

@@ -168,10 +168,10 @@ def test_fixed_repeats_are_exact_and_not_adaptive() -> None:
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("repeats=0", r"repeats=0 is not allowed; it must be an integer >= 1 .* or auto"),
+        ("repeats=0", r"repeats=0 is not allowed; it must be an integer 1..1000 .* or auto"),
         ("repeats=sometimes", r"repeats='sometimes' is not allowed"),
         ("measure.target_ci=0", r"measure.target_ci=0.0 is not allowed; it must be a number between 0 and 1"),
-        ("measure.budget=-1", "measure.budget=-1.0 is not allowed; it must be a number >= 0"),
+        ("measure.budget=-1", "measure.budget=-1.0 is not allowed; it must be a number 0..1000"),
         ("measure.max_repeats=0", r"measure.max_repeats=0 is not allowed"),
         ("measure.min_solo_repeats=6", r"measure.min_solo_repeats=6 is not allowed; .*measure.max_repeats \(5\)"),
         ("measure.statistic=best", r"measure.statistic='best' is not allowed; choose one of: mean, median, fastest"),

@@ -88,7 +88,7 @@ def test_cells_sharing_a_label_get_their_ids_as_directory_names() -> None:
 
 
 def test_repeats_and_epoch_time_are_validated() -> None:
-    with pytest.raises(ConfigError, match=r"repeats=0 is not allowed; it must be an integer >= 1"):
+    with pytest.raises(ConfigError, match=r"repeats=0 is not allowed; it must be an integer 1..1000"):
         load(["repeats=0"])
     with pytest.raises(ConfigError, match=r"epoch_time_s=-1.0 is not allowed"):
         load(["epoch_time_s=-1.0"])

@@ -147,7 +147,7 @@ def test_a_measured_epochs_floor_is_auto_on_a_real_gpu_only_and_never_in_a_budge
 @pytest.mark.parametrize(
     ("words", "match"),
     [
-        (["min_epoch_s=-1"], r"min_epoch_s=-1 is not allowed; choose auto .* null .* seconds >= 0"),
+        (["min_epoch_s=-1"], r"min_epoch_s=-1 is not allowed; choose auto .* null .* seconds 0..10000000"),
         (["min_epoch_s=soon"], r"min_epoch_s='soon' is not allowed"),
         (["min_epoch_s=true"], r"min_epoch_s=True is not allowed"),
         (["min_epoch_s=inf"], r"min_epoch_s=inf is not allowed"),

@@ -60,16 +60,51 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _check_fit(dirs: list[str]) -> None:
+    """Each ``--fit DIR`` holds a readable cell, checked before anything runs (the default, ``out_dir``,
+    may hold none yet).
+
+    Raises:
+        SweepDirError: naming the directory and why (missing, not a directory, no cell, only corrupt ones).
+    """
+    from analysis.load import check_sweep_dir
+
+    for path in dirs:
+        try:
+            check_sweep_dir(path)
+        except SweepDirError as exc:
+            raise SweepDirError(f"--fit {path}: {str(exc).removeprefix('error: ')}") from None
+
+
+def _check_out(out: Path | None) -> None:
+    """``--out FILE.json`` can be written once the work is done: not a directory, in one this user can
+    make and write (a JSON that cannot be written was found only after every profile had run).
+
+    Raises:
+        ConfigError: naming the path and why.
+    """
+    from raycolloc.driver.node_paths import dir_problem
+
+    if out is None:
+        return
+    parent = out.absolute().parent
+    problem = dir_problem(parent)
+    why = "it is a directory; give the JSON's file name" if out.is_dir() else problem and f"{parent}: {problem}"
+    if why:
+        raise ConfigError(f"--out {out} cannot be written: {why}")
+
+
 def _validate(args: argparse.Namespace) -> int:
     from raycolloc.advise.advice import write_json
+    from raycolloc.advise.run import parse_number
     from raycolloc.advise.validate import format_validation, validate
 
     cores = None
     for word in args.words:
         key, _, value = word.partition("=")
-        if key != "cores" or not value.isdigit():
+        if key != "cores":
             raise ConfigError(f"{word!r} is not allowed with --validate; it takes cores=N (the GPU node's cores)")
-        cores = int(value)
+        cores = parse_number("cores", value, int)
     result = validate(args.validate, args.fit, cores=cores)
     print(format_validation(result), flush=True)
     out = args.out or Path(args.validate[0]) / "validation.json"
@@ -120,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     from raycolloc.advise.advice import NothingProfiled
 
     try:
+        _check_fit(args.fit)
+        _check_out(args.out)
         return _validate(args) if args.validate else _advise(args)
     except NothingProfiled as exc:  # as SystemExit(message) did: the message on stderr, exit 1
         print(exc, file=sys.stderr, flush=True)

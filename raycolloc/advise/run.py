@@ -32,6 +32,16 @@ from raycolloc.advise.profile import (
     save_costs,
 )
 from raycolloc.config import ConfigError, register_configs
+from raycolloc.config_checks import (
+    MAX_CORES,
+    MAX_DEGREE,
+    MAX_SECONDS,
+    MAX_SLOWDOWN,
+    bound_text,
+    check_int,
+    check_min,
+    check_seconds,
+)
 from raycolloc.node.gpu.kinds import recorded_traits
 from raycolloc.spec import CellSpec
 from raycolloc.workload_config import workload_hash_view
@@ -41,11 +51,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ADVISOR_KEYS",
+    "ADVISOR_RANGES",
     "CellRun",
     "Profiled",
     "Request",
     "compose_profile",
     "node_cores",
+    "parse_number",
     "parse_request",
     "profile_in",
     "run_cells",
@@ -53,8 +65,22 @@ __all__ = [
 ]
 
 ADVISOR_KEYS = ("max_slowdown", "degrees", "cores", "probe_degrees", "confirm_budget_s", "confirm_k")
+MAX_CONFIRM_K = 100  # candidates the confirmation measures (each a cell or more)
+# Each advisor key's range (a number: refused by name outside it, NaN and infinities too).
+ADVISOR_RANGES: dict[str, tuple[float, float]] = {
+    "max_slowdown": (1, MAX_SLOWDOWN),  # as queue.max_slowdown: a job is never faster shared than alone
+    "degrees": (1, MAX_DEGREE),
+    "cores": (1, MAX_CORES),
+    "probe_degrees": (1, MAX_DEGREE),
+    "confirm_budget_s": (1, MAX_SECONDS),
+    "confirm_k": (1, MAX_CONFIRM_K),
+}
+ADVISOR_NOTES = {"max_slowdown": " (a job's slowdown against running alone, as queue.max_slowdown)"}
 # Keys the advisor sets for each configuration it weighs: a user's value would be silently replaced.
 _OWN_KEYS = ("mode", "degree", "mix", "mig", "repeats", "repeat")
+# Keys of those groups that choose no configuration: where the node keeps its MPS pipes, whether an MPS
+# daemon outlives its cell, whether a MIG layout may be made; they go to every cell the advisor runs.
+_PASSED_ON = ("mig.allow_reconfigure", "mode.pipe_root", "mode.keep_daemon")
 # Without an epoch length, a profile is a short window: epochs end after this many seconds.
 PROFILE_EPOCH_S = 10.0
 
@@ -91,13 +117,23 @@ class Profiled:
     reused: bool
 
 
-def _number(key: str, value: str, kind: type) -> Any:
+def parse_number(key: str, value: str, kind: type[int] | type[float]) -> Any:
+    """An advisor key's value as ``kind``, within its range (:data:`ADVISOR_RANGES`), as every config
+    number is: NaN, infinities and values past the range are refused by name."""
+    low, high = ADVISOR_RANGES[key]
     try:
         out = kind(value)
     except ValueError:
-        raise ConfigError(f"{key}={value!r} is not allowed; it takes a {kind.__name__}") from None
-    if out <= 0:
-        raise ConfigError(f"{key}={value!r} is not allowed; it must be > 0")
+        what = "an integer" if kind is int else "a number"
+        raise ConfigError(
+            f"{key}={value!r} is not allowed; it must be {what} {bound_text(low)}..{bound_text(high)}"
+        ) from None
+    if kind is int:
+        check_int(key, out, int(low), maximum=int(high))
+    elif key.endswith("_s"):
+        check_seconds(key, out, low)
+    else:
+        check_min(key, out, low, maximum=high, note=ADVISOR_NOTES.get(key, ""))
     return out
 
 
@@ -126,7 +162,7 @@ def parse_request(words: list[str], degrees: tuple[int, ...]) -> Request:
             workloads[-1].append(word)
         elif key in ADVISOR_KEYS:
             own[key] = value
-        elif (key.lstrip("+~").split(".")[0] in _OWN_KEYS and key != "mig.allow_reconfigure") or key.startswith(
+        elif (key.lstrip("+~").split(".")[0] in _OWN_KEYS and key not in _PASSED_ON) or key.startswith(
             ("+plan", "+dry_run")
         ):
             raise ConfigError(
@@ -146,20 +182,20 @@ def parse_request(words: list[str], degrees: tuple[int, ...]) -> Request:
     return Request(
         workloads=tuple(tuple(w) for w in workloads),
         common=tuple(common),
-        max_slowdown=_number("max_slowdown", own["max_slowdown"], float) if "max_slowdown" in own else None,
+        max_slowdown=parse_number("max_slowdown", own["max_slowdown"], float) if "max_slowdown" in own else None,
         degrees=degrees,
-        cores=_number("cores", own["cores"], int) if "cores" in own else None,
+        cores=parse_number("cores", own["cores"], int) if "cores" in own else None,
         rerun=rerun,
         probe_degrees=None if probes is None else () if probes.lower() == "none" else _ints("probe_degrees", probes),
-        confirm_budget_s=_number("confirm_budget_s", own.get("confirm_budget_s", str(DEFAULT_BUDGET_S)), float),
-        confirm_k=_number("confirm_k", own.get("confirm_k", str(DEFAULT_K)), int),
+        confirm_budget_s=parse_number("confirm_budget_s", own.get("confirm_budget_s", str(DEFAULT_BUDGET_S)), float),
+        confirm_k=parse_number("confirm_k", own.get("confirm_k", str(DEFAULT_K)), int),
     )
 
 
 def _ints(key: str, value: str) -> tuple[int, ...]:
     """``1,2,3`` or ``[1,2,3]`` as sorted distinct positive integers."""
     text = value.strip("[]() ")
-    return tuple(sorted({_number(key, d.strip(), int) for d in text.split(",") if d.strip()}))
+    return tuple(sorted({parse_number(key, d.strip(), int) for d in text.split(",") if d.strip()}))
 
 
 def compose_profile(
@@ -174,12 +210,16 @@ def compose_profile(
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
 
+    from raycolloc.driver.hydra_errors import as_config_error
+
     overrides = [*words, *common, *cell]
     register_configs()  # the base_<group> schemas the YAML files start from
     try:
         with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
             return compose(config_name="config", overrides=overrides)
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
+        if isinstance(exc, ValueError) and (group_error := as_config_error(exc)) is not None:
+            raise group_error from None  # workload=null: Hydra's message names no group
         lines = str(exc).splitlines()
         # Hydra lists a group's options on tab-indented lines after the first: the allowed values.
         options = [

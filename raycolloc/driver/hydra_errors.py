@@ -14,6 +14,7 @@ import re
 import typing
 from typing import Any
 
+from hydra.core.override_parser.types import Override
 from hydra.errors import HydraException, MissingConfigException, OverrideParseException
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
@@ -91,10 +92,30 @@ def _takes_text(full_key: str) -> bool:
     return kind is None or kind is str or kind is Any
 
 
+def _group_value_error(exc: ValueError) -> ConfigError | None:
+    """``mode=null``, ``workload=5``: Hydra's defaults list raises a bare ``ValueError`` ("Config group
+    override must be a string or a list. Got NoneType") that names no group; the override it was
+    reading (a local of the frame that raised) does."""
+    if "Config group override must be" not in str(exc):
+        return None
+    tb, found = exc.__traceback__, None
+    while tb is not None:
+        override = tb.tb_frame.f_locals.get("override")
+        found = override if isinstance(override, Override) else found
+        tb = tb.tb_next
+    if found is None:
+        return ConfigError(f"{str(exc).splitlines()[0]}: a config group takes the name of one of its options")
+    group = found.key_or_group
+    text = found.input_line.partition("=")[2] if found.input_line else found.get_value_element_as_str()
+    return ConfigError(f"{group}={text} is not allowed; choose one of: {', '.join(group_options(group))}")
+
+
 def as_config_error(exc: BaseException) -> ConfigError | None:
     """The config error an exception of Hydra or OmegaConf stands for, or None if it is not one."""
     if isinstance(exc, ConfigError):
         return exc
+    if isinstance(exc, ValueError) and (group_error := _group_value_error(exc)) is not None:
+        return group_error
     if isinstance(exc, MissingConfigException):
         found = _MISSING.search(str(exc))
         if found:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from raycolloc.config_checks import ConfigError
+from raycolloc.config_checks import MAX_EPOCHS, MAX_SAMPLES, ConfigError
 from raycolloc.datasets import DATASETS
 from raycolloc.driver.radt_data import (
     PlanError,
@@ -183,7 +183,7 @@ def _fields(path: Path, row: Row) -> tuple[dict[str, str], dict[str, str], dict[
         else:
             extra[key] = f"{extra[key]} {value}" if key in extra else value
     numbers: dict[str, int | None] = {}
-    for name, least in (("batch", 1), ("epochs", 1)):
+    for name, least, most in (("batch", 1, MAX_SAMPLES), ("epochs", 1, MAX_EPOCHS)):
         raw = fields.get(name)
         try:
             number = numbers[name] = None if raw is None else int(raw)
@@ -191,6 +191,8 @@ def _fields(path: Path, row: Row) -> tuple[dict[str, str], dict[str, str], dict[
             raise plan_error(path, row, "Params", f"{name} value {raw!r} is not an integer") from None
         if number is not None and number < least:
             raise plan_error(path, row, "Params", f"{name} value {raw!r} must be >= {least}")
+        if number is not None and number > most:
+            raise plan_error(path, row, "Params", f"{name} value {raw!r} must be {least}..{most}")
     return fields, extra, numbers
 
 

@@ -76,8 +76,8 @@ def epoch_row(
 
 def inject_fault(job: JobSpec) -> NoReturn:
     """The failure ``trainer.fault`` asks for, half-way through the epoch's ``epoch_samples`` (early in
-    one that ``min_epoch_s`` makes longer): an out-of-memory, a crash without a word (``exit``), a
-    hang, or an error."""
+    one that ``min_epoch_s`` makes longer) or through its ``epoch_time_s``, whichever comes first: an
+    out-of-memory, a crash without a word (``exit``), a hang, or an error."""
     import torch
 
     kind = job.trainer.fault

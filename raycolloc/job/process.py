@@ -37,6 +37,7 @@ from pathlib import Path
 
 # Nothing imported at module level may start a thread: main() pins the whole process to the job's
 # cores first, and only threads started after that inherit them (pyarrow, for one, starts two).
+from raycolloc.config_groups import compile_cache_at
 from raycolloc.job.epoch import EpochTimes, epoch_row, inject_fault
 from raycolloc.job.measure import own_nvml_memory, thread_usage
 from raycolloc.job.windows import EpochWindows, clock_for
@@ -53,7 +54,7 @@ log = logging.getLogger(__name__)
 def compile_cache(configured: str | None = None) -> Path:
     """The node's compile cache (a directory): ``trainer.compile_cache``, else $RAYCOLLOC_COMPILE_CACHE,
     else /tmp/raycolloc-compile-cache."""
-    return Path(configured or os.environ.get("RAYCOLLOC_COMPILE_CACHE", "/tmp/raycolloc-compile-cache"))
+    return Path(compile_cache_at(configured, os.environ)[0])
 
 
 def cache_env(env: dict[str, str], configured: str | None = None) -> None:
@@ -270,9 +271,12 @@ class JobProcess:
         # A time budget (job.epoch_time_s) ends the epoch after the step that reaches it; the epoch's
         # time is still taken after the sync below, so it covers every step it launched.
         deadline = t0 + job.epoch_time_s if job.epoch_time_s else float("inf")
+        # The fault comes half-way through the epoch's steps, or through its time budget where that ends
+        # the epoch first (epoch_samples=1000000 epoch_time_s=8: the steps' half never came, issue 47).
+        fault_at = (t0 + deadline) / 2
         done = 0
         while done < steps or time.perf_counter() < floor_end:
-            if done == fault_step:
+            if faulty and (done == fault_step or time.perf_counter() >= fault_at):
                 inject_fault(job)
             self._last_loss = self.step()
             done += 1

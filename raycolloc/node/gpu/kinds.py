@@ -43,6 +43,7 @@ SIM = BackendTraits(
     telemetry_prefix="sim-",
     dcgm=False,
     steward_keys=("gpu_model", "sim_mig_mode"),
+    state_dir_key="sim_root",
 )
 BACKEND_TRAITS: dict[str, BackendTraits] = {t.name: t for t in (NVML, SIM)}
 
