@@ -169,8 +169,14 @@ def test_a_write_that_fails_leaves_no_temp_file(tmp_path: Path, monkeypatch: pyt
     [
         ("1000000000", [], "--jobs=1000000000 is not allowed; it must be an integer from 1 to 100,000"),
         ("100001", [], "--jobs=100001 is not allowed"),
-        ("1000", ["queue.trace_gap_s=1e300"], "queue.trace_gap_s=1e+300 is not allowed here: a job would arrive"),
-        ("5", ["queue.trace_job_s=1e300"], "queue.trace_job_s=1e+300 is not allowed here: a job would train"),
+        # each gap within the config's range (a day), their sum past the 1e7 s a replay takes
+        ("1000", ["queue.trace_gap_s=86400"], "queue.trace_gap_s=86400 is not allowed here: a job would arrive"),
+        (
+            "1000",
+            ["queue.trace_gap_s=1e300"],
+            "queue.trace_gap_s=1e+300 is not allowed; it must be a number of seconds",
+        ),
+        ("5", ["queue.trace_job_s=1e300"], "queue.trace_job_s=1e+300 is not allowed; it must be a number of seconds"),
     ],
 )
 def test_a_trace_too_large_to_write_or_replay_is_refused_up_front(
@@ -191,7 +197,7 @@ def test_a_trace_too_large_to_write_or_replay_is_refused_up_front(
     ("scale", "named"),
     [
         ("nan", "queue.arrival_scale=nan is not allowed"),
-        ("1e300", "queue.arrival_scale=1e+300 is not allowed for this trace: its job j1 (submit_s 0.5)"),
+        ("1e300", "queue.arrival_scale=1e+300 is not allowed; it must be a number 0..100"),
     ],
 )
 def test_a_ray_replay_with_an_arrival_scale_it_cannot_keep_is_refused_before_ray_and_leaves_nothing(

@@ -39,7 +39,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from raycolloc.config_checks import ConfigError
+from raycolloc.config_checks import MAX_EPOCHS, MAX_SAMPLES, MAX_SECONDS, MAX_SLOWDOWN, ConfigError
 from raycolloc.datasets import DATASETS
 from raycolloc.workload_config import WorkloadConfig
 
@@ -54,11 +54,8 @@ _ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _INT = re.compile(r"^[0-9]+$")
 _DECIMAL = re.compile(r"^-?([0-9]+(\.[0-9]*)?|\.[0-9]+)$")
 # Upper bounds (issue 33, review item 3): 309+ digits pass _DECIMAL but float() makes them inf, and an
-# inf or astronomically long job would make a replay run forever; these are far above any real trace.
-MAX_SUBMIT_S = 1e7
-MAX_EPOCHS = 10**6
-MAX_SAMPLES = 10**12
-MAX_SLOWDOWN = 1e6
+# inf or astronomically long job would make a replay run forever. The config's bounds, one set for both.
+MAX_SUBMIT_S = MAX_SECONDS
 
 
 class TraceError(ValueError):

@@ -17,10 +17,10 @@ import math
 import random
 
 from raycolloc.advise.model import Gpu
-from raycolloc.config_checks import ConfigError
+from raycolloc.config_checks import MAX_SAMPLES, ConfigError
 from raycolloc.config_groups import QueueConfig
 from raycolloc.queue.catalog import CATALOG, CLASSES, catalog_profile
-from raycolloc.queue.trace import MAX_SAMPLES, MAX_SUBMIT_S, TraceJob
+from raycolloc.queue.trace import MAX_SUBMIT_S, TraceJob
 
 __all__ = ["MAX_JOBS", "check_count", "generate"]
 
