@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from raycolloc.driver.rayprobe import RayUnreachable, probe
+from raycolloc.driver.rayprobe import RayUnreachable, _dialled, probe
 
 from .conftest import ROOT, run_cli, sweep_command
 
@@ -80,6 +80,7 @@ def test_a_sweep_waiting_on_an_address_that_does_not_answer_takes_sigterm(
 
 def test_an_address_that_answers_but_not_as_ray_is_refused_after_the_probe(silent: socket.socket) -> None:
     port = silent.getsockname()[1]
+    _dialled(f"127.0.0.1:{port}")  # imports Ray's address resolution: seconds on a loaded box, not the probe's
     start = time.monotonic()
     with pytest.raises(RayUnreachable, match=rf"RAY_ADDRESS=127.0.0.1:{port}: .* answers, but not as a Ray"):
         probe(f"127.0.0.1:{port}", "RAY_ADDRESS", timeout_s=1.0)
@@ -109,7 +110,6 @@ def test_queue_submit_with_a_stale_ray_address_file_says_no_live_queue_at_once(t
 
 
 def test_the_probe_dials_where_ray_would_and_leaves_auto_to_ray() -> None:
-    from raycolloc.driver.rayprobe import _dialled
 
     assert _dialled("auto") is None and _dialled("local") is None  # Ray looks these up itself
     assert _dialled("ray://[::1]:10001") == ("::1", 10001)  # Ray Client, IPv6 in brackets

@@ -54,7 +54,8 @@ def probe(address: str, source: str, timeout_s: float = PROBE_S) -> None:
             answer = _grpc_answer(conn, deadline)
     except OSError as exc:  # ConnectionRefusedError, TimeoutError, socket.gaierror (no such host)
         why = "no answer" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc.strerror or exc}"
-        raise _unreachable(address, source, f"no Ray cluster answers at {host}:{port} ({why})", timeout_s) from None
+        at = f"{host}:{port}" + ("" if address.endswith(f"{host}:{port}") else f" (what Ray dials for {address})")
+        raise _unreachable(address, source, f"no Ray cluster answers at {at} ({why})", timeout_s) from None
     if len(answer) < 9 or answer[3] != _SETTINGS:
         said = f"it said {answer[:24]!r}" if answer else "it said nothing"
         what = f"{host}:{port} answers, but not as a Ray cluster's GCS does (gRPC; {said})"
