@@ -1,0 +1,61 @@
+"""The README stays a guide (issue 46): short, and every link between it and docs/ resolves.
+
+The reference, the design and the measurements live in docs/ (STYLE.md: "README as a lab notebook: a
+guide first; measurements, their history and caveats in docs/"); a README that grows past a ten-minute
+read is the lab notebook again. A link is a relative Markdown link, ``[text](path#anchor)``: its file
+exists, and its anchor is a heading of that file as GitHub names it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from .conftest import ROOT
+
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md")), ROOT / "corpus" / "README.md"]
+MAX_README_LINES = 320  # issue 46: "at most ~300 lines"
+_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation but ``-`` and ``_`` dropped, spaces as ``-``."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(path: Path) -> set[str]:
+    fenced = False
+    found: set[str] = set()
+    for line in path.read_text().splitlines():
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced and line.startswith("#"):
+            found.add(_anchor(line.lstrip("#")))
+    return found
+
+
+def test_the_readme_is_a_guide_of_at_most_320_lines() -> None:
+    lines = len(README.read_text().splitlines())
+    assert lines <= MAX_README_LINES, f"README.md has {lines} lines: move reference or history to docs/"
+
+
+def test_every_link_between_the_readme_and_docs_resolves() -> None:
+    broken = []
+    for page in PAGES:
+        for target in _LINK.findall(page.read_text()):
+            if re.match(r"[a-z]+:", target):  # http:, https:, mailto:
+                continue
+            file, _, anchor = target.partition("#")
+            path = (page.parent / file).resolve() if file else page
+            if not path.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target}: no such file")
+            elif anchor and path.suffix == ".md" and anchor not in _anchors(path):
+                broken.append(f"{page.relative_to(ROOT)}: {target}: no such heading")
+    assert not broken, "\n".join(broken)
+
+
+def test_the_readme_links_every_page_of_docs() -> None:
+    text = README.read_text()
+    missing = [p.name for p in sorted((ROOT / "docs").glob("*.md")) if f"](docs/{p.name}" not in text]
+    assert not missing, f"docs/ pages the README does not link: {missing}"
