@@ -59,6 +59,8 @@ SKIPPED = {
     "analysis.queue command is its least form",
     "python -m analysis.queue results/queue --out queue-report/": "needs the replays' runs the README's replay "
     "commands write (run above, each in its own directory); tests/test_queue_analysis.py runs analysis.queue",
+    "raycolloc advise workload=tiny_cnn cluster=local confirm_budget_s=120": "profiles, probes and confirms tiny_cnn "
+    "by training it (Ray, ~2 min; tests/test_advise*.py run the advisor, tests/test_packaging.py the command)",
     "raycolloc doctor --fix": "stops what other runs left on this machine (the suite's own MPS daemons among them); "
     "`python -m raycolloc.doctor` runs above",
     # Needs what a test machine has not.
