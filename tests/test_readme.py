@@ -3,7 +3,8 @@
 The reference, the design and the measurements live in docs/ (STYLE.md: "README as a lab notebook: a
 guide first; measurements, their history and caveats in docs/"); a README that grows past a ten-minute
 read is the lab notebook again. A link is a relative Markdown link, ``[text](path#anchor)``: its file
-exists, and its anchor is a heading of that file as GitHub names it.
+exists, and its anchor is a heading of that file as GitHub names it. The reference of the config's keys
+(docs/reference.md) is checked against the config's dataclasses, so that it cannot drift from them.
 """
 
 from __future__ import annotations
@@ -59,3 +60,28 @@ def test_the_readme_links_every_page_of_docs() -> None:
     text = README.read_text()
     missing = [p.name for p in sorted((ROOT / "docs").glob("*.md")) if f"](docs/{p.name}" not in text]
     assert not missing, f"docs/ pages the README does not link: {missing}"
+
+
+def test_the_reference_names_every_key_of_the_config() -> None:
+    """docs/reference.md names every key of the config's dataclasses (``Config`` and each group's
+    schema), as `key`, `group.key` or `key=...`: a key added to a schema and not to the page fails here."""
+    import dataclasses
+    import typing
+
+    from raycolloc.config import Config
+
+    text = (ROOT / "docs" / "reference.md").read_text()
+    hints = typing.get_type_hints(Config)
+    missing = []
+    for top in dataclasses.fields(Config):
+        keys = [top.name]
+        group = hints[top.name]
+        if dataclasses.is_dataclass(group):
+            keys += [f"{top.name}.{f.name}" for f in dataclasses.fields(group)]
+        for key in keys:
+            group_name, _, name = key.rpartition(".")
+            prefix = rf"(?:{re.escape(group_name)}\.)?" if group_name else ""
+            after = r"[`=\s.]" if not group_name else r"[`=\s]"  # a group is also named by its keys: `data.path`
+            if not re.search(rf"`{prefix}{re.escape(name)}{after}", text):
+                missing.append(key)
+    assert not missing, f"keys docs/reference.md does not name: {missing}"
