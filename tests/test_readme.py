@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from .conftest import ROOT
 
 README = ROOT / "README.md"
@@ -85,3 +87,56 @@ def test_the_reference_names_every_key_of_the_config() -> None:
             if not re.search(rf"`{prefix}{re.escape(name)}{after}", text):
                 missing.append(key)
     assert not missing, f"keys docs/reference.md does not name: {missing}"
+
+
+def _blocks(path: Path) -> list[list[str]]:
+    """The fenced code blocks of a page, each as its lines."""
+    blocks: list[list[str]] = []
+    current: list[str] | None = None
+    for line in path.read_text().splitlines():
+        if line.lstrip().startswith("```"):
+            if current is None:
+                current = []
+            else:
+                blocks.append(current)
+                current = None
+        elif current is not None:
+            current.append(line)
+    return blocks
+
+
+def _form(line: str) -> str:
+    """A line's form: every number as N, runs of spaces as one (a table's columns widen with its numbers)."""
+    return " ".join(re.sub(r"\d[\d,]*(?:\.\d+)?", "N", line).split())
+
+
+def _sample(first: str) -> list[str]:
+    """The README's sample output that starts with ``first``, less the lines it elides (``...``)."""
+    found = [b for b in _blocks(README) if b and b[0].startswith(first)]
+    assert len(found) == 1, f"README.md shows no single sample starting {first!r}"
+    return [line for line in found[0] if line.strip() and line.strip() != "..."]
+
+
+@pytest.mark.slow  # two replays of 60 jobs in virtual time (~10 s on 2 cores); nothing starts Ray
+def test_the_readmes_queue_samples_have_a_real_runs_form(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README's replay and comparison samples, run as it shows them: each line shown is a line of the
+    real output, numbers aside (they move with the code and the machine; a line's words must not)."""
+    from analysis.queue import main as compare
+    from raycolloc.cli import USAGE
+    from raycolloc.queue.__main__ import main as queue
+
+    assert USAGE in README.read_text().splitlines()  # `raycolloc --help`, as the README shows it
+    monkeypatch.chdir(tmp_path)
+    trace = str(ROOT / "jobs" / "examples" / "queue_trace60.csv")
+    words = ["cluster=local", "cluster.num_gpus=4"]
+    assert queue(["replay", trace, "queue.policy=raycolloc", *words]) == 0
+    replay = {_form(line) for line in capsys.readouterr().out.splitlines()}
+    assert queue(["replay", trace, "queue.policy=exclusive", *words]) == 0
+    capsys.readouterr()
+    assert compare(["results/queue", "--out", "queue-report/"]) == 0
+    table = {_form(line) for line in capsys.readouterr().out.splitlines()}
+    for first, real in (("queue policy=raycolloc: 60/60", replay), ("trace ", table)):
+        unlike = [line for line in _sample(first) if _form(line) not in real]
+        assert not unlike, "README lines no real run prints:\n" + "\n".join(unlike) + "\nreal:\n" + "\n".join(real)
