@@ -134,7 +134,7 @@ class ClusterConfig:
     metrics_export_port: int | None = None
     reserved_cpus: str = "auto"
     isolate_measurement: bool = False
-    sim_inject: Any = field(default_factory=list)  # noise put into simulated cells (README, "sim_inject")
+    sim_inject: Any = field(default_factory=list)  # noise in simulated cells (docs/results.md, "Why runs were noisy")
 
     def __post_init__(self) -> None:
         _check_choice("cluster.backend", self.backend, BACKENDS)

@@ -48,13 +48,19 @@ SKIPPED = {
     "[confirm_budget_s=900] [confirm_k=4] [--no-confirm] [--fit DIR ...] [--emit-sweep]": (
         "a synopsis whose least form profiles resnet26 by training it (Ray; tests/test_advise*.py run the advisor)"
     ),
-    "python -m raycolloc.sweep +plan=plan.csv ...": "README's words for the advisor's emitted plan: `...` is "
-    "any overrides",
-    "python -m analysis.report DIR [DIR ...] --out OUT [--baseline OTHER]": "a synopsis; its least form is the "
-    "README's first report command, run",
+    "python -m raycolloc.sweep +plan=plan.csv ...": "docs/advise.md's words for the advisor's emitted plan: "
+    "`...` is any overrides",
+    "python -m analysis.report DIR [DIR ...] --out OUT [--baseline OTHER]": "a synopsis (docs/results.md); its "
+    "least form is the README's report command, run",
     "python -m raycolloc.<name> ARGS": "a synopsis (README): the installed `raycolloc NAME` is this module's command",
     "raycolloc advise workload=resnet26_cifar10 workload=tiny_cnn --emit-sweep": "profiles both workloads by "
     "training them (Ray; tests/test_advise*.py run the advisor, tests/test_packaging.py the command)",
+    "python -m analysis.queue RUN_DIR [RUN_DIR ...] --out DIR": "a synopsis (docs/queue.md); the README's "
+    "analysis.queue command is its least form",
+    "python -m analysis.queue results/queue --out queue-report/": "needs the replays' runs the README's replay "
+    "commands write (run above, each in its own directory); tests/test_queue_analysis.py runs analysis.queue",
+    "raycolloc advise workload=tiny_cnn cluster=local confirm_budget_s=120": "profiles, probes and confirms tiny_cnn "
+    "by training it (Ray, ~2 min; tests/test_advise*.py run the advisor, tests/test_packaging.py the command)",
     "raycolloc doctor --fix": "stops what other runs left on this machine (the suite's own MPS daemons among them); "
     "`python -m raycolloc.doctor` runs above",
     # Needs what a test machine has not.
@@ -110,8 +116,12 @@ def doc_commands(path: Path) -> list[DocCommand]:
     return found
 
 
+# The pages whose running text is checked too: the README, and the pages its reference moved to (issue 46).
+INLINE_PAGES = [ROOT / "README.md", *(ROOT / "docs" / f"{n}.md" for n in ("reference", "results", "advise", "queue"))]
+
+
 def inline_commands(path: Path) -> list[DocCommand]:
-    """The README's commands in running text (`` `python -m ...` ``, wrapped lines joined)."""
+    """A page's commands in running text (`` `python -m ...` ``, wrapped lines joined)."""
     lines = path.read_text().splitlines()
     for number, _ in _code_lines(path):
         lines[number - 1] = ""  # code blocks are doc_commands'
@@ -122,12 +132,12 @@ def inline_commands(path: Path) -> list[DocCommand]:
     ]
 
 
-ALL = [c for page in DOCS for c in doc_commands(page)] + inline_commands(ROOT / "README.md")
+ALL = [c for page in DOCS for c in doc_commands(page)] + [c for page in INLINE_PAGES for c in inline_commands(page)]
 RUN = [c for c in ALL if c.text not in SKIPPED]
 
 
 def test_the_pages_show_the_commands_this_module_runs() -> None:
-    """The extraction finds what the README shows, and every skip still names a shown command."""
+    """The extraction finds what the pages show, and every skip still names a shown command."""
     texts = {c.text for c in ALL}
     assert any("workload.epoch_regex=" in t for t in texts) and any("raycolloc.ls" in t for t in texts)
     assert any(c.path.name == "deployment.md" for c in ALL)

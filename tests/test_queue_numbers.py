@@ -27,7 +27,7 @@ SUBMITTED = tuple(c for c in NUMERIC_COLUMNS if c != "submit_s")  # a submission
 TRACE_FLAGS = ("jobs", "seed")
 # (where, name, value) -> why it is accepted. Everything else is refused by name.
 ACCEPTED = {
-    ("trace", "submit_s", "0"): "a job may arrive the moment the trace starts (README: 0 to 1e7 s)",
+    ("trace", "submit_s", "0"): "a job may arrive the moment the trace starts (docs/queue.md: 0 to 1e7 s)",
     ("trace flag", "seed", "-1"): "any integer seeds the generator (random.Random takes negatives)",
     ("trace flag", "seed", "0"): "any integer seeds the generator; 0 is --seed's default",
 }

@@ -1,6 +1,6 @@
 """How a sweep ended, for the shell and for whoever reads its last lines.
 
-The exit status tells whether every cell has a result (README, "Exit status"):
+The exit status tells whether every cell has a result (docs/results.md, "Exit status"):
 
 * ``0`` every cell has a result: ``ok``, ``partial``, ``oom`` or ``unfit`` (a measurement, or a
   verdict a re-run would repeat);

@@ -162,7 +162,7 @@ class JobRow:
     ended_ts: float | None
     exit_code: int | None
     proc_sm_util_mean: float | None
-    # What explains noise (README, "Why runs were noisy"): the mean clock of the job's cores over its
+    # What explains noise (docs/results.md, "Why runs were noisy"): the mean clock of the job's cores over its
     # epoch 2 (the steward's samples of them; None where the host shows no core frequency), how
     # often its training thread was pre-empted per second of epoch 2 (EpochRow.involuntary_switches),
     # and the share of epoch 2 it waited, runnable, for a core (the steward's schedstat samples);
