@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.intervals import cell_statistic, group_intervals, ratio_bounds, reference_bounds, scaled_bounds
+from analysis.intervals import at_floor, cell_statistic, group_intervals, ratio_bounds, reference_bounds, scaled_bounds
 from analysis.stats import crosses, spread_columns
 from analysis.tables import CELL_KEY, cell_settings, epoch2_table, is_uniform
 from raycolloc.results.stats import CV_UNSTABLE, bounds, verdict
@@ -161,7 +161,8 @@ def gain_table(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
     ``measure.statistic``: median for results written before that key); ``gain_verdict``: whether a
     collocated configuration's gain against its solo is above 1 beyond the noise (``yes``), below it
     (``no``) or ``inconclusive``; ``rate_cv`` (the runs' CV of the aggregate, or a single run's
-    largest job window CV) and ``unstable`` (pyperf's rule: CV >= 10%, or a run flagged unstable).
+    largest job window CV) and ``unstable`` (pyperf's rule: CV >= 10%, or a run flagged unstable). No ``_low`` is below 0
+    (:func:`analysis.intervals.at_floor`).
     """
     spreads = [f"{c}{s}" for c in GAIN_SPREADS for s in ("", "_min", "_max")]
     cols = [
@@ -250,6 +251,8 @@ def gain_table(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
             out["gain_vs_solo"], out["gain_vs_solo_low"], out["gain_vs_solo_high"], out["degree"], strict=True
         )
     ]
+    # Rates, gains, energies and slowdowns are never below 0 (the bounds the verdicts above were drawn from).
+    out = at_floor(out, INTERVALS)
     return out[cols].sort_values(["workload", "gpu_name", "mode", "degree", "settings", "sweep"], ignore_index=True)
 
 

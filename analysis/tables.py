@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.intervals import group_intervals, ratio_bounds, scaled_bounds
+from analysis.intervals import at_floor, group_intervals, ratio_bounds, scaled_bounds
 
 __all__ = [
     "CELL_KEY",
@@ -109,6 +109,7 @@ def epoch2_table(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
     out["slowdown_low"], out["slowdown_high"] = scaled_bounds(
         out["epoch2_s"] / out["solo_epoch2_s"], low, high, out["slowdown"]
     )
+    out = at_floor(out, ["slowdown"])  # a slowdown is a ratio of times: never below 0
     out = out.rename(columns={"workload": "job_workload", "cell_workload": "workload"})
     cols = [
         "sweep",
