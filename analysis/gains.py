@@ -161,8 +161,8 @@ def gain_table(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
     ``measure.statistic``: median for results written before that key); ``gain_verdict``: whether a
     collocated configuration's gain against its solo is above 1 beyond the noise (``yes``), below it
     (``no``) or ``inconclusive``; ``rate_cv`` (the runs' CV of the aggregate, or a single run's
-    largest job window CV) and ``unstable`` (pyperf's rule: CV >= 10%, or a run flagged unstable). No ``_low`` is below 0
-    (:func:`analysis.intervals.at_floor`).
+    largest job window CV) and ``unstable`` (pyperf's rule: CV >= 10%, or a run flagged unstable).
+    No ``_low`` is below 0 (:func:`analysis.intervals.at_floor`).
     """
     spreads = [f"{c}{s}" for c in GAIN_SPREADS for s in ("", "_min", "_max")]
     cols = [
