@@ -53,7 +53,7 @@ def test_not_pinned_is_said_once_per_sweep(caplog: pytest.LogCaptureFixture) -> 
             cell_run._say_not_pinned(spec, loose, "sweep-a")
         cell_run._say_not_pinned(spec, loose, "sweep-b")
     warned = [r for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warned) == 2 and "jobs_not_pinned=3" in warned[0].getMessage()
+    assert len(warned) == 2 and "jobs_not_pinned=3: not pinned" in warned[0].getMessage()
     assert sum(r.levelno == logging.DEBUG for r in caplog.records) == 2  # the other cells, below INFO
 
 

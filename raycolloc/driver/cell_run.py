@@ -117,8 +117,8 @@ def _say_not_pinned(cell: CellSpec, bindings: list[Binding], sweep: str) -> None
         return
     _NOT_PINNED_SAID.add(sweep)
     log.warning(
-        "cell=%s jobs_not_pinned=%d: the node has too few free cores for one per job (trainer.cpu_affinity=auto), "
-        "so the scheduler shares them; said once per sweep, for this cell and any later one",
+        "cell=%s jobs_not_pinned=%d: not pinned, the node has too few free cores for one per job "
+        "(trainer.cpu_affinity=auto) and the scheduler shares them; said once per sweep, for this cell and later ones",
         cell.cell_id,
         len(loose),
     )
