@@ -24,7 +24,7 @@ from analysis.gains import gain_table
 from analysis.intervals import at_floor, pm_text
 from analysis.load import load_sweeps
 from analysis.report import build_report, build_tables
-from analysis.sections import findings
+from analysis.sections import findings, workloads
 
 from .test_analysis import cell, epochs_of, job
 
@@ -113,6 +113,18 @@ def test_the_first_table_shows_every_number_with_its_interval_and_none_below_zer
         shown = rows[0][head.index(f"{label} ±")]
         assert re.fullmatch(r"±\d+\.\d%|\+\d+\.\d%/-\d+\.\d%", shown), (label, shown)
     assert rows[0][head.index("gain vs same settings alone ±")].endswith("/-100.0%")
+
+
+
+def test_the_epoch2_table_shows_each_time_with_its_interval(tmp_path: Path) -> None:
+    data = load_sweeps([noisy_sweep(tmp_path / "sweep")])
+    gain = build_tables(data)["gain"]
+    assert gain[["epoch2_s_low", "epoch2_s_high"]].notna().all(axis=None)
+    assert (gain["epoch2_s_low"] >= 0.0).all() and (gain["epoch2_s_high"] > gain["epoch2_s"]).all()
+    page = "".join(workloads(gain, []))
+    epoch2 = page[page.index("Epoch-2 time per job") :]
+    head, rows = _first_table(epoch2)
+    assert "epoch 2 (s) ±" in head and all(r[head.index("epoch 2 (s) ±")] for r in rows), (head, rows)
 
 
 @pytest.mark.slow  # every figure of an 8-cell sweep: ~10 CPU-seconds
