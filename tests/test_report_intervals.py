@@ -115,7 +115,6 @@ def test_the_first_table_shows_every_number_with_its_interval_and_none_below_zer
     assert rows[0][head.index("gain vs same settings alone ±")].endswith("/-100.0%")
 
 
-
 def test_the_epoch2_table_shows_each_time_with_its_interval(tmp_path: Path) -> None:
     data = load_sweeps([noisy_sweep(tmp_path / "sweep")])
     gain = build_tables(data)["gain"]
