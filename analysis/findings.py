@@ -94,7 +94,8 @@ def best_configs(gain: pd.DataFrame) -> pd.DataFrame:
 
     Columns: ``workload, gpu_name, mode, degree, settings, n_ok, agg_samples_per_s`` (with spread),
     ``gain_vs_solo`` and ``gain_vs_best_solo`` (with spread), ``best_solo``, ``gain_uncertain``,
-    ``energy_vs_solo`` (with spread).
+    ``energy_vs_solo`` (with spread); each number's 95% interval (``_low``/``_high``), so the report's
+    first table shows it as every other table does.
     """
     ok = gain[(gain["status"] == "ok") & gain["agg_samples_per_s"].notna()]
     if ok.empty:
@@ -122,6 +123,8 @@ def best_configs(gain: pd.DataFrame) -> pd.DataFrame:
         "energy_vs_solo_min",
         "energy_vs_solo_max",
     ]
+    numbers = ("agg_samples_per_s", "gain_vs_solo", "gain_vs_best_solo", "energy_vs_solo")
+    cols += [f"{c}{side}" for c in numbers for side in ("_low", "_high") if f"{c}{side}" in best]
     return best[cols].reset_index(drop=True)
 
 

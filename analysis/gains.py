@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.intervals import cell_statistic, group_intervals, ratio_bounds, reference_bounds, scaled_bounds
+from analysis.intervals import at_floor, cell_statistic, group_intervals, ratio_bounds, reference_bounds, scaled_bounds
 from analysis.stats import crosses, spread_columns
 from analysis.tables import CELL_KEY, cell_settings, epoch2_table, is_uniform
 from raycolloc.results.stats import CV_UNSTABLE, bounds, verdict
@@ -154,14 +154,16 @@ def gain_table(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
     runs' gain against its solo reaches across 1.0 (it may gain nothing); ``slowdown_mean`` (median
     over runs of the jobs' mean epoch-2 slowdown against their solo) and ``slowdown_max`` (worst job
     of any run); ``epoch2_s`` (median of the runs' median job epoch-2 time; ``_min``/``_max`` over
-    every job of every run); medians over runs of ``sm_active_mean``, ``sm_active_max``,
-    ``mem_used_max_mib``, ``power_mean_w`` and ``energy_j``.
+    every job of every run; ``_low``/``_high`` its 95% interval, :func:`_epoch2_bounds`); medians
+    over runs of ``sm_active_mean``, ``sm_active_max``, ``mem_used_max_mib``, ``power_mean_w`` and
+    ``energy_j``.
 
     Intervals: each of :data:`INTERVALS` has ``_low``/``_high`` (its value is then the runs'
     ``measure.statistic``: median for results written before that key); ``gain_verdict``: whether a
     collocated configuration's gain against its solo is above 1 beyond the noise (``yes``), below it
     (``no``) or ``inconclusive``; ``rate_cv`` (the runs' CV of the aggregate, or a single run's
     largest job window CV) and ``unstable`` (pyperf's rule: CV >= 10%, or a run flagged unstable).
+    No ``_low`` is below 0 (:func:`analysis.intervals.at_floor`).
     """
     spreads = [f"{c}{s}" for c in GAIN_SPREADS for s in ("", "_min", "_max")]
     cols = [
@@ -185,6 +187,8 @@ def gain_table(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
         "epoch2_s",
         "epoch2_s_min",
         "epoch2_s_max",
+        "epoch2_s_low",
+        "epoch2_s_high",
         "sm_active_mean",
         "sm_active_max",
         "mem_used_max_mib",
@@ -199,10 +203,12 @@ def gain_table(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
     if runs.empty:
         return pd.DataFrame(columns=cols)
     slow = _slowdowns(epoch2_table(cells, jobs))
+    per_job = epoch2_table(cells, jobs)
+    per_job = per_job.assign(_e2_rel=(per_job["epoch2_s_high"] - per_job["epoch2_s_low"]) / 2 / per_job["epoch2_s"])
     e2 = (
-        epoch2_table(cells, jobs)
-        .groupby(CELL_KEY)["epoch2_s"]
-        .agg(epoch2_s="median", epoch2_s_lo="min", epoch2_s_hi="max")
+        per_job.groupby(CELL_KEY)
+        .agg(epoch2_s=("epoch2_s", "median"), epoch2_s_lo=("epoch2_s", "min"), epoch2_s_hi=("epoch2_s", "max"))
+        .join(per_job.groupby(CELL_KEY)["_e2_rel"].max())
         .reset_index()
     )
     extra = cells[[*CELL_KEY, "sm_active_max", "power_mean_w", "energy_j"]]
@@ -243,6 +249,7 @@ def gain_table(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
     )
     intervals = group_intervals(runs, keys, INTERVALS, lower_is_better=_LOWER_IS_BETTER)
     out = out.drop(columns=list(INTERVALS)).join(intervals).reset_index()
+    out["epoch2_s_low"], out["epoch2_s_high"] = _epoch2_bounds(out, runs, keys)
     out["gain_uncertain"] = (out["degree"] > 1) & crosses(out["gain_vs_solo_min"], out["gain_vs_solo_max"], out["n_ok"])
     out["gain_verdict"] = [
         verdict(bounds(g, lo, hi), 1.0) if d > 1 and pd.notna(g) else None
@@ -250,7 +257,19 @@ def gain_table(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
             out["gain_vs_solo"], out["gain_vs_solo_low"], out["gain_vs_solo_high"], out["degree"], strict=True
         )
     ]
+    # Rates, gains, energies and slowdowns are never below 0 (the bounds the verdicts above were drawn from).
+    out = at_floor(out, [*INTERVALS, "epoch2_s"])
     return out[cols].sort_values(["workload", "gpu_name", "mode", "degree", "settings", "sweep"], ignore_index=True)
+
+
+def _epoch2_bounds(out: pd.DataFrame, runs: pd.DataFrame, keys: list[str]) -> tuple[pd.Series, pd.Series]:
+    """Each configuration's epoch-2 time's 95% interval, around the median shown: the runs' t-interval,
+    or one run's own (the widest relative interval of its jobs, each timed in windows)."""
+    rel = runs["_e2_rel"]
+    one = runs.assign(epoch2_s_low=runs["epoch2_s"] * (1 - rel), epoch2_s_high=runs["epoch2_s"] * (1 + rel))
+    found = group_intervals(one, keys, ["epoch2_s"], lower_is_better=["epoch2_s"]).reset_index()
+    at = out[keys].merge(found, on=keys, how="left").set_axis(out.index)
+    return scaled_bounds(at["epoch2_s"], at["epoch2_s_low"], at["epoch2_s_high"], out["epoch2_s"])
 
 
 def _slowdowns(epoch2: pd.DataFrame) -> pd.DataFrame:

@@ -11,6 +11,11 @@ no spread is known: one run without a within-run interval).
   fastest; results written before that key are summarised by their median, as before) with the
   t-interval of the runs. A ratio's runs are each against the reference run of the same repeat
   (interleaved, so closest in time), so drift shared by both cancels.
+
+No interval crosses what its quantity can be: a rate, a time, a gain or an energy is never below 0,
+a change against sequential never below -100% (:func:`at_floor`, applied by each table to its own
+columns). Where a bound was held at its floor the interval is no longer symmetric, and
+:func:`pm_text` then shows its two sides (``+120%/-100%``).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from raycolloc.results.stats import Interval, bounds, ratio_interval, scaled, su
 
 __all__ = [
     "LEGACY_STATISTIC",
+    "at_floor",
     "bounds_of",
     "cell_statistic",
     "group_intervals",
@@ -145,9 +151,32 @@ def scaled_bounds(value: pd.Series, low: pd.Series, high: pd.Series, like: pd.Se
     return pd.Series(lows, index=value.index), pd.Series(highs, index=value.index)
 
 
+def at_floor(frame: pd.DataFrame, columns: Sequence[str], floor: float = 0.0) -> pd.DataFrame:
+    """``frame`` with each column's ``<column>_low`` held at ``floor`` (what the quantity can be).
+
+    Why hold the bound at the floor rather than compute the interval on a log scale (asymmetric and
+    positive by construction): the intervals here are the delta method's and the runs' t-interval,
+    symmetric, and every verdict (a gain above 1 beyond the noise) is drawn from them; on a log scale
+    every bound would move, although for the narrow intervals a verdict is drawn from (a few percent)
+    by less than their rounding. An interval that reaches below the floor is one so wide (two runs:
+    t = 12.7) that it can only say "no telling it from nothing", and the bound at the floor says
+    exactly that, without claiming a negative gain or rate.
+    """
+    out = frame.copy()
+    for column in columns:
+        name = f"{column}_low"
+        if name in out:
+            out[name] = out[name].where(out[name].isna() | (out[name] >= floor), floor)
+    return out
+
+
 def pm_text(value: object, low: object, high: object) -> str:
-    """``±2.4%`` (the 95% interval's half-width relative to the value); empty where none is known."""
+    """``±2.4%`` (the 95% interval's half-width relative to the value), or ``+120%/-100%`` where its
+    sides differ (a bound held at the quantity's floor); empty where none is known."""
     found = bounds_of(value, low, high)
     if found is None or not found.known or not math.isfinite(found.rel_half_width):
         return ""
+    up, down = (found.high - found.value) / abs(found.value), (found.value - found.low) / abs(found.value)
+    if not math.isclose(up, down, rel_tol=1e-6, abs_tol=1e-9):
+        return f"+{100 * up:.1f}%/-{100 * down:.1f}%"
     return f"±{100 * found.rel_half_width:.1f}%"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.intervals import cell_statistic, group_intervals
+from analysis.intervals import at_floor, cell_statistic, group_intervals
 from analysis.stats import crosses, spread_columns
 from analysis.tables import CELL_KEY, epoch_span, jobs_with_cells
 
@@ -168,6 +168,7 @@ def mixed_table(cells: pd.DataFrame, jobs: pd.DataFrame, epochs: pd.DataFrame) -
     out["change_vs_sequential_pct"] = (100.0 * (out["cell_total_s"] / out["serial_s"] - 1.0)).where(ok)
     out["energy_vs_sequential"] = (out["total_energy_j"] / out["serial_energy_j"]).where(ok)
     _one_run_bounds(out)
+    out = at_floor(at_floor(out, ["energy_vs_sequential"]), ["change_vs_sequential_pct"], floor=-100.0)
     out = out.merge(cells[CELL_KEY].assign(statistic=cells["config_json"].map(cell_statistic)), on=CELL_KEY)
     return out[cols].sort_values(
         ["mix", "gpu_name", "mode", "sweep", "repeat", "cell_id", "job_index"], ignore_index=True
@@ -267,7 +268,9 @@ def table2(mixed: pd.DataFrame) -> pd.DataFrame:
     out = out.join(mixed.groupby(key, dropna=False, sort=False).apply(_sequential, include_groups=False))
     summed = ["cell_total_s", "change_vs_sequential_pct", "energy_vs_sequential"]
     intervals = group_intervals(cells, key, summed, lower_is_better=summed)
-    out = out.drop(columns=summed).join(intervals)
+    # What each can be: a time and an energy ratio are never below 0, a change never below -100%.
+    out = at_floor(out.drop(columns=summed).join(intervals), ["cell_total_s", "energy_vs_sequential"])
+    out = at_floor(out, ["change_vs_sequential_pct"], floor=-100.0)
     for (name, _index), rows in mixed.groupby(["job_name", "job_index"], sort=True):
         per = rows.groupby(key, dropna=False, sort=False)
         times = spread_columns(per, ["job_total_s"]).rename(columns=lambda c, n=str(name): c.replace("job_total", n))

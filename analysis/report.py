@@ -43,8 +43,10 @@ log = logging.getLogger(__name__)
 HOW_SURE = (
     "±: the 95% interval's half-width — over several runs the t-interval of the runs (each ratio's run "
     "against the reference run of the same repeat), for one run its epochs timed in windows; ratios "
-    "propagate numerator's and reference's intervals; a claim whose interval crosses its threshold is "
-    "inconclusive; unstable: CV of 10% or more (pyperf's rule)"
+    "propagate numerator's and reference's intervals; no bound goes past what its quantity can be (a rate, "
+    "time, gain or energy below 0, a change below -100%): held there, the interval shows its two sides "
+    "(+120%/-100%); a claim whose interval crosses its threshold is inconclusive; unstable: CV of 10% or more "
+    "(pyperf's rule)"
 )
 
 GAIN_COLUMNS = [

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.intervals import group_intervals, ratio_bounds, scaled_bounds
+from analysis.intervals import at_floor, group_intervals, ratio_bounds, scaled_bounds
 
 __all__ = [
     "CELL_KEY",
@@ -80,9 +80,10 @@ def epoch2_table(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
     """Epoch-2 time of every job and its slowdown against its solo run (paper Fig. 2).
 
     Columns: the cell's ``sweep, cell_id, workload, mix, mode, degree, gpu_name, cell_status``;
-    the job's ``job_index, job_name, job_workload, status, settings, epoch2_s,
-    epoch2_samples_per_s``; ``solo_epoch2_s`` (mean epoch-2 time of the same workload alone on
-    the GPU in this mode with the same settings) and ``slowdown`` = epoch2_s / solo_epoch2_s, with
+    the job's ``job_index, job_name, job_workload, status, settings, epoch2_s`` (with
+    ``epoch2_s_low``/``_high``: its rate's within-run interval), ``epoch2_samples_per_s``;
+    ``solo_epoch2_s`` (mean epoch-2 time of the same workload alone on the GPU in this mode with the
+    same settings) and ``slowdown`` = epoch2_s / solo_epoch2_s, with
     ``slowdown_low``/``slowdown_high``: the job's within-run interval (``epoch2_rate_low``/``_high``,
     where the results have it) against the solo's (its jobs' t-interval where several ran).
     """
@@ -109,6 +110,7 @@ def epoch2_table(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
     out["slowdown_low"], out["slowdown_high"] = scaled_bounds(
         out["epoch2_s"] / out["solo_epoch2_s"], low, high, out["slowdown"]
     )
+    out = at_floor(out, ["slowdown", "epoch2_s"])  # a ratio of times, a time: never below 0
     out = out.rename(columns={"workload": "job_workload", "cell_workload": "workload"})
     cols = [
         "sweep",
@@ -126,6 +128,8 @@ def epoch2_table(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
         "status",
         "settings",
         "epoch2_s",
+        "epoch2_s_low",
+        "epoch2_s_high",
         "epoch2_samples_per_s",
         "solo_epoch2_s",
         "slowdown",

@@ -259,6 +259,15 @@ class Release:
     mps_daemon_kept: bool = False  # ... or kept for the next MPS cell (mode.keep_daemon)
     mig_restored: bool = False  # the MIG layout found before the cell put back
 
+    def __str__(self) -> str:
+        """``released=true mps_daemon_kept=true``: what it did, as a log's key=value pairs (the
+        dataclass's repr stays for debugging)."""
+        flags = ("released", "mps_stopped", "mps_daemon_kept", "mig_restored")
+        pairs = [f"{name}=true" for name in flags if getattr(self, name)]
+        if self.errors:
+            pairs.append(f"errors={'; '.join(self.errors)!r}")
+        return " ".join(pairs) or "released=false"
+
 
 @dataclass(frozen=True)
 class GpuNow:

@@ -87,6 +87,21 @@ def test_jobs_submitted_while_it_runs_end_and_a_cancel_frees_the_gpu(tmp_path: P
     service.close()
 
 
+def test_the_summary_says_how_long_the_queue_has_served(tmp_path: Path) -> None:
+    """``serve``'s summary said ``wall 0.0 s`` after 178 s (issue 46, item 7)."""
+    from raycolloc.queue.report import format_summary
+
+    clock = Clock()
+    clock.t = 50.0
+    service = _service(tmp_path, clock)
+    service.submit(_job("a"))
+    clock.t = 228.0
+    summary = service.summary()
+    assert summary.wall_s == pytest.approx(178.0)
+    assert "wall 178.0 s" in format_summary(summary)
+    service.close()
+
+
 def test_a_live_queue_started_again_resumes_and_each_job_ends_once(tmp_path: Path) -> None:
     clock = Clock()
     first = _service(tmp_path, clock)

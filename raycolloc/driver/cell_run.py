@@ -32,7 +32,7 @@ from raycolloc.driver.tabulate import CellRecord
 from raycolloc.driver.trainers import TrainerPool
 from raycolloc.node.gpu.backend import GpuInfo
 from raycolloc.procs import format_cpus
-from raycolloc.spec import CellSpec, JobSpec, JobState, Samples
+from raycolloc.spec import Binding, CellSpec, JobSpec, JobState, Samples
 
 __all__ = ["CellCancelled", "Lane", "run_cell"]
 
@@ -102,6 +102,28 @@ def _gather(
     return states
 
 
+_NOT_PINNED_SAID: set[str] = set()  # the sweeps (Board.sweep) told that some cell's jobs are not pinned
+
+
+def _say_not_pinned(cell: CellSpec, bindings: list[Binding], sweep: str) -> None:
+    """Warn, once per sweep, that a cell's jobs asked for cores of their own and got none (its node
+    has too few free cores: the scheduler shares them); each such cell's is at DEBUG."""
+    wanted = {job.index for job in cell.jobs if job.trainer.cpu_affinity == "auto"}
+    loose = [b.job_index for b in bindings if b.job_index in wanted and not b.cpus]
+    if not loose:
+        return
+    if sweep in _NOT_PINNED_SAID:
+        log.debug("cell=%s jobs_not_pinned=%d", cell.cell_id, len(loose))
+        return
+    _NOT_PINNED_SAID.add(sweep)
+    log.warning(
+        "cell=%s jobs_not_pinned=%d: not pinned, the node has too few free cores for one per job "
+        "(trainer.cpu_affinity=auto) and the scheduler shares them; said once per sweep, for this cell and later ones",
+        cell.cell_id,
+        len(loose),
+    )
+
+
 class _CellRun:
     def __init__(self, cell: CellSpec, lane: Lane, rec: CellRecord) -> None:
         self.cell, self.lane, self.rec = cell, lane, rec
@@ -116,6 +138,7 @@ class _CellRun:
         bindings = ray.get(lane.steward.prepare.remote(cell, lane.gpu.uuid), timeout=300)
         self.prepared = True
         rec.reserved_cpus = format_cpus(bindings[0].reserved_cpus) if bindings else None
+        _say_not_pinned(cell, bindings, lane.board.sweep)
         t_setup = time.perf_counter()
         rec.prepare_s = t_setup - t_prepare  # steward: MPS daemon or MIG layout, CPU cores
         forkserver = lane.forkserver if trainer_cfg.spawn == "fork" else None

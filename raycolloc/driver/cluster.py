@@ -19,21 +19,24 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import ray
+from ray.util.debug import log_once
 
 from raycolloc.config import ClusterConfig
 from raycolloc.driver import signals
 from raycolloc.driver.rayprobe import probe
 from raycolloc.node.gpu.kinds import backend_traits
 
-__all__ = ["auth_token", "connect", "dashboard_line", "start_local_ray"]
+__all__ = ["auth_token", "connect", "dashboard_line", "plain_worker_lines", "start_local_ray"]
 
 log = logging.getLogger(__name__)
 NAMESPACE = "raycolloc"
+DEDUP_NOTICE = "log_dedup_warning"  # the key of Ray's "Ray deduplicates logs by default" notice
 START_ATTEMPTS = 3
 
 
@@ -41,6 +44,7 @@ def connect(cluster: ClusterConfig, max_jobs_per_cell: int = 1) -> dict[str, Any
     """Connect to Ray once per process (no-op inside a Ray worker or when already connected)."""
     if ray.is_initialized():
         return ray.cluster_resources()
+    plain_worker_lines()
     kwargs: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": True}
     address = cluster.address or os.environ.get("RAY_ADDRESS")  # `ray job submit` sets RAY_ADDRESS
     if address:
@@ -71,6 +75,24 @@ def connect(cluster: ClusterConfig, max_jobs_per_cell: int = 1) -> dict[str, Any
         # print, not log: the token must not land in the run's log files.
         print(dashboard_line(f"http://{context.dashboard_url}"), flush=True)
     return ray.cluster_resources()
+
+
+def plain_worker_lines() -> None:
+    """Workers' lines on this driver's console without Ray's decorations a reader cannot use.
+
+    - Colour: Ray wraps each worker line's ``(Steward pid=...)`` prefix in ANSI colour codes whether or
+      not its output is a terminal; into a log file or a pipe they land as ``ESC[36m``. Ray reads
+      ``RAY_COLOR_PREFIX`` at each line it prints (``ray/_private/worker.py``, ``print_worker_logs``):
+      ``0`` drops them. Set unless the console is a terminal, and unless the user set it.
+    - Deduplication: Ray folds a line repeated by several workers into one ``[repeated 3x across
+      cluster]``, and the first such line carries a notice on how to turn that off
+      (``RAY_DEDUP_LOGS=0``), often after the sweep's summary. The folding stays; the notice, a note to
+      Ray's own users, is marked as said (``ray.util.debug.log_once``, the key
+      ``ray/_private/ray_logging`` says it under).
+    """
+    if not (sys.stdout.isatty() and sys.stderr.isatty()):
+        os.environ.setdefault("RAY_COLOR_PREFIX", "0")
+    log_once(DEDUP_NOTICE)
 
 
 def start_local_ray(**kwargs: Any) -> Any:

@@ -59,7 +59,8 @@ class CpuPool:
         free = [c for c in sorted(shared, key=lambda c: (c not in local, c == 0, c)) if c not in used]
         wants = [max(1, math.ceil(count)) for count in counts]
         if sum(wants) > len(free):
-            log.warning(
+            # DEBUG: the driver says it, once per sweep (driver/cell_run.py), not the node once per cell.
+            log.debug(
                 "cell=%s: its %d jobs need %d cores, %d of this node's %d are free: not pinned",
                 cell_id,
                 len(counts),

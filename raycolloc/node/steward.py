@@ -278,7 +278,10 @@ class Steward:
             done = replace(state.mode.release(), released=True)
         except Exception as exc:  # noqa: BLE001 - report it; the GPU is free for the next cell either way
             done = Release(released=True, errors=(f"{state.mode.name}: {exc}",))
-        log.info("cell=%s gpu=%s released %s", cell_id, uuid, done)
+        if done.errors:
+            log.warning("cell=%s gpu=%s %s", cell_id, uuid, done)
+        else:  # all went well: nothing at INFO, once per cell on every sweep's console
+            log.debug("cell=%s gpu=%s %s", cell_id, uuid, done)
         return done
 
     def release_gpu(self, gpu_uuid: str) -> Release:

@@ -193,14 +193,16 @@ class QueueService:
         return QueueStatus(now, policy, self.store.counts(), self.draining, jobs, gpus)
 
     def summary(self) -> Summary:
-        """The run so far, as a replay's summary."""
+        """The run so far, as a replay's summary; its wall time is this service's, since it opened the
+        queue (a resumed queue's, as a resumed replay's, is the last session's)."""
 
         def alone(job: TraceJob) -> float | None:
             return (job.length_samples or 0) / self._profile(job).samples_per_s
 
         queue = self.settings.config.queue
         rows = job_rows(queue.policy, self.store.jobs(), alone, queue.max_slowdown)
-        return summarise(queue.policy, rows, self.cluster.energy_j, 0.0, ends_lost=len(self.store.ends_lost()))
+        wall_s = self._clock() - self._started
+        return summarise(queue.policy, rows, self.cluster.energy_j, wall_s, ends_lost=len(self.store.ends_lost()))
 
     def close(self) -> None:
         self.store.close()

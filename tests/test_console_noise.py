@@ -1,0 +1,75 @@
+"""A sweep's console says its own lines, once (issue 46, item 7): no dataclass repr per released cell,
+"not pinned" once per sweep rather than per cell, no ANSI colour codes from Ray's worker-line
+prefixes when the output is not a terminal, and no notice of Ray's on how to turn its log
+deduplication off.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from pathlib import Path
+
+import pytest
+from ray._private.ray_logging import _warn_once
+from ray.util.debug import reset_log_once
+
+from raycolloc.driver import cell_run
+from raycolloc.driver.cluster import DEDUP_NOTICE, plain_worker_lines
+from raycolloc.spec import Binding, Release
+
+from .conftest import ROOT, load, run_cli
+
+TINY = ["workload=tiny_cnn", "cluster=local", "epoch_samples=128"]
+
+
+def test_a_release_logs_as_key_value_pairs() -> None:
+    assert str(Release(released=True, mps_daemon_kept=True)) == "released=true mps_daemon_kept=true"
+    assert str(Release()) == "released=false"
+    failed = str(Release(released=True, errors=("mps: daemon gone",)))
+    assert failed == "released=true errors='mps: daemon gone'"
+    assert "Release(" not in failed
+
+
+def test_ray_worker_lines_come_without_colour_codes_or_the_dedup_notice(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAY_COLOR_PREFIX", raising=False)
+    reset_log_once(DEDUP_NOTICE)
+    plain_worker_lines()  # under pytest stdout and stderr are captured: not a terminal
+    assert os.environ["RAY_COLOR_PREFIX"] == "0"
+    assert _warn_once() == ""  # the notice Ray appends to its first "[repeated Nx across cluster]"
+    monkeypatch.setenv("RAY_COLOR_PREFIX", "1")
+    plain_worker_lines()
+    assert os.environ["RAY_COLOR_PREFIX"] == "1"  # the user's own setting stays
+
+
+def test_not_pinned_is_said_once_per_sweep(caplog: pytest.LogCaptureFixture) -> None:
+    spec = load(["degree=3", "trainer.cpu_affinity=auto"])
+    loose = [Binding(job_index=j.index, gpu_uuid="GPU-x", env={}) for j in spec.jobs]
+    pinned = [dataclasses.replace(b, cpus=(b.job_index,)) for b in loose]
+    with caplog.at_level(logging.DEBUG, logger=cell_run.__name__):
+        cell_run._say_not_pinned(spec, pinned, "sweep-a")
+        for _ in range(3):
+            cell_run._say_not_pinned(spec, loose, "sweep-a")
+        cell_run._say_not_pinned(spec, loose, "sweep-b")
+    warned = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 2 and "jobs_not_pinned=3: not pinned" in warned[0].getMessage()
+    assert sum(r.levelno == logging.DEBUG for r in caplog.records) == 2  # the other cells, below INFO
+
+
+@pytest.mark.slow  # a sweep of two degree-3 cells on a Ray instance of its own
+def test_a_sweep_prints_no_repr_no_colour_codes_and_not_pinned_once(tmp_path: Path) -> None:
+    if len(os.sched_getaffinity(0)) >= 6:
+        pytest.skip("a degree-3 cell is pinned on this machine: nothing to say once")
+    proc = run_cli(
+        ["-m", *TINY, "degree=3", "mode=naive,mps", "trainer.cpu_affinity=auto", f"out_dir={tmp_path / 'out'}"],
+        cwd=ROOT,
+        env={"RAY_DEDUP_LOGS": "1"},
+        own_ray=True,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert "\x1b" not in out, [line for line in out.splitlines() if "\x1b" in line][:5]
+    assert "Release(" not in out
+    assert out.count("not pinned") == 1, [line for line in out.splitlines() if "not pinned" in line]
+    assert "RAY_DEDUP_LOGS" not in out
