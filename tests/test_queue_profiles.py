@@ -116,7 +116,7 @@ def test_a_ray_replay_measures_each_workload_once_reuses_it_and_reports_slowdown
     trace = tmp_path / "three.csv"  # convnext_atto is not in the catalogue: measured, it needs not be
     rows = [f"j{i},{0.3 * i:.1f},timm,{m},cifar10,256" for i, m in enumerate(("resnet18", "convnext_atto"), 1)]
     trace.write_text(
-        "\n".join(["job_id,submit_s,kind,model,dataset,samples", *rows, "j3,0.9,timm,resnet18,cifar10,256"])
+        "\n".join(["job_id,submit_s,kind,model,dataset,samples", *rows, "j3,0.9,timm,resnet18,cifar10,256"]) + "\n"
     )
     first = replay_ray(trace, compose_settings(words))
     again = replay_ray(trace, compose_settings([*words, "queue.policy=exclusive"]))  # another run dir
