@@ -57,7 +57,7 @@ def test_not_pinned_is_said_once_per_sweep(caplog: pytest.LogCaptureFixture) -> 
     assert sum(r.levelno == logging.DEBUG for r in caplog.records) == 2  # the other cells, below INFO
 
 
-@pytest.mark.slow  # a sweep of two degree-3 cells on a Ray instance of its own
+@pytest.mark.slow  # a sweep of two degree-3 cells, joining the session's Ray instance as a user's cluster
 def test_a_sweep_prints_no_repr_no_colour_codes_and_not_pinned_once(tmp_path: Path) -> None:
     if len(os.sched_getaffinity(0)) >= 6:
         pytest.skip("a degree-3 cell is pinned on this machine: nothing to say once")
@@ -65,7 +65,6 @@ def test_a_sweep_prints_no_repr_no_colour_codes_and_not_pinned_once(tmp_path: Pa
         ["-m", *TINY, "degree=3", "mode=naive,mps", "trainer.cpu_affinity=auto", f"out_dir={tmp_path / 'out'}"],
         cwd=ROOT,
         env={"RAY_DEDUP_LOGS": "1"},
-        own_ray=True,
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
