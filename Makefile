@@ -36,7 +36,7 @@ check: venv
 # with its own Ray instance and simulated GPUs (tests/conftest.py), take whole test modules, the
 # longest first (tests/durations.json; `pytest --store-durations ...` rewrites it).
 test: venv
-	$(PY) -m pytest -m 'not gpu' -n 2 --dist loadfile --no-loadscope-reorder
+	$(PY) -m pytest -m 'not gpu' -n 2 --dist loadfile --no-loadscope-reorder --durations=25
 
 # The quick tier while developing: no `slow` test (nothing trains, no Ray starts), no `gpu` one.
 test-fast: venv

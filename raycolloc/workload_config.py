@@ -11,7 +11,7 @@ Settings (``batch_size``, ``resolution``, ``num_classes``, ``dataset_size``, ``l
 preset's or the dataset's. Each kind is a :class:`ConfigKind` that says which keys it takes, checks
 them and names the job. Part of the config contract: validation here imports nothing beyond it; a
 preset's name (the registry), a timm model's name (timm's registry, which imports torch) and then its
-dataset are checked where the driver resolves the workload (:func:`raycolloc.job.workloads.compose.resolve`).
+dataset are checked where the driver resolves the workload (:func:`raycolloc.job.workloads.resolve.resolve`).
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ class TimmKind(ConfigKind):
 
     def check(self, wc: WorkloadConfig) -> None:
         """A model is named (the name against timm's, then the dataset: where the driver resolves it,
-        :func:`raycolloc.job.workloads.compose.resolve`)."""
+        :func:`raycolloc.job.workloads.resolve.resolve`)."""
         if not wc.model:
             raise ConfigError(
                 "workload=timm needs workload.model=NAME (any model of timm.list_models(), "

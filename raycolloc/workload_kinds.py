@@ -3,7 +3,7 @@ builds and trains (:class:`ModelWorkload`), the user's function (:class:`PythonW
 unmodified script (:class:`ScriptWorkload`).
 
 The driver resolves a ``workload`` config into one of them, once per cell
-(:func:`raycolloc.job.workloads.compose.resolve`); :class:`~raycolloc.spec.JobSpec` carries it to the
+(:func:`raycolloc.job.workloads.resolve.resolve`); :class:`~raycolloc.spec.JobSpec` carries it to the
 trainers. Part of the config contract: importing this module imports no torch and nothing from the
 driver, node or job packages, so every process reads the same types. Each kind answers for itself
 what the driver and the results need of it (:meth:`amount`, :meth:`describe`, ``as_written`` and the

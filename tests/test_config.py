@@ -9,7 +9,7 @@ from hydra.errors import HydraException, MissingConfigException
 from omegaconf.errors import OmegaConfBaseException
 
 from raycolloc.config import Config, ConfigError, config_hash
-from raycolloc.job.workloads import list_workloads
+from raycolloc.job.workloads.registry import list_workloads
 from raycolloc.workload_config import KINDS
 
 from .conftest import CONF, ROOT, compose, load, run_cli

@@ -11,7 +11,7 @@ import torch
 
 from raycolloc.job.data import real, writers
 from raycolloc.job.data.sources import build_source
-from raycolloc.job.workloads import create_workload
+from raycolloc.job.workloads.registry import create_workload
 
 CPU = torch.device("cpu")
 

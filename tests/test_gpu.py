@@ -84,7 +84,7 @@ def test_mig_refuses_when_mig_mode_is_disabled_and_changes_nothing(backend) -> N
     from raycolloc.config import ClusterConfig, Config, MigConfig, ModeConfig, WorkloadConfig
     from raycolloc.driver.cell_specs import build_cell
     from raycolloc.mpsctl import CONTROL
-    from raycolloc.node.modes import GpuSlot, ModeError
+    from raycolloc.node.modes.base import GpuSlot, ModeError
     from raycolloc.node.modes.mig import MigMode
 
     gpu = backend.gpus()[0]

@@ -21,7 +21,7 @@ _TRAINER = """
     from raycolloc.spec import Binding, JobSpec
     from raycolloc.config import DataConfig, TrainerConfig
     from raycolloc.job.trainer import Trainer
-    from raycolloc.job.workloads import create_workload
+    from raycolloc.job.workloads.registry import create_workload
     job = JobSpec("cell-x", 0, create_workload("tiny_cnn"), 32, 2, 64, 0, DataConfig(), TrainerConfig())
     binding = Binding(job_index=0, gpu_uuid="GPU-none", env={"CUDA_VISIBLE_DEVICES": ""}, cpus=(CORE,))
     t = Trainer()
@@ -134,7 +134,7 @@ def test_forked_jobs_bind_their_own_gpu_pipe_and_cores_and_inherit_nothing_else(
     from raycolloc.spec import Binding, JobSpec
     from raycolloc.config import DataConfig, TrainerConfig
     from raycolloc.job.spawn import start_training_process
-    from raycolloc.job.workloads import create_workload
+    from raycolloc.job.workloads.registry import create_workload
     job = JobSpec("cell-x", 0, create_workload("tiny_cnn"), 32, 2, 64, 0, DataConfig(), TrainerConfig())
     base = {k: v for k, v in os.environ.items() if not k.startswith("CUDA_")}
     procs = []

@@ -20,7 +20,7 @@ import ray
 from raycolloc.config import ConfigError
 from raycolloc.driver.preflight import check_cluster
 from raycolloc.node.mig.profiles import get_gpu_model
-from raycolloc.node.modes import ModeError
+from raycolloc.node.modes.base import ModeError
 from raycolloc.node.modes.mig import apply_instances
 from raycolloc.node.steward_handles import get_steward
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from raycolloc.config import ConfigError, config_hash, load_config
-from raycolloc.job.workloads import create_workload
 from raycolloc.job.workloads.estimate import estimate_memory, job_estimate_mib, size_class
+from raycolloc.job.workloads.registry import create_workload
 
 from .conftest import ROOT, compose, load, run_cli, write_fixture_cell
 
@@ -231,7 +231,7 @@ def test_an_estimate_is_made_once_per_composition_across_processes(
     assert stored["activations_mib"] == made.activations_mib > 0
     # Another process, the model's forward forbidden: the estimate comes from the file.
     probe = (
-        "import raycolloc.job.workloads.estimate as e; from raycolloc.job.workloads import create_workload;"
+        "import raycolloc.job.workloads.estimate as e; from raycolloc.job.workloads.registry import create_workload;"
         "e._estimate = None; print(e.estimate_memory(create_workload('tiny_cnn'), 32).total_mib)"
     )
     out = subprocess.run(

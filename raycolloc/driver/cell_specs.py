@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from raycolloc.config import Config, ConfigError, MixJob, config_hash, load_config, measured_floor
 from raycolloc.driver.mix_solos import JobSettings, job_settings, mix_solos, solo_overrides
 from raycolloc.driver.node_paths import check_node_paths
-from raycolloc.job.workloads.compose import resolve
+from raycolloc.job.workloads.resolve import resolve
 from raycolloc.node.gpu.kinds import backend_traits
 from raycolloc.node.mig.profiles import UnknownGpuModel, get_gpu_model, known_gpu_models
 from raycolloc.spec import CellSpec, JobSpec

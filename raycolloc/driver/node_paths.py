@@ -20,9 +20,9 @@ from pathlib import Path
 
 from raycolloc.config import ClusterConfig, Config, ConfigError
 from raycolloc.config_groups import compile_cache_at
-from raycolloc.job.workloads.compose import PythonWorkload, ScriptWorkload
 from raycolloc.node.gpu.kinds import backend_traits
 from raycolloc.spec import CellSpec
+from raycolloc.workload_kinds import PythonWorkload, ScriptWorkload
 
 __all__ = ["check_node_dir", "check_node_paths", "dir_problem", "node_is_here"]
 

@@ -4,7 +4,7 @@ It is the only process that touches a node's MPS daemons and MIG layouts, and th
 reads NVML for telemetry (it never initialises CUDA). It also keeps the node's warm parent of
 training processes running (:mod:`raycolloc.job.forkserver`), which trainers ask for forks. For a cell it
 ``prepare``s the GPU through
-the cell's mode (:data:`raycolloc.node.modes.MODES`), which returns one binding per job, gives each
+the cell's mode (:data:`raycolloc.node.modes.registry.MODES`), which returns one binding per job, gives each
 job cores of its own, samples the GPU while the cell measures, and ``release``s the GPU, which the
 cell always asks for in ``finally``. It knows nothing of trainers or progress: jobs are bound
 through their environment and report to the driver directly.
@@ -44,8 +44,9 @@ from raycolloc.node.cpus import CpuPool
 from raycolloc.node.gpu.backend import GpuBackend, GpuInfo
 from raycolloc.node.gpu.sim_inject import Injector, injector_for
 from raycolloc.node.leftovers import claim, clean_leftovers, find_leftovers
-from raycolloc.node.modes import MODES, GpuSlot, Mode
+from raycolloc.node.modes.base import GpuSlot, Mode
 from raycolloc.node.modes.mig import MIG_RECORD
+from raycolloc.node.modes.registry import MODES
 from raycolloc.node.reserve import confine, plan_reservation, ray_processes, thread_siblings
 from raycolloc.node.telemetry import Sampler, gi_sm_shares, gpu_now, pick_source
 from raycolloc.procs import normal_priority, python_env

@@ -1,12 +1,8 @@
-"""Workloads: the registry and the study's presets.
+"""Workloads: the study's presets (:mod:`~raycolloc.job.workloads.presets`), their registry by name
+(:mod:`~raycolloc.job.workloads.registry`), any timm model on any dataset
+(:mod:`~raycolloc.job.workloads.compose`) and a sweep's ``workload`` group resolved to a job's
+workload (:mod:`~raycolloc.job.workloads.resolve`).
 
-Importing the package registers the presets (``presets`` decorates each with ``@register_workload``),
-as timm's ``models`` package imports its model files: whoever imports ``raycolloc.job.workloads.registry``
-imports this package first, so the registry is full before anyone lists it.
+This ``__init__`` imports none of them: Python runs it before any module of the package, so a
+package that fills itself from its own modules imports itself in a circle.
 """
-
-from raycolloc.job.workloads import presets as presets  # imported to register the presets
-from raycolloc.job.workloads.registry import create_workload, list_workloads, register_workload
-from raycolloc.workload_kinds import ModelWorkload
-
-__all__ = ["ModelWorkload", "create_workload", "list_workloads", "register_workload"]

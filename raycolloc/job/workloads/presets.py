@@ -12,10 +12,9 @@ from __future__ import annotations
 from functools import partial
 
 from raycolloc.job.workloads.compose import build_model, compose
-from raycolloc.job.workloads.registry import register_workload
 from raycolloc.workload_kinds import ModelWorkload
 
-__all__ = ["CRITEO_KAGGLE_TABLE_SIZES"]
+__all__ = ["CRITEO_KAGGLE_TABLE_SIZES", "PRESETS"]
 
 # Rows per categorical feature of the Criteo Kaggle (Display Advertising Challenge) train set.
 CRITEO_KAGGLE_TABLE_SIZES = (
@@ -48,32 +47,26 @@ CRITEO_KAGGLE_TABLE_SIZES = (
 )
 
 
-@register_workload
 def resnet26_cifar10() -> ModelWorkload:
     return compose("resnet26", "cifar10", name="resnet26_cifar10", size="S")
 
 
-@register_workload
 def resnet50_imagenet64() -> ModelWorkload:
     return compose("resnet50", "imagenet64", name="resnet50_imagenet64", size="M")
 
 
-@register_workload
 def efficientnetv2s_imagenet64() -> ModelWorkload:
     return compose("efficientnetv2_s", "imagenet64", name="efficientnetv2s_imagenet64", size="M")
 
 
-@register_workload
 def resnet152_imagenet() -> ModelWorkload:
     return compose("resnet152", "imagenet", name="resnet152_imagenet", size="L")
 
 
-@register_workload
 def cait_xxs24_imagenet() -> ModelWorkload:
     return compose("cait_xxs24_224", "imagenet", name="cait_xxs24_imagenet", size="L")
 
 
-@register_workload
 def dlrm_criteo() -> ModelWorkload:
     return ModelWorkload(
         name="dlrm_criteo",
@@ -92,7 +85,6 @@ def dlrm_criteo() -> ModelWorkload:
     )
 
 
-@register_workload
 def tiny_cnn() -> ModelWorkload:
     return ModelWorkload(
         name="tiny_cnn",
@@ -109,7 +101,6 @@ def tiny_cnn() -> ModelWorkload:
     )
 
 
-@register_workload
 def tiny_dlrm() -> ModelWorkload:
     tables = (100,) * 26
     return ModelWorkload(
@@ -127,3 +118,16 @@ def tiny_dlrm() -> ModelWorkload:
         build_model=partial(build_model, "DLRM", tables, 8, 13, (32,), (32,)),
         description="DLRM with 26 tables of 100 rows (CPU demo)",
     )
+
+
+# Every preset, registered under its function's name by :mod:`raycolloc.job.workloads.registry`.
+PRESETS = (
+    resnet26_cifar10,
+    resnet50_imagenet64,
+    efficientnetv2s_imagenet64,
+    resnet152_imagenet,
+    cait_xxs24_imagenet,
+    dlrm_criteo,
+    tiny_cnn,
+    tiny_dlrm,
+)

@@ -1,32 +1,41 @@
-"""Workload registry: ``@register_workload`` / ``create_workload``, as timm does for models.
+"""Workload registry: ``list_workloads`` / ``create_workload`` of the presets by name.
 
 A workload is a model, a dataset and training settings. Presets are named compositions: plain
 functions returning a :class:`~raycolloc.workload_kinds.ModelWorkload` (``raycolloc.job.workloads.compose``
-builds the same spec for any timm model on any dataset). The presets register themselves when the
-package is imported (its ``__init__`` imports :mod:`raycolloc.job.workloads.presets`, as timm's
-``models`` package imports its model files), so this module imports none of them and no import
-circles back here. Importing it is cheap (no torch): the driver checks names before any process starts.
+builds the same spec for any timm model on any dataset), listed in
+:data:`raycolloc.job.workloads.presets.PRESETS`. This module reads that list; the presets import
+nothing of it, and the package's ``__init__`` imports none of its modules, so no import circles
+back (the presets once registered themselves when the package was imported: package -> presets ->
+compose -> package). Importing it is cheap (no torch): the driver checks names before any process starts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
+from raycolloc.job.workloads.presets import PRESETS
 from raycolloc.workload_kinds import ModelWorkload
 
-__all__ = ["create_workload", "list_workloads", "register_workload"]
-
-_REGISTRY: dict[str, Callable[[], ModelWorkload]] = {}
+__all__ = ["create_workload", "list_workloads", "registry_of"]
 
 
-def register_workload(fn: Callable[[], ModelWorkload]) -> Callable[[], ModelWorkload]:
-    """Register a preset function under its own name."""
-    if fn.__name__ in _REGISTRY:
-        raise ValueError(f"workload {fn.__name__!r} is registered twice")
-    _REGISTRY[fn.__name__] = fn
-    return fn
+def registry_of(presets: Iterable[Callable[[], ModelWorkload]]) -> dict[str, Callable[[], ModelWorkload]]:
+    """Preset functions by their own names.
+
+    Raises:
+        ValueError: two presets of one name.
+    """
+    table: dict[str, Callable[[], ModelWorkload]] = {}
+    for fn in presets:
+        if fn.__name__ in table:
+            raise ValueError(f"workload {fn.__name__!r} is registered twice")
+        table[fn.__name__] = fn
+    return table
+
+
+_REGISTRY = registry_of(PRESETS)
 
 
 def list_workloads() -> list[str]:

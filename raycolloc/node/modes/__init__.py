@@ -1,11 +1,6 @@
 """Collocation modes behind one interface (:class:`~raycolloc.node.modes.base.Mode`): naive
-time-slicing, MPS and MIG, registered by name."""
+time-slicing, MPS and MIG, by name in :data:`raycolloc.node.modes.registry.MODES`.
 
-from raycolloc.node.modes.base import GpuSlot, Mode, ModeError
-from raycolloc.node.modes.mig import MigMode
-from raycolloc.node.modes.mps import MpsMode
-from raycolloc.node.modes.naive import NaiveMode
-
-__all__ = ["MODES", "GpuSlot", "Mode", "ModeError"]
-
-MODES: dict[str, type[Mode]] = {mode.name: mode for mode in (NaiveMode, MpsMode, MigMode)}
+This ``__init__`` imports none of them: Python runs it before any module of the package, so a
+package that fills itself from its own modules imports itself in a circle.
+"""

@@ -2,7 +2,7 @@
 
 A mode prepares one GPU for one cell and returns one :class:`~raycolloc.spec.Binding` per job
 (the environment and device each job's training process starts with), then releases what it
-changed. The steward picks the mode by name from :data:`raycolloc.node.modes.MODES`; nothing
+changed. The steward picks the mode by name from :data:`raycolloc.node.modes.registry.MODES`; nothing
 above this package knows which modes exist.
 """
 
