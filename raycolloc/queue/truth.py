@@ -43,6 +43,11 @@ from raycolloc.queue.policy import Predictor
 __all__ = ["CorpusTruth", "GpuPlay", "ModelTruth", "Truth", "create_truth", "interpolate", "true_memory_factor"]
 
 
+# What the jobs of a GPU share in each mode the queue opens, as the advisor's model has it (its module
+# docstring): time-slicing shares the GPU's time, MPS its SMs; the Curve field that measures it alone.
+SHARED = {"naive": "busy", "mps": "sm_active"}
+
+
 @dataclass(frozen=True)
 class GpuPlay:
     """What a GPU's jobs do together: each job's samples/s (in the order given), the GPU's power (None:
@@ -115,8 +120,7 @@ class CorpusTruth:
 
     def load(self, workload: str, mode: str) -> float:
         """The workload's load alone in ``mode``'s shared resource (module docstring)."""
-        curve = self.corpus.curve(workload, mode)
-        return (curve.sm_active if mode == "mps" else curve.busy)[0]
+        return getattr(self.corpus.curve(workload, mode), SHARED[mode])[0]
 
     def effective_degrees(self, mode: str, workloads: Sequence[str]) -> list[float]:
         """Each job's degree in jobs of its own workload (module docstring)."""
