@@ -75,10 +75,14 @@ def test_the_mix_rule_on_the_measured_mixes(capsys: pytest.CaptureFixture[str]) 
             play = t.play(mix.mode, [t.corpus.solo[w] for w in mix.workloads])
             for w, predicted, measured in zip(mix.workloads, play.rates, mix.rates, strict=True):
                 errors.append(predicted / measured - 1.0)
-                print(f"mix rule {mix.mode} {'+'.join(mix.workloads)}: {w} {predicted:,.0f} vs {measured:,.0f} "
-                      f"measured ({errors[-1]:+.0%})")
-            print(f"  power {play.power_w:.0f} W vs {mix.power_w:.0f} W, SM activity {play.sm_active:.0%} vs "
-                  f"{mix.sm_active:.0%}")
+                print(
+                    f"mix rule {mix.mode} {'+'.join(mix.workloads)}: {w} {predicted:,.0f} vs {measured:,.0f} "
+                    f"measured ({errors[-1]:+.0%})"
+                )
+            print(
+                f"  power {play.power_w:.0f} W vs {mix.power_w:.0f} W, SM activity {play.sm_active:.0%} vs "
+                f"{mix.sm_active:.0%}"
+            )
     assert len(errors) == 6
     assert max(abs(e) for e in errors) <= 0.50
 
