@@ -87,7 +87,7 @@ class Corpus:
 
     @property
     def workloads(self) -> tuple[str, ...]:
-        """The workloads with a profile alone and a curve in every mode measured."""
+        """The workloads with a profile alone (naive degree-1 cells), sorted."""
         return tuple(sorted(self.solo))
 
     def curve(self, workload: str, mode: str) -> Curve:
@@ -225,13 +225,12 @@ def load_corpus(path: Path) -> Corpus:
     key = jobs.groupby("cell_id")["key"].first()
     curves = _curves(cells, key)
     job_mib = {str(k): float(g["peak_device_mem_mib"].max()) for k, g in jobs.groupby("key")}
-    solo = {}
-    for (workload, mode), _ in curves.items():
-        naive_solo = cells[(cells["mode"] == "naive") & (cells["degree"] == 1) & cells["mix"].isna()]
-        mine = naive_solo[naive_solo["cell_id"].map(key) == workload]
-        if mode == "naive" and not mine.empty:
-            batch = int(jobs[jobs["key"] == workload]["batch_size"].iloc[0])
-            solo[workload] = _profile(workload, mine, job_mib[workload], gpu, batch)
+    batch = {str(k): int(g["batch_size"].iloc[0]) for k, g in jobs.groupby("key")}
+    alone = cells[(cells["mode"] == "naive") & (cells["degree"] == 1) & cells["mix"].isna()]
+    solo = {
+        str(workload): _profile(str(workload), runs, job_mib[str(workload)], gpu, batch[str(workload)])
+        for workload, runs in alone.groupby(alone["cell_id"].map(key))
+    }
     mixes = []
     for _, cell in cells[cells["mix"].notna()].iterrows():
         rows = jobs[jobs["cell_id"] == cell["cell_id"]].sort_values("job_index")
