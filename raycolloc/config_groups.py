@@ -333,7 +333,7 @@ class QueueConfig:
                     "is the catalogue (use queue.profiles=catalog, or queue.runner=ray)"
                 )
         _check_choice("queue.truth", self.truth, QUEUE_TRUTHS)
-        if self.truth == "corpus" and self.runner != "sim":
+        if self.truth == "corpus" and self.runner == "ray":
             raise ConfigError(
                 "queue.truth=corpus is not allowed with queue.runner=ray: real GPUs are their own truth "
                 "(use queue.runner=sim)"
