@@ -17,8 +17,9 @@ its own forecasts.
   the GPU was busy, NVML utilisation of the degree-1 cell; mps: its SM activity), and runs at its own
   workload's per-job rate at that effective degree ``1 + sum(u_other / u_self)`` (interpolated as
   above). Same-workload jobs weigh 1 each, so the rule is the measured curve for a uniform GPU.
-  Checked against the corpus's measured mixes (tests/test_queue_corpus_truth.py): per job, within
-  +9% .. -43% (naive) and +47% (MPS, resnet26 beside resnet50); docs/queue.md.
+  Checked against the corpus's three measured mixes (tests/test_queue_corpus_truth.py), per job: naive
+  resnet26+resnet50 -4%, +3%; naive resnet26+efficientnetv2_s +20%, -43%; MPS resnet26+resnet50 +47%,
+  +9% (docs/queue.md).
 * **power and SM activity**: each job adds its share (``1/d``) of what its workload's cell measured
   at its effective degree ``d`` above idle (uniform: the measured cell's); SM occupancy and DRAM
   activity were not measured in the corpus's first cut and are reported as 0.
