@@ -131,7 +131,8 @@ def format_groups(runs: Sequence[QueueRun]) -> str:
         has_exclusive = any(r.summary.policy == "exclusive" for r in group)
         note = "" if has_exclusive else "\n(no exclusive run of this trace and cluster: no 'vs excl' ratios)"
         table = format_policies([r.summary for r in group], [r.label for r in group])  # as the CSV names runs
-        parts.append(f"trace {trace}, cluster {cluster}:\n{table}{note}")
+        truth = "/".join(sorted({r.summary.truth for r in group}))  # what played the GPUs (queue.truth)
+        parts.append(f"trace {trace}, cluster {cluster}, truth {truth}:\n{table}{note}")
     return "\n\n".join(parts)
 
 

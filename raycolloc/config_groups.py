@@ -58,6 +58,7 @@ QUEUE_MODES = ("naive", "mps")
 QUEUE_ORDERS = ("longest", "arrival")  # the raycolloc policy's order of the jobs waiting
 QUEUE_RUNNERS = ("sim", "ray")
 QUEUE_PROFILES = ("catalog", "measured")
+QUEUE_TRUTHS = ("model", "corpus")
 # Bounds of the numbers of these groups that no other group shares (config_checks has the shared ones).
 MAX_INTERVAL_MS = 60_000  # telemetry sampled less than once a minute says nothing of a cell
 MAX_BUDGET = 1000.0  # measure.budget: the added runs' GPU time, as a share of the first pass's
@@ -262,6 +263,10 @@ class QueueConfig:
     machinery; ``ray`` runner only); null: ``measured`` with ``runner=ray``, else ``catalog``.
     ``trace_*``: the trace generator's mean gap between arrivals (s), median length of a job alone
     (s), and light/medium/heavy shares.
+    ``truth``: what plays a ``sim`` replay's GPUs: ``model`` (the advisor's model, which the ``raycolloc``
+    policy places by) or ``corpus`` (the rates measured in ``corpus``; traces drawn from its workloads;
+    the ``raycolloc`` policy places by the model fitted without each job's workload). ``corpus``: the
+    measured corpus's folder (null: the repository's ``corpus/``).
     """
 
     policy: str = "raycolloc"
@@ -289,6 +294,8 @@ class QueueConfig:
     trace_gap_s: float = 2.0
     trace_job_s: float = 25.0
     trace_mix: list[float] = field(default_factory=lambda: [0.4, 0.35, 0.25])
+    truth: str = "model"
+    corpus: str | None = None
 
     def __post_init__(self) -> None:
         _check_choice("queue.policy", self.policy, queue_policies())
@@ -325,6 +332,12 @@ class QueueConfig:
                     "queue.profiles=measured is not allowed with queue.runner=sim: the simulated cluster's truth "
                     "is the catalogue (use queue.profiles=catalog, or queue.runner=ray)"
                 )
+        _check_choice("queue.truth", self.truth, QUEUE_TRUTHS)
+        if self.truth == "corpus" and self.runner == "ray":
+            raise ConfigError(
+                "queue.truth=corpus is not allowed with queue.runner=ray: real GPUs are their own truth "
+                "(use queue.runner=sim)"
+            )
         _check_min(
             "queue.trace_gap_s", self.trace_gap_s, 0.001, maximum=MAX_TRACE_S, what=" of seconds", note=" (a day)"
         )

@@ -16,10 +16,10 @@ from raycolloc.queue.policies import CARMA_MARGIN_MIB, CarmaPolicy, create_polic
 from raycolloc.queue.policy import POLICIES, GpuView, Predictor, QueuedJob, Resident
 from raycolloc.queue.replay import ReplayOutcome, replay
 from raycolloc.queue.settings import compose_settings
-from raycolloc.queue.simcluster import true_memory_factor
 from raycolloc.queue.state import Store
 from raycolloc.queue.trace import TraceJob, write_trace
 from raycolloc.queue.tracegen import generate
+from raycolloc.queue.truth import true_memory_factor
 
 GPU = sim_gpu("H100-80GB")
 PREDICTOR = Predictor(GPU, sim_params(GPU))

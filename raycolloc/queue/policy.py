@@ -164,15 +164,24 @@ class Predictor:
         self.params = params
         self._cache: dict[tuple[str, tuple[str, ...]], tuple[dict[str, float], Outlook]] = {}
 
+    def params_for(self, workload: str) -> Params:
+        """The parameters that predict a job of ``workload`` (here one set for all; a subclass may fit them
+        without that workload: :class:`raycolloc.queue.lowo.LeaveOutPredictor`)."""
+        return self.params
+
     def outlook(self, mode: str, profiles: Sequence[Profile]) -> Outlook:
-        """Each job's slowdown under ``mode`` beside the others, and the GPU's activity and power."""
+        """Each job's slowdown under ``mode`` beside the others (each job's as :meth:`params_for` its
+        workload predicts it), and the GPU's activity and power (as its first workload's parameters do)."""
         ordered = sorted(profiles, key=lambda p: p.workload)
         key = (mode, tuple(p.workload for p in ordered))
         if key not in self._cache:
-            pred = predict(Candidate(mode, tuple(ordered), (Slot(),) * len(ordered)), self.gpu, self.params)
+            candidate = Candidate(mode, tuple(ordered), (Slot(),) * len(ordered))
+            params = {w: self.params_for(w) for w in key[1]}
+            preds = {id(q): predict(candidate, self.gpu, q) for q in params.values()}
             # Jobs of one workload are alike to the model: one slowdown per workload.
-            slowdown = {p.workload: j.slowdown for p, j in zip(ordered, pred.jobs, strict=True)}
-            rates = [1.0 / j.slowdown for j in pred.jobs]
+            slowdown = {w: preds[id(params[w])].jobs[key[1].index(w)].slowdown for w in key[1]}
+            pred = preds[id(params[key[1][0]])]
+            rates = [1.0 / slowdown[p.workload] for p in ordered]
             occ = sum((p.sm_occupancy or 0.0) * r for p, r in zip(ordered, rates, strict=True))
             dram = sum((p.dram_active or 0.0) * r for p, r in zip(ordered, rates, strict=True))
             base = Outlook((), pred.power_w, pred.sm_active / 100.0, min(1.0, occ), min(1.0, dram))

@@ -190,10 +190,10 @@ def replay_ray(trace: Path, settings: QueueSettings) -> ReplayOutcome:
                 return None  # a catalogue's rate is no measurement to divide by
             return profile.samples_per_s / rate
 
-        rows = job_rows(config.queue.policy, store.jobs(), alone, config.queue.max_slowdown, speed)
+        rows = job_rows(config.queue.policy, store.jobs(), alone, config.queue.max_slowdown, speed, truth="gpus")
         gpus = ",".join(sorted(lane.gpu.uuid for lane in runners.lanes.values()))
         summary = summarise(
-            config.queue.policy, rows, energy, wall, found.source, sessions, gpus, len(store.ends_lost())
+            config.queue.policy, rows, energy, wall, found.source, sessions, gpus, len(store.ends_lost()), "gpus"
         )
         jobs_file = write_parquet(directory / "jobs.parquet", rows)
         write_parquet(directory / "gpus.parquet", runners.telemetry)

@@ -10,7 +10,8 @@ one made with other settings is refused, naming them (:func:`claim_run`). The lo
 moves virtual time from one thing that happens to the next: an arrival, an end or an OOM on a GPU, or
 a wake-up the policy asked for. Written beside the database: ``jobs.parquet`` (one row per job),
 ``gpus.parquet`` (each GPU's mode, jobs, SM activity, power and memory from each change on) and
-``summary.json``. Energy adds up over restarts (less what a killed run had not recorded: its part
+``summary.json``, each naming the truth that played the GPUs (``queue.truth``:
+:mod:`raycolloc.queue.truth`). Energy adds up over restarts (less what a killed run had not recorded: its part
 since its last start); GPU rows are the last run's.
 """
 
@@ -28,15 +29,16 @@ from pathlib import Path
 from raycolloc.advise.profile import Profile
 from raycolloc.config import ConfigError
 from raycolloc.config_groups import QueueConfig
-from raycolloc.queue.catalog import NoProfile, catalog_profile, sim_params
+from raycolloc.queue.catalog import NoProfile, catalog_profile
 from raycolloc.queue.core import Queue
+from raycolloc.queue.corpus import corpus_dir, load_corpus
 from raycolloc.queue.policies import create_policy
-from raycolloc.queue.policy import Predictor
 from raycolloc.queue.report import Summary, format_summary, job_rows, summarise, write_parquet, write_summary
 from raycolloc.queue.settings import QueueSettings
 from raycolloc.queue.simcluster import SimCluster
 from raycolloc.queue.state import ConfigMismatch, Store
 from raycolloc.queue.trace import TraceError, TraceJob, read_trace
+from raycolloc.queue.truth import create_truth
 
 __all__ = [
     "ReplayOutcome",
@@ -80,15 +82,17 @@ def cluster_label(settings: QueueSettings, legacy: bool = False) -> str:
 
 
 def run_dir(trace: Path, settings: QueueSettings) -> Path:
-    """Where a replay of ``trace`` keeps its database and results: one directory per trace, policy and
-    cluster, so that runs of one trace on other clusters sit side by side in one ``out_dir``. A ray
+    """Where a replay of ``trace`` keeps its database and results: one directory per trace, policy,
+    cluster and truth (``-corpus`` ends the name of a run on measured truth), so that runs of one trace
+    on other clusters or truths sit side by side in one ``out_dir``. A ray
     replay's database made under the name before (``ray-<backend>-<gpu model>``) is found there and
     resumed, not started afresh beside it."""
     queue = settings.config.queue
     if queue.db:
         return Path(queue.db).parent
     name = f"{trace.stem}-{queue.policy}-"
-    directory = settings.out_dir / "queue" / (name + cluster_label(settings))
+    truth = "-corpus" if queue.truth == "corpus" else ""  # the model's runs keep the name they had
+    directory = settings.out_dir / "queue" / (name + cluster_label(settings) + truth)
     legacy = settings.out_dir / "queue" / (name + cluster_label(settings, legacy=True))
     if queue.runner == "ray" and not directory.exists() and (legacy / "queue.sqlite").is_file():
         return legacy
@@ -100,7 +104,14 @@ def run_dir(trace: Path, settings: QueueSettings) -> Path:
 # raycolloc.config's _LATER_KEYS keep config_hash). Rule: every queue key added from now on goes here.
 # The value kept out is how a run behaved before the key existed (the margins: none), so a database
 # made before it is resumed as it ran, or refused with the key named.
-_LATER_KEYS: dict[str, object] = {"profiles": None, "slowdown_margin": 0.0, "min_gain": 0.0, "order": "arrival"}
+_LATER_KEYS: dict[str, object] = {
+    "profiles": None,
+    "slowdown_margin": 0.0,
+    "min_gain": 0.0,
+    "order": "arrival",
+    "truth": "model",
+    "corpus": None,
+}
 
 
 def run_settings(queue: QueueConfig) -> dict[str, object]:
@@ -136,9 +147,20 @@ def claim_run(store: Store, trace: str, shape: str, settings: QueueSettings) -> 
 
 
 def trace_profiles(trace: Path, jobs: list[TraceJob], settings: QueueSettings) -> dict[str, Profile]:
-    """Every job's profile on the simulated GPU model; refuses the trace at its first unknown job."""
+    """Every job's profile on the simulated GPU model (``queue.truth=corpus``: its workload's naive solo
+    in the corpus); refuses the trace at its first unknown job.
+
+    Raises:
+        TraceError: a job the catalogue has no profile of; CorpusError: a job whose workload the corpus lacks.
+    """
     out = {}
+    queue = settings.config.queue
+    corpus = load_corpus(corpus_dir(queue)) if queue.truth == "corpus" else None
     for job in jobs:
+        if corpus is not None:
+            corpus.check(job.workload, f"{trace}: job {job.job_id}")
+            out[job.job_id] = corpus.solo[job.workload]
+            continue
         try:
             out[job.job_id] = catalog_profile(job.workload, settings.gpu)
         except NoProfile as exc:
@@ -179,9 +201,9 @@ def replay(trace: Path, settings: QueueSettings, open_store: Callable[[Path], St
     store = open_store(db)
     try:
         claim_run(store, trace_digest(jobs), f"{settings.nodes}x{settings.gpus_per_node} {gpu.name}", settings)
-        predictor = Predictor(gpu, sim_params(gpu))
+        predictor, truth = create_truth(config.queue, gpu, config.seed)
         now = store.clock()
-        cluster = SimCluster(settings.nodes, settings.gpus_per_node, gpu, predictor, config.queue, config.seed, now)
+        cluster = SimCluster(settings.nodes, settings.gpus_per_node, gpu, truth, config.queue, now)
         queue = Queue(
             store, create_policy(config.queue, gpu, predictor), cluster, config.queue, gpu, lambda j: profiles[j.job_id]
         )
@@ -202,8 +224,16 @@ def replay(trace: Path, settings: QueueSettings, open_store: Callable[[Path], St
             return (job.length_samples or 0) / profiles[job.job_id].samples_per_s
 
         # Each job's bound is the one stored with it; the default only fills a database made before that.
-        rows = job_rows(config.queue.policy, store.jobs(), alone, config.queue.max_slowdown)
-        summary = summarise(config.queue.policy, rows, energy, wall, ends_lost=len(store.ends_lost()))
+        rows = job_rows(config.queue.policy, store.jobs(), alone, config.queue.max_slowdown, truth=truth.name)
+        summary = summarise(
+            config.queue.policy,
+            rows,
+            energy,
+            wall,
+            profiles="corpus" if truth.name == "corpus" else "catalog",
+            ends_lost=len(store.ends_lost()),
+            truth=truth.name,
+        )
         jobs_file = write_parquet(directory / "jobs.parquet", rows)
         if not over:  # a run found already over ran nothing: the GPU rows of the run that did stay
             write_parquet(directory / "gpus.parquet", cluster.telemetry)

@@ -61,6 +61,7 @@ class JobRow:
     # out on both sides; None where no rate was measured (simulated cluster, a resumed run's earlier
     # attempt). Where set, a job's bound is judged on it: the advisor predicts rates, not start-ups.
     speed_slowdown: float | None = None
+    truth: str = "model"  # what played the GPUs (queue.truth); real GPUs: "model" names no model here
 
     @property
     def judged_slowdown(self) -> float | None:
@@ -89,6 +90,7 @@ class Summary:
     sessions: int = 1  # processes that ran it: more than 1 where it was interrupted and resumed
     gpus: str = ""  # the GPUs it ran on, their UUIDs sorted (the last session's); "" simulated, or unknown
     ends_lost: int = 0  # jobs that had ended and ran again: the database lost their end with its WAL (ledger)
+    truth: str = "model"  # what played the simulated GPUs (queue.truth): the advisor's model, or the corpus
 
 
 def job_rows(
@@ -97,6 +99,7 @@ def job_rows(
     alone_s: Callable[[TraceJob], float | None],
     default_bound: float,
     speed: Callable[[TraceJob], float | None] | None = None,
+    truth: str = "model",
 ) -> list[JobRow]:
     """The rows of ``records``; ``alone_s`` gives a job's length in seconds alone on its GPU model,
     ``speed`` (real GPUs) its rate alone over its measured rate (``JobRow.speed_slowdown``)."""
@@ -128,6 +131,7 @@ def job_rows(
                 ooms=r.ooms,
                 requeues=r.requeues,
                 speed_slowdown=speed(r.job) if speed is not None and ended else None,
+                truth=truth,
             )
         )
     return rows
@@ -152,6 +156,7 @@ def summarise(
     sessions: int = 1,
     gpus: str = "",
     ends_lost: int = 0,
+    truth: str = "model",
 ) -> Summary:
     """The summary of a run's rows; ``profiles``: where the jobs' profiles alone came from;
     ``sessions``: the processes that ran it (a resumed run: wall time is the last one's); ``gpus``:
@@ -182,6 +187,7 @@ def summarise(
         sessions=sessions,
         gpus=gpus,
         ends_lost=ends_lost,
+        truth=truth,
     )
 
 
@@ -207,7 +213,7 @@ def format_summary(s: Summary) -> str:
     return "\n".join(
         [
             f"queue policy={s.policy}: {s.ended}/{s.jobs} jobs ended{cancelled}"
-            f"{'' if s.complete else ' (NOT all: see jobs)'}   profiles: {s.profiles}",
+            f"{'' if s.complete else ' (NOT all: see jobs)'}   profiles: {s.profiles}   truth: {s.truth}",
             f"  makespan {num(s.makespan_s, ',.1f')} s   JCT mean {num(s.jct_mean_s, ',.1f')} s, "
             f"p95 {num(s.jct_p95_s, ',.1f')} s   energy {energy}",
             f"  OOMs {s.ooms} (re-queues {s.requeues})   slowest job {num(s.max_slowdown, '.2f')}x alone, "

@@ -31,6 +31,7 @@ from raycolloc.queue.settings import QueueSettings
 from raycolloc.queue.simcluster import SimCluster
 from raycolloc.queue.state import Store
 from raycolloc.queue.trace import FIELDS, TraceError, TraceJob, parse_row
+from raycolloc.queue.truth import ModelTruth
 
 __all__ = ["GpuStatus", "JobStatus", "QueueClosed", "QueueService", "QueueStatus", "submission"]
 
@@ -116,9 +117,8 @@ class QueueService:
         self._base = self.store.clock()
         self._ticked = self._base
         predictor = Predictor(gpu, sim_params(gpu))
-        self.cluster = SimCluster(
-            settings.nodes, settings.gpus_per_node, gpu, predictor, config.queue, config.seed, self._base
-        )
+        truth = ModelTruth(predictor, config.seed, config.queue.sim_mem_error)
+        self.cluster = SimCluster(settings.nodes, settings.gpus_per_node, gpu, truth, config.queue, self._base)
         policy = create_policy(config.queue, gpu, predictor)
         self.queue = Queue(self.store, policy, self.cluster, config.queue, gpu, self._profile)
         self.queue.resume(self._base)  # what the last process had running died with it

@@ -2,7 +2,8 @@
 
 ``queue.*`` (the ``queue/`` group), ``cluster=...`` (its GPU model and count), ``out_dir`` and ``seed``
 are the keys a queue reads; every group is validated as a sweep's would be, so a typo or a bad value
-exits 2 before anything is queued.
+exits 2 before anything is queued. With ``queue.truth=corpus`` the corpus is read here, and its GPU
+model must be the cluster's (``cluster.gpu_model``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from raycolloc.advise.model import Gpu
 from raycolloc.config import Config, ConfigError, load_config, register_configs
 from raycolloc.node.mig.profiles import UnknownGpuModel
 from raycolloc.queue.catalog import sim_gpu
+from raycolloc.queue.corpus import corpus_dir, load_corpus
 
 __all__ = ["QueueSettings", "compose_settings"]
 
@@ -65,6 +67,13 @@ def compose_settings(words: Sequence[str]) -> QueueSettings:
         gpu = sim_gpu(cluster.gpu_model)
     except UnknownGpuModel as exc:
         raise ConfigError(f"cluster.gpu_model={cluster.gpu_model!r}: {exc}") from None
+    if queue.truth == "corpus":
+        corpus = load_corpus(corpus_dir(queue))
+        if corpus.gpu_model != gpu.name:
+            raise ConfigError(
+                f"cluster.gpu_model={cluster.gpu_model!r} is not allowed with queue.truth=corpus: the corpus "
+                f"{corpus.path} was measured on {corpus.gpu_model}; give cluster.gpu_model={corpus.gpu_model}"
+            )
     return QueueSettings(
         config=config,
         nodes=queue.sim_nodes or 1,

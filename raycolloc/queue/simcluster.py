@@ -1,19 +1,18 @@
-"""The simulated cluster of a replay: GPUs whose truth is the advisor's model, in virtual time.
+"""The simulated cluster of a replay: GPUs played by a truth (``queue.truth``), in virtual time.
 
-Each GPU runs its jobs at the rates the advisor's model predicts for them together under the GPU's
-mode (a job's rate alone over its slowdown), draws the model's power (idle when empty), and reports
-what a monitor would: memory in use and SM activity, occupancy and DRAM activity as means over a
-rolling window. Nothing sleeps: :meth:`SimCluster.advance` moves the clock to the next thing that
-happens. A job's true memory is its profile's times a factor within ``1 +- queue.sim_mem_error``, fixed per
-workload and seed (the same model and settings take the same memory; an estimator errs the same way
-on it each time), and the monitor sees it per process once the job runs. A job that lands where the
-true memory no longer fits runs out of memory ``queue.sim_oom_after_s`` after it starts, as a
-training job does in its first steps.
+Each GPU runs its jobs at the rates its :class:`~raycolloc.queue.truth.Truth` gives them together under
+the GPU's mode — the advisor's model (``model``) or the measured corpus (``corpus``) — draws that
+truth's power (idle when empty), and reports what a monitor would: memory in use and SM activity,
+occupancy and DRAM activity as means over a rolling window. Nothing sleeps: :meth:`SimCluster.advance`
+moves the clock to the next thing that happens. A job's true memory is the truth's (the model's: its
+profile's times a factor within ``1 +- queue.sim_mem_error``, fixed per workload and seed; the
+corpus's: the peak measured), and the monitor sees it per process once the job runs. A job that lands
+where the true memory no longer fits runs out of memory ``queue.sim_oom_after_s`` after it starts, as
+a training job does in its first steps.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -22,9 +21,10 @@ from raycolloc.advise.profile import Profile
 from raycolloc.config_groups import QueueConfig
 from raycolloc.queue.catalog import idle_power_w
 from raycolloc.queue.core import JobStart, Report
-from raycolloc.queue.policy import GpuView, Predictor, Resident
+from raycolloc.queue.policy import GpuView, Resident
+from raycolloc.queue.truth import Truth
 
-__all__ = ["MONITOR_WINDOW_S", "SimCluster", "TelemetryRow", "true_memory_factor"]
+__all__ = ["MONITOR_WINDOW_S", "SimCluster", "TelemetryRow"]
 
 MONITOR_WINDOW_S = 30.0  # the rolling window of the simulated monitor's activities
 _DONE = 1e-6  # a job with this share of its samples left has ended (floating point of rate x time)
@@ -73,24 +73,13 @@ class _Gpu:
     down: bool = False
 
 
-def true_memory_factor(workload: str, seed: int, error: float) -> float:
-    """A workload's true memory over its profile's: fixed per workload and seed, within ``1 +- error``."""
-    digest = hashlib.sha256(f"{seed}:{workload}".encode()).digest()
-    u = int.from_bytes(digest[:8], "big") / 2**64
-    return 1.0 + error * (2.0 * u - 1.0)
-
-
 class SimCluster:
     """``nodes`` x ``gpus_per_node`` simulated GPUs of one model, from virtual time ``now``."""
 
-    def __init__(
-        self, nodes: int, gpus_per_node: int, gpu: Gpu, predictor: Predictor, queue: QueueConfig, seed: int, now: float
-    ) -> None:
+    def __init__(self, nodes: int, gpus_per_node: int, gpu: Gpu, truth: Truth, queue: QueueConfig, now: float) -> None:
         self.gpu = gpu
-        self.predictor = predictor
-        self.error = queue.sim_mem_error
+        self.truth = truth
         self.oom_after_s = queue.sim_oom_after_s
-        self.seed = seed
         self.energy_j = 0.0
         self.telemetry: list[TelemetryRow] = []
         self._gpus = [
@@ -121,13 +110,12 @@ class SimCluster:
     def start(self, job: JobStart) -> None:
         """Start an attempt of a job on a GPU (the GPU's clock is at ``job.now``: the queue advanced it)."""
         g, profile, now = self._by_id[job.gpu_id], job.profile, job.now
-        catalogue = profile.job_mem_mib  # the truth is drawn around the job's own memory, not the queue's estimate
         run = _Run(
             job.job_id,
             job.attempt,
             profile,
             job.estimate_mib,
-            catalogue * true_memory_factor(profile.workload, self.seed, self.error),
+            self.truth.true_mib(profile),  # the job's own memory, not the queue's estimate
             job.max_slowdown,
             job.samples,
             job.samples,
@@ -220,12 +208,12 @@ class SimCluster:
         return out
 
     def _refresh(self, g: _Gpu, t: float) -> None:
-        """The GPU's rates, power and activity after its jobs changed (the advisor's model)."""
+        """The GPU's rates, power and activity after its jobs changed (the truth's)."""
         if g.runs:
-            outlook = self.predictor.outlook(str(g.mode), [r.profile for r in g.runs])
-            g.rates = [r.profile.samples_per_s / s for r, s in zip(g.runs, outlook.slowdowns, strict=True)]
-            g.power_w = outlook.power_w if outlook.power_w is not None else g.idle_w
-            g.activity = (outlook.sm_active, outlook.sm_occupancy, outlook.dram_active)
+            play = self.truth.play(str(g.mode), [r.profile for r in g.runs])
+            g.rates = list(play.rates)
+            g.power_w = play.power_w if play.power_w is not None else g.idle_w
+            g.activity = (play.sm_active, play.sm_occupancy, play.dram_active)
         else:
             g.rates, g.power_w, g.activity = [], g.idle_w, (0.0, 0.0, 0.0)
         g.history.append((t, g.activity))

@@ -6,7 +6,10 @@ workload of the catalogue drawn by size class (``queue.trace_mix``: CIFAR CNNs, 
 as long as ``queue.trace_job_s`` alone at the median, log-normally spread as Philly's run times are
 (heavier classes run longer). Lengths are written in samples, computed from the job's rate alone on
 the cluster's GPU model, so that a trace's length in time holds on that GPU. Half the jobs name a
-slowdown bound. A trace is at most ``MAX_JOBS`` jobs, and one whose arrivals or lengths would pass
+slowdown bound. With ``queue.truth=corpus`` the workloads are the measured corpus's (light: CIFAR-10,
+medium: ImageNet64, heavy: ImageNet at 224 px; :data:`raycolloc.queue.corpus.CLASS_OF_DATASET`) and a
+job's rate alone is its measured naive solo; a share given to a class the corpus has no workload of
+is refused. A trace is at most ``MAX_JOBS`` jobs, and one whose arrivals or lengths would pass
 what a trace may hold (:mod:`raycolloc.queue.trace`'s bounds) is refused naming the key that took it
 there, before anything is written.
 """
@@ -20,6 +23,7 @@ from raycolloc.advise.model import Gpu
 from raycolloc.config_checks import MAX_SAMPLES, ConfigError
 from raycolloc.config_groups import QueueConfig
 from raycolloc.queue.catalog import CATALOG, CLASSES, catalog_profile
+from raycolloc.queue.corpus import CLASS_OF_DATASET, corpus_dir, load_corpus
 from raycolloc.queue.trace import MAX_SUBMIT_S, TraceJob
 
 __all__ = ["MAX_JOBS", "check_count", "generate"]
@@ -53,14 +57,15 @@ def generate(n: int, seed: int, queue: QueueConfig, gpu: Gpu) -> list[TraceJob]:
     check_count(n)
     rng = random.Random(seed)
     weights = [float(w) for w in queue.trace_mix]
-    by_class = {c: sorted(k for k, e in CATALOG.items() if e.size == c) for c in CLASSES}
+    by_class, rate_of = _menu(queue, gpu)
     jobs, t = [], 0.0
     for i in range(n):
         size = rng.choices(CLASSES, weights=weights)[0]
-        entry = CATALOG[rng.choice(by_class[size])]
+        key = rng.choice(by_class[size])
+        model, _, dataset = key.partition("/")
         median = queue.trace_job_s * _CLASS_LENGTH[size]
         seconds = min(4 * median, max(median / 4, median * math.exp(rng.gauss(0.0, _SPREAD))))
-        rate = catalog_profile(entry.key, gpu).samples_per_s
+        rate = rate_of[key]
         _check_fits(queue, t, seconds * rate)
         bound = rng.choice(_BOUNDS) if rng.random() < 0.5 else None
         jobs.append(
@@ -68,8 +73,8 @@ def generate(n: int, seed: int, queue: QueueConfig, gpu: Gpu) -> list[TraceJob]:
                 job_id=f"j{i:04d}",
                 submit_s=round(t, 3),
                 kind="timm",
-                model=entry.model,
-                dataset=entry.dataset,
+                model=model,
+                dataset=dataset,
                 entry=None,
                 epochs=None,
                 samples=max(1, round(seconds * rate)),
@@ -78,6 +83,28 @@ def generate(n: int, seed: int, queue: QueueConfig, gpu: Gpu) -> list[TraceJob]:
         )
         t += rng.expovariate(1.0 / queue.trace_gap_s)
     return jobs
+
+
+def _menu(queue: QueueConfig, gpu: Gpu) -> tuple[dict[str, list[str]], dict[str, float]]:
+    """The workloads (``model/dataset``) of each size class, sorted, and each one's rate alone on ``gpu``:
+    the catalogue's, or the measured corpus's under ``queue.truth=corpus``.
+
+    Raises:
+        ConfigError: a class with a share in ``queue.trace_mix`` has no workload in the corpus.
+    """
+    if queue.truth != "corpus":
+        by_class = {c: sorted(k for k, e in CATALOG.items() if e.size == c) for c in CLASSES}
+        return by_class, {k: catalog_profile(k, gpu).samples_per_s for k in CATALOG}
+    corpus = load_corpus(corpus_dir(queue))
+    rates = {k: p.samples_per_s for k, p in corpus.solo.items()}
+    by_class = {c: sorted(k for k in rates if CLASS_OF_DATASET.get(k.partition("/")[2]) == c) for c in CLASSES}
+    for c, w in zip(CLASSES, queue.trace_mix, strict=True):
+        if w and not by_class[c]:
+            raise ConfigError(
+                f"queue.trace_mix={list(queue.trace_mix)!r} is not allowed with queue.truth=corpus: the corpus "
+                f"{corpus.path} holds no {c} workload (it holds: {', '.join(corpus.workloads)}); give {c} a share of 0"
+            )
+    return by_class, rates
 
 
 def _check_fits(queue: QueueConfig, submit_s: float, samples: float) -> None:
