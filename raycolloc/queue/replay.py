@@ -54,7 +54,9 @@ __all__ = [
 # Keys no run depends on: where the database is, and the trace generator's (the trace itself is claimed
 # by its digest); and the cluster's shape, claimed as resolved (sim_nodes=null and =1 are one cluster).
 # Every other ``queue.*`` key is part of what a database was made with.
-_UNCLAIMED = frozenset({"db", "trace_gap_s", "trace_job_s", "trace_mix", "sim_nodes", "sim_gpus_per_node"})
+_UNCLAIMED = frozenset(
+    {"db", "trace_gap_s", "trace_job_s", "trace_mix", "trace_scale", "sim_nodes", "sim_gpus_per_node"}
+)
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,15 @@ def run_dir(trace: Path, settings: QueueSettings) -> Path:
 # raycolloc.config's _LATER_KEYS keep config_hash). Rule: every queue key added from now on goes here.
 # The value kept out is how a run behaved before the key existed (the margins: none), so a database
 # made before it is resumed as it ran, or refused with the key named.
-_LATER_KEYS: dict[str, object] = {"profiles": None, "slowdown_margin": 0.0, "min_gain": 0.0, "order": "arrival"}
+_LATER_KEYS: dict[str, object] = {
+    "profiles": None,
+    "slowdown_margin": 0.0,
+    "min_gain": 0.0,
+    "order": "arrival",
+    "carma_estimator": "bins",
+    "carma_seed": 0,
+    "sim_startup_s": 0.0,
+}
 
 
 def run_settings(queue: QueueConfig) -> dict[str, object]:
@@ -203,7 +213,9 @@ def replay(trace: Path, settings: QueueSettings, open_store: Callable[[Path], St
 
         # Each job's bound is the one stored with it; the default only fills a database made before that.
         rows = job_rows(config.queue.policy, store.jobs(), alone, config.queue.max_slowdown)
-        summary = summarise(config.queue.policy, rows, energy, wall, ends_lost=len(store.ends_lost()))
+        summary = summarise(
+            config.queue.policy, rows, energy, wall, ends_lost=len(store.ends_lost()), telemetry=cluster.telemetry
+        )
         jobs_file = write_parquet(directory / "jobs.parquet", rows)
         if not over:  # a run found already over ran nothing: the GPU rows of the run that did stay
             write_parquet(directory / "gpus.parquet", cluster.telemetry)

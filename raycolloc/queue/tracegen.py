@@ -6,7 +6,10 @@ workload of the catalogue drawn by size class (``queue.trace_mix``: CIFAR CNNs, 
 as long as ``queue.trace_job_s`` alone at the median, log-normally spread as Philly's run times are
 (heavier classes run longer). Lengths are written in samples, computed from the job's rate alone on
 the cluster's GPU model, so that a trace's length in time holds on that GPU. Half the jobs name a
-slowdown bound. A trace is at most ``MAX_JOBS`` jobs, and one whose arrivals or lengths would pass
+slowdown bound. ``queue.trace_scale=carma`` keeps the classes but takes CARMA's time scale instead: a
+job's length alone is one of CARMA's published task lengths of its class (3.4 min to 112 min), drawn
+uniformly, and arrivals are apart by CARMA's traces' mean gap (:mod:`raycolloc.queue.carma`).
+A trace is at most ``MAX_JOBS`` jobs, and one whose arrivals or lengths would pass
 what a trace may hold (:mod:`raycolloc.queue.trace`'s bounds) is refused naming the key that took it
 there, before anything is written.
 """
@@ -19,6 +22,7 @@ import random
 from raycolloc.advise.model import Gpu
 from raycolloc.config_checks import MAX_SAMPLES, ConfigError
 from raycolloc.config_groups import QueueConfig
+from raycolloc.queue.carma import CARMA_GAP_S, CARMA_LENGTHS_MIN
 from raycolloc.queue.catalog import CATALOG, CLASSES, catalog_profile
 from raycolloc.queue.trace import MAX_SUBMIT_S, TraceJob
 
@@ -54,12 +58,13 @@ def generate(n: int, seed: int, queue: QueueConfig, gpu: Gpu) -> list[TraceJob]:
     rng = random.Random(seed)
     weights = [float(w) for w in queue.trace_mix]
     by_class = {c: sorted(k for k, e in CATALOG.items() if e.size == c) for c in CLASSES}
+    carma = queue.trace_scale == "carma"
+    gap = CARMA_GAP_S if carma else queue.trace_gap_s
     jobs, t = [], 0.0
     for i in range(n):
         size = rng.choices(CLASSES, weights=weights)[0]
         entry = CATALOG[rng.choice(by_class[size])]
-        median = queue.trace_job_s * _CLASS_LENGTH[size]
-        seconds = min(4 * median, max(median / 4, median * math.exp(rng.gauss(0.0, _SPREAD))))
+        seconds = 60.0 * rng.choice(CARMA_LENGTHS_MIN[size]) if carma else _short_length(rng, queue, size)
         rate = catalog_profile(entry.key, gpu).samples_per_s
         _check_fits(queue, t, seconds * rate)
         bound = rng.choice(_BOUNDS) if rng.random() < 0.5 else None
@@ -76,8 +81,14 @@ def generate(n: int, seed: int, queue: QueueConfig, gpu: Gpu) -> list[TraceJob]:
                 max_slowdown=bound,
             )
         )
-        t += rng.expovariate(1.0 / queue.trace_gap_s)
+        t += rng.expovariate(1.0 / gap)
     return jobs
+
+
+def _short_length(rng: random.Random, queue: QueueConfig, size: str) -> float:
+    """A job's length alone at our scale: log-normal around ``queue.trace_job_s`` times its class's factor."""
+    median = queue.trace_job_s * _CLASS_LENGTH[size]
+    return min(4 * median, max(median / 4, median * math.exp(rng.gauss(0.0, _SPREAD))))
 
 
 def _check_fits(queue: QueueConfig, submit_s: float, samples: float) -> None:
