@@ -34,7 +34,7 @@ from raycolloc.queue.policies import create_policy
 from raycolloc.queue.policy import Predictor
 from raycolloc.queue.report import Summary, format_summary, job_rows, summarise, write_parquet, write_summary
 from raycolloc.queue.settings import QueueSettings
-from raycolloc.queue.simcluster import SimCluster
+from raycolloc.queue.simcluster import SimCluster, TelemetryRow
 from raycolloc.queue.state import ConfigMismatch, Store
 from raycolloc.queue.trace import TraceError, TraceJob, read_trace
 
@@ -196,7 +196,8 @@ def replay(trace: Path, settings: QueueSettings, open_store: Callable[[Path], St
             store, create_policy(config.queue, gpu, predictor), cluster, config.queue, gpu, lambda j: profiles[j.job_id]
         )
         counts = store.counts()
-        over = sum(counts.values()) > 0 and counts["ended"] + counts["cancelled"] == sum(counts.values())
+        counts_before = sum(counts.values())
+        over = counts_before > 0 and counts["ended"] + counts["cancelled"] == counts_before
         if sum(counts.values()):
             queue.resume(now)
         else:
@@ -213,8 +214,11 @@ def replay(trace: Path, settings: QueueSettings, open_store: Callable[[Path], St
 
         # Each job's bound is the one stored with it; the default only fills a database made before that.
         rows = job_rows(config.queue.policy, store.jobs(), alone, config.queue.max_slowdown)
+        # SM activity over the makespan needs every GPU row of the run: this session's where it ran it all,
+        # the rows of the session that did where it was over already, none where it resumed one part way.
+        gpu_rows = cluster.telemetry if not counts_before else _gpu_rows(directory / "gpus.parquet") if over else []
         summary = summarise(
-            config.queue.policy, rows, energy, wall, ends_lost=len(store.ends_lost()), telemetry=cluster.telemetry
+            config.queue.policy, rows, energy, wall, ends_lost=len(store.ends_lost()), telemetry=gpu_rows
         )
         jobs_file = write_parquet(directory / "jobs.parquet", rows)
         if not over:  # a run found already over ran nothing: the GPU rows of the run that did stay
@@ -223,6 +227,15 @@ def replay(trace: Path, settings: QueueSettings, open_store: Callable[[Path], St
     finally:
         store.close()
     return ReplayOutcome(summary, directory, jobs_file)
+
+
+def _gpu_rows(path: Path) -> list[TelemetryRow]:
+    """The GPU rows an earlier session wrote (none where it wrote none)."""
+    if not path.is_file():
+        return []
+    import pyarrow.parquet as pq
+
+    return [TelemetryRow(**row) for row in pq.read_table(path).to_pylist()]
 
 
 def _run(queue: Queue, cluster: SimCluster, store: Store, now: float, losses: list[tuple[float, int]]) -> None:
