@@ -59,6 +59,8 @@ QUEUE_ORDERS = ("longest", "arrival")  # the raycolloc policy's order of the job
 QUEUE_RUNNERS = ("sim", "ray")
 QUEUE_PROFILES = ("catalog", "measured")
 QUEUE_TRUTHS = ("model", "corpus")
+QUEUE_TRACE_SCALES = ("short", "carma")  # the trace generator's job lengths and gaps: ours, or CARMA's published
+CARMA_ESTIMATORS = ("gpumemnet", "bins")  # the carma policy's memory estimate: GPUMemNet's errors, or exact bins
 # Bounds of the numbers of these groups that no other group shares (config_checks has the shared ones).
 MAX_INTERVAL_MS = 60_000  # telemetry sampled less than once a minute says nothing of a cell
 MAX_BUDGET = 1000.0  # measure.budget: the added runs' GPU time, as a share of the first pass's
@@ -262,7 +264,11 @@ class QueueConfig:
     numbers, its truth) or ``measured`` (each workload profiled once on the cluster by the advisor's
     machinery; ``ray`` runner only); null: ``measured`` with ``runner=ray``, else ``catalog``.
     ``trace_*``: the trace generator's mean gap between arrivals (s), median length of a job alone
-    (s), and light/medium/heavy shares.
+    (s), and light/medium/heavy shares; ``trace_scale``: ``short`` (those gaps and lengths) or ``carma``
+    (CARMA's published job lengths and arrival gap, minutes to two hours; the gap and length keys unread).
+    ``carma_estimator``: the ``carma`` policy's memory estimate: ``gpumemnet`` (8 GiB bins, a bin off as
+    GPUMemNet's published outputs are, drawn per workload from ``carma_seed``) or ``bins`` (the right bin).
+    ``sim_startup_s``: a simulated job's process shows on its GPU (and trains) this long after it starts.
     ``truth``: what plays a ``sim`` replay's GPUs: ``model`` (the advisor's model, which the ``raycolloc``
     policy places by) or ``corpus`` (the rates measured in ``corpus``; traces drawn from its workloads;
     the ``raycolloc`` policy places by the model fitted without each job's workload). ``corpus``: the
@@ -296,6 +302,10 @@ class QueueConfig:
     trace_mix: list[float] = field(default_factory=lambda: [0.4, 0.35, 0.25])
     truth: str = "model"
     corpus: str | None = None
+    trace_scale: str = "short"
+    carma_estimator: str = "gpumemnet"
+    carma_seed: int = 0
+    sim_startup_s: float = 0.0
 
     def __post_init__(self) -> None:
         _check_choice("queue.policy", self.policy, queue_policies())
@@ -307,6 +317,10 @@ class QueueConfig:
         for mode in self.modes:
             _check_choice("queue.modes", mode, QUEUE_MODES)
         _check_choice("queue.carma_mode", self.carma_mode, QUEUE_MODES)
+        _check_choice("queue.carma_estimator", self.carma_estimator, CARMA_ESTIMATORS)
+        _check_int("queue.carma_seed", self.carma_seed, 0)
+        _check_choice("queue.trace_scale", self.trace_scale, QUEUE_TRACE_SCALES)
+        check_seconds("queue.sim_startup_s", self.sim_startup_s, 0)
         check_seconds("queue.aging_s", self.aging_s, 0)
         _check_range("queue.slowdown_margin", self.slowdown_margin, 0.0, 1.0)
         _check_range("queue.min_gain", self.min_gain, 0.0, 1.0)

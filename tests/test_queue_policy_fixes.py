@@ -81,10 +81,15 @@ def test_carma_checks_activity_on_every_gpu_an_empty_one_included() -> None:
     assert CarmaPolicy.qualifies(replace(busy_empty, sm_active=0.0), _job("big", est=1e9), 100.0)
 
 
+def _bins() -> CarmaPolicy:
+    """CARMA with an estimator that is always in the right bin (GPUMemNet's errors are tested apart)."""
+    return CarmaPolicy(QueueConfig(policy="carma", carma_estimator="bins"), GPU, PREDICTOR)
+
+
 def test_carma_estimates_in_gpumemnets_8_gib_bins() -> None:
     assert [gpumemnet_mib(m) for m in (1.0, 8192.0, 8193.0, 20_000.0)] == [8192.0, 8192.0, 16384.0, 24576.0]
-    assert CarmaPolicy.estimated(_job("j")).mem_estimate_mib == 8192.0
-    policy = create_policy(QueueConfig(policy="carma"), GPU, PREDICTOR)
+    assert _bins().estimated(_job("j")).mem_estimate_mib == 8192.0
+    policy = _bins()
     # Free memory enough for the profile's 4,000 MiB + 2 GiB, not for its 8 GiB bin + 2 GiB.
     tight = _carma_gpu("t", used=GPU.memory_mib - 4_000.0 - CARMA_MARGIN_MIB - 100.0)
     assert policy.place([_job("j")], [tight], 100.0).placements == ()
@@ -93,9 +98,9 @@ def test_carma_estimates_in_gpumemnets_8_gib_bins() -> None:
 
 
 def test_carma_requeues_after_an_oom_with_its_estimate_unchanged_onto_an_idle_gpu_only() -> None:
-    policy = create_policy(QueueConfig(policy="carma"), GPU, PREDICTOR)
+    policy = _bins()
     grown = _job("oom", est=30_000.0)  # the queue grew it after the OOM; CARMA does not
-    assert CarmaPolicy.estimated(grown).mem_estimate_mib == 8192.0
+    assert policy.estimated(grown).mem_estimate_mib == 8192.0
     shared = _carma_gpu("s", used=10_000.0)  # 71 GB free, qualifies for a fresh job
     for recovered in (grown, _job("oom2", ooms=1)):
         blocked = policy.place([recovered, _job("fresh")], [shared], 100.0)

@@ -68,7 +68,10 @@ class Resident:
 class GpuView:
     """One GPU now: ``mode`` None while it is empty; ``mem_used_mib`` and the activities (0..1, means
     over the monitor's rolling window) are what a monitor reports; ``last_placed_s``: when a job last
-    landed on it."""
+    landed on it. Where a runner can tell (the simulated cluster): ``shown_s``, when the process of the
+    job last placed showed on the GPU (None: at placement, as far as the runner knows), ``pending``
+    while it has not yet, and ``window``: the monitor's 1 s samples of (SM activity, SM occupancy, DRAM
+    activity) over its rolling window, oldest first (empty: only the means are known)."""
 
     gpu_id: str
     memory_mib: float
@@ -79,6 +82,9 @@ class GpuView:
     sm_occupancy: float
     dram_active: float
     last_placed_s: float | None
+    shown_s: float | None = None
+    pending: bool = False
+    window: tuple[tuple[float, float, float], ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -93,6 +99,8 @@ class GpuView:
             residents=(*self.residents, resident),
             mem_used_mib=self.mem_used_mib + job.mem_estimate_mib,
             last_placed_s=now,
+            shown_s=None,
+            pending=True,
         )
 
 

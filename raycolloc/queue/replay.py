@@ -35,7 +35,7 @@ from raycolloc.queue.corpus import corpus_dir, load_corpus
 from raycolloc.queue.policies import create_policy
 from raycolloc.queue.report import Summary, format_summary, job_rows, summarise, write_parquet, write_summary
 from raycolloc.queue.settings import QueueSettings
-from raycolloc.queue.simcluster import SimCluster
+from raycolloc.queue.simcluster import SimCluster, TelemetryRow
 from raycolloc.queue.state import ConfigMismatch, Store
 from raycolloc.queue.trace import TraceError, TraceJob, read_trace
 from raycolloc.queue.truth import create_truth
@@ -56,7 +56,9 @@ __all__ = [
 # Keys no run depends on: where the database is, and the trace generator's (the trace itself is claimed
 # by its digest); and the cluster's shape, claimed as resolved (sim_nodes=null and =1 are one cluster).
 # Every other ``queue.*`` key is part of what a database was made with.
-_UNCLAIMED = frozenset({"db", "trace_gap_s", "trace_job_s", "trace_mix", "sim_nodes", "sim_gpus_per_node"})
+_UNCLAIMED = frozenset(
+    {"db", "trace_gap_s", "trace_job_s", "trace_mix", "trace_scale", "sim_nodes", "sim_gpus_per_node"}
+)
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,9 @@ _LATER_KEYS: dict[str, object] = {
     "order": "arrival",
     "truth": "model",
     "corpus": None,
+    "carma_estimator": "bins",
+    "carma_seed": 0,
+    "sim_startup_s": 0.0,
 }
 
 
@@ -208,7 +213,8 @@ def replay(trace: Path, settings: QueueSettings, open_store: Callable[[Path], St
             store, create_policy(config.queue, gpu, predictor), cluster, config.queue, gpu, lambda j: profiles[j.job_id]
         )
         counts = store.counts()
-        over = sum(counts.values()) > 0 and counts["ended"] + counts["cancelled"] == sum(counts.values())
+        counts_before = sum(counts.values())
+        over = counts_before > 0 and counts["ended"] + counts["cancelled"] == counts_before
         if sum(counts.values()):
             queue.resume(now)
         else:
@@ -225,6 +231,9 @@ def replay(trace: Path, settings: QueueSettings, open_store: Callable[[Path], St
 
         # Each job's bound is the one stored with it; the default only fills a database made before that.
         rows = job_rows(config.queue.policy, store.jobs(), alone, config.queue.max_slowdown, truth=truth.name)
+        # SM activity over the makespan needs every GPU row of the run: this session's where it ran it all,
+        # the rows of the session that did where it was over already, none where it resumed one part way.
+        gpu_rows = cluster.telemetry if not counts_before else _gpu_rows(directory / "gpus.parquet") if over else []
         summary = summarise(
             config.queue.policy,
             rows,
@@ -233,6 +242,7 @@ def replay(trace: Path, settings: QueueSettings, open_store: Callable[[Path], St
             profiles="corpus" if truth.name == "corpus" else "catalog",
             ends_lost=len(store.ends_lost()),
             truth=truth.name,
+            telemetry=gpu_rows,
         )
         jobs_file = write_parquet(directory / "jobs.parquet", rows)
         if not over:  # a run found already over ran nothing: the GPU rows of the run that did stay
@@ -241,6 +251,15 @@ def replay(trace: Path, settings: QueueSettings, open_store: Callable[[Path], St
     finally:
         store.close()
     return ReplayOutcome(summary, directory, jobs_file)
+
+
+def _gpu_rows(path: Path) -> list[TelemetryRow]:
+    """The GPU rows an earlier session wrote (none where it wrote none)."""
+    if not path.is_file():
+        return []
+    import pyarrow.parquet as pq
+
+    return [TelemetryRow(**row) for row in pq.read_table(path).to_pylist()]
 
 
 def _run(queue: Queue, cluster: SimCluster, store: Store, now: float, losses: list[tuple[float, int]]) -> None:

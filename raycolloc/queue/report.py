@@ -6,7 +6,10 @@ slowdown against running alone (its last run over its length at its rate alone),
 co-residents of its last attempt, its OOMs and re-queues. The summary: jobs ended and cancelled
 (a run is ``complete`` only when every job ended: a cancelled one did not), makespan (first arrival to
 last end), mean and 95th-percentile JCT, GPU energy (every GPU, idle ones included, over the run),
-OOMs, the slowest job's slowdown and how many jobs passed their bound.
+OOMs, the slowest job's slowdown and how many jobs passed their bound; where the GPUs' telemetry is at
+hand (a simulated replay), their SM activity over the makespan (CARMA's headline metric): its mean over
+GPUs and time, the 10th/50th/90th percentiles over time of the GPUs' mean, and that mean over each tenth
+of the makespan.
 """
 
 from __future__ import annotations
@@ -17,17 +20,20 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from raycolloc.queue.state import JobRecord
 from raycolloc.queue.trace import TraceJob
 
 __all__ = [
     "JobRow",
+    "SmActivity",
+    "SmRow",
     "Summary",
     "format_policies",
     "format_summary",
     "job_rows",
+    "sm_activity",
     "summarise",
     "write_parquet",
     "write_summary",
@@ -91,6 +97,80 @@ class Summary:
     gpus: str = ""  # the GPUs it ran on, their UUIDs sorted (the last session's); "" simulated, or unknown
     ends_lost: int = 0  # jobs that had ended and ran again: the database lost their end with its WAL (ledger)
     truth: str = "model"  # what played the simulated GPUs (queue.truth): the advisor's model, or the corpus
+    # SM activity (0..1) over the makespan, every GPU counted (SmActivity); None where no telemetry was at hand.
+    sm_active_mean: float | None = None
+    sm_active_p10: float | None = None
+    sm_active_p50: float | None = None
+    sm_active_p90: float | None = None
+    sm_series: tuple[float, ...] = ()
+
+
+class SmRow(Protocol):
+    """A GPU's SM activity from ``t`` on (until its next row): what :func:`sm_activity` reads."""
+
+    @property
+    def t(self) -> float: ...
+
+    @property
+    def gpu(self) -> str: ...
+
+    @property
+    def sm_active(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class SmActivity:
+    """The GPUs' SM activity over a span: the mean over GPUs and time; percentiles over time of the mean
+    over GPUs (time-weighted); and that mean over each of ``len(series)`` equal parts of the span."""
+
+    mean: float
+    p10: float
+    p50: float
+    p90: float
+    series: tuple[float, ...]
+
+
+def sm_activity(rows: Sequence[SmRow], start: float, end: float, parts: int = 10) -> SmActivity | None:
+    """The SM activity of every GPU in ``rows`` (piecewise constant, 0 before a GPU's first row) from
+    ``start`` to ``end``; None where the span is empty or there are no rows."""
+    if end <= start or not rows:
+        return None
+    current = {r.gpu: 0.0 for r in rows}
+    segments: list[tuple[float, float, float]] = []  # (from, to, mean over GPUs)
+    at = start
+    for r in sorted(rows, key=lambda r: r.t):  # stable: rows of one instant keep their order, the last holds
+        upto = min(max(r.t, start), end)
+        if upto > at:
+            segments.append((at, upto, sum(current.values()) / len(current)))
+            at = upto
+        current[r.gpu] = r.sm_active
+    if end > at:
+        segments.append((at, end, sum(current.values()) / len(current)))
+    span = end - start
+    width = span / parts
+    series = tuple(
+        sum(v * max(0.0, min(b, lo + width) - max(a, lo)) for a, b, v in segments) / width
+        for lo in (start + k * width for k in range(parts))
+    )
+    return SmActivity(
+        mean=sum(v * (b - a) for a, b, v in segments) / span,
+        p10=_time_quantile(segments, 0.10),
+        p50=_time_quantile(segments, 0.50),
+        p90=_time_quantile(segments, 0.90),
+        series=series,
+    )
+
+
+def _time_quantile(segments: Sequence[tuple[float, float, float]], q: float) -> float:
+    """The value the GPUs' mean is at or below for ``q`` of the time."""
+    ordered = sorted(segments, key=lambda s: s[2])
+    total = sum(b - a for a, b, _ in ordered)
+    seen = 0.0
+    for a, b, v in ordered:
+        seen += b - a
+        if seen >= q * total - 1e-12:
+            return v
+    return ordered[-1][2]
 
 
 def job_rows(
@@ -157,16 +237,19 @@ def summarise(
     gpus: str = "",
     ends_lost: int = 0,
     truth: str = "model",
+    telemetry: Sequence[SmRow] = (),
 ) -> Summary:
     """The summary of a run's rows; ``profiles``: where the jobs' profiles alone came from;
     ``sessions``: the processes that ran it (a resumed run: wall time is the last one's); ``gpus``:
     the GPUs' UUIDs, sorted and comma-separated (what a comparison matches runs by); ``ends_lost``: jobs
-    that ran again because the database lost their end (:meth:`~raycolloc.queue.state.Store.ends_lost`)."""
+    that ran again because the database lost their end (:meth:`~raycolloc.queue.state.Store.ends_lost`);
+    ``telemetry``: the GPUs' SM activity rows, summarised over the makespan (:func:`sm_activity`)."""
     done = [r for r in rows if r.jct_s is not None]
     jcts = [r.jct_s for r in done if r.jct_s is not None]
     slow = [s for r in done if (s := r.judged_slowdown) is not None]
     ends = [r.end_s for r in done if r.end_s is not None]
     first = min((r.submit_s for r in rows), default=0.0)
+    sm = sm_activity(telemetry, first, max(ends)) if ends else None
     return Summary(
         policy=policy,
         jobs=len(rows),
@@ -188,6 +271,11 @@ def summarise(
         gpus=gpus,
         ends_lost=ends_lost,
         truth=truth,
+        sm_active_mean=sm.mean if sm else None,
+        sm_active_p10=sm.p10 if sm else None,
+        sm_active_p50=sm.p50 if sm else None,
+        sm_active_p90=sm.p90 if sm else None,
+        sm_series=sm.series if sm else (),
     )
 
 
@@ -218,8 +306,19 @@ def format_summary(s: Summary) -> str:
             f"p95 {num(s.jct_p95_s, ',.1f')} s   energy {energy}",
             f"  OOMs {s.ooms} (re-queues {s.requeues})   slowest job {num(s.max_slowdown, '.2f')}x alone, "
             f"{s.over_bound} over their bound   wall {s.wall_s:.1f} s{resumed}",
+            *_sm_line(s),
         ]
     )
+
+
+def _sm_line(s: Summary) -> list[str]:
+    if s.sm_active_mean is None:
+        return []
+    series = " ".join(f"{v:.2f}" for v in s.sm_series)
+    return [
+        f"  SM activity over the makespan: mean {s.sm_active_mean:.2f}, p10/p50/p90 {s.sm_active_p10:.2f}/"
+        f"{s.sm_active_p50:.2f}/{s.sm_active_p90:.2f}; by tenths: {series}"
+    ]
 
 
 def _ratio(value: float | None, base: float | None) -> str:
@@ -237,7 +336,7 @@ def format_policies(summaries: Sequence[Summary], labels: Sequence[str] | None =
 
     head = (
         f"{'policy':<10} {'makespan s':>10} {'vs excl':>7} {'JCT mean s':>10} {'JCT p95 s':>9} {'energy kWh':>10} "
-        f"{'vs excl':>7} {'OOMs':>5} {'max slowdown':>12} {'over bound':>10} {'ended':>9}"
+        f"{'vs excl':>7} {'OOMs':>5} {'max slowdown':>12} {'over bound':>10} {'ended':>9} {'SM mean':>7}"
     )
     lines = [head, "-" * len(head)]
     elsewhere = False
@@ -252,7 +351,7 @@ def format_policies(summaries: Sequence[Summary], labels: Sequence[str] | None =
             f"{name:<10} {num(s.makespan_s, ',.1f'):>10} {makespan:>7} "
             f"{num(s.jct_mean_s, ',.1f'):>10} {num(s.jct_p95_s, ',.1f'):>9} {num(energy, '.3f'):>10} "
             f"{energy_vs:>7} {s.ooms:>5} {num(s.max_slowdown, '.2f'):>12} "
-            f"{s.over_bound:>10} {f'{s.ended}/{s.jobs}':>9}"
+            f"{s.over_bound:>10} {f'{s.ended}/{s.jobs}':>9} {num(s.sm_active_mean, '.2f'):>7}"
         )
     if elsewhere:
         lines.append("* against an exclusive run on other GPUs (another machine): speed moves between machines")

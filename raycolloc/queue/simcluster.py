@@ -8,7 +8,10 @@ moves the clock to the next thing that happens. A job's true memory is the truth
 profile's times a factor within ``1 +- queue.sim_mem_error``, fixed per workload and seed; the
 corpus's: the peak measured), and the monitor sees it per process once the job runs. A job that lands
 where the true memory no longer fits runs out of memory ``queue.sim_oom_after_s`` after it starts, as
-a training job does in its first steps.
+a training job does in its first steps. A job's process shows on its GPU ``queue.sim_startup_s`` after
+it starts (its set-up: nothing runs on the GPU before, and the monitor sees neither its memory nor its
+activity); the views say when the last placed job's process showed, and give the monitor's window as
+1 s samples besides its means.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ class _Run:
     samples: float
     left: float
     oom_at: float | None
+    shows_at: float
     co: set[str] = field(default_factory=set)
 
 
@@ -69,6 +73,7 @@ class _Gpu:
     history: deque[tuple[float, tuple[float, float, float]]] = field(default_factory=deque)
     last_t: float = 0.0
     last_placed_s: float | None = None
+    last_shows_at: float | None = None
     node: int = 0
     down: bool = False
 
@@ -80,6 +85,7 @@ class SimCluster:
         self.gpu = gpu
         self.truth = truth
         self.oom_after_s = queue.sim_oom_after_s
+        self.startup_s = queue.sim_startup_s
         self.energy_j = 0.0
         self.telemetry: list[TelemetryRow] = []
         self._gpus = [
@@ -99,10 +105,26 @@ class SimCluster:
             if g.down:
                 continue
             sm, occ, dram = self._window(g, now)
-            residents = tuple(Resident(r.job_id, r.profile, r.estimate_mib, r.max_slowdown, r.true_mib) for r in g.runs)
+            residents = tuple(
+                Resident(r.job_id, r.profile, r.estimate_mib, r.max_slowdown, r.true_mib if r.shows_at <= now else None)
+                for r in g.runs
+            )
+            shown = g.last_shows_at
+            pending = shown is not None and shown > now
             out.append(
                 GpuView(
-                    g.gpu_id, self.gpu.memory_mib, g.mode, residents, self._mem_used(g), sm, occ, dram, g.last_placed_s
+                    g.gpu_id,
+                    self.gpu.memory_mib,
+                    g.mode,
+                    residents,
+                    self._mem_used(g, now),
+                    sm,
+                    occ,
+                    dram,
+                    g.last_placed_s,
+                    shown_s=None if pending else shown,
+                    pending=pending,
+                    window=self._samples(g, now),
                 )
             )
         return out
@@ -120,16 +142,17 @@ class SimCluster:
             job.samples,
             job.samples,
             None,
+            now + self.startup_s,
         )
         g.mode = job.mode
         g.runs.append(run)
         if self._mem_used(g) > self.gpu.memory_mib - self.gpu.base_mib:
-            run.oom_at = now + self.oom_after_s  # it allocates past what is left: an OOM in its first steps
+            run.oom_at = run.shows_at + self.oom_after_s  # it allocates past what is left: an OOM in its first steps
         for other in g.runs:
             if other is not run:
                 other.co.add(job.job_id)
                 run.co.add(other.job_id)
-        g.last_placed_s = now
+        g.last_placed_s, g.last_shows_at = now, run.shows_at
         self._refresh(g, now)
 
     def next_event(self) -> float | None:
@@ -179,6 +202,8 @@ class SimCluster:
         out = []
         for run, rate in zip(g.runs, g.rates, strict=True):
             out.append(g.last_t + max(0.0, run.left) / rate if rate > 0 else float("inf"))
+            if run.shows_at > g.last_t:
+                out.append(run.shows_at)  # its process shows: it starts to train
             if run.oom_at is not None:
                 out.append(run.oom_at)
         return out
@@ -208,23 +233,40 @@ class SimCluster:
         return out
 
     def _refresh(self, g: _Gpu, t: float) -> None:
-        """The GPU's rates, power and activity after its jobs changed (the truth's)."""
-        if g.runs:
-            play = self.truth.play(str(g.mode), [r.profile for r in g.runs])
-            g.rates = list(play.rates)
+        """The GPU's rates, power and activity after its jobs changed or showed (the truth's, over the
+        jobs whose process shows)."""
+        shown = [r for r in g.runs if r.shows_at <= t + 1e-9]
+        if shown:
+            play = self.truth.play(str(g.mode), [r.profile for r in shown])
+            rate = {id(r): x for r, x in zip(shown, play.rates, strict=True)}
+            g.rates = [rate.get(id(r), 0.0) for r in g.runs]
             g.power_w = play.power_w if play.power_w is not None else g.idle_w
             g.activity = (play.sm_active, play.sm_occupancy, play.dram_active)
         else:
-            g.rates, g.power_w, g.activity = [], g.idle_w, (0.0, 0.0, 0.0)
+            g.rates, g.power_w, g.activity = [0.0] * len(g.runs), g.idle_w, (0.0, 0.0, 0.0)
         g.history.append((t, g.activity))
         while len(g.history) > 1 and g.history[1][0] <= t - MONITOR_WINDOW_S:
             g.history.popleft()
         mode = g.mode or "-"
-        self.telemetry.append(TelemetryRow(t, g.gpu_id, mode, len(g.runs), g.activity[0], g.power_w, self._mem_used(g)))
+        row = TelemetryRow(t, g.gpu_id, mode, len(g.runs), g.activity[0], g.power_w, self._mem_used(g, t))
+        self.telemetry.append(row)
 
-    def _mem_used(self, g: _Gpu) -> float:
+    def _mem_used(self, g: _Gpu, now: float | None = None) -> float:
+        """Memory in use: every job's (None) or, as the monitor sees it at ``now``, the jobs' that show."""
         server = MPS_SERVER_MIB / 2 if g.mode == "mps" and g.runs else 0.0  # the model's expected MPS server
-        return self.gpu.base_mib + server + sum(r.true_mib for r in g.runs)
+        runs = g.runs if now is None else [r for r in g.runs if r.shows_at <= now + 1e-9]
+        return self.gpu.base_mib + server + sum(r.true_mib for r in runs)
+
+    @staticmethod
+    def _samples(g: _Gpu, now: float) -> tuple[tuple[float, float, float], ...]:
+        """The monitor's window as its 1 s samples, oldest first (each the activity in force then)."""
+        points, out, k = list(g.history), [], 0
+        for i in range(int(MONITOR_WINDOW_S)):
+            at = now - MONITOR_WINDOW_S + i + 1
+            while k + 1 < len(points) and points[k + 1][0] <= at:
+                k += 1
+            out.append(points[k][1] if points else (0.0, 0.0, 0.0))
+        return tuple(out)
 
     @staticmethod
     def _window(g: _Gpu, now: float) -> tuple[float, float, float]:

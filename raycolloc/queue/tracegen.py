@@ -9,7 +9,10 @@ the cluster's GPU model, so that a trace's length in time holds on that GPU. Hal
 slowdown bound. With ``queue.truth=corpus`` the workloads are the measured corpus's (light: CIFAR-10,
 medium: ImageNet64, heavy: ImageNet at 224 px; :data:`raycolloc.queue.corpus.CLASS_OF_DATASET`) and a
 job's rate alone is its measured naive solo; a share given to a class the corpus has no workload of
-is refused. A trace is at most ``MAX_JOBS`` jobs, and one whose arrivals or lengths would pass
+is refused. ``queue.trace_scale=carma`` keeps the classes but takes CARMA's time scale instead: a
+job's length alone is one of CARMA's published task lengths of its class (3.4 min to 112 min), drawn
+uniformly, and arrivals are apart by CARMA's traces' mean gap (:mod:`raycolloc.queue.carma`).
+A trace is at most ``MAX_JOBS`` jobs, and one whose arrivals or lengths would pass
 what a trace may hold (:mod:`raycolloc.queue.trace`'s bounds) is refused naming the key that took it
 there, before anything is written.
 """
@@ -22,6 +25,7 @@ import random
 from raycolloc.advise.model import Gpu
 from raycolloc.config_checks import MAX_SAMPLES, ConfigError
 from raycolloc.config_groups import QueueConfig
+from raycolloc.queue.carma import CARMA_GAP_S, CARMA_LENGTHS_MIN
 from raycolloc.queue.catalog import CATALOG, CLASSES, catalog_profile
 from raycolloc.queue.corpus import CLASS_OF_DATASET, corpus_dir, load_corpus
 from raycolloc.queue.trace import MAX_SUBMIT_S, TraceJob
@@ -58,13 +62,14 @@ def generate(n: int, seed: int, queue: QueueConfig, gpu: Gpu) -> list[TraceJob]:
     rng = random.Random(seed)
     weights = [float(w) for w in queue.trace_mix]
     by_class, rate_of = _menu(queue, gpu)
+    carma = queue.trace_scale == "carma"
+    gap = CARMA_GAP_S if carma else queue.trace_gap_s
     jobs, t = [], 0.0
     for i in range(n):
         size = rng.choices(CLASSES, weights=weights)[0]
         key = rng.choice(by_class[size])
         model, _, dataset = key.partition("/")
-        median = queue.trace_job_s * _CLASS_LENGTH[size]
-        seconds = min(4 * median, max(median / 4, median * math.exp(rng.gauss(0.0, _SPREAD))))
+        seconds = 60.0 * rng.choice(CARMA_LENGTHS_MIN[size]) if carma else _short_length(rng, queue, size)
         rate = rate_of[key]
         _check_fits(queue, t, seconds * rate)
         bound = rng.choice(_BOUNDS) if rng.random() < 0.5 else None
@@ -81,7 +86,7 @@ def generate(n: int, seed: int, queue: QueueConfig, gpu: Gpu) -> list[TraceJob]:
                 max_slowdown=bound,
             )
         )
-        t += rng.expovariate(1.0 / queue.trace_gap_s)
+        t += rng.expovariate(1.0 / gap)
     return jobs
 
 
@@ -105,6 +110,12 @@ def _menu(queue: QueueConfig, gpu: Gpu) -> tuple[dict[str, list[str]], dict[str,
                 f"{corpus.path} holds no {c} workload (it holds: {', '.join(corpus.workloads)}); give {c} a share of 0"
             )
     return by_class, rates
+
+
+def _short_length(rng: random.Random, queue: QueueConfig, size: str) -> float:
+    """A job's length alone at our scale: log-normal around ``queue.trace_job_s`` times its class's factor."""
+    median = queue.trace_job_s * _CLASS_LENGTH[size]
+    return min(4 * median, max(median / 4, median * math.exp(rng.gauss(0.0, _SPREAD))))
 
 
 def _check_fits(queue: QueueConfig, submit_s: float, samples: float) -> None:
