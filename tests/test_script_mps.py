@@ -24,14 +24,14 @@ from .conftest import load
 
 # The script makes its (simulated) CUDA context late, as a real one does after its imports and its
 # model, and ends a few seconds later (the simulated control tool is a Python process: slow to ask on a
-# loaded machine, so the context lives long enough to be asked about twice).
+# loaded machine: seconds where 2 cores run 20 processes, so the context lives 6 s).
 SCRIPT = """\
 import os, sys, time
 from raycolloc.node.gpu.sim_mps import sim_mps_connect
 time.sleep({late_s})
 if {connect} and not sim_mps_connect(os.getpid()):
     sys.exit("no MPS daemon answered")
-time.sleep(3.0)
+time.sleep(6.0)
 """
 
 
@@ -73,7 +73,7 @@ def _run_script(
 def test_a_script_whose_context_comes_late_is_seen_though_it_ended_before_its_epochs_were_asked(
     tmp_path: Path, sim_daemon: tuple[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    state = _run_script(tmp_path, sim_daemon, monkeypatch, connect=True, asked_after_s=6.0)
+    state = _run_script(tmp_path, sim_daemon, monkeypatch, connect=True, asked_after_s=9.0)
     info = state.info
     assert info.mps_client is True, info.mps_check_error
     assert info.mps_server_pid is not None and info.mps_check_error is None

@@ -3,9 +3,10 @@
 A script creates its CUDA context when it chooses (after its imports, its data, its model: seconds
 in), and a short one may be gone before the cell's driver asks the actor for its epochs (every job's
 set-up, the sampler's start and the measured window come first). So the watch starts with the
-process and asks the control daemon every ``POLL_S`` until the script (or a child of it) is seen in a
-server's client list, the script ends, or the daemon fails to answer ``MAX_FAILURES`` times in a
-row. A script never seen says why in ``mps_check_error``: what was asked, how often, for which pids.
+process and asks the control daemon every ``POLL_S`` (every ``LATE_POLL_S`` after ``LATE_S``) until
+the script (or a child of it) is seen in a server's client list, the script ends, or the daemon fails
+to answer ``MAX_FAILURES`` times in a row. A script never seen says why in ``mps_check_error``: what
+was asked, how often, for which pids.
 """
 
 from __future__ import annotations
@@ -20,9 +21,10 @@ import psutil
 from raycolloc.mpsctl import MpsError, control_command, pids
 from raycolloc.spec import JobInfo
 
-__all__ = ["MAX_FAILURES", "POLL_S", "MpsWatch"]
+__all__ = ["LATE_POLL_S", "LATE_S", "MAX_FAILURES", "POLL_S", "MpsWatch"]
 
 POLL_S = 0.25  # a context that lives a second is seen; each ask runs the control tool once per server
+LATE_S, LATE_POLL_S = 30.0, 1.0  # a script not a client after 30 s (CPU work first, or none) is asked each second
 MAX_FAILURES = 3  # a daemon that fails to answer three times in a row is not asked again
 
 
@@ -58,7 +60,7 @@ class MpsWatch:
             except (MpsError, subprocess.TimeoutExpired, OSError) as exc:
                 failures += 1
                 self.info.mps_check_error = str(exc)[:400]
-            time.sleep(POLL_S)
+            time.sleep(POLL_S if time.monotonic() - self._started < LATE_S else LATE_POLL_S)
         self._never_seen(failures)
 
     def _alive(self) -> bool:
