@@ -186,7 +186,7 @@ class MeasureConfig:
     (0.03 = ±3%); one wider is run again, interleaved, up to ``max_repeats`` runs.
     ``min_solo_repeats``: runs of every degree-1 cell (the baselines every gain divides by), spread
     over the sweep (start, middle, end). ``budget``: the GPU time the added runs may take, as a share
-    of the first pass's (1.0: the sweep takes at most twice its first pass). ``statistic``: how the
+    of the first pass's (0.3: the sweep takes at most 1.3 times its first pass). ``statistic``: how the
     analysis forms a configuration's headline rate from its runs (``median``, ``mean`` or
     ``fastest``). None of it changes what a cell measures, so none of it is in the config hash.
     """
@@ -194,7 +194,7 @@ class MeasureConfig:
     target_ci: float = 0.03
     max_repeats: int = 5
     min_solo_repeats: int = 3
-    budget: float = 1.0
+    budget: float = 0.3
     statistic: str = "median"
 
     def __post_init__(self) -> None:

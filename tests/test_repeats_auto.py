@@ -98,6 +98,25 @@ def test_the_budget_caps_the_added_runs_gpu_time_at_a_share_of_the_first_pass() 
     assert [(a.base.degree, a.repeat, a.reason) for a in more] == [(1, 3, "ci")]
 
 
+def test_no_interval_is_re_run_while_a_solo_baseline_was_refused_its_runs() -> None:
+    # Issue 46: at measure.budget=0.3 a 4-cell sweep on simulated GPUs gave one solo four added runs,
+    # two of them for its interval, and the other solo none. Solos cheap (5 s), the rest dear (40 s).
+    naive1, mps1, naive2, mps2 = (load([f"degree={d}", f"mode={m}"]) for d in (1, 2) for m in ("naive", "mps"))
+    policy = RepeatPolicy([naive1, mps1, naive2, mps2])
+    assert naive1.config.measure.budget == 0.3  # the default since issue 46
+    wide = (100.0, 80.0, 120.0)  # every interval ±20%
+    added = policy.recorded(naive1, _timed(*wide, 5.0))
+    added += policy.recorded(mps1, _timed(*wide, 5.0))  # half the first pass: both solos' second runs due
+    assert [(a.base.mode, a.repeat) for a in added] == [("naive", 1)]  # 0.3 x 20 s holds one of them
+    added = policy.recorded(_again(naive1, 1), _timed(130.0, 104.0, 156.0, 5.0))
+    added += policy.recorded(naive2, _timed(*wide, 40.0)) + policy.recorded(mps2, _timed(*wide, 40.0))
+    assert [(a.base.mode, a.base.degree, a.repeat, a.reason) for a in added] == [("naive", 1, 2, "solo")]
+    # Naive's runs spread ±30%: the budget would hold a re-run for its interval, but the MPS solo was
+    # refused its runs, and every MPS gain divides by it.
+    assert policy.recorded(_again(naive1, 2), _timed(70.0, 56.0, 84.0, 5.0)) == []
+    assert policy.added == {"solo": 2, "ci": 0}
+
+
 def _again(cell, repeat: int):  # noqa: ANN001, ANN202 - a CellSpec: run ``repeat`` of its configuration
     return dataclasses.replace(cell, config=dataclasses.replace(cell.config, repeat=repeat))
 

@@ -99,6 +99,7 @@ def job_rows(rec: CellRecord) -> tuple[list[JobRow], list[EpochRow]]:
                 cpus=info.cpus,
                 mps_client=info.mps_client,
                 mps_server_pid=info.mps_server_pid,
+                mps_check_error=info.mps_check_error,
                 batch_size=None if script else job.batch_size,
                 epochs=(len(eps) or None) if script else job.epochs,
                 epoch_samples=None if script else job.epoch_samples,

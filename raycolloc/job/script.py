@@ -10,9 +10,10 @@ with the binding's environment (``CUDA_VISIBLE_DEVICES`` = the GPU or MIG UUID, 
 
 What is measured without the script's cooperation: its start and exit (wall clock), its exit status,
 and, through the steward's telemetry of its pid (and its children), its GPU memory and SM
-activity; whether it became a client of the cell's MPS server. With ``workload.epoch_regex``, each
-line of its stdout that matches marks an epoch's end (named groups ``epoch``, ``samples`` and
-``loss`` fill those columns), so epoch-2 times exist for scripts too. A non-zero exit is
+activity; whether it became a client of the cell's MPS server (watched from its start until seen or
+it ends, :mod:`raycolloc.job.script_mps`; never seen: ``mps_check_error`` says what was asked). With
+``workload.epoch_regex``, each line of its stdout that matches marks an epoch's end (named groups
+``epoch``, ``samples`` and ``loss`` fill those columns), so epoch-2 times exist for scripts too. A non-zero exit is
 ``status=error`` (``oom`` when its stderr says out of memory) with the tail of its stderr.
 """
 
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from raycolloc.job.script_exec import PYTHONPATH_KEEP, encode_device
-from raycolloc.mpsctl import MpsError, control_command, pids
+from raycolloc.job.script_mps import MpsWatch
 from raycolloc.procs import format_cpus, move_threads_off, normal_priority, python_env, quiet_exit_in_finalizers
 from raycolloc.results.rows import EpochRow
 from raycolloc.spec import Binding, JobInfo, JobProgress, JobSpec, JobState, JobStatus
@@ -40,8 +41,6 @@ __all__ = ["EpochMarks", "ScriptTrainer", "script_command"]
 
 log = logging.getLogger(__name__)
 TAIL_LINES = 25
-MPS_CHECK_TRIES = 3  # a daemon that fails to answer three times in a row is not asked again
-POLL_S = 1.0
 _OOM = re.compile(r"out of memory|CUDA_ERROR_OUT_OF_MEMORY|CUBLAS_STATUS_ALLOC_FAILED", re.IGNORECASE)
 
 
@@ -136,6 +135,7 @@ class ScriptTrainer:
         self._readers: list[threading.Thread] = []
         self._stderr: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self._marks: EpochMarks | None = None
+        self._mps: MpsWatch | None = None
         self._state = JobState(
             info=JobInfo(
                 hostname=socket.gethostname(),
@@ -205,6 +205,9 @@ class ScriptTrainer:
         except OSError as exc:
             return self._state.failed("error", f"cannot start {self.workload.command[0]}: {exc}")
         info.pid, info.started_ts = self._proc.pid, time.time()
+        if self.binding.mps_pipe_dir and self.binding.mps_control:
+            # From the start: the script may make its context and end before the cell asks for epochs.
+            self._mps = MpsWatch(str(self.binding.mps_control), self.binding.mps_pipe_dir, self._proc.pid, info)
         self._marks = EpochMarks(self._running, self.workload.epoch_regex, info.started_ts)
         for stream, handler, echo in (
             (self._proc.stdout, self._stdout_line, sys.stdout),
@@ -220,18 +223,7 @@ class ScriptTrainer:
         proc = self._proc
         if proc is None or not self._state.ok:
             return self._state
-        failures = 0
-        while proc.poll() is None:
-            # Until the script is a client: it may start CUDA late. A daemon that keeps failing to
-            # answer (a naive cell's empty pipe) ends the asking after three tries, its error kept.
-            if (
-                self.binding.mps_pipe_dir
-                and self.binding.mps_control
-                and not self._state.info.mps_client
-                and failures < MPS_CHECK_TRIES
-            ):
-                failures = 0 if self._check_mps(proc.pid) else failures + 1
-            time.sleep(POLL_S)
+        proc.wait()
         self._state.info.ended_ts = time.time()
         for reader in self._readers:
             reader.join(timeout=10)
@@ -242,6 +234,8 @@ class ScriptTrainer:
         if self._proc is not None and self._proc.poll() is None:
             self._proc.kill()
             self._proc.wait(timeout=30)
+        if self._mps is not None:
+            self._mps.stop()
         return self._state
 
     # --- internals ---------------------------------------------------------------------------
@@ -261,31 +255,11 @@ class ScriptTrainer:
             )
             self.board.job(self._running.cell_id, self._running.index, progress)
 
-    def _check_mps(self, pid: int) -> bool:
-        """Is the script (or a child of it) a client of the cell's MPS server? Asked of the control
-        daemon, as the training process asks from inside; False (the error kept) if it did not answer."""
-        import psutil
-
-        try:
-            ours = {pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))}
-            for server in pids(
-                control_command(str(self.binding.mps_control), self.binding.mps_pipe_dir, "get_server_list")
-            ):
-                reply = control_command(
-                    str(self.binding.mps_control), self.binding.mps_pipe_dir, f"get_client_list {server}"
-                )
-                if ours & set(pids(reply)):
-                    self._state.info.mps_client, self._state.info.mps_server_pid = True, server
-                    self._state.info.mps_check_error = None
-                    return True
-        except (MpsError, subprocess.TimeoutExpired, OSError, psutil.Error) as exc:
-            self._state.info.mps_check_error = str(exc)[:500]
-            return False
-        return True
-
     def _ended(self, code: int) -> JobState:
         info = self._state.info
         info.exit_code = code
+        if self._mps is not None:
+            self._mps.stop()  # its verdict (seen, or what was asked) written before the row is
         info.mps_client = bool(info.mps_client)
         if code == 0:
             return self._state

@@ -41,7 +41,7 @@ def trace_command(args: argparse.Namespace) -> int:
     settings = compose_settings(args.words)
     jobs = generate(args.jobs, args.seed, settings.config.queue, settings.gpu)
     path = write_trace(args.out, jobs)
-    print(f"wrote {path}: {len(jobs)} jobs over {jobs[-1].submit_s:.1f} s (GPU model {settings.gpu.name})")
+    print(f"wrote {path}: {len(jobs)} jobs over {jobs[-1].submit_s:.1f} s (GPU model {settings.gpu_label})")
     return 0
 
 
@@ -55,6 +55,7 @@ def replay_command(args: argparse.Namespace) -> int:
         from raycolloc.driver.lease import LeaseError
         from raycolloc.queue.rayreplay import replay_ray
 
+        print(f"replay of {args.trace} on the Ray cluster's GPUs: GPU model {settings.gpu_label}", flush=True)
         signals.install()  # SIGTERM (timeout, Slurm) releases the GPUs as Ctrl-C does
         try:
             outcome = replay_ray(args.trace, settings)

@@ -49,7 +49,7 @@ from raycolloc.queue.raylanes import POOL_SIZE, open_lanes
 from raycolloc.queue.rayrunners import RayRunners
 from raycolloc.queue.replay import ReplayOutcome, claim_run, lengths_known, run_dir, trace_digest, trace_profiles
 from raycolloc.queue.report import job_rows, summarise, write_parquet, write_summary
-from raycolloc.queue.settings import QueueSettings
+from raycolloc.queue.settings import QueueSettings, model_name
 from raycolloc.queue.state import Store
 from raycolloc.queue.trace import MAX_SUBMIT_S, TraceJob, read_trace
 
@@ -108,6 +108,14 @@ def _check_arrivals(jobs: list[TraceJob], scale: float) -> None:
         )
 
 
+def _check_gpu_model(runners: RayRunners, settings: QueueSettings) -> None:
+    """Warn where the leased GPUs are not the model the run is filed under (a cluster at an address,
+    whose GPUs were not seen before Ray was asked)."""
+    seen = sorted({lane.gpu.name for lane in runners.lanes.values()})
+    if any(model_name(name) != settings.gpu.name for name in seen):
+        log.warning("queue: the leased GPUs are %s; this run is filed as %s", ", ".join(seen), settings.gpu_label)
+
+
 def replay_ray(trace: Path, settings: QueueSettings) -> ReplayOutcome:
     """Run ``trace`` on the Ray cluster's GPUs to its end (or resume it).
 
@@ -152,6 +160,7 @@ def replay_ray(trace: Path, settings: QueueSettings) -> ReplayOutcome:
             params = fitted_params(Path(config.out_dir), profiled_on, params)
         predictor = Predictor(gpu, params)
         runners = RayRunners(open_lanes(config), maker, {j.job_id: j for j in jobs}, predictor)
+        _check_gpu_model(runners, settings)
         policy = create_policy(config.queue, gpu, predictor)
         queue = Queue(store, policy, runners, config.queue, gpu, lambda j: profiles[j.job_id])
         begin, t0 = store.clock(), time.monotonic()

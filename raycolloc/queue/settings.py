@@ -4,6 +4,12 @@
 are the keys a queue reads; every group is validated as a sweep's would be, so a typo or a bad value
 exits 2 before anything is queued. With ``queue.truth=corpus`` the corpus is read here, and its GPU
 model must be the cluster's (``cluster.gpu_model``).
+
+The GPU model: a simulated replay's is ``cluster.gpu_model`` (it declares the GPUs it simulates); a
+``queue.runner=ray`` run's is the one the cluster's GPUs report here (NVML's name, or the simulated
+backend's), so that a trace, a claim and a table name the GPU the jobs ran on. Where the catalogue has
+no table for that GPU, or the GPUs are not seen from here (``cluster.address``), ``cluster.gpu_model``
+stands in and ``QueueSettings.gpu_note`` says so.
 """
 
 from __future__ import annotations
@@ -16,11 +22,12 @@ from pathlib import Path
 from raycolloc import conf_dir
 from raycolloc.advise.model import Gpu
 from raycolloc.config import Config, ConfigError, load_config, register_configs
+from raycolloc.node.mig.placement import gpu_model_of
 from raycolloc.node.mig.profiles import UnknownGpuModel
 from raycolloc.queue.catalog import sim_gpu
 from raycolloc.queue.corpus import corpus_dir, load_corpus
 
-__all__ = ["QueueSettings", "compose_settings"]
+__all__ = ["QueueSettings", "cluster_gpu", "compose_settings", "model_name"]
 
 
 @dataclass(frozen=True)
@@ -33,10 +40,16 @@ class QueueSettings:
     gpus_per_node: int
     gpu: Gpu
     words: tuple[str, ...] = ()
+    gpu_note: str = ""  # how the GPU model was found where it is not the cluster's own (a stand-in)
 
     @property
     def out_dir(self) -> Path:
         return Path(self.config.out_dir)
+
+    @property
+    def gpu_label(self) -> str:
+        """The GPU model for messages: its name, and the stand-in it is where it is one."""
+        return f"{self.gpu.name} ({self.gpu_note})" if self.gpu_note else self.gpu.name
 
 
 def compose_settings(words: Sequence[str]) -> QueueSettings:
@@ -67,6 +80,9 @@ def compose_settings(words: Sequence[str]) -> QueueSettings:
         gpu = sim_gpu(cluster.gpu_model)
     except UnknownGpuModel as exc:
         raise ConfigError(f"cluster.gpu_model={cluster.gpu_model!r}: {exc}") from None
+    note = ""
+    if queue.runner == "ray":
+        gpu, note = cluster_gpu(config, gpu)
     if queue.truth == "corpus":
         corpus = load_corpus(corpus_dir(queue))
         if corpus.gpu_model != gpu.name:
@@ -80,4 +96,37 @@ def compose_settings(words: Sequence[str]) -> QueueSettings:
         gpus_per_node=queue.sim_gpus_per_node or cluster.num_gpus,
         gpu=gpu,
         words=tuple(words),
+        gpu_note=note,
     )
+
+
+def cluster_gpu(config: Config, stand_in: Gpu) -> tuple[Gpu, str]:
+    """The GPU a ``queue.runner=ray`` run's jobs run on, as the cluster reports it here, and a note
+    where ``stand_in`` (``cluster.gpu_model``'s) is used instead: the GPUs are not seen from this
+    machine, or the catalogue has no table for the one reported (its name is kept, its memory and
+    rates are the stand-in's)."""
+    from raycolloc.driver.cell_specs import resolve_backend
+    from raycolloc.node.gpu.names import local_gpu_names
+
+    config = resolve_backend(config)
+    names = [] if config.cluster.address else local_gpu_names(config.cluster)
+    if not names:
+        where = f"cluster.address={config.cluster.address}" if config.cluster.address else "no GPU on this machine"
+        return stand_in, f"the cluster's GPUs are not seen from here ({where}): cluster.gpu_model stands in"
+    reported = names[0]
+    others = sorted(set(names) - {reported})
+    mixed = f"; GPU 0's of {', '.join([reported, *others])}" if others else ""
+    try:
+        return sim_gpu(reported), mixed.lstrip("; ")
+    except UnknownGpuModel:
+        note = f"no catalogue entry for {reported}: {stand_in.name}'s (cluster.gpu_model) stands in{mixed}"
+        return dataclasses.replace(stand_in, name=reported), note
+
+
+def model_name(reported: str) -> str:
+    """The catalogue's name of a GPU as NVML or the simulated backend reports it (``NVIDIA H200``:
+    ``H200-141GB``); the reported name where the catalogue has no table for it."""
+    try:
+        return gpu_model_of(reported).name
+    except UnknownGpuModel:
+        return reported

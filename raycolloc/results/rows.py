@@ -132,6 +132,7 @@ class JobRow:
     cpus: str | None
     mps_client: bool | None
     mps_server_pid: int | None
+    mps_check_error: str | None  # why a job was not seen as an MPS client: what was asked, how often
     batch_size: int | None
     epochs: int | None
     epoch_samples: int | None

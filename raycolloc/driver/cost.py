@@ -1,0 +1,158 @@
+"""What a sweep plans to spend, said once before its first cell: its cells, its runs and their GPU time.
+
+A run holds its GPU for its set-up (lease, actors, model, data; release after) and its epochs. Before
+anything runs, only the protocol's own lengths are known: a time-budgeted epoch lasts about
+``epoch_time_s``, a measured epoch at least its floor (``min_epoch_s``: 5 s on a real GPU), the set-up
+about ``SETUP_S``. An epoch's own length (its samples at a rate not yet measured: the warm-up epoch,
+any epoch without a floor or budget) is not counted, so the GPU time said is a floor of what the
+sweep takes, and the line says so where such epochs exist. ``repeats=N`` runs are cells of the plan
+already; ``repeats=auto`` adds each solo baseline's runs (``measure.min_solo_repeats``), and at most
+``measure.budget`` times the first pass in all (solos' runs included), which is the line's upper bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from raycolloc.config import Config, measured_floor
+from raycolloc.spec import CellSpec
+
+__all__ = ["SETUP_S", "PlanCost", "plan_cost", "plan_gpus", "run_seconds"]
+
+# A run's set-up and release, an allowance: the quick matrix before the floor (resnet26_cifar10,
+# epoch_samples=25600, degrees 1-7, naive and MPS) took 65.8 s of GPU time in 8 cells on 2 x H200,
+# of which its epochs at their measured rates were about 38 s (docs/measurements.md, twenty-second
+# session): about 3.5 s a cell besides its epochs.
+SETUP_S = 3.5
+
+
+def run_seconds(cfg: Config) -> tuple[float, bool]:
+    """One run's GPU time as far as the protocol sets it, and whether every epoch's length is known:
+    ``SETUP_S``, plus ``epochs x epoch_time_s`` where each epoch has a time budget, else
+    ``(epochs - 1) x floor`` (the warm-up epoch's own length unknown)."""
+    if cfg.epoch_time_s:
+        return SETUP_S + cfg.epochs * cfg.epoch_time_s, True
+    floor = measured_floor(cfg)
+    return SETUP_S + (cfg.epochs - 1) * (floor or 0.0), False
+
+
+@dataclass(frozen=True)
+class PlanCost:
+    """A sweep's plan in runs and GPU seconds (see the module docstring).
+
+    Attributes:
+        cells: the plan's cells (``repeats=N``: N per configuration).
+        runs: the cells and the solo baselines' runs ``repeats=auto`` adds.
+        gpu_s: those runs' GPU time, as far as the protocol sets it (a floor where ``timed`` is False).
+        max_gpu_s: with every run the budget may add (``measure.budget``).
+        gpus: GPUs the cells fan out over (None: the cluster's, not known before Ray is asked).
+        timed: every epoch's length is known (each has a time budget).
+        floors: the measured epochs' floors, seconds (empty: none).
+        budgets: ``measure.budget`` of the ``repeats=auto`` cells (empty: none is auto).
+        epoch_times: the epochs' time budgets, seconds (``epoch_time_s``; empty: none).
+    """
+
+    cells: int
+    runs: int
+    gpu_s: float
+    max_gpu_s: float
+    gpus: int | None
+    timed: bool
+    floors: tuple[float, ...] = ()
+    budgets: tuple[float, ...] = ()
+    epoch_times: tuple[float, ...] = ()
+
+    @property
+    def wall_s(self) -> float | None:
+        """The plan's wall time with its cells spread evenly over its GPUs (None: GPUs not known)."""
+        return None if self.gpus is None else self.gpu_s / max(1, min(self.gpus, self.cells))
+
+    def line(self) -> str:
+        """``plan: 12 cells (18 runs) on 1 GPU, at least 2.9 min of GPU time (...), ...``: one line."""
+        runs = f" ({self.runs} runs with the solo baselines' repeats)" if self.runs != self.cells else ""
+        on = f"{self.gpus} GPU{'s' if self.gpus != 1 else ''}" if self.gpus else "the cluster's GPUs"
+        how = [f"{self.runs} runs x ({SETUP_S:g} s set-up"]
+        if self.epoch_times:
+            how[0] += f" + epochs at their {'/'.join(f'{t:g}' for t in self.epoch_times)} s budget"
+        if self.floors:
+            how[0] += f" + measured epochs at their {'/'.join(f'{f:g}' for f in self.floors)} s floor"
+        how[0] += ")"
+        if not self.timed:
+            how.append("epochs' own time not counted")
+        said = f"plan: {self.cells} cells{runs} on {on}, "
+        said += f"{'about' if self.timed else 'at least'} {_minutes(self.gpu_s)} of GPU time ({'; '.join(how)})"
+        if self.budgets and self.max_gpu_s > self.gpu_s:
+            budget = "/".join(f"{b:g}" for b in self.budgets)
+            said += f", up to {_minutes(self.max_gpu_s)} with re-runs for intervals (measure.budget={budget})"
+        if self.wall_s is not None:
+            said += f", {'about' if self.timed else 'at least'} {_minutes(self.wall_s)} wall"
+        return said
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def plan_cost(cells: Sequence[CellSpec], gpus: int | None) -> PlanCost:
+    """The cost of running ``cells`` (a plan's, in order) on ``gpus`` GPUs."""
+    from raycolloc.driver.repeats import is_solo  # the results' statistics: with the engine
+
+    fixed = auto = 0.0
+    timed = True
+    floors: set[float] = set()
+    budgets: set[float] = set()
+    epoch_times: set[float] = set()
+    solos: list[tuple[int, float]] = []  # each solo baseline's runs to add, and one run's seconds
+    for cell in cells:
+        cfg = cell.config
+        seconds, known = run_seconds(cfg)
+        timed = timed and known
+        if cfg.epoch_time_s:
+            epoch_times.add(cfg.epoch_time_s)
+        elif floor := measured_floor(cfg):
+            floors.add(floor)
+        if cfg.repeats != "auto":
+            fixed += seconds
+            continue
+        auto += seconds
+        budgets.add(cfg.measure.budget)
+        if is_solo(cell):
+            solos.append((cfg.measure.min_solo_repeats - 1, seconds))
+    budget = max(budgets, default=0.0)
+    added, added_s = _solo_runs(solos, budget * auto)
+    gpu_s = fixed + auto + added_s
+    return PlanCost(
+        cells=len(cells),
+        runs=len(cells) + added,
+        gpu_s=gpu_s,
+        max_gpu_s=fixed + auto * (1 + budget),
+        gpus=gpus,
+        timed=timed,
+        floors=tuple(sorted(floors)),
+        budgets=tuple(sorted(budgets)),
+        epoch_times=tuple(sorted(epoch_times)),
+    )
+
+
+def _solo_runs(solos: list[tuple[int, float]], allowed_s: float) -> tuple[int, float]:
+    """The solo baselines' added runs the budget holds, granted as :mod:`raycolloc.driver.repeats` does:
+    every solo's second run (mid-sweep) before any third; the count and their seconds."""
+    added, spent = 0, 0.0
+    for k in range(1, max((n for n, _ in solos), default=0) + 1):
+        for extra, seconds in solos:
+            if extra >= k and spent + seconds <= allowed_s + 1e-9:
+                added, spent = added + 1, spent + seconds
+    return added, spent
+
+
+def plan_gpus(cells: Sequence[CellSpec]) -> int | None:
+    """The GPUs a plan's cells fan out over, as this machine sees the cluster (its simulated GPUs, or
+    NVML's), at most ``cluster.max_concurrent_cells``; None where the cluster is at an address."""
+    from raycolloc.node.gpu.names import local_gpu_names
+
+    cluster = cells[0].config.cluster
+    if cluster.address:
+        return None
+    found = len(local_gpu_names(cluster))
+    return min(found, cluster.max_concurrent_cells or found) or None

@@ -1,0 +1,44 @@
+"""The names the GPUs of a cluster configuration report on this machine, before Ray is asked.
+
+A real GPU's name is NVML's (``NVIDIA H200``); a simulated GPU's is the one its backend declares
+(``Simulated H100-80GB``, ``cluster.gpu_model``). What labels a queue's runs comes from here, never
+from a default of the config that the GPUs at hand need not have.
+"""
+
+from __future__ import annotations
+
+from raycolloc.config import ClusterConfig
+from raycolloc.node.gpu.kinds import backend_traits
+from raycolloc.node.mig.placement import SIM_PREFIX
+from raycolloc.node.mig.profiles import get_gpu_model
+
+__all__ = ["local_gpu_names", "nvml_gpu_names"]
+
+
+def local_gpu_names(cluster: ClusterConfig) -> list[str]:
+    """The name of each GPU ``cluster`` (its backend resolved: ``nvml`` or ``sim``) has on this machine;
+    [] where none is seen here (no NVML GPU).
+
+    Raises:
+        raycolloc.node.mig.profiles.UnknownGpuModel: a simulated ``cluster.gpu_model`` with no table.
+    """
+    if backend_traits(cluster.backend).declared_gpus:
+        return [f"{SIM_PREFIX}{get_gpu_model(cluster.gpu_model).name}"] * cluster.num_gpus
+    return nvml_gpu_names()
+
+
+def nvml_gpu_names() -> list[str]:
+    """The name NVML gives each GPU of this machine (``NVIDIA H200``), by index; [] when NVML or the
+    driver is missing."""
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return []
+    try:
+        count = int(pynvml.nvmlDeviceGetCount())
+        names = [pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(count)]
+        return [n.decode() if isinstance(n, bytes) else str(n) for n in names]
+    finally:
+        pynvml.nvmlShutdown()

@@ -1,0 +1,75 @@
+"""A sweep says before its first cell what it plans: cells, runs and GPU time from the protocol's own
+lengths (issue 46, item 11), once per sweep, whatever the number of its steps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from raycolloc.driver import engine
+from raycolloc.driver.cell_specs import sweep_cells
+from raycolloc.driver.cost import SETUP_S, plan_cost, plan_gpus
+from raycolloc.driver.plan import PlannedCell, Step, SweepPlan, run
+
+from .conftest import load
+
+
+def _matrix(*words: str) -> list:
+    return sweep_cells([load([f"degree={d}", f"mode={m}", *words]) for d in (1, 2, 3, 7) for m in ("naive", "mps")])
+
+
+def test_the_quick_matrixs_planned_gpu_time_is_its_runs_set_up_and_floored_epochs_within_the_budget() -> None:
+    cells = _matrix("min_epoch_s=5")  # the floor auto gives on a real GPU
+    cost = plan_cost(cells, gpus=1)
+    run_s = SETUP_S + 1 * 5.0  # epochs=2: one measured epoch at its floor; the warm-up's own time unknown
+    budget = cells[0].config.measure.budget
+    first_pass = 8 * run_s
+    # Two solos, three runs each by default; the budget (0.3 x the first pass) holds both second runs
+    # (mid-sweep) and no third: 2 x 8.5 s of 20.4 s.
+    assert budget == 0.3
+    assert (cost.cells, cost.runs, cost.timed) == (8, 10, False)
+    assert cost.gpu_s == pytest.approx(first_pass + 2 * run_s) and cost.gpu_s <= 1.3 * first_pass
+    assert cost.max_gpu_s == pytest.approx(first_pass * (1 + budget)) and cost.wall_s == cost.gpu_s
+    assert cost.line() == (
+        "plan: 8 cells (10 runs with the solo baselines' repeats) on 1 GPU, at least 1.4 min of GPU time "
+        "(10 runs x (3.5 s set-up + measured epochs at their 5 s floor); epochs' own time not counted), "
+        "up to 1.5 min with re-runs for intervals (measure.budget=0.3), at least 1.4 min wall"
+    )
+    generous = plan_cost(_matrix("min_epoch_s=5", "measure.budget=1.0"), gpus=2)
+    assert generous.runs == 12 and generous.gpu_s == pytest.approx(first_pass + 4 * run_s)  # every solo run
+    assert generous.wall_s == pytest.approx(generous.gpu_s / 2)
+
+
+def test_fixed_repeats_and_time_budgeted_epochs_are_planned_exactly_and_spread_over_the_gpus() -> None:
+    cells = _matrix("repeats=2", "epoch_time_s=3", "epochs=3")
+    cost = plan_cost(cells, gpus=4)
+    assert (cost.cells, cost.runs, cost.timed) == (16, 16, True)
+    assert cost.gpu_s == pytest.approx(16 * (SETUP_S + 3 * 3.0)) == cost.max_gpu_s
+    assert cost.wall_s == pytest.approx(cost.gpu_s / 4)
+    assert cost.line() == (
+        "plan: 16 cells on 4 GPUs, about 3.3 min of GPU time (16 runs x (3.5 s set-up + epochs at their 3 s budget)), "
+        "about 50 s wall"
+    )
+
+
+def test_the_simulated_clusters_gpus_are_its_declared_ones() -> None:
+    assert plan_gpus([load(["cluster.num_gpus=3"])]) == 3
+    assert plan_gpus([load(["cluster.num_gpus=3", "cluster.max_concurrent_cells=2"])]) == 2
+
+
+def test_the_plan_line_is_printed_once_before_the_first_cell_of_a_sweep_of_several_steps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def ran(cells: list, **_: object) -> list:
+        print(f"ran {len(cells)} cell(s)", flush=True)
+        return []
+
+    monkeypatch.setattr(engine, "run_cells", ran)  # what runs a step is the engine's: here, a line
+    cells = [PlannedCell(spec, tmp_path / spec.cell_id) for spec in _matrix()[:4]]
+    steps = (Step(tuple(cells[:2]), title="group 1"), Step(tuple(cells[2:]), title="group 2"))
+    run(SweepPlan(run_dir=tmp_path, out_dir=str(tmp_path / "out"), steps=steps, closing=False))
+    lines = capsys.readouterr().out.splitlines()
+    planned = [i for i, line in enumerate(lines) if line.startswith("plan: ")]
+    assert len(planned) == 1 and lines[planned[0]].startswith("plan: 4 cells (5 runs")
+    assert planned[0] < lines.index("group 1") < lines.index("ran 2 cell(s)")
