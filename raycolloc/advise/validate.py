@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from raycolloc.advise.corpus import is_corpus, load_corpus
 from raycolloc.advise.fit import Observation, by_configuration, fit, observations_in
 from raycolloc.advise.model import ASSUMPTIONS, Params, Prediction, predict
 from raycolloc.advise.profile import Profile, gpu_costs_in, profiles_in
@@ -147,7 +148,7 @@ def validate(
     """
     from analysis.load import load_sweeps
 
-    data = load_sweeps(list(paths))
+    data = load_corpus(paths[0]) if len(paths) == 1 and is_corpus(paths[0]) else load_sweeps(list(paths))
     extra = load_sweeps(list(fit_paths)) if fit_paths else None
     costs = gpu_costs_in(data.cells, data.jobs)
     profiles = profiles_in(data.cells, data.jobs, data.epochs, data.telemetry, costs)
