@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from raycolloc.advise.model import DEFAULT_PARAMS, Candidate, Gpu, ModeParams, Params, Slot, predict
+from raycolloc.advise.model import DEFAULT_PARAMS, Candidate, Gpu, ModeParams, Params, Slot, job_rates
 from raycolloc.advise.profile import GpuCosts, Profile, finite, profile_key, settings_of
 from raycolloc.advise.slots import mig_slots, mps_slots
 from raycolloc.config_checks import parse_cpu_list
@@ -27,7 +27,10 @@ from raycolloc.results.stats import t_quantile
 
 __all__ = ["Observation", "by_configuration", "fit", "given_cores", "observations_in"]
 
-_CAPACITIES = tuple(round(0.30 + 0.02 * i, 2) for i in range(46))  # 0.30 .. 1.20
+# A capacity is a share of a resource: at most the whole of it. The grid once reached 1.20 and its
+# fine search 1.22, where every leave-one-out fit of MPS ended (see :func:`_fit_mode`).
+CAPACITY_MAX = 1.0
+_CAPACITIES = tuple(round(0.30 + 0.02 * i, 2) for i in range(36))  # 0.30 .. 1.00
 _SHARPNESS = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0)
 _CPU_CAPACITIES = tuple(round(0.25 + 0.05 * i, 2) for i in range(26))  # 0.25 .. 1.50
 _THRASH = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0)
@@ -203,12 +206,12 @@ def given_cores(cores: int | None, reserved: Any) -> int | None:
 def _log_error(o: Observation, params: Params) -> float | None:
     """Squared log error of one cell's throughput: the aggregate of a uniform cell, the mean over a
     mixed cell's jobs; None where nothing was measured."""
-    pred = predict(o.candidate, o.gpu, params)
+    rates = job_rates(o.candidate, o.gpu, params)
     if o.candidate.uniform:
-        if o.agg_samples_per_s is None or not pred.agg_samples_per_s or o.status != "ok":
+        if o.agg_samples_per_s is None or not sum(rates) or o.status != "ok":
             return None
-        return math.log(pred.agg_samples_per_s / o.agg_samples_per_s) ** 2
-    errs = [math.log(j.samples_per_s / m) ** 2 for j, m in zip(pred.jobs, o.job_samples_per_s, strict=True) if m]
+        return math.log(sum(rates) / o.agg_samples_per_s) ** 2
+    errs = [math.log(r / m) ** 2 for r, m in zip(rates, o.job_samples_per_s, strict=True) if m]
     return sum(errs) / len(errs) if errs else None
 
 
@@ -232,7 +235,11 @@ def _fit_mode(
 
     coarse = [ModeParams(c, k) for c in _CAPACITIES for k in _SHARPNESS]
     best = min(coarse, key=lambda mp: loss(mp)[0])
-    fine = [ModeParams(round(best.capacity + 0.0025 * i, 4), best.sharpness) for i in range(-8, 9)]
+    fine = [
+        ModeParams(c, best.sharpness)
+        for i in range(-8, 9)
+        if (c := round(best.capacity + 0.0025 * i, 4)) <= CAPACITY_MAX
+    ]
     best = min([best, *fine], key=lambda mp: loss(mp)[0])
     value, rms, n = loss(best)
     return (best, rms, n) if math.isfinite(value) else (start, math.nan, 0)
