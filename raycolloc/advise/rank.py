@@ -130,12 +130,13 @@ def rank(
 
 
 def _pm(value: float | None, interval: Interval | None, spec: str) -> str:
-    """``36,524 ±12%``: the value and its interval's relative half-width (the value alone without one)."""
+    """``36,524 -11/+12%``: the value and how far its interval reaches below and above it, in percent
+    (an interval of the log made linear is wider above; the value alone without one)."""
     if not value:
         return "-"
     if interval is None or not interval.known or interval.half_width == 0:
         return format(value, spec)
-    return f"{format(value, spec)} ±{100 * interval.rel_half_width:.0f}%"
+    return f"{format(value, spec)} -{100 * (1 - interval.low / value):.0f}/+{100 * (interval.high / value - 1):.0f}%"
 
 
 def format_ranking(r: Ranking) -> str:
