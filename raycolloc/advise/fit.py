@@ -23,7 +23,7 @@ from raycolloc.advise.model import DEFAULT_PARAMS, Candidate, Gpu, ModeParams, P
 from raycolloc.advise.profile import GpuCosts, Profile, finite, profile_key, settings_of
 from raycolloc.advise.slots import mig_slots, mps_slots
 from raycolloc.config_checks import parse_cpu_list
-from raycolloc.results.stats import t_quantile
+from raycolloc.results.stats import mean_interval, t_quantile
 
 __all__ = ["Observation", "by_configuration", "fit", "given_cores", "observations_in"]
 
@@ -56,6 +56,9 @@ class Observation:
     profile_cell: bool
     cell_dir: str = ""
     group: str = ""  # the configuration's repeats share it (``cells.repeat_group``); "" = its own
+    # The measured aggregate's 95% relative half-width: the run's own (``agg_rate_low/high``), or over a
+    # configuration's runs the t-interval of their mean; None: not known.
+    agg_rel_hw: float | None = None
 
     @property
     def workloads(self) -> frozenset[str]:
@@ -150,9 +153,16 @@ def observations_in(
                 profile_cell=(gpu_name, str(cell.get("cell_dir", ""))) in profile_cells,
                 cell_dir=str(cell.get("cell_dir", "")),
                 group=str(cell.get("repeat_group") or ""),
+                agg_rel_hw=_rel_hw(cell),
             )
         )
     return out
+
+
+def _rel_hw(cell: pd.Series) -> float | None:
+    """A cell's measured aggregate 95% relative half-width (None where not recorded)."""
+    rate, low, high = (finite(cell.get(c)) for c in ("agg_samples_per_s", "agg_rate_low", "agg_rate_high"))
+    return (high - low) / 2 / rate if rate and low is not None and high is not None else None
 
 
 def _median(values: Iterable[float | None]) -> float | None:
@@ -187,9 +197,16 @@ def by_configuration(observations: list[Observation]) -> list[Observation]:
                 power_w=_median(o.power_w for o in ok),
                 sm_active=_median(o.sm_active for o in ok),
                 energy_per_sample_j=_median(o.energy_per_sample_j for o in ok),
+                agg_rel_hw=_runs_rel_hw([o.agg_samples_per_s for o in ok]),
             )
         )
     return out
+
+
+def _runs_rel_hw(rates: list[float | None]) -> float | None:
+    """The t-interval's relative half-width of the mean of several runs' rates (None: fewer than two)."""
+    known = [r for r in rates if r is not None]
+    return mean_interval(known).rel_half_width if len(known) >= 2 else None
 
 
 def given_cores(cores: int | None, reserved: Any) -> int | None:
@@ -331,6 +348,7 @@ def _fit_modes(usable: list[Observation], cpu: float, thrash: float = 0.0) -> Pa
         cpu_capacity=cpu,
         mps_thrash=thrash,
         mps_dram_reach=dram_reach,
+        unfitted_modes=tuple(m for m in ("naive", "mps", "mig") if m not in degrees),
     )
 
 

@@ -326,6 +326,7 @@ def predict(c: Candidate, gpu: Gpu, params: Params) -> Prediction:
         jobs=jobs,
         extrapolated=params.extrapolated(c.mode, c.degree) or beyond > 1.0,
         dram_beyond=beyond,
+        unfitted=c.mode in params.unfitted_modes,
     )
     return with_intervals(pred, params, [p.rate_rel_hw for p in c.jobs])
 

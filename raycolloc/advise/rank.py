@@ -146,6 +146,7 @@ def format_ranking(r: Ranking) -> str:
         f"{r.group}: configurations ranked by throughput gain (T: best throughput, E: best energy per sample, "
         f"C: best throughput within {cap}; ext *: extrapolated, beyond the degrees or modes the parameters "
         f"were fitted on, or MPS past saturation with more DRAM activity than the fit saw there; "
+        f"u: unfitted, no measured cell of its mode was fitted on (MIG takes MPS's parameters); "
         f"±: the 95% interval from the fit's residuals and the solo profile's spread; "
         f"M: the confirmed pick, the best measured; measured rN: its samples/s at halving rung N)"
     ]
@@ -177,7 +178,7 @@ def format_ranking(r: Ranking) -> str:
         slow = _pm(p.max_slowdown, p.slowdown_interval, ".2f")
         eps = f"{p.energy_per_sample_j:.4g}" if p.energy_per_sample_j else "-"
         eva = f"{p.energy_vs_alone:.2f}" if p.energy_vs_alone else "-"
-        ext = "*" if p.extrapolated else ""
+        ext = ("u" if p.unfitted else "") + ("*" if p.extrapolated else "")
         seen = r.latest(p.label)
         meas = (
             "-"
