@@ -300,7 +300,8 @@ def format_validation(v: Validation) -> str:
     )
     lines.append("parameters (leave-one-out):")
     for name, fitted in v.params.items():
-        unfitted = f" unfitted (no cell of their own): {', '.join(fitted.unfitted_modes)};" if fitted.unfitted_modes else ""
+        modes = ", ".join(fitted.unfitted_modes)
+        unfitted = f" unfitted (no cell of their own): {modes};" if modes else ""
         lines.append(
             f"  {name}: naive capacity={fitted.naive.capacity:.2f} k={fitted.naive.sharpness:g}; mps "
             f"capacity={fitted.mps.capacity:.2f} k={fitted.mps.sharpness:g};{unfitted} power slope="
