@@ -124,8 +124,10 @@ def observations_in(
     """Every cell of the loaded sweeps that the model can describe (all its jobs have a profile)."""
     profile_cells = {(p.gpu_name, d) for p in profiles.values() for d in p.cell_dirs}
     out = []
+    empty = jobs.iloc[:0]
+    by_cell = {key: rows for key, rows in jobs.groupby(["sweep", "cell_id"], sort=False)}
     for _, cell in cells.iterrows():
-        rows = jobs[(jobs["sweep"] == cell["sweep"]) & (jobs["cell_id"] == cell["cell_id"])]
+        rows = by_cell.get((cell["sweep"], cell["cell_id"]), empty)
         gpu_name = _gpu_name(cell, profiles)
         candidate = _candidate(cell, rows, profiles, gpu_name) if not rows.empty and gpu_name else None
         if candidate is None or gpu_name is None:
@@ -250,14 +252,33 @@ def _fit_mode(
         prior = _PRIOR * ((mp.capacity - start.capacity) ** 2 + math.log(mp.sharpness / start.sharpness) ** 2)
         return mse + prior, math.sqrt(mse), len(errs)
 
-    coarse = [ModeParams(c, k) for c in _CAPACITIES for k in _SHARPNESS]
-    best = min(coarse, key=lambda mp: loss(mp)[0])
+    # Coarse (capacity every 0.06, each sharpness), then the grid's 0.02 around the best and the
+    # sharpness either side of it, then 0.0025 (within the bound: the coarse grid once stopped at 1.20
+    # and this last step went to 1.22, where every MPS fit ended: the optimum lay beyond the grid).
+    scores: dict[ModeParams, float] = {}
+
+    def score(mp: ModeParams) -> float:
+        if mp not in scores:
+            scores[mp] = loss(mp)[0]
+        return scores[mp]
+
+    best = min((ModeParams(c, k) for c in _CAPACITIES[::3] for k in _SHARPNESS), key=score)
+    near = _SHARPNESS.index(best.sharpness)
+    best = min(
+        (
+            ModeParams(c, k)
+            for c in _CAPACITIES
+            if abs(c - best.capacity) <= 0.061
+            for k in _SHARPNESS[max(0, near - 1) : near + 2]
+        ),
+        key=score,
+    )
     fine = [
         ModeParams(c, best.sharpness)
         for i in range(-8, 9)
         if (c := round(best.capacity + 0.0025 * i, 4)) <= CAPACITY_MAX
     ]
-    best = min([best, *fine], key=lambda mp: loss(mp)[0])
+    best = min([best, *fine], key=score)
     value, rms, n = loss(best)
     return (best, rms, n) if math.isfinite(value) else (start, math.nan, 0)
 
@@ -330,7 +351,8 @@ def _fit_modes(usable: list[Observation], cpu: float, thrash: float = 0.0) -> Pa
             dram_reach = _dram_reach(cells, fitted[mode].capacity)
         if n >= 2:  # a 95% half-width of the relative error: the t-quantile (n - 1 dof) times the RMS
             residual[mode] = t_quantile(n - 1) * rms
-        notes.append(f"{mode}: {len(cells)} cells, rms log error {rms:.3f}")
+        edge = f", capacity at its bound {CAPACITY_MAX:g}" if fitted[mode].capacity >= CAPACITY_MAX else ""
+        notes.append(f"{mode}: {len(cells)} cells, rms log error {rms:.3f}{edge}")
     names = sorted({w for o in usable for w in o.workloads})
     source = (
         f"fitted on {', '.join(names)} ({'; '.join(notes)}; cpu capacity {cpu:g}; mps thrash {thrash:g})"

@@ -221,7 +221,7 @@ def _thrash(rates: _Rates, jobs: tuple[Profile, ...], capacity: float, thrash: f
     -1% and -3%). Our reading, not a measurement: the clients' kernels take turns on the SMs and find
     less of their data in the L2 cache. Every job's rate is divided by 1 + thrash x the jobs' mean
     DRAM activity x (offered SM activity / capacity - 1), after every other bound (it compounds)."""
-    if len(jobs) < 2:  # alone, a job is its profile
+    if len(jobs) < 2 or thrash <= 0:  # alone, a job is its profile
         return
     offered = sum(min(j.sm_active, 0.98 * capacity) for j in jobs) / capacity - 1.0
     dram = sum(j.dram_active or 0.0 for j in jobs) / len(jobs)
