@@ -242,7 +242,7 @@ def _rates(c: Candidate, gpu: Gpu, params: Params) -> _Rates:
         # Alone a job keeps the GPU (no other context to switch to): it offers the time it was busy, and
         # only several contexts lose the switches (corpus: vit_tiny and resnet152, busy 99-100% alone,
         # give 0.91-0.93x their solo rate at x2 to x16; the solo taken as just below capacity gave 1.0x).
-        busy = [j.busy for j in jobs]
+        busy: list[float | None] = [j.busy for j in jobs]
         rates.smooth(everyone, busy, p.capacity, 1.0, p.sharpness, "GPU time (time-slicing)", alone_served=False)
     elif c.mode == "mps":
         rates.smooth(everyone, [j.sm_active for j in jobs], p.capacity, 1.0, p.sharpness, "SMs")
