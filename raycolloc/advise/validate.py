@@ -97,6 +97,9 @@ class Validation:
     configurations: tuple[CellCheck, ...] = ()
     # Per workload (uniform configurations), the throughput error over those measured within TIGHT_REL.
     per_workload: tuple[Metric, ...] = ()
+    # Of the configurations with a measured and a predicted throughput, how many the predicted 95%
+    # interval holds, and how many there are.
+    interval_coverage: tuple[int, int] = (0, 0)
 
 
 def _rel(pred: float | None, meas: float | None) -> float | None:
@@ -221,7 +224,18 @@ def validate(
         unsafe_fits=unsafe,
         configurations=tuple(configs),
         per_workload=_per_workload(configs),
+        interval_coverage=_coverage(configs),
     )
+
+
+def _coverage(configs: list[CellCheck]) -> tuple[int, int]:
+    """How many measured aggregates their predicted 95% interval holds, of how many."""
+    pairs = [
+        (c.predicted.agg_interval, c.measured_agg_samples_per_s)
+        for c in configs
+        if c.throughput_error is not None and c.predicted.agg_interval is not None
+    ]
+    return sum(iv.low <= m <= iv.high for iv, m in pairs if m is not None), len(pairs)
 
 
 def _per_workload(configs: list[CellCheck]) -> tuple[Metric, ...]:
@@ -289,6 +303,8 @@ def format_validation(v: Validation) -> str:
     lines.append("")
     lines.append(f"{'error (|predicted/measured - 1|)':<34} {'n':>4} {'median':>8} {'max':>8}  target")
     lines += [_metric_line(m) for m in v.metrics]
+    held, of = v.interval_coverage
+    lines.append(f"predicted 95% intervals holding the measured throughput: {held}/{of}")
     lines.append(f"per workload, throughput measured within ±{TIGHT_REL:.0%}:")
     lines += ["  " + _metric_line(m, 32) for m in v.per_workload]
     safe = [c.mem_safe for c in v.checks if c.mem_safe is not None]
