@@ -5,7 +5,9 @@ a profile is predicted with parameters fitted on the cells of the *other* worklo
 sweep's and those of ``--fit`` sweeps on the same GPU model: leave-one-out), and compared with what
 it measured: aggregate throughput (uniform cells), each job's slowdown (its profile's samples/s over
 its epoch-2 samples/s), the GPU memory used, and whether a cell predicted to fit ran out of memory.
-The profile cells themselves are listed but not scored (they are the input).
+The profile cells themselves are not scored (they are the input). A corpus folder (``corpus/``,
+:mod:`raycolloc.advise.corpus`) is read as sweeps, one per entry. The throughput targets judge the
+configurations measured within ``TIGHT_REL``; the others are listed apart with their intervals.
 """
 
 from __future__ import annotations
