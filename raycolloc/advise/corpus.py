@@ -54,8 +54,8 @@ def load_corpus(path: str | Path) -> SweepData:
     jobs = pd.read_parquet(root / "jobs.parquet").rename(columns={"entry": "sweep"})
     cells["cell_dir"] = cells["cell_id"]
     cells["repeat_group"] = cells["sweep"] + ":" + cells["mode"] + ":x" + cells["degree"].astype(str)
-    # A corpus run refused before it leased the GPU (``unfit``) records no GPU memory: the GPU's is the
-    # same as its entry's other cells (one GPU model per corpus entry).
+    # A corpus run refused before it leased the GPU (``unfit``) records no GPU memory: its GPU model's,
+    # as the other cells of that model recorded it.
     known = cells.groupby("gpu_name")["gpu_memory_mib"].max()
     cells["gpu_memory_mib"] = cells["gpu_memory_mib"].fillna(cells["gpu_name"].map(known))
     return SweepData(
