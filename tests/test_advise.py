@@ -113,8 +113,9 @@ def test_gain_flattens_for_a_heavy_workload() -> None:
     g7 = predict(cell("mps", heavy, 7), H200, DEFAULT_PARAMS).gain
     assert 1.15 < g3 <= 0.9 / 0.7 + 1e-9
     assert g7 == pytest.approx(g3, rel=0.03)
-    # Under naive time-slicing a job busy 95% of the time gains nothing.
-    assert predict(cell("naive", heavy, 3), H200, DEFAULT_PARAMS).gain == pytest.approx(1.0, abs=0.03)
+    # Under naive time-slicing a job busy 95% of the time gains nothing, and loses the switches: the
+    # slicer serves capacity of the time (corpus, one H200: vit_tiny and resnet152 gave 0.91-0.93x at x2-x16).
+    assert predict(cell("naive", heavy, 3), H200, DEFAULT_PARAMS).gain == pytest.approx(0.9 / 0.95, abs=0.02)
 
 
 def test_cores_bind_cpu_launch_bound_jobs() -> None:

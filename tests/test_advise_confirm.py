@@ -25,7 +25,7 @@ from raycolloc.advise.rank import format_ranking, rank, uniform_candidates
 from raycolloc.advise.run import Profiled, parse_request
 from raycolloc.advise.spread import UNFITTED_REL
 from raycolloc.config import ConfigError
-from raycolloc.results.stats import mean_interval, t_quantile
+from raycolloc.results.stats import Interval, mean_interval, t_quantile
 
 from .test_advise import H200, _observations, cell, profile
 
@@ -76,23 +76,35 @@ def test_the_fit_residual_spread_is_the_interval_of_the_fit() -> None:
     assert rel is not None and t_quantile(n - 1) * 0.03 < rel <= t_quantile(n - 1) * 0.0502
 
 
-def test_intervals_add_the_fit_and_the_profile_and_widen_when_extrapolated() -> None:
+def test_intervals_add_the_fit_and_the_profile_in_log_space_and_widen_when_extrapolated() -> None:
     params = dataclasses.replace(TRUTH, degrees=(("mps", (2, 3, 7)),), residual_rel=(("mps", 0.10),))
     p = dataclasses.replace(profile("c", sm=0.25, busy=0.5), rate_rel_hw=0.05)
+
+    def log_hw(iv: Interval | None, value: float | None) -> float:
+        assert iv is not None and value and iv.low > 0
+        assert math.log(iv.high / value) == pytest.approx(-math.log(iv.low / value))  # symmetric in log
+        return math.log(iv.high / value)
+
     inside = predict(cell("mps", p, 7), H200, params)
-    assert inside.agg_interval is not None and inside.slowdown_interval is not None
-    assert inside.agg_interval.rel_half_width == pytest.approx(math.hypot(0.10, 0.05))
-    assert inside.slowdown_interval.rel_half_width == pytest.approx(0.10)  # the solo's error cancels
+    assert log_hw(inside.agg_interval, inside.agg_samples_per_s) == pytest.approx(math.hypot(0.10, math.log(1.05)))
+    assert log_hw(inside.slowdown_interval, inside.max_slowdown) == pytest.approx(0.10)  # the solo's error cancels
     far = predict(cell("mps", p, 14), H200, params)  # twice the largest fitted degree: twice as wide
-    assert far.extrapolated and far.agg_interval is not None
-    assert far.agg_interval.rel_half_width == pytest.approx(math.hypot(0.20, 0.05))
+    assert far.extrapolated
+    assert log_hw(far.agg_interval, far.agg_samples_per_s) == pytest.approx(math.hypot(0.20, math.log(1.05)))
     solo = predict(cell("mps", p, 1), H200, params)
-    assert solo.agg_interval is not None and solo.agg_interval.rel_half_width == pytest.approx(0.05)
+    assert log_hw(solo.agg_interval, solo.agg_samples_per_s) == pytest.approx(math.log(1.05))
     unfitted = predict(cell("naive", p, 2), H200, params)  # no naive cell in the fit
-    assert unfitted.extrapolated and unfitted.agg_interval is not None
-    assert unfitted.agg_interval.rel_half_width == pytest.approx(math.hypot(UNFITTED_REL * 2, 0.05))
+    assert unfitted.extrapolated
+    assert log_hw(unfitted.agg_interval, unfitted.agg_samples_per_s) == pytest.approx(
+        math.hypot(UNFITTED_REL * 2, math.log(1.05))
+    )
+    # However wide, an interval of the log stays above zero (a linear one went to -1,327 samples/s).
+    wide = predict(cell("mps", dataclasses.replace(p, rate_rel_hw=3.0), 14), H200, params)
+    assert wide.agg_interval is not None and wide.agg_interval.low > 0
     table = format_ranking(rank("c", [cell("mps", p, 7)], H200, params))
-    assert f"±{100 * math.hypot(0.10, 0.05):.0f}%" in table and "±10%" in table
+    assert inside.agg_interval is not None and inside.agg_samples_per_s
+    up = 100 * (inside.agg_interval.high / inside.agg_samples_per_s - 1)
+    assert f"/+{up:.0f}%" in table and "-10/+11%" in table  # the slowdown's: exp(-0.1), exp(0.1)
 
 
 def test_a_profile_combined_from_runs_carries_their_spread() -> None:

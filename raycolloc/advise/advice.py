@@ -157,12 +157,13 @@ def format_advice(a: Advice) -> str:
     for name, why in a.not_profiled.items():
         lines.append(f"no profile for {name}: {why}")
     fit = a.params
+    unfitted = f" (unfitted: {', '.join(fit.unfitted_modes)})" if fit.unfitted_modes else ""
     lines.append(
         f"parameters: naive capacity={fit.naive.capacity:.2f} k={fit.naive.sharpness:g}; mps capacity="
         f"{fit.mps.capacity:.2f} k={fit.mps.sharpness:g}; mig capacity={fit.mig.capacity:.2f} "
         f"k={fit.mig.sharpness:g}; power slope="
         f"{'-' if fit.power_slope_w is None else f'{fit.power_slope_w:.0f} W per unit SM activity'}; "
-        f"cpu capacity={fit.cpu_capacity:g} per core; "
+        f"cpu capacity={fit.cpu_capacity:g} per core{unfitted}; "
         f"{fit.source}"
     )
     for r in a.rankings:

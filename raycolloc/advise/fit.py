@@ -19,15 +19,18 @@ from typing import Any
 
 import pandas as pd
 
-from raycolloc.advise.model import DEFAULT_PARAMS, Candidate, Gpu, ModeParams, Params, Slot, predict
+from raycolloc.advise.model import DEFAULT_PARAMS, Candidate, Gpu, ModeParams, Params, Slot, job_rates
 from raycolloc.advise.profile import GpuCosts, Profile, finite, profile_key, settings_of
 from raycolloc.advise.slots import mig_slots, mps_slots
 from raycolloc.config_checks import parse_cpu_list
-from raycolloc.results.stats import t_quantile
+from raycolloc.results.stats import mean_interval, t_quantile
 
 __all__ = ["Observation", "by_configuration", "fit", "given_cores", "observations_in"]
 
-_CAPACITIES = tuple(round(0.30 + 0.02 * i, 2) for i in range(46))  # 0.30 .. 1.20
+# A capacity is a share of a resource: at most the whole of it. The grid once reached 1.20 and its
+# fine search 1.22, where every leave-one-out fit of MPS ended (see :func:`_fit_mode`).
+CAPACITY_MAX = 1.0
+_CAPACITIES = tuple(round(0.30 + 0.02 * i, 2) for i in range(36))  # 0.30 .. 1.00
 _SHARPNESS = (1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0)
 _CPU_CAPACITIES = tuple(round(0.25 + 0.05 * i, 2) for i in range(26))  # 0.25 .. 1.50
 _THRASH = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0)
@@ -53,6 +56,9 @@ class Observation:
     profile_cell: bool
     cell_dir: str = ""
     group: str = ""  # the configuration's repeats share it (``cells.repeat_group``); "" = its own
+    # The measured aggregate's 95% relative half-width: the run's own (``agg_rate_low/high``), or over a
+    # configuration's runs the t-interval of their mean; None: not known.
+    agg_rel_hw: float | None = None
 
     @property
     def workloads(self) -> frozenset[str]:
@@ -118,8 +124,10 @@ def observations_in(
     """Every cell of the loaded sweeps that the model can describe (all its jobs have a profile)."""
     profile_cells = {(p.gpu_name, d) for p in profiles.values() for d in p.cell_dirs}
     out = []
+    empty = jobs.iloc[:0]
+    by_cell = {key: rows for key, rows in jobs.groupby(["sweep", "cell_id"], sort=False)}
     for _, cell in cells.iterrows():
-        rows = jobs[(jobs["sweep"] == cell["sweep"]) & (jobs["cell_id"] == cell["cell_id"])]
+        rows = by_cell.get((cell["sweep"], cell["cell_id"]), empty)
         gpu_name = _gpu_name(cell, profiles)
         candidate = _candidate(cell, rows, profiles, gpu_name) if not rows.empty and gpu_name else None
         if candidate is None or gpu_name is None:
@@ -147,9 +155,16 @@ def observations_in(
                 profile_cell=(gpu_name, str(cell.get("cell_dir", ""))) in profile_cells,
                 cell_dir=str(cell.get("cell_dir", "")),
                 group=str(cell.get("repeat_group") or ""),
+                agg_rel_hw=_rel_hw(cell),
             )
         )
     return out
+
+
+def _rel_hw(cell: pd.Series) -> float | None:
+    """A cell's measured aggregate 95% relative half-width (None where not recorded)."""
+    rate, low, high = (finite(cell.get(c)) for c in ("agg_samples_per_s", "agg_rate_low", "agg_rate_high"))
+    return (high - low) / 2 / rate if rate and low is not None and high is not None else None
 
 
 def _median(values: Iterable[float | None]) -> float | None:
@@ -184,9 +199,16 @@ def by_configuration(observations: list[Observation]) -> list[Observation]:
                 power_w=_median(o.power_w for o in ok),
                 sm_active=_median(o.sm_active for o in ok),
                 energy_per_sample_j=_median(o.energy_per_sample_j for o in ok),
+                agg_rel_hw=_runs_rel_hw([o.agg_samples_per_s for o in ok]),
             )
         )
     return out
+
+
+def _runs_rel_hw(rates: list[float | None]) -> float | None:
+    """The t-interval's relative half-width of the mean of several runs' rates (None: fewer than two)."""
+    known = [r for r in rates if r is not None]
+    return mean_interval(known).rel_half_width if len(known) >= 2 else None
 
 
 def given_cores(cores: int | None, reserved: Any) -> int | None:
@@ -203,12 +225,12 @@ def given_cores(cores: int | None, reserved: Any) -> int | None:
 def _log_error(o: Observation, params: Params) -> float | None:
     """Squared log error of one cell's throughput: the aggregate of a uniform cell, the mean over a
     mixed cell's jobs; None where nothing was measured."""
-    pred = predict(o.candidate, o.gpu, params)
+    rates = job_rates(o.candidate, o.gpu, params)
     if o.candidate.uniform:
-        if o.agg_samples_per_s is None or not pred.agg_samples_per_s or o.status != "ok":
+        if o.agg_samples_per_s is None or not sum(rates) or o.status != "ok":
             return None
-        return math.log(pred.agg_samples_per_s / o.agg_samples_per_s) ** 2
-    errs = [math.log(j.samples_per_s / m) ** 2 for j, m in zip(pred.jobs, o.job_samples_per_s, strict=True) if m]
+        return math.log(sum(rates) / o.agg_samples_per_s) ** 2
+    errs = [math.log(r / m) ** 2 for r, m in zip(rates, o.job_samples_per_s, strict=True) if m]
     return sum(errs) / len(errs) if errs else None
 
 
@@ -230,10 +252,33 @@ def _fit_mode(
         prior = _PRIOR * ((mp.capacity - start.capacity) ** 2 + math.log(mp.sharpness / start.sharpness) ** 2)
         return mse + prior, math.sqrt(mse), len(errs)
 
-    coarse = [ModeParams(c, k) for c in _CAPACITIES for k in _SHARPNESS]
-    best = min(coarse, key=lambda mp: loss(mp)[0])
-    fine = [ModeParams(round(best.capacity + 0.0025 * i, 4), best.sharpness) for i in range(-8, 9)]
-    best = min([best, *fine], key=lambda mp: loss(mp)[0])
+    # Coarse (capacity every 0.06, each sharpness), then the grid's 0.02 around the best and the
+    # sharpness either side of it, then 0.0025 (within the bound: the coarse grid once stopped at 1.20
+    # and this last step went to 1.22, where every MPS fit ended: the optimum lay beyond the grid).
+    scores: dict[ModeParams, float] = {}
+
+    def score(mp: ModeParams) -> float:
+        if mp not in scores:
+            scores[mp] = loss(mp)[0]
+        return scores[mp]
+
+    best = min((ModeParams(c, k) for c in _CAPACITIES[::3] for k in _SHARPNESS), key=score)
+    near = _SHARPNESS.index(best.sharpness)
+    best = min(
+        (
+            ModeParams(c, k)
+            for c in _CAPACITIES
+            if abs(c - best.capacity) <= 0.061
+            for k in _SHARPNESS[max(0, near - 1) : near + 2]
+        ),
+        key=score,
+    )
+    fine = [
+        ModeParams(c, best.sharpness)
+        for i in range(-8, 9)
+        if (c := round(best.capacity + 0.0025 * i, 4)) <= CAPACITY_MAX
+    ]
+    best = min([best, *fine], key=score)
     value, rms, n = loss(best)
     return (best, rms, n) if math.isfinite(value) else (start, math.nan, 0)
 
@@ -306,7 +351,8 @@ def _fit_modes(usable: list[Observation], cpu: float, thrash: float = 0.0) -> Pa
             dram_reach = _dram_reach(cells, fitted[mode].capacity)
         if n >= 2:  # a 95% half-width of the relative error: the t-quantile (n - 1 dof) times the RMS
             residual[mode] = t_quantile(n - 1) * rms
-        notes.append(f"{mode}: {len(cells)} cells, rms log error {rms:.3f}")
+        edge = f", capacity at its bound {CAPACITY_MAX:g}" if fitted[mode].capacity >= CAPACITY_MAX else ""
+        notes.append(f"{mode}: {len(cells)} cells, rms log error {rms:.3f}{edge}")
     names = sorted({w for o in usable for w in o.workloads})
     source = (
         f"fitted on {', '.join(names)} ({'; '.join(notes)}; cpu capacity {cpu:g}; mps thrash {thrash:g})"
@@ -324,6 +370,7 @@ def _fit_modes(usable: list[Observation], cpu: float, thrash: float = 0.0) -> Pa
         cpu_capacity=cpu,
         mps_thrash=thrash,
         mps_dram_reach=dram_reach,
+        unfitted_modes=tuple(m for m in ("naive", "mps", "mig") if m not in degrees),
     )
 
 

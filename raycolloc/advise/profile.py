@@ -174,6 +174,9 @@ def profile_of(
     batch = int(job["batch_size"])
     cpu_step = cpu / steps if cpu is not None and steps else None
     window = _window_means(cell, telemetry)
+    if window.get("gpu_util") is None and window.get("gr_engine_active") is None:
+        # No telemetry kept (the first corpus): the cell's own mean of NVML's utilisation over its window.
+        window["gpu_util"] = finite(cell.get("gpu_util_mean"))
     sm = finite(cell.get("sm_active_mean"))
     if sm is None:
         sm = window.get("sm_active")

@@ -130,12 +130,13 @@ def rank(
 
 
 def _pm(value: float | None, interval: Interval | None, spec: str) -> str:
-    """``36,524 ±12%``: the value and its interval's relative half-width (the value alone without one)."""
+    """``36,524 -11/+12%``: the value and how far its interval reaches below and above it, in percent
+    (an interval of the log made linear is wider above; the value alone without one)."""
     if not value:
         return "-"
     if interval is None or not interval.known or interval.half_width == 0:
         return format(value, spec)
-    return f"{format(value, spec)} ±{100 * interval.rel_half_width:.0f}%"
+    return f"{format(value, spec)} -{100 * (1 - interval.low / value):.0f}/+{100 * (interval.high / value - 1):.0f}%"
 
 
 def format_ranking(r: Ranking) -> str:
@@ -145,6 +146,7 @@ def format_ranking(r: Ranking) -> str:
         f"{r.group}: configurations ranked by throughput gain (T: best throughput, E: best energy per sample, "
         f"C: best throughput within {cap}; ext *: extrapolated, beyond the degrees or modes the parameters "
         f"were fitted on, or MPS past saturation with more DRAM activity than the fit saw there; "
+        f"u: unfitted, no measured cell of its mode was fitted on (MIG takes MPS's parameters); "
         f"±: the 95% interval from the fit's residuals and the solo profile's spread; "
         f"M: the confirmed pick, the best measured; measured rN: its samples/s at halving rung N)"
     ]
@@ -176,7 +178,7 @@ def format_ranking(r: Ranking) -> str:
         slow = _pm(p.max_slowdown, p.slowdown_interval, ".2f")
         eps = f"{p.energy_per_sample_j:.4g}" if p.energy_per_sample_j else "-"
         eva = f"{p.energy_vs_alone:.2f}" if p.energy_vs_alone else "-"
-        ext = "*" if p.extrapolated else ""
+        ext = ("u" if p.unfitted else "") + ("*" if p.extrapolated else "")
         seen = r.latest(p.label)
         meas = (
             "-"

@@ -69,6 +69,9 @@ class Params:
     # the parameters were fitted on (0: the fit had no such cell; None: not fitted, nothing checked):
     # the reach of ``mps_thrash``, which only cells past saturation show and which grows with DRAM activity.
     mps_dram_reach: float | None = None
+    # Modes no measured cell of their own was fitted on (their values are defaults or, for MIG, MPS's):
+    # every output marks their predictions unfitted.
+    unfitted_modes: tuple[str, ...] = ()
 
     def mode(self, name: str) -> ModeParams:
         return {"naive": self.naive, "mps": self.mps, "mig": self.mig}[name]
@@ -106,7 +109,14 @@ class Params:
 
 # Before any fit (no measured sweep of another workload on the GPU model): round values, fitted on
 # nothing. A fit starts from them and a tie between grid points goes to them.
-DEFAULT_PARAMS = Params(ModeParams(0.9, 4.0), ModeParams(0.9, 4.0), ModeParams(0.9, 4.0), None, "defaults (no fit)")
+DEFAULT_PARAMS = Params(
+    ModeParams(0.9, 4.0),
+    ModeParams(0.9, 4.0),
+    ModeParams(0.9, 4.0),
+    None,
+    "defaults (no fit)",
+    unfitted_modes=("naive", "mps", "mig"),
+)
 
 
 @dataclass(frozen=True)
@@ -213,6 +223,8 @@ class Prediction:
     extrapolated: bool = False  # outside the degrees (or modes) the parameters were fitted on, or their DRAM reach
     # Where past the fit's DRAM reach (Params.dram_beyond): the jobs' DRAM activity over it (else 1).
     dram_beyond: float = 1.0
+    # Its mode's parameters were fitted on no measured cell of that mode (Params.unfitted_modes).
+    unfitted: bool = False
     # 95% intervals of ``agg_samples_per_s`` and ``max_slowdown`` (:mod:`raycolloc.advise.spread`).
     agg_interval: Interval | None = None
     slowdown_interval: Interval | None = None

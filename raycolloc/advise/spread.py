@@ -1,13 +1,16 @@
 """How sure a prediction is: 95% intervals of a candidate's throughput and slowdown.
 
-Two sources of error, independent, added in quadrature (relative half-widths):
+Two sources of error, independent, added in quadrature as half-widths of the logarithm (where the fit
+is made: it minimises squared log errors), and the interval is the prediction times ``exp(-h)`` and
+``exp(+h)``: never negative, wider above than below. A half-width taken in linear space around a
+log-space fit once gave a simulated advice ``[-1,327, 3,291]`` samples/s.
 
 * **the fit**: the mode's residuals on the cells it was fitted on (:attr:`Params.residual_rel`, the
-  t-quantile times the RMS relative error); a mode fitted on fewer than two cells has
+  t-quantile times the RMS log error); a mode fitted on fewer than two cells has
   :data:`UNFITTED_REL` (the advisor's largest error seen in validation, rounded up);
-* **the profile**: the solo rate's own interval (:attr:`Profile.rate_rel_hw`; every predicted rate
-  scales with it). A slowdown is a ratio to that same solo rate, so the profile's error cancels
-  from it: a slowdown's interval is the fit's alone.
+* **the profile**: the solo rate's own interval (:attr:`Profile.rate_rel_hw`, relative, taken as
+  ``log(1 + rel)``; every predicted rate scales with it). A slowdown is a ratio to that same solo
+  rate, so the profile's error cancels from it: a slowdown's interval is the fit's alone.
 
 An extrapolated candidate (beyond the fitted degrees of its mode) has the fit's half-width widened by
 ``1 + log2(degree / largest fitted degree)``: twice as wide at twice the largest degree the fit saw,
@@ -35,7 +38,7 @@ UNFITTED_REL = 0.25
 
 
 def fit_rel(params: Params, mode: str, degree: int) -> float:
-    """The fit's 95% relative half-width for a configuration, widened where it is extrapolated."""
+    """The fit's 95% half-width of the log for a configuration, widened where it is extrapolated."""
     if degree <= 1:
         return 0.0
     rel = params.residual(mode)
@@ -47,16 +50,16 @@ def fit_rel(params: Params, mode: str, degree: int) -> float:
     return rel
 
 
-def _around(value: float, rel: float, n: int) -> Interval:
-    hw = abs(value) * rel
-    return Interval(value, value - hw, value + hw, n, "fit+profile")
+def _around(value: float, log_hw: float, n: int) -> Interval:
+    """``value`` times ``exp(-log_hw)`` and ``exp(+log_hw)``: an interval of the log made linear."""
+    return Interval(value, value * math.exp(-log_hw), value * math.exp(log_hw), n, "fit+profile")
 
 
 def with_intervals(pred: Prediction, params: Params, profile_rels: list[float | None]) -> Prediction:
     """``pred`` with the intervals of its aggregate throughput and its largest slowdown."""
     fit = fit_rel(params, pred.mode, pred.degree) * (1.0 + math.log2(pred.dram_beyond))
     known = [r for r in profile_rels if r is not None]
-    profile = max(known) if known else 0.0
+    profile = math.log1p(max(known)) if known else 0.0
     agg = None
     if pred.agg_samples_per_s is not None:
         agg = _around(pred.agg_samples_per_s, math.hypot(fit, profile), max(1, len(known)))

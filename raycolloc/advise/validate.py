@@ -5,7 +5,9 @@ a profile is predicted with parameters fitted on the cells of the *other* worklo
 sweep's and those of ``--fit`` sweeps on the same GPU model: leave-one-out), and compared with what
 it measured: aggregate throughput (uniform cells), each job's slowdown (its profile's samples/s over
 its epoch-2 samples/s), the GPU memory used, and whether a cell predicted to fit ran out of memory.
-The profile cells themselves are listed but not scored (they are the input).
+The profile cells themselves are not scored (they are the input). A corpus folder (``corpus/``,
+:mod:`raycolloc.advise.corpus`) is read as sweeps, one per entry. The throughput targets judge the
+configurations measured within ``TIGHT_REL``; the others are listed apart with their intervals.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from raycolloc.advise.corpus import is_corpus, load_corpus
 from raycolloc.advise.fit import Observation, by_configuration, fit, observations_in
 from raycolloc.advise.model import ASSUMPTIONS, Params, Prediction, predict
 from raycolloc.advise.profile import Profile, gpu_costs_in, profiles_in
@@ -24,12 +27,19 @@ from raycolloc.node.gpu.kinds import recorded_traits
 __all__ = ["CellCheck", "Metric", "Targets", "Validation", "format_validation", "validate"]
 
 
+# A configuration whose measured 95% interval is within +-5% grades the model; a wider one is listed
+# apart with its interval (its own noise would be counted as the model's error).
+TIGHT_REL = 0.05
+
+
 @dataclass(frozen=True)
 class Targets:
-    """Acceptance bounds on the absolute relative errors (0.10 = 10%)."""
+    """Acceptance bounds on the absolute relative errors (0.05 = 5%); the throughput's apply to the
+    configurations measured within ``TIGHT_REL`` (issue 44: median 5%, max 12%; Parallax's MPS
+    MAPE 6.12%, ISACPP's max 8.72%)."""
 
-    throughput_median: float = 0.10
-    throughput_max: float = 0.25
+    throughput_median: float = 0.05
+    throughput_max: float = 0.12
     slowdown_median: float = 0.10
 
 
@@ -54,6 +64,12 @@ class CellCheck:
     unsafe_fit: bool
     energy_per_sample_j: float | None
     energy_error: float | None
+    measured_rel_hw: float | None = None  # the measured aggregate's 95% relative half-width
+
+    @property
+    def tight(self) -> bool:
+        """Measured within ``TIGHT_REL``: what the throughput targets judge."""
+        return self.measured_rel_hw is not None and self.measured_rel_hw <= TIGHT_REL
 
 
 @dataclass(frozen=True)
@@ -81,6 +97,11 @@ class Validation:
     assumptions: tuple[str, ...] = field(default=ASSUMPTIONS)
     # One check per configuration (its runs' median): what the targets judge.
     configurations: tuple[CellCheck, ...] = ()
+    # Per workload (uniform configurations), the throughput error over those measured within TIGHT_REL.
+    per_workload: tuple[Metric, ...] = ()
+    # Of the configurations with a measured and a predicted throughput, how many the predicted 95%
+    # interval holds, and how many there are.
+    interval_coverage: tuple[int, int] = (0, 0)
 
 
 def _rel(pred: float | None, meas: float | None) -> float | None:
@@ -121,6 +142,7 @@ def _check(o: Observation, params: Params) -> CellCheck:
         unsafe_fit=pred.fits and o.status in ("oom", "unfit"),
         energy_per_sample_j=o.energy_per_sample_j,
         energy_error=_rel(pred.energy_per_sample_j, o.energy_per_sample_j) if ok and not o.profile_cell else None,
+        measured_rel_hw=o.agg_rel_hw,
     )
 
 
@@ -147,7 +169,7 @@ def validate(
     """
     from analysis.load import load_sweeps
 
-    data = load_sweeps(list(paths))
+    data = load_corpus(paths[0]) if len(paths) == 1 and is_corpus(paths[0]) else load_sweeps(list(paths))
     extra = load_sweeps(list(fit_paths)) if fit_paths else None
     costs = gpu_costs_in(data.cells, data.jobs)
     profiles = profiles_in(data.cells, data.jobs, data.epochs, data.telemetry, costs)
@@ -175,6 +197,7 @@ def validate(
         _check(o, by_workloads[(o.workloads, o.gpu.name)]) for o in by_configuration(checked) if not o.profile_cell
     ]
     throughput = [c.throughput_error for c in configs if c.throughput_error is not None]
+    tight = [c.throughput_error for c in configs if c.throughput_error is not None and c.tight]
     slowdown = [e for c in configs for e in c.slowdown_errors]
     memory = [c.mem_error for c in scored if c.mem_error is not None]
     energy = [c.energy_error for c in configs if c.energy_error is not None]
@@ -183,8 +206,9 @@ def validate(
     inside = [c.throughput_error for c in configs if c.throughput_error is not None and not c.predicted.extrapolated]
     beyond = [c.throughput_error for c in configs if c.throughput_error is not None and c.predicted.extrapolated]
     metrics = (
-        _metric("aggregate throughput", throughput, targets.throughput_median),
-        _metric("aggregate throughput", throughput, targets.throughput_max, of="max"),
+        _metric(f"throughput, measured ±{TIGHT_REL:.0%}", tight, targets.throughput_median),
+        _metric(f"throughput, measured ±{TIGHT_REL:.0%}", tight, targets.throughput_max, of="max"),
+        _metric("aggregate throughput", throughput),
         _metric("per-job slowdown", slowdown, targets.slowdown_median),
         _metric("aggregate throughput, within reach", inside),
         _metric("aggregate throughput, extrapolated", beyond),
@@ -201,6 +225,30 @@ def validate(
         profiles={f"{p.workload} on {p.gpu_name}": p for p in profiles.values()},
         unsafe_fits=unsafe,
         configurations=tuple(configs),
+        per_workload=_per_workload(configs),
+        interval_coverage=_coverage(configs),
+    )
+
+
+def _coverage(configs: list[CellCheck]) -> tuple[int, int]:
+    """How many measured aggregates their predicted 95% interval holds, of how many."""
+    pairs = [
+        (c.predicted.agg_interval, c.measured_agg_samples_per_s)
+        for c in configs
+        if c.throughput_error is not None and c.predicted.agg_interval is not None
+    ]
+    return sum(iv.low <= m <= iv.high for iv, m in pairs if m is not None), len(pairs)
+
+
+def _per_workload(configs: list[CellCheck]) -> tuple[Metric, ...]:
+    """The throughput error of each workload's configurations measured within ``TIGHT_REL``."""
+    names = sorted({c.predicted.workloads for c in configs if c.throughput_error is not None})
+    return tuple(
+        _metric(
+            name,
+            [e for c in configs if c.predicted.workloads == name and c.tight and (e := c.throughput_error) is not None],
+        )
+        for name in names
     )
 
 
@@ -208,51 +256,73 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:+.1f}%"
 
 
+def _interval(c: CellCheck) -> str:
+    return "-" if c.measured_rel_hw is None else f"±{100 * c.measured_rel_hw:.1f}%"
+
+
+def _config_line(c: CellCheck) -> str:
+    """One configuration (or cell) against its prediction, as printed."""
+    p = c.predicted
+    meas_slow = [s for s in c.measured_slowdowns if s is not None]
+    slow = f"{p.max_slowdown:.2f}/{max(meas_slow):.2f}" if meas_slow else f"{p.max_slowdown:.2f}/-"
+    mem = f"{p.mem_need_mib / 1024:.1f}/{c.mem_used_mib / 1024:.1f}" if c.mem_used_mib else "-"
+    band = p.agg_interval
+    pred_rate = f"{p.agg_samples_per_s:,.0f}" if p.agg_samples_per_s else "-"
+    pred_band = f"[{band.low:,.0f}, {band.high:,.0f}]" if band is not None and band.known else "-"
+    meas_rate = f"{c.measured_agg_samples_per_s:,.0f}" if c.measured_agg_samples_per_s else "-"
+    mark = " (profile)" if c.profile_cell else (" UNSAFE: predicted to fit" if c.unsafe_fit else "")
+    mark += " (extrapolated)" if p.extrapolated and not c.profile_cell else ""
+    mark += " (unfitted mode)" if p.unfitted else ""
+    return (
+        f"{c.label[:42]:<42} {c.status:<6} {'yes' if p.fits else 'no':<4} {pred_rate:>8} {pred_band:>19} "
+        f"{meas_rate:>8} {_interval(c):>7} {_pct(c.throughput_error):>7} {slow:>11} {mem:>11}  {p.bound}{mark}"
+    )
+
+
+def _metric_line(m: Metric, width: int = 34) -> str:
+    verdict = "" if m.passed is None else ("  PASS" if m.passed else "  FAIL")
+    med = "-" if m.median_abs is None else f"{100 * m.median_abs:.1f}%"
+    top = "-" if m.max_abs is None else f"{100 * m.max_abs:.1f}%"
+    return f"{m.name[:width]:<{width}} {m.n:>4} {med:>8} {top:>8}  {m.target}{verdict}"
+
+
 def format_validation(v: Validation) -> str:
-    """The per-cell comparison and the error summary, as printed."""
+    """The per-configuration comparison and the error summary, as printed."""
     lines = [
         f"validation of {', '.join(v.sweeps)}: {len(v.checks)} cells described, "
-        f"{sum(not c.profile_cell for c in v.checks)} predicted (profile cells are the input)"
+        f"{sum(not c.profile_cell for c in v.checks)} predicted (profile cells are the input), "
+        f"{len(v.configurations)} configurations (each the median of its runs)"
     ]
     head = (
-        f"{'cell':<42} {'status':<7} {'fits':<5} {'pred samples/s':>14} {'measured':>10} {'err':>7} "
-        f"{'slowdown p/m':>13} {'mem GiB p/m':>12} {'mem err':>8}  bound"
+        f"{'configuration':<42} {'status':<6} {'fits':<4} {'pred/s':>8} {'predicted 95%':>19} {'meas/s':>8} "
+        f"{'meas 95%':>7} {'err':>7} {'slow p/m':>11} {'GiB need/used':>11}  bound"
     )
-    lines += [head, "-" * len(head)]
-    for c in sorted(v.checks, key=lambda c: (c.predicted.workloads, c.predicted.mode, c.predicted.degree, c.label)):
-        p = c.predicted
-        meas_slow = [s for s in c.measured_slowdowns if s is not None]
-        slow = f"{p.max_slowdown:.2f}/{max(meas_slow):.2f}" if meas_slow else f"{p.max_slowdown:.2f}/-"
-        mem = f"{p.mem_expected_mib / 1024:.1f}/{c.mem_used_mib / 1024:.1f}" if c.mem_used_mib else "-"
-        pred_rate = f"{p.agg_samples_per_s:,.0f}" if p.agg_samples_per_s else "-"
-        meas_rate = f"{c.measured_agg_samples_per_s:,.0f}" if c.measured_agg_samples_per_s else "-"
-        mark = " (profile)" if c.profile_cell else (" UNSAFE: predicted to fit" if c.unsafe_fit else "")
-        mark += " (extrapolated)" if p.extrapolated and not c.profile_cell else ""
-        lines.append(
-            f"{c.label[:42]:<42} {c.status:<7} {'yes' if p.fits else 'no':<5} {pred_rate:>14} {meas_rate:>10} "
-            f"{_pct(c.throughput_error):>7} {slow:>13} {mem:>12} {_pct(c.mem_error):>8}  {p.bound}{mark}"
-        )
+    order = sorted(v.configurations, key=lambda c: (c.predicted.workloads, c.predicted.mode, c.predicted.degree))
+    lines += [head, "-" * len(head), *(_config_line(c) for c in order)]
+    apart = [c for c in order if c.throughput_error is not None and not c.tight]
+    lines += ["", f"measured wider than ±{TIGHT_REL:.0%} (listed apart, not graded by the targets): {len(apart)}"]
+    lines += [f"  {c.label}: measured {_interval(c)}, error {_pct(c.throughput_error)}" for c in apart]
     lines.append("")
-    lines.append(
-        f"{'error (|predicted/measured - 1|)':<34} {'n':>4} {'median':>8} {'max':>8}  target "
-        "(per configuration: the median of its runs; memory: every run)"
-    )
-    for m in v.metrics:
-        verdict = "" if m.passed is None else ("  PASS" if m.passed else "  FAIL")
-        med = "-" if m.median_abs is None else f"{100 * m.median_abs:.1f}%"
-        top = "-" if m.max_abs is None else f"{100 * m.max_abs:.1f}%"
-        lines.append(f"{m.name:<34} {m.n:>4} {med:>8} {top:>8}  {m.target}{verdict}")
+    lines.append(f"{'error (|predicted/measured - 1|)':<34} {'n':>4} {'median':>8} {'max':>8}  target")
+    lines += [_metric_line(m) for m in v.metrics]
+    held, of = v.interval_coverage
+    lines.append(f"predicted 95% intervals holding the measured throughput: {held}/{of}")
+    lines.append(f"per workload, throughput measured within ±{TIGHT_REL:.0%}:")
+    lines += ["  " + _metric_line(m, 32) for m in v.per_workload]
     safe = [c.mem_safe for c in v.checks if c.mem_safe is not None]
     lines.append(
-        f"memory: {sum(safe)}/{len(safe)} ok cells used no more than the safe-side prediction; "
+        f"memory: {sum(safe)}/{len(safe)} ok cells used no more than the safe-side prediction "
+        f"(under-predicted: {len(safe) - sum(safe)}); "
         f"cells predicted to fit that ran out of memory: {len(v.unsafe_fits)}"
         + (f" ({', '.join(v.unsafe_fits)})" if v.unsafe_fits else "")
     )
     lines.append("parameters (leave-one-out):")
     for name, fitted in v.params.items():
+        modes = ", ".join(fitted.unfitted_modes)
+        unfitted = f" unfitted (no cell of their own): {modes};" if modes else ""
         lines.append(
             f"  {name}: naive capacity={fitted.naive.capacity:.2f} k={fitted.naive.sharpness:g}; mps "
-            f"capacity={fitted.mps.capacity:.2f} k={fitted.mps.sharpness:g}; power slope="
+            f"capacity={fitted.mps.capacity:.2f} k={fitted.mps.sharpness:g};{unfitted} power slope="
             f"{'-' if fitted.power_slope_w is None else f'{fitted.power_slope_w:.0f} W'}; {fitted.source}"
         )
     return "\n".join(lines)

@@ -1,0 +1,67 @@
+"""The measured corpus (``corpus/``) as the tables a sweep's validation reads.
+
+A corpus folder holds ``cells.parquet`` and ``jobs.parquet`` (``jobs/corpus.py`` writes them: one row
+per cell run and per job, repeats as rows of their own, each entry one sweep). The advisor validates on
+it as on sweeps: each entry is a ``sweep``, each run its own cell, and the runs of one configuration
+(entry, mode, degree) one ``repeat_group``, so the targets judge the median of its runs.
+
+What the first corpus lacks (its README says so): the ``epochs`` and ``telemetry`` tables and
+``config_json``. The profiles then read what the cells hold instead: SM activity and the share of
+time a kernel ran (``sm_active_mean``, ``gpu_util_mean``: NVML's utilisation) as the measured
+window's means, PCIe and power from the cell; no DRAM activity (MPS's DRAM term and its many-clients
+loss are then off) and no CPU time per step (no CPU term). Where a newer corpus keeps them, they are
+read as from a sweep.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+if TYPE_CHECKING:
+    from analysis.load import SweepData
+
+__all__ = ["CORPUS_TABLES", "is_corpus", "load_corpus"]
+
+CORPUS_TABLES = ("cells.parquet", "jobs.parquet")
+_EPOCH_COLUMNS = ("sweep", "cell_id", "job_index", "epoch", "warmup", "steps", "thread_cpu_s")
+_TELEMETRY_COLUMNS = ("sweep", "cell_id", "ts", "scope")
+
+
+def is_corpus(path: str | Path) -> bool:
+    """Whether ``path`` is a corpus folder (its two tables directly inside, not a sweep's tree)."""
+    return all((Path(path) / name).is_file() for name in CORPUS_TABLES)
+
+
+def _optional(path: Path, name: str, columns: tuple[str, ...]) -> pd.DataFrame:
+    """A table the corpus may keep (a newer corpus does), else an empty one with the columns read."""
+    file = path / f"{name}.parquet"
+    frame = pd.read_parquet(file) if file.is_file() else pd.DataFrame({c: [] for c in columns})
+    if "entry" in frame and "sweep" not in frame:
+        frame = frame.rename(columns={"entry": "sweep"})
+    return frame
+
+
+def load_corpus(path: str | Path) -> SweepData:
+    """The corpus at ``path`` as :class:`analysis.load.SweepData`: ``sweep`` = the entry, ``cell_dir``
+    = the cell run's id, ``repeat_group`` = entry, mode and degree (its repeats)."""
+    from analysis.load import SweepData  # here: analysis loads pyarrow
+
+    root = Path(path)
+    cells = pd.read_parquet(root / "cells.parquet").rename(columns={"entry": "sweep"})
+    jobs = pd.read_parquet(root / "jobs.parquet").rename(columns={"entry": "sweep"})
+    cells["cell_dir"] = cells["cell_id"]
+    cells["repeat_group"] = cells["sweep"] + ":" + cells["mode"] + ":x" + cells["degree"].astype(str)
+    # A corpus run refused before it leased the GPU (``unfit``) records no GPU memory: its GPU model's,
+    # as the other cells of that model recorded it.
+    known = cells.groupby("gpu_name")["gpu_memory_mib"].max()
+    cells["gpu_memory_mib"] = cells["gpu_memory_mib"].fillna(cells["gpu_name"].map(known))
+    return SweepData(
+        cells=cells,
+        jobs=jobs,
+        epochs=_optional(root, "epochs", _EPOCH_COLUMNS),
+        telemetry=_optional(root, "telemetry", _TELEMETRY_COLUMNS),
+        sweeps=tuple(str(s) for s in dict.fromkeys(cells["sweep"])),
+    )

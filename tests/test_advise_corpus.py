@@ -1,0 +1,88 @@
+"""The advisor graded on measured truth: leave-one-workload-out over the committed corpus (``corpus/``:
+real one-H200 cells of seven timm models, naive and MPS at degrees 1-16, and two mixes).
+
+Each workload is profiled from its own degree-1 runs only (what a user has for an unseen model) and
+its other configurations are predicted with parameters fitted on the other workloads' cells; the
+errors are the corpus's, not fixtures made by the model. The bounds below are the level the model
+reaches today (docs/advise.md, "Validated on the corpus"), so a regression fails; they are not the
+issue's targets (median 5%, max 12%), which the printed summary judges and the max misses.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from raycolloc.advise.advice import write_json
+from raycolloc.advise.fit import CAPACITY_MAX
+from raycolloc.advise.validate import TIGHT_REL, Validation, format_validation, validate
+
+CORPUS = Path(__file__).resolve().parents[1] / "corpus"
+
+# The level reached on 2026-12-02's corpus (median 3.9%, max 28.3%: convnext_atto naive x3), with a
+# little room for the grid's ties; tighten them when the model improves.
+MEDIAN_BOUND = 0.045
+MAX_BOUND = 0.30
+
+
+@pytest.fixture(scope="module")
+def graded() -> Validation:
+    return validate([CORPUS])
+
+
+def _models() -> set[str]:
+    """The workloads the corpus holds alone (its mixes' workloads are among them)."""
+    jobs = pd.read_parquet(CORPUS / "jobs.parquet")
+    return set(jobs[~jobs["entry"].str.startswith("mix")]["workload"])
+
+
+def test_every_corpus_model_is_graded(graded: Validation) -> None:
+    graded_models = {m.name for m in graded.per_workload if m.n > 0}
+    assert graded_models == _models()
+    assert all(c.measured_rel_hw is not None for c in graded.configurations if c.throughput_error is not None)
+    for name, params in graded.params.items():  # leave-one-out: never fitted on itself
+        for workload in name.split(" on ")[0].split("+"):
+            assert workload not in params.source.split(" (")[0], params.source
+
+
+def test_the_throughput_error_holds_the_level_reached(graded: Validation) -> None:
+    (median, top) = [m for m in graded.metrics if m.name == f"throughput, measured ±{TIGHT_REL:.0%}"]
+    assert median.n >= 50
+    assert median.median_abs is not None and median.median_abs <= MEDIAN_BOUND
+    assert top.max_abs is not None and top.max_abs <= MAX_BOUND
+    assert median.passed is True  # the issue's median (5%); its max (12%) is missed today, printed FAIL
+
+
+def test_intervals_are_never_negative(graded: Validation) -> None:
+    for c in graded.configurations:
+        for interval in (c.predicted.agg_interval, c.predicted.slowdown_interval):
+            assert interval is None or interval.low > 0, c.label
+
+
+def test_memory_is_never_under_predicted(graded: Validation) -> None:
+    safe = [c.mem_safe for c in graded.checks if c.mem_safe is not None]
+    assert len(safe) >= 100 and all(safe)
+    assert graded.unsafe_fits == ()
+    # The corpus's unfit cells (resnet152 x14, x16: 17.3 GiB a job) are predicted not to fit.
+    refused = [c for c in graded.checks if c.status == "unfit"]
+    assert refused and not any(c.predicted.fits for c in refused)
+
+
+def test_parameters_stay_what_they_mean(graded: Validation) -> None:
+    for params in graded.params.values():
+        assert params.naive.capacity <= CAPACITY_MAX and params.mps.capacity <= CAPACITY_MAX
+        assert params.unfitted_modes == ("mig",)  # no MIG cell in the corpus
+
+
+def test_the_errors_are_printed_and_written(graded: Validation, tmp_path: Path) -> None:
+    printed = format_validation(graded)
+    for c in graded.configurations:
+        assert c.label[:42] in printed
+    assert f"throughput, measured ±{TIGHT_REL:.0%}" in printed and "max < 12%" in printed
+    assert "under-predicted: 0" in printed and "unfitted (no cell of their own): mig" in printed
+    saved = json.loads(write_json(tmp_path / "v.json", graded).read_text())
+    assert all(p["unfitted_modes"] == ["mig"] for p in saved["params"].values())
+    assert len(saved["per_workload"]) == len(_models())
