@@ -48,6 +48,8 @@ NOT_NUMERIC_ANY: dict[str, str] = {
 # Values that are valid, and why (every other value tried must be refused by name).
 ACCEPTED: dict[tuple[str, Any], str] = {
     ("seed", 0): "the default seed",
+    ("queue.carma_seed", 0): "the default seed of GPUMemNet's error per workload",
+    ("queue.sim_startup_s", 0): "the default: a simulated job's process shows on its GPU at once",
     ("repeat", 0): "the first run's index",
     ("min_epoch_s", 0): "no floor, as null",
     ("data.num_workers", 0): "batches are loaded in the training process itself",
