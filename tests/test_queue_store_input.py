@@ -48,8 +48,8 @@ def test_a_database_claimed_before_queue_profiles_existed_is_accepted_at_its_def
     old = {f"queue.{k}": v for k, v in dataclasses.asdict(queue).items() if k not in _UNCLAIMED | set(_LATER_KEYS)}
     store = Store(tmp_path / "q.sqlite")
     store.claim_config(old)
-    # The same run today, with no margins and in arrival order (as it ran before they existed): accepted.
-    as_then = dataclasses.replace(queue, slowdown_margin=0.0, min_gain=0.0, order="arrival")
+    # The same run today, with no margins, in arrival order and exact bins (as it ran before they existed): accepted.
+    as_then = dataclasses.replace(queue, slowdown_margin=0.0, min_gain=0.0, order="arrival", carma_estimator="bins")
     store.claim_config(run_settings(as_then))
     with pytest.raises(ConfigMismatch, match=r'queue.profiles=null there, "catalog" now'):
         store.claim_config(run_settings(dataclasses.replace(as_then, profiles="catalog")))
