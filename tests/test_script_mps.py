@@ -34,13 +34,22 @@ if {connect} and not sim_mps_connect(os.getpid()):
 time.sleep(6.0)
 """
 
+GPU = "GPU-script-mps-test"  # no simulated GPU of a sweep has this UUID
+
 
 @pytest.fixture
 def sim_daemon() -> Iterator[tuple[str, str]]:
     """A simulated MPS control daemon: (its tool, its pipe directory), quit at the end."""
     root = Path(tempfile.mkdtemp(prefix="rcmpsw", dir="/tmp"))  # Unix socket paths must stay short
     control, pipe = install_control(root / "bin"), str(root / "pipe")
-    env = {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": pipe, "CUDA_MPS_LOG_DIRECTORY": str(root / "log")}
+    # Its GPU is the test's own: a daemon with no CUDA_VISIBLE_DEVICES serves every GPU of the machine,
+    # and a naive cell of another test running beside this one would refuse to share with it (CI, 2026-12-02).
+    env = {
+        **os.environ,
+        "CUDA_MPS_PIPE_DIRECTORY": pipe,
+        "CUDA_MPS_LOG_DIRECTORY": str(root / "log"),
+        "CUDA_VISIBLE_DEVICES": GPU,
+    }
     subprocess.run([control, "-d"], env=env, check=True, timeout=30)
     try:
         yield control, pipe
@@ -58,7 +67,7 @@ def _run_script(
     job = load(["workload=script", f"workload.command=[python,{script}]"], out_dir=tmp_path).jobs[0]
     control, pipe = daemon
     env = {"CUDA_MPS_PIPE_DIRECTORY": pipe, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    binding = Binding(job_index=0, gpu_uuid="GPU-sim-0", env=env, mps_pipe_dir=pipe, mps_control=control)
+    binding = Binding(job_index=0, gpu_uuid=GPU, env=env, mps_pipe_dir=pipe, mps_control=control)
     monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)  # the trainer sets its own
     trainer = ScriptTrainer()
     trainer.start(job, binding)
