@@ -24,8 +24,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from analysis.load import load_sweeps
 from raycolloc.advise.confirm import plateau_order
-from raycolloc.advise.fit import fit, observations_in
+from raycolloc.advise.fit import fit
 from raycolloc.advise.model import Gpu, predict
+from raycolloc.advise.observe import observations_in
 from raycolloc.advise.profile import combine, gpu_costs_in, profiles_in
 from raycolloc.advise.rank import uniform_candidates
 from raycolloc.advise.spread import with_intervals

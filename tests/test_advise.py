@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from raycolloc.advise.fit import Observation, fit
+from raycolloc.advise.fit import fit
 from raycolloc.advise.model import (
     DEFAULT_PARAMS,
     MPS_MAX_CLIENTS,
@@ -25,6 +25,7 @@ from raycolloc.advise.model import (
     memory_need,
     predict,
 )
+from raycolloc.advise.observe import Observation
 from raycolloc.advise.profile import Profile, combine
 from raycolloc.advise.rank import mix_candidates, rank, uniform_candidates
 from raycolloc.advise.run import parse_request

@@ -17,9 +17,10 @@ import pytest
 
 from raycolloc.advise.__main__ import main
 from raycolloc.advise.confirm import schedule, successive_halving
-from raycolloc.advise.fit import Observation, fit, given_cores
+from raycolloc.advise.fit import fit
 from raycolloc.advise.measure import probe_words
 from raycolloc.advise.model import ModeParams, Params, Prediction, predict
+from raycolloc.advise.observe import Observation, given_cores
 from raycolloc.advise.profile import Profile, combine
 from raycolloc.advise.rank import format_ranking, rank, uniform_candidates
 from raycolloc.advise.run import Profiled, parse_request

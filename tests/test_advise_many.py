@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from raycolloc.advise.confirm import plateau_order, successive_halving
-from raycolloc.advise.fit import Observation, by_configuration, fit
+from raycolloc.advise.fit import fit
 from raycolloc.advise.model import ModeParams, Params, Prediction, predict
+from raycolloc.advise.observe import Observation, by_configuration
 from raycolloc.advise.profile import Profile, combine
 from raycolloc.advise.rank import uniform_candidates
 from raycolloc.advise.run import Profiled

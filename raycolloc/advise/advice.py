@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from raycolloc.advise.emit import Emitted
-from raycolloc.advise.fit import fit, observations_in
+from raycolloc.advise.fit import fit
 from raycolloc.advise.model import ASSUMPTIONS, DEFAULT_PARAMS, Gpu, Params
+from raycolloc.advise.observe import observations_in
 from raycolloc.advise.profile import Profile, combine, gpu_costs_in, load_costs, profile_key, profiles_in
 from raycolloc.advise.rank import Ranking, format_ranking, mix_candidates, rank, uniform_candidates
 from raycolloc.advise.run import Profiled, Request

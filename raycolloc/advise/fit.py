@@ -15,10 +15,10 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from raycolloc.advise.model import DEFAULT_PARAMS, ModeParams, Params, job_rates
-from raycolloc.advise.observe import Observation, by_configuration, given_cores, observations_in
+from raycolloc.advise.observe import Observation, by_configuration
 from raycolloc.results.stats import t_quantile
 
-__all__ = ["Observation", "by_configuration", "fit", "given_cores", "observations_in"]
+__all__ = ["fit"]
 
 # A capacity is a share of a resource: at most the whole of it. The grid once reached 1.20 and its
 # fine search 1.22, where every leave-one-out fit of MPS ended (see :func:`_fit_mode`).

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from raycolloc.advise.corpus import is_corpus, load_corpus
-from raycolloc.advise.fit import Observation, by_configuration, fit, observations_in
+from raycolloc.advise.fit import fit
 from raycolloc.advise.model import ASSUMPTIONS, Params, Prediction, predict
+from raycolloc.advise.observe import Observation, by_configuration, observations_in
 from raycolloc.advise.profile import Profile, gpu_costs_in, profiles_in
 from raycolloc.node.gpu.kinds import recorded_traits
 

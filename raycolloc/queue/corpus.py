@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from raycolloc.advise.fit import Observation
 from raycolloc.advise.model import Candidate, Gpu, Slot
+from raycolloc.advise.observe import Observation
 from raycolloc.advise.profile import Profile, finite
 from raycolloc.config_checks import ConfigError
 from raycolloc.config_groups import QueueConfig
