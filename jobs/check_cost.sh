@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Issue 46's H200 acceptances of the headline's cost and of script jobs under MPS, in one device call:
+#   1. the quick matrix before (measure.budget=1.0, the default until db553d2) and after (today's
+#      defaults): GPU time of each, against the same cells measured once (each sweep's first runs),
+#      and each configuration's interval (the sweeps' own tables, in the logs);
+#   2. an unmodified PyTorch script (jobs/examples/plain_train.py, README's command) under MPS at
+#      degrees 3 and 7, twice: how many of its jobs were seen as MPS clients.
+# Usage (repo root, on a GPU machine): bash jobs/check_cost.sh OUT_DIR [cost|script|all]
+set -uo pipefail
+out=$(realpath -m "${1:-${OUT:-/tmp/out}}")
+what=${2:-all}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+py=$(command -v python || command -v python3)
+read -ra extra <<< "${EXTRA:-}"  # e.g. EXTRA=cluster=local: the simulated backend, to try the script anywhere
+quick=(-m degree=1,2,3,7 mode=naive,mps,mig workload=resnet26_cifar10 epoch_samples=25600)
+log() { echo "=== $* ($(date +%T))"; }
+if [ "$what" != script ]; then
+  log "quick matrix, before: measure.budget=1.0"
+  $py -m raycolloc.sweep "${quick[@]}" measure.budget=1.0 "${extra[@]}" out_dir="$out/before" > "$out/before.log" 2>&1
+  echo "exit $?"; grep -E "^(plan|time:|repeats auto)" "$out/before.log"
+  log "quick matrix, after: defaults"
+  $py -m raycolloc.sweep "${quick[@]}" "${extra[@]}" out_dir="$out/after" > "$out/after.log" 2>&1
+  echo "exit $?"; grep -E "^(plan|time:|repeats auto)" "$out/after.log"
+  $py - "$out" <<'PY'
+import glob, sys
+import pandas as pd
+out = sys.argv[1]
+for name in ("before", "after"):
+    files = glob.glob(f"{out}/{name}/multirun/*/*/*/cells.parquet")
+    c = pd.concat([pd.read_parquet(f) for f in files])
+    c = c[c["status"] == "ok"]
+    once = c[c["repeat"] == 0]["total_s"].sum()
+    total = c["total_s"].sum()
+    print(f"{name}: {len(c)} cell runs, GPU time {total:.1f} s; the same cells once {once:.1f} s; ratio {total / once:.2f}x")
+PY
+fi
+if [ "$what" != cost ]; then
+  regex='workload.epoch_regex="^epoch (?P<epoch>\d+) done samples=(?P<samples>\d+)"'
+  for run in 1 2; do
+    log "script under MPS x3 and x7, run $run"
+    $py -m raycolloc.sweep -m workload=script degree=3,7 mode=mps \
+      "workload.command=[$py,jobs/examples/plain_train.py,--epochs,3]" "$regex" \
+      "${extra[@]}" out_dir="$out/script$run" > "$out/script$run.log" 2>&1
+    echo "exit $?"
+    $py - "$out/script$run" <<'PY'
+import glob, sys
+import pandas as pd
+files = glob.glob(f"{sys.argv[1]}/multirun/*/*/*/jobs.parquet")
+j = pd.concat([pd.read_parquet(f) for f in files])
+for cell, g in j.groupby("cell_id"):
+    seen = int(g["mps_client"].fillna(False).astype(bool).sum())
+    errs = g["mps_check_error"].dropna().unique().tolist() if "mps_check_error" in g else []
+    print(f"  {cell}: {seen} of {len(g)} jobs MPS clients {errs if errs else ''}")
+PY
+  done
+fi
+log "left behind"
+ps -eo pid,comm,args | awk '$2 ~ /^nvidia-cuda-mps/' | cut -c1-120
+command -v nvidia-smi > /dev/null && nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader
+$py -m raycolloc.doctor | tail -3
