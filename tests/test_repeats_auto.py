@@ -108,13 +108,36 @@ def test_no_interval_is_re_run_while_a_solo_baseline_was_refused_its_runs() -> N
     added = policy.recorded(naive1, _timed(*wide, 5.0))
     added += policy.recorded(mps1, _timed(*wide, 5.0))  # half the first pass: both solos' second runs due
     assert [(a.base.mode, a.repeat) for a in added] == [("naive", 1)]  # 0.3 x 20 s holds one of them
-    added = policy.recorded(_again(naive1, 1), _timed(130.0, 104.0, 156.0, 5.0))
-    added += policy.recorded(naive2, _timed(*wide, 40.0)) + policy.recorded(mps2, _timed(*wide, 40.0))
-    assert [(a.base.mode, a.base.degree, a.repeat, a.reason) for a in added] == [("naive", 1, 2, "solo")]
     # Naive's runs spread ±30%: the budget would hold a re-run for its interval, but the MPS solo was
-    # refused its runs, and every MPS gain divides by it.
-    assert policy.recorded(_again(naive1, 2), _timed(70.0, 56.0, 84.0, 5.0)) == []
-    assert policy.added == {"solo": 2, "ci": 0}
+    # refused its run, and every MPS gain divides by it; nor does naive get its third run before MPS its
+    # second.
+    assert policy.recorded(_again(naive1, 1), _timed(130.0, 104.0, 156.0, 5.0)) == []
+    # A dear cell recorded: the first pass's estimate grows (0.3 x 90 s), and the refused run is asked
+    # for again, before the third runs due at the first pass's end.
+    added = policy.recorded(naive2, _timed(*wide, 40.0))
+    assert [(a.base.mode, a.repeat, a.reason) for a in added] == [("mps", 1, "solo")]
+    added = policy.recorded(mps2, _timed(*wide, 40.0))
+    assert [(a.base.mode, a.repeat, a.front) for a in added] == [("naive", 2, False), ("mps", 2, False)]
+    assert policy.added == {"solo": 4, "ci": 0}
+    # Not added: the MPS solo's second run (counted once, though asked for twice), naive x2's re-run
+    # (a solo was short of its runs then) and MPS x2's (two runs of 40 s past the budget).
+    assert policy.refused == 3
+
+
+def test_the_quick_matrix_gives_every_solo_its_second_run_though_its_mig_cells_were_skipped() -> None:
+    # One H200, 2026-12-02 (jobs/check_cost.sh): the quick matrix's four MIG cells, skipped at once on a
+    # GPU with MIG disabled, entered the first pass's GPU-time estimate at 0 s; the budget then held
+    # one solo's second run, and that solo's third, and the other solo ran once.
+    cells = {(m, d): load([f"degree={d}", f"mode={m}"]) for d in (1, 2, 3, 7) for m in ("naive", "mps", "mig")}
+    policy = RepeatPolicy(list(cells.values()))
+    skipped = SimpleNamespace(status="skipped", agg_samples_per_s=None, started_at=0.0, finished_at=0.0)
+    added = [a for d in (1, 2, 3, 7) for a in policy.recorded(cells[("mig", d)], skipped)]
+    for d in (1, 2, 3, 7):
+        for m in ("naive", "mps"):
+            added += policy.recorded(cells[(m, d)], _timed(100.0, 96.0, 104.0, 8.0 if d == 1 else 9.0))
+    # First pass 70 s, budget 21 s: both solos' second runs (16 s), no third.
+    assert sorted((a.base.mode, a.repeat) for a in added) == [("mps", 1), ("naive", 1)]
+    assert all(a.reason == "solo" for a in added)
 
 
 def _again(cell, repeat: int):  # noqa: ANN001, ANN202 - a CellSpec: run ``repeat`` of its configuration

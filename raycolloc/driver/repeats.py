@@ -25,7 +25,12 @@ the engine asks :class:`RepeatPolicy` which runs to add:
   and a larger one's their third too: in the 12-cell quick matrix, three solos' six added runs alone
   would be half the first pass. Once the budget has refused a solo a run it was due, no configuration
   is re-run for its interval (a 4-cell sweep on simulated GPUs gave one solo four added runs, two for
-  its interval, and the other none);
+  its interval, and the other none), and no solo gets a run past the one refused to another: every
+  solo's second run comes before any solo's third. A refused run is asked for again as later results
+  arrive (the first pass's estimate grows with them). Cells that never held a GPU (``skipped``,
+  ``unfit``) are no part of the first pass's GPU time: the quick matrix's four skipped MIG cells,
+  recorded first at 0 s, once held its estimate to a third, and one solo got two added runs, the other
+  none (one H200, 2026-12-02, ``jobs/check_cost.sh``);
 - **never two runs where three are due**: a configuration gets a second run for its interval only if
   the budget holds a third as well, and that third is kept for it (two runs' t-interval is wider
   than one run's own; :meth:`RepeatPolicy._grant`).
@@ -46,9 +51,21 @@ from raycolloc.config import Config, config_hash
 from raycolloc.results.stats import Interval, mean_interval
 from raycolloc.spec import CellSpec
 
-__all__ = ["Addition", "Observation", "RepeatPolicy", "group_key", "interval", "is_solo", "needs_rerun", "observe"]
+__all__ = [
+    "NEVER_RAN",
+    "Addition",
+    "Observation",
+    "RepeatPolicy",
+    "group_key",
+    "interval",
+    "is_solo",
+    "needs_rerun",
+    "observe",
+]
 
 Reason = Literal["solo", "ci"]
+
+NEVER_RAN = ("skipped", "unfit")  # a cell's statuses where its jobs never held the GPU
 
 
 @dataclass(frozen=True)
@@ -137,7 +154,7 @@ class _Group:
     pending: int = 0
     next_repeat: int = 1
     first_done: bool = False
-    refused: bool = False  # the budget refused it a solo run: none is asked for again
+    refused: int = 0  # the solo run (2, 3, ...) the budget refused it last; 0: none
     third_owed: bool = False  # granted a second run for its interval: the budget keeps room for a third
 
     @property
@@ -166,7 +183,8 @@ class RepeatPolicy:
         self.first_pass = len(self.groups)
         self.added: dict[Reason, int] = {"solo": 0, "ci": 0}
         self.refused = 0  # runs the budget did not grant
-        self._first_gpu_s: list[float] = []  # GPU time of each first run recorded
+        self._first_gpu_s: list[float] = []  # GPU time of each first run recorded that held a GPU
+        self._never_ran = 0  # configurations whose first run never held a GPU (skipped, unfit)
         self._spent_gpu_s = 0.0  # GPU time of the added runs recorded, plus the estimate of those pending
 
     @property
@@ -183,7 +201,9 @@ class RepeatPolicy:
         seen = observe(row) if row is not None else Observation("error", None)
         if cell.config.repeat == group.base.config.repeat and not group.first_done:
             group.first_done = True
-            if seen.gpu_s is not None:
+            if seen.status in NEVER_RAN:
+                self._never_ran += 1
+            elif seen.gpu_s is not None:
                 self._first_gpu_s.append(seen.gpu_s)
         else:
             group.pending = max(0, group.pending - 1)
@@ -209,7 +229,7 @@ class RepeatPolicy:
         from the first runs recorded so far), less what they took and are expected to take."""
         if not self._first_gpu_s:
             return math.inf
-        first_pass = sum(self._first_gpu_s) / len(self._first_gpu_s) * self.first_pass
+        first_pass = sum(self._first_gpu_s) / len(self._first_gpu_s) * (self.first_pass - self._never_ran)
         return group.base.config.measure.budget * first_pass - self._spent_gpu_s
 
     def _owed(self, asking: _Group) -> float:
@@ -225,7 +245,7 @@ class RepeatPolicy:
                 owed += self._estimate(g)
         return owed
 
-    def _grant(self, group: _Group, front: bool, reason: Reason) -> list[Addition]:
+    def _grant(self, group: _Group, front: bool, reason: Reason, count: bool = True) -> list[Addition]:
         """One more run of ``group`` if the budget holds it (else none, counted in ``refused``).
 
         A re-run for an interval comes only from what the runs owed to others leave (:meth:`_owed`),
@@ -245,7 +265,7 @@ class RepeatPolicy:
         reserved = self._owed(group) if reason == "ci" else 0.0
         found = owed_third or (self.on_disk is not None and self.on_disk(group.base, group.next_repeat))
         if not found and need > self._budget_left(group) - reserved:
-            self.refused += 1
+            self.refused += count
             group.third_owed = False
             return []
         self._spent_gpu_s += cost
@@ -268,19 +288,26 @@ class RepeatPolicy:
         return sum(done >= math.ceil(k * self.first_pass / (runs - 1)) for k in range(1, runs))
 
     def _solo_due(self) -> list[Addition]:
-        out = []
-        for group in self.groups.values():
-            want = self._solo_runs(group)
-            if not group.solo or not group.ok or want < 2:
-                continue
-            due = 1 + self._checkpoints_passed(want)
-            while len(group.runs) + group.pending < due and not group.refused:
+        """The solo baselines' runs due now, in rounds: every solo's second run before any solo's third
+        (a run the budget refused one solo holds the others' later runs back, and is asked for again)."""
+        out: list[Addition] = []
+        solos = [g for g in self.groups.values() if g.solo and g.ok and self._solo_runs(g) >= 2]
+        for run in range(2, max((self._solo_runs(g) for g in solos), default=1) + 1):
+            for group in solos:
+                want = self._solo_runs(group)
+                due = 1 + self._checkpoints_passed(want)
+                if run > min(due, want) or len(group.runs) + group.pending >= run or self._held_back(run):
+                    continue
                 # The last of a solo's runs goes to the queue's end (after the first pass), the others
                 # to its front: they run now, in the middle of the sweep.
-                granted = self._grant(group, front=len(group.runs) + group.pending < want - 1, reason="solo")
-                group.refused = not granted
+                granted = self._grant(group, front=run < want, reason="solo", count=group.refused != run)
+                group.refused = 0 if granted else run
                 out += granted
         return out
+
+    def _held_back(self, run: int) -> bool:
+        """Whether a solo's run ``run`` waits: the budget refused another solo an earlier run."""
+        return any(g.solo and g.ok and g.refused and len(g.runs) + g.pending < run - 1 for g in self.groups.values())
 
     def _add(self, group: _Group, front: bool, reason: Reason) -> Addition:
         group.pending += 1
