@@ -148,10 +148,10 @@ def test_a_workload_the_corpus_lacks_exits_2_naming_it_and_what_the_corpus_holds
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     trace = tmp_path / "t.csv"
-    trace.write_text(",".join(FIELDS) + "\nj1,0.5,timm,resnet18,cifar10,,,1000,2\n")
+    trace.write_text(",".join(FIELDS) + "\nj1,0.5,timm,densenet121,cifar10,,,1000,2\n")
     assert main(["replay", str(trace), *H200, f"out_dir={tmp_path}"]) == 2
     err = capsys.readouterr().err
-    assert "resnet18/cifar10 is not in the measured corpus" in err and "resnet26/cifar10" in err
+    assert "densenet121/cifar10 is not in the measured corpus" in err and "resnet26/cifar10" in err
     assert main(["replay", str(trace), "queue.truth=corpus", "cluster=local", f"out_dir={tmp_path}"]) == 2
     assert "give cluster.gpu_model=H200-141GB" in capsys.readouterr().err
     with pytest.raises(CorpusError, match="no measured corpus there"):

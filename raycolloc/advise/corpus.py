@@ -50,8 +50,10 @@ def load_corpus(path: str | Path) -> SweepData:
     from analysis.load import SweepData  # here: analysis loads pyarrow
 
     root = Path(path)
-    cells = pd.read_parquet(root / "cells.parquet").rename(columns={"entry": "sweep"})
-    jobs = pd.read_parquet(root / "jobs.parquet").rename(columns={"entry": "sweep"})
+    # Rows that keep every column of a sweep's tables carry the sweep's own name too: the entry is it here.
+    cells = pd.read_parquet(root / "cells.parquet").drop(columns="sweep", errors="ignore")
+    jobs = pd.read_parquet(root / "jobs.parquet").drop(columns="sweep", errors="ignore")
+    cells, jobs = cells.rename(columns={"entry": "sweep"}), jobs.rename(columns={"entry": "sweep"})
     cells["cell_dir"] = cells["cell_id"]
     cells["repeat_group"] = cells["sweep"] + ":" + cells["mode"] + ":x" + cells["degree"].astype(str)
     # A corpus run refused before it leased the GPU (``unfit``) records no GPU memory: its GPU model's,
