@@ -84,7 +84,7 @@ def _x(value: float, low: float | None = None, high: float | None = None, ci: In
     text = f"{value:.2f}x"
     if low is not None and high is not None and pd.notna(low) and pd.notna(high) and abs(high - low) > 1e-9:
         text += f" ({low:.2f}-{high:.2f})"
-    if ci is not None and (pm := pm_text(ci.value, ci.low, ci.high)):
+    if ci is not None and ci.known and (pm := pm_text(ci.value, ci.low, ci.high)):
         text += f" {pm}"
     return text
 

@@ -150,3 +150,22 @@ def test_the_report_and_its_gain_bars_stay_above_zero(tmp_path: Path, monkeypatc
         assert not lows.empty and (lows.fillna(0.0) >= 0.0).all(axis=None), (name, lows.min())
     head, rows = _first_table(report.html_path.read_text() if report.html_path else "")
     assert "gain vs same settings alone ±" in head and rows[0][head.index("gain vs same settings alone ±")]
+
+
+def test_a_claim_number_with_no_interval_known_shows_no_plus_minus() -> None:
+    # One run each (no bounds): the claim once read "1.03x ±0.0% the solo's J/sample", a certainty no
+    # measurement gave; a number with bounds keeps its ±.
+    from analysis.findings import _energy
+
+    def row(degree: int, energy: float, low: float, high: float) -> dict[str, Any]:
+        return {
+            "workload": "w", "mode": "naive", "degree": degree, "status": "ok", "energy_vs_solo": energy,
+            "energy_vs_solo_min": energy, "energy_vs_solo_max": energy,
+            "energy_vs_solo_low": low, "energy_vs_solo_high": high,
+        }  # fmt: skip
+
+    table2 = pd.DataFrame({"mix": [], "status": [], "energy_vs_sequential": []})
+    lone = _energy(pd.DataFrame([row(1, 1.0, np.nan, np.nan), row(2, 1.025, np.nan, np.nan)]), table2)
+    assert "w: 1.02x the solo's J/sample" in lone.evidence and "±" not in lone.evidence
+    bounded = _energy(pd.DataFrame([row(1, 1.0, np.nan, np.nan), row(2, 0.9, 0.85, 0.95)]), table2)
+    assert "0.90x ±5.6%" in bounded.evidence
