@@ -10,6 +10,7 @@ actors receive dataclasses, never DictConfigs.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -377,8 +378,9 @@ def load_config(cfg: DictConfig | Config) -> Config:
     return obj
 
 
+@functools.cache  # the schemas never change: storing them again (~0.1 s of OmegaConf per call) changes nothing
 def register_configs() -> None:
-    """Store every schema in Hydra's ConfigStore (``base_<group>`` and ``base_config``)."""
+    """Store every schema in Hydra's ConfigStore (``base_<group>`` and ``base_config``), once per process."""
     from hydra.core.config_store import ConfigStore
 
     cs = ConfigStore.instance()

@@ -22,16 +22,17 @@ def _parquet(sweep: Path) -> dict[Path, int]:
     return {p: p.stat().st_mtime_ns for p in sweep.rglob("*.parquet")}
 
 
-@pytest.mark.slow  # three sweeps (two train), each with its own Ray instance
+@pytest.mark.slow  # three sweeps (two train, on the session's Ray instance)
 def test_issue29_item1_a_rerun_into_a_sweep_dir_outside_out_dir_trains_nothing(tmp_path: Path) -> None:
-    """The command verbatim, twice, from a working directory of its own (so ``out_dir`` is its default,
-    ``results/`` there) with X a directory beside it, not under it. The command names ``cluster=local``,
-    so each run starts its own local Ray with two simulated GPUs, as the user's command does
-    (``own_ray``): nothing is added to the command line. The second run starts no Ray at all."""
+    """The command, twice, from a working directory of its own (so ``out_dir`` is its default,
+    ``results/`` there) with X a directory beside it, not under it. The runs that train join the
+    session's Ray instance (``cluster.address``, a key that is no part of a cell's hash: a Ray start of
+    their own cost each ~13 CPU-seconds, tests/conftest.py, and changed nothing checked here); the dry run and the
+    second run are the command verbatim (``own_ray``: nothing added), and the second starts no Ray at all."""
     work, sweep = tmp_path / "work", tmp_path / "elsewhere" / "X"
     work.mkdir()
     command = [*COMMAND, f"hydra.sweep.dir={sweep}"]
-    first = run_cli(command, cwd=work, own_ray=True)
+    first = run_cli(command, cwd=work)
     assert first.returncode == 0 and used_ray(first), first.stdout[-3000:] + first.stderr[-3000:]
     out_dir = work / "results"
     assert not sweep.is_relative_to(out_dir) and not list(out_dir.rglob("*.parquet"))
@@ -59,7 +60,7 @@ def test_issue29_item1_a_rerun_into_a_sweep_dir_outside_out_dir_trains_nothing(t
     # +rerun=true runs a cell again, result or not.
     x1 = {p for p in written if p.parent.name.endswith("-x1")}
     assert len(x1) == 4
-    forced = run_cli([*command, "+rerun=true", "degree=1"], cwd=work, own_ray=True)
+    forced = run_cli([*command, "+rerun=true", "degree=1"], cwd=work)
     assert forced.returncode == 0 and used_ray(forced), forced.stdout[-3000:] + forced.stderr[-3000:]
     assert "reused" not in forced.stdout
     now = _parquet(sweep)
