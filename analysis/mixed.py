@@ -19,6 +19,7 @@ import pandas as pd
 from analysis.intervals import at_floor, cell_statistic, group_intervals
 from analysis.stats import crosses, spread_columns
 from analysis.tables import CELL_KEY, epoch_span, jobs_with_cells
+from raycolloc.mode_kinds import mode_rank
 
 __all__ = ["mixed_table", "table2"]
 
@@ -292,10 +293,9 @@ def table2(mixed: pd.DataFrame) -> pd.DataFrame:
     )
     for column in ("mem_used_max_mib", "sequential_mem_used_max_mib"):
         out[column.replace("_mib", "_gib")] = out.pop(column) / 1024.0
-    order = {"naive": 0, "mps": 1, "mig": 2}
     return (
         out.drop(columns="n_ok")
-        .assign(_o=out["mode"].map(order).fillna(9))
+        .assign(_o=out["mode"].map(mode_rank))
         .sort_values(["mix", "gpu_name", "_o"])
         .drop(columns="_o")
         .reset_index(drop=True)

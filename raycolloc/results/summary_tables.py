@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from raycolloc.mode_kinds import mode_rank
 from raycolloc.results.index import read_reference
 from raycolloc.results.stats import Interval, bounds, fmt_pm, point, ratio_interval, scaled, sum_interval, summarise
 
 __all__ = ["Run", "gain_lines", "mix_lines", "read_runs", "text_table"]
 
 Row = Mapping[str, Any]
-_MODE_ORDER = {"naive": 0, "mps": 1, "mig": 2}
 
 
 @dataclass(frozen=True)
@@ -182,7 +182,7 @@ def gain_lines(runs: Sequence[Run]) -> list[str]:
 
 
 def _order(key: tuple[Any, ...]) -> tuple[int, int, str]:
-    return int(key[4]), _MODE_ORDER.get(str(key[3]), 9), str(key[5])
+    return int(key[4]), mode_rank(key[3]), str(key[5])
 
 
 def _best_solos(solos: Mapping[tuple[Any, ...], list[Run]]) -> dict[tuple[Any, Any], list[Run]]:
@@ -326,7 +326,7 @@ def mix_lines(runs: Sequence[Run]) -> list[str]:
         if r.cell.get("mix") is not None:
             configs[(r.cell["mix"], r.cell["mode"], r.cell.get("repeat_group"))].append(r)
     rows = []
-    for (mix, mode, _), group in sorted(configs.items(), key=lambda kv: (kv[0][0], _MODE_ORDER.get(kv[0][1], 9))):
+    for (mix, mode, _), group in sorted(configs.items(), key=lambda kv: (kv[0][0], mode_rank(kv[0][1]))):
         measured = [m for r in group if (m := _mix_run(r, alone)) is not None]
         change = _summary([m[0] for m in measured], group[0].statistic)
         totals = [point(t) for r in group if (t := _span(r)) is not None]
