@@ -42,6 +42,7 @@ from analysis.load import SweepData, SweepDirError, load_sweeps
 from analysis.meta import flatten, parse_json
 from analysis.mixed import mixed_table
 from analysis.report import build_report
+from raycolloc.results.rows import SCOPE_MIG, SCOPE_PROCESS
 
 __all__ = ["ExportError", "ExportResult", "export", "main"]
 
@@ -176,14 +177,20 @@ def _series(data: SweepData, cell: pd.Series) -> list[Any]:
     for scope, rows in tel.groupby("scope"):
         groups = (
             rows.groupby("gi_id")
-            if scope == "mig"
+            if scope == SCOPE_MIG
             else rows.groupby("job_index")
-            if scope == "process"
+            if scope == SCOPE_PROCESS
             else [("", rows)]
         )
-        names = _PROCESS_SERIES if scope == "process" else _SERIES
+        names = _PROCESS_SERIES if scope == SCOPE_PROCESS else _SERIES
         for ident, part in groups:
-            prefix = f"mig{int(ident)}" if scope == "mig" else f"job{int(ident)}" if scope == "process" else str(scope)
+            prefix = (
+                f"mig{int(ident)}"
+                if scope == SCOPE_MIG
+                else f"job{int(ident)}"
+                if scope == SCOPE_PROCESS
+                else str(scope)
+            )
             for step, (_, row) in enumerate(part.iterrows()):
                 out += [
                     Metric(f"{prefix}.{name}", number, int(row["ts"] * 1000), step)

@@ -35,6 +35,7 @@ from analysis.mixed import mixed_table, table2
 from analysis.page import CONTENT_PX
 from analysis.plotting import DPI, MODE_ORDER, Writer, bars, mode_key, series_labels, slug
 from analysis.tables import cell_metrics_table, cell_settings, epoch2_table
+from raycolloc.results.rows import SCOPE_GPU, SCOPE_MIG
 
 __all__ = ["MODE_ORDER", "make_figures"]
 
@@ -240,7 +241,7 @@ def _mixed_timeline_figures(w: Writer, data: SweepData) -> None:
     for _, cell in mixed.sort_values(["mix", "mode", "sweep"]).iterrows():
         one = mixed[(mixed["sweep"] == cell["sweep"]) & (mixed["cell_id"] == cell["cell_id"])]
         name = f"fig9_mixed_timeline_{slug(cell['cell_id'])}"
-        sm = pd.concat([_relative(data, one, scope, "sm_active") for scope in ("gpu", "mig")])
+        sm = pd.concat([_relative(data, one, scope, "sm_active") for scope in (SCOPE_GPU, SCOPE_MIG)])
         mem_gpu = _relative(data, one, "gpu", "mem_used_mib")
         mem_proc = _relative(data, one, "process", "proc_gpu_mem_mib")
         if sm.empty and mem_gpu.empty and mem_proc.empty:
@@ -250,8 +251,10 @@ def _mixed_timeline_figures(w: Writer, data: SweepData) -> None:
         names = dict(zip(names["job_index"], names["job_name"], strict=True))
         fig, (top, bottom) = plt.subplots(2, 1, figsize=(_WIDE_IN, 5.5), sharex=True)
         for scope, rows in sm.groupby("scope"):
-            for key, series in rows.groupby("mig_uuid" if scope == "mig" else "scope", dropna=False):
-                top.plot(series["t"], series["sm_active"], label="GPU" if scope == "gpu" else f"MIG {str(key)[:12]}")
+            for key, series in rows.groupby("mig_uuid" if scope == SCOPE_MIG else "scope", dropna=False):
+                top.plot(
+                    series["t"], series["sm_active"], label="GPU" if scope == SCOPE_GPU else f"MIG {str(key)[:12]}"
+                )
         if sm.empty:
             top.text(0.5, 0.5, f"no SM activity from {cell['telemetry_source']}", transform=top.transAxes, ha="center")
         top.set_ylabel("SM activity (%)")

@@ -16,9 +16,15 @@ import pandas as pd
 
 from analysis.intervals import bounds_of, pm_text
 from raycolloc.job.workloads.registry import create_workload
+from raycolloc.mode_kinds import BASELINE_MODE, Sharing, modes_where
 from raycolloc.results.stats import Interval, point, ratio_interval, verdict
 
 __all__ = ["GREAT_GAIN", "LITTLE_GAIN", "MEMORY_TOLERANCE", "Verdict", "best_configs", "claims", "workload_size"]
+
+# The paper's claims name MPS and MIG; here they are the modes whose jobs share the SMs side by side
+# and the one that partitions the GPU (raycolloc.mode_kinds).
+_CONCURRENT = modes_where(lambda k: k.sharing is Sharing.CONCURRENT)[0]
+_PARTITIONED = modes_where(lambda k: k.partitioned)[0]
 
 GREAT_GAIN = 1.5  # "gain greatly": the best collocation at least 1.5x the workload's best solo
 LITTLE_GAIN = 1.2  # "gain little": the best collocation below 1.2x the best solo
@@ -241,7 +247,7 @@ def _mps_vs_naive(gain: pd.DataFrame, table2: pd.DataFrame) -> Verdict:
     claim = "MPS does at least as well as naive collocation"
     ok = gain[(gain["status"] == "ok") & (gain["degree"] > 1)]
     idx = ["workload", "gpu_name", "degree", "settings"]
-    pairs = ok[ok["mode"] == "mps"].merge(ok[ok["mode"] == "naive"], on=idx, suffixes=("_mps", "_naive"))
+    pairs = ok[ok["mode"] == _CONCURRENT].merge(ok[ok["mode"] == BASELINE_MODE], on=idx, suffixes=("_mps", "_naive"))
     outcomes, parts = [], []
     for _, r in pairs.iterrows():
         mps, naive = _suffixed(r, "agg_samples_per_s", "_mps"), _suffixed(r, "agg_samples_per_s", "_naive")
@@ -251,8 +257,8 @@ def _mps_vs_naive(gain: pd.DataFrame, table2: pd.DataFrame) -> Verdict:
     mixes = table2[table2["status"] == "ok"]
     for (mix, _gpu), rows in mixes.groupby(["mix", "gpu_name"]):
         by_mode = rows.set_index("mode")
-        if {"mps", "naive"} <= set(by_mode.index):
-            mps, naive = by_mode.loc["mps"], by_mode.loc["naive"]
+        if {_CONCURRENT, BASELINE_MODE} <= set(by_mode.index):
+            mps, naive = by_mode.loc[_CONCURRENT], by_mode.loc[BASELINE_MODE]
             ratio = ratio_interval(_interval(naive, "total_s"), _interval(mps, "total_s"))
             outcomes.append(_at_least(ratio))
             parts.append(f"mix {mix}: {_x(ratio.value, ci=ratio)}")
@@ -279,20 +285,21 @@ def _at_least(ratio: Interval) -> bool | None:
 def _mig(gain: pd.DataFrame, epoch2: pd.DataFrame, table2: pd.DataFrame) -> Verdict:
     claim = "MIG isolates jobs but under-uses the GPU on mixed loads"
     uniform = epoch2[
-        (epoch2["mode"] == "mig") & epoch2["mix"].isna() & (epoch2["degree"] > 1) & (epoch2["status"] == "ok")
+        (epoch2["mode"] == _PARTITIONED) & epoch2["mix"].isna() & (epoch2["degree"] > 1) & (epoch2["status"] == "ok")
     ]
     spread = uniform.groupby(["sweep", "cell_id"])["epoch2_s"].agg(lambda s: s.max() / s.min())
     mixes = table2[table2["status"] == "ok"]
     under, parts, missing = [], [], []
     for (mix, _gpu), rows in mixes.groupby(["mix", "gpu_name"]):
         by_mode = rows.set_index("mode")
-        others = [m for m in ("naive", "mps") if m in by_mode.index]
-        if "mig" in by_mode.index and others:
+        others = [m for m in modes_where(lambda k: not k.partitioned) if m in by_mode.index]
+        if _PARTITIONED in by_mode.index and others:
+            mig = by_mode.loc[_PARTITIONED]
             best = min(by_mode.loc[m, "total_s"] for m in others)
-            under.append(bool(by_mode.loc["mig", "total_s"] > best))
+            under.append(bool(mig["total_s"] > best))
             parts.append(
-                f"mix {mix}: MIG {by_mode.loc['mig', 'total_s']:.2f} s vs best other mode {best:.2f} s, "
-                f"SM activity {by_mode.loc['mig', 'sm_active_mean']:.0f}% vs "
+                f"mix {mix}: MIG {mig['total_s']:.2f} s vs best other mode {best:.2f} s, "
+                f"SM activity {mig['sm_active_mean']:.0f}% vs "
                 f"{max(by_mode.loc[m, 'sm_active_mean'] for m in others):.0f}%"
             )
     if spread.empty:

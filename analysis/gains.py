@@ -5,18 +5,22 @@ A gain divides a cell's aggregate throughput by a degree-1 reference's: ``gain_v
 of the same workload, mode and settings, ``gain_vs_best_solo`` the workload's fastest solo
 configuration on that GPU model. With several runs, each run is divided by the reference run of the
 same repeat (interleaved, so closest in time) and the interval is the runs' t-interval; with one
-run, the cell's within-run interval and its reference configuration's interval are propagated.
+run, the cell's within-run interval and its reference configuration's interval are propagated. The
+rules are :mod:`raycolloc.results.ratios`, applied here row by row and by the sweep's summary alike.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
-from analysis.intervals import at_floor, cell_statistic, group_intervals, ratio_bounds, reference_bounds, scaled_bounds
-from analysis.stats import crosses, spread_columns
+from analysis.intervals import at_floor, bounds_of, cell_statistic, group_intervals, scaled_bounds
+from analysis.run_spread import crosses, spread_columns
 from analysis.tables import CELL_KEY, cell_settings, epoch2_table, is_uniform
-from raycolloc.results.stats import CV_UNSTABLE, bounds, verdict
+from raycolloc.results.ratios import best, configuration, paired_value, run_ratio
+from raycolloc.results.stats import CV_UNSTABLE, Interval, bounds, verdict
 
 __all__ = ["GAIN_SPREADS", "INTERVALS", "gain_cells", "gain_table"]
 
@@ -24,18 +28,54 @@ GAIN_SPREADS = ("agg_samples_per_s", "gain_vs_solo", "gain_vs_best_solo", "energ
 # Columns of the gain table that carry ``_low``/``_high``; the last three are better when lower.
 INTERVALS = (*GAIN_SPREADS, "slowdown_mean")
 _LOWER_IS_BETTER = ("energy_per_sample_j", "energy_vs_solo", "slowdown_mean")
+_RATIO = ("ratio", "low", "high")
 
 
-def _paired(cells: pd.DataFrame, ref: pd.DataFrame, keys: list[str], value: str) -> pd.Series:
-    """Per cell, its reference's ``value``: the run of the same repeat index where the reference has
-    one (repeats are interleaved, so runs of one index ran closest in time), else the median of the
-    reference's runs."""
-    per_repeat = ref.groupby([*keys, "repeat"], dropna=False)[value].median().rename("_by_repeat").reset_index()
-    median = ref.groupby(keys, dropna=False)[value].median().rename("_median").reset_index()
-    out = (
-        cells[[*keys, "repeat"]].merge(per_repeat, on=[*keys, "repeat"], how="left").merge(median, on=keys, how="left")
+def _key(values: object) -> tuple[object, ...]:
+    """A group's key as a tuple, NaN as None (NaN is not equal to itself: a dict would miss it)."""
+    return tuple(
+        None if isinstance(v, float) and math.isnan(v) else v
+        for v in (values if isinstance(values, tuple) else (values,))
     )
-    return pd.Series(out["_by_repeat"].fillna(out["_median"]).to_numpy(), index=cells.index)
+
+
+def _configurations(ref: pd.DataFrame, keys: list[str], value: str) -> dict[tuple[object, ...], Interval]:
+    """Per reference configuration (``keys``), its runs' ``value`` summarised (:func:`configuration`)."""
+    out = {}
+    for key, rows in ref.groupby(keys, dropna=False, sort=True):
+        found = (bounds_of(v, lo, hi) for v, lo, hi in zip(*_bounds_columns(rows, value), strict=True))
+        runs = [i for i in found if i is not None]
+        whole = configuration(runs, str(rows["statistic"].iloc[0]), lower_is_better=value in _LOWER_IS_BETTER)
+        if whole is not None:
+            out[_key(key)] = whole
+    return out
+
+
+def _bounds_columns(frame: pd.DataFrame, value: str) -> tuple[pd.Series, pd.Series, pd.Series]:
+    return frame[value], frame[f"{value}_low"], frame[f"{value}_high"]
+
+
+def _against(out: pd.DataFrame, ref: pd.DataFrame, keys: list[str], value: str) -> pd.DataFrame:
+    """Per run (a row of ``out``), against its reference configuration (``keys``) in ``ref``: the
+    reference value it is divided by (``paired``) and its ``ratio`` with bounds ``low``/``high``, by
+    :mod:`raycolloc.results.ratios` (the sweep's summary applies the same). NaN where there is none."""
+    wholes = _configurations(ref, keys, value)
+    pairs: dict[tuple[object, ...], list[tuple[object, float]]] = {}
+    for key, rows in ref.groupby(keys, dropna=False, sort=False):
+        pairs[_key(key)] = [(r, float(v)) for r, v in zip(rows["repeat"], rows[value], strict=True) if pd.notna(v)]
+    records = []
+    for key, repeat, v, lo, hi in zip(
+        out[keys].itertuples(index=False, name=None), out["repeat"], *_bounds_columns(out, value), strict=True
+    ):
+        whole, own = wholes.get(_key(key)), bounds_of(v, lo, hi)
+        paired = paired_value(repeat, pairs[_key(key)], whole) if whole is not None else math.nan
+        ratio = run_ratio(own, paired, whole) if own is not None and whole is not None else None
+        nan = math.nan
+        if ratio is None:
+            records.append((paired, nan, nan, nan))
+        else:
+            records.append((paired, ratio.value, ratio.low if ratio.known else nan, ratio.high if ratio.known else nan))
+    return pd.DataFrame(records, columns=["paired", "ratio", "low", "high"], index=out.index, dtype=float)
 
 
 def _group_status(statuses: pd.Series) -> str:
@@ -45,16 +85,6 @@ def _group_status(statuses: pd.Series) -> str:
     bad = "/".join(sorted(set(statuses[statuses != "ok"].fillna("error"))))
     n_ok = int((statuses == "ok").sum())
     return f"ok {n_ok}/{len(statuses)}, {bad}" if n_ok else bad
-
-
-def _ratio_to_reference(
-    out: pd.DataFrame, ref: pd.DataFrame, keys: list[str], value: str, ratio: str
-) -> tuple[pd.Series, pd.Series]:
-    """One run's bounds of ``ratio`` (its ``value`` over its reference's): the run's own interval
-    and the reference configuration's, propagated and scaled around the ratio shown."""
-    frame = pd.concat([out[[value, f"{value}_low", f"{value}_high"]], reference_bounds(out, ref, keys, value)], axis=1)
-    low, high = ratio_bounds(frame, value, "_ref")
-    return scaled_bounds(frame[value] / frame["_ref"], low, high, out[ratio])
 
 
 def _own_bounds(out: pd.DataFrame) -> None:
@@ -75,9 +105,11 @@ def gain_cells(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
     mem_used_max_mib``; ``solo_samples_per_s`` and ``gain_vs_solo`` (against the degree-1 cell of
     the same workload, mode and settings), ``best_solo_samples_per_s``, ``best_solo`` (its mode and
     settings) and ``gain_vs_best_solo`` (against the fastest degree-1 configuration of the workload on
-    that GPU model); ``energy_vs_solo`` = J/sample / the same-settings solo's J/sample (below 1:
-    collocation spends less energy per sample). A reference with several runs is the run of the same
-    repeat index, else their median. Failed cells get no ratios. ``statistic`` (the cell config's
+    that GPU model, by its runs' ``measure.statistic``); ``energy_vs_solo`` = J/sample / the same-settings
+    solo's J/sample (below 1: collocation spends less energy per sample). A reference with several runs
+    is the run of the same repeat index, else the reference configuration's value (its runs'
+    ``measure.statistic``): :mod:`raycolloc.results.ratios`, as the sweep's summary. Failed cells get no
+    ratios. ``statistic`` (the cell config's
     ``measure.statistic``) and each run's one-run bounds ``<metric>_low``/``_high`` of
     :data:`GAIN_SPREADS` (see the module's doc).
     """
@@ -116,28 +148,21 @@ def gain_cells(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
     ok = out["status"] == "ok"
     solo = out[(out["degree"] == 1) & ok & out["agg_samples_per_s"].notna()]
     keys = ["workload", "gpu_name", "mode", "settings"]
-    out["solo_samples_per_s"] = _paired(out, solo, keys, "agg_samples_per_s")
-    out["gain_vs_solo"] = (out["agg_samples_per_s"] / out["solo_samples_per_s"]).where(ok)
-    out["energy_vs_solo"] = (out["energy_per_sample_j"] / _paired(out, solo, keys, "energy_per_sample_j")).where(ok)
-    out["gain_vs_solo_low"], out["gain_vs_solo_high"] = _ratio_to_reference(
-        out, solo, keys, "agg_samples_per_s", "gain_vs_solo"
-    )
-    out["energy_vs_solo_low"], out["energy_vs_solo_high"] = _ratio_to_reference(
-        out, solo, keys, "energy_per_sample_j", "energy_vs_solo"
-    )
-    if solo.empty:
-        out["best_solo_samples_per_s"], out["best_solo"], out["gain_vs_best_solo"] = np.nan, None, np.nan
-        out["gain_vs_best_solo_low"], out["gain_vs_best_solo_high"] = np.nan, np.nan
-        return out[cols]
-    per_config = solo.groupby(keys, dropna=False)["agg_samples_per_s"].median().reset_index()
-    best = per_config.loc[per_config.groupby(["workload", "gpu_name"], dropna=False)["agg_samples_per_s"].idxmax()]
-    best = best.assign(best_solo=best["mode"] + " " + best["settings"])[["workload", "gpu_name", "best_solo"]]
-    out = out.merge(best, on=["workload", "gpu_name"], how="left")
+    rate, energy = _against(out, solo, keys, "agg_samples_per_s"), _against(out, solo, keys, "energy_per_sample_j")
+    out["solo_samples_per_s"] = rate["paired"]
+    out["gain_vs_solo"], out["gain_vs_solo_low"], out["gain_vs_solo_high"] = (rate[c].where(ok) for c in _RATIO)
+    out["energy_vs_solo"], out["energy_vs_solo_low"], out["energy_vs_solo_high"] = (energy[c].where(ok) for c in _RATIO)
+    # The best solo of each workload and GPU model: the configuration of the highest rate.
+    per: dict[tuple[object, ...], dict[tuple[object, ...], Interval]] = {}
+    for key, whole in _configurations(solo, keys, "agg_samples_per_s").items():
+        per.setdefault(key[:2], {})[key] = whole
+    named = {where: f"{top[2]} {top[3]}" for where, rates in per.items() if (top := best(rates)) is not None}
+    out["best_solo"] = [named.get(_key(k)) for k in out[["workload", "gpu_name"]].itertuples(index=False, name=None)]
     best_runs = solo.assign(best_solo=solo["mode"] + " " + solo["settings"])
-    out["best_solo_samples_per_s"] = _paired(out, best_runs, ["workload", "gpu_name", "best_solo"], "agg_samples_per_s")
-    out["gain_vs_best_solo"] = (out["agg_samples_per_s"] / out["best_solo_samples_per_s"]).where(out["status"] == "ok")
-    out["gain_vs_best_solo_low"], out["gain_vs_best_solo_high"] = _ratio_to_reference(
-        out, best_runs, ["workload", "gpu_name", "best_solo"], "agg_samples_per_s", "gain_vs_best_solo"
+    top_rate = _against(out, best_runs, ["workload", "gpu_name", "best_solo"], "agg_samples_per_s")
+    out["best_solo_samples_per_s"] = top_rate["paired"]
+    out["gain_vs_best_solo"], out["gain_vs_best_solo_low"], out["gain_vs_best_solo_high"] = (
+        top_rate[c].where(ok) for c in _RATIO
     )
     return out[cols]
 

@@ -36,7 +36,6 @@ __all__ = [
     "group_intervals",
     "pm_text",
     "ratio_bounds",
-    "reference_bounds",
     "scaled_bounds",
 ]
 
@@ -121,19 +120,6 @@ def group_intervals(
         records.append((key, record))
     index = pd.MultiIndex.from_tuples([k for k, _ in records], names=list(keys))
     return pd.DataFrame([r for _, r in records], index=index)
-
-
-def reference_bounds(cells: pd.DataFrame, ref: pd.DataFrame, keys: list[str], value: str) -> pd.DataFrame:
-    """Per cell, its reference configuration's ``value`` interval (the reference's runs summarised,
-    or its one run's within-run interval): columns ``_ref``, ``_ref_low``, ``_ref_high``."""
-    if ref.empty:
-        nan = pd.Series(math.nan, index=cells.index)
-        return pd.DataFrame({"_ref": nan, "_ref_low": nan, "_ref_high": nan})
-    lower = ("energy_per_sample_j",)
-    per = group_intervals(ref, keys, [value], lower_is_better=lower).reset_index()
-    per = per.rename(columns={value: "_ref", f"{value}_low": "_ref_low", f"{value}_high": "_ref_high"})
-    out = cells[keys].merge(per, on=keys, how="left")
-    return out[["_ref", "_ref_low", "_ref_high"]].set_axis(cells.index)
 
 
 def scaled_bounds(value: pd.Series, low: pd.Series, high: pd.Series, like: pd.Series) -> tuple[pd.Series, pd.Series]:

@@ -13,12 +13,17 @@ equivalent when a time budget (``epoch_time_s``) let the two train different amo
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
-from analysis.intervals import at_floor, cell_statistic, group_intervals
-from analysis.stats import crosses, spread_columns
+from analysis.intervals import at_floor, bounds_of, cell_statistic, group_intervals
+from analysis.run_spread import crosses, spread_columns
 from analysis.tables import CELL_KEY, epoch_span, jobs_with_cells
+from raycolloc.mode_kinds import mode_rank
+from raycolloc.results.ratios import as_change, over_sequential
+from raycolloc.results.stats import Interval, scaled
 
 __all__ = ["mixed_table", "table2"]
 
@@ -164,10 +169,7 @@ def mixed_table(cells: pd.DataFrame, jobs: pd.DataFrame, epochs: pd.DataFrame) -
         axis=1,
     ).reset_index()
     out = out.merge(sums, on=CELL_KEY, how="left")
-    ok = out["status"] == "ok"
-    out["change_vs_sequential_pct"] = (100.0 * (out["cell_total_s"] / out["serial_s"] - 1.0)).where(ok)
-    out["energy_vs_sequential"] = (out["total_energy_j"] / out["serial_energy_j"]).where(ok)
-    _one_run_bounds(out)
+    _against_sequential(out)
     out = at_floor(at_floor(out, ["energy_vs_sequential"]), ["change_vs_sequential_pct"], floor=-100.0)
     out = out.merge(cells[CELL_KEY].assign(statistic=cells["config_json"].map(cell_statistic)), on=CELL_KEY)
     return out[cols].sort_values(
@@ -175,24 +177,42 @@ def mixed_table(cells: pd.DataFrame, jobs: pd.DataFrame, epochs: pd.DataFrame) -
     )
 
 
-def _one_run_bounds(out: pd.DataFrame) -> None:
-    """A mixed run's bounds, in place: its total is one measured time; its sequential time (and
-    energy) is the jobs' solos, each with its runs' relative half-width, summed in quadrature."""
-    for per, serial, ratio, scale in (
-        ("s_per_sample", "serial_s", "change_vs_sequential_pct", 100.0),
-        ("j_per_sample", "serial_energy_j", "energy_vs_sequential", 1.0),
+def _against_sequential(out: pd.DataFrame) -> None:
+    """Each ok mixed run against its jobs one after the other, in place: ``change_vs_sequential_pct``
+    and ``energy_vs_sequential`` with one run's bounds, by :mod:`raycolloc.results.ratios` (the sweep's
+    summary applies the same): its total is one measured value; its sequential one is the jobs'
+    solos, each with its runs' interval, summed in quadrature."""
+    for per, total, name, change in (
+        ("s_per_sample", "cell_total_s", "change_vs_sequential_pct", True),
+        ("j_per_sample", "total_energy_j", "energy_vs_sequential", False),
     ):
-        rel = (out[f"solo_{per}_high"] - out[f"solo_{per}_low"]) / 2 / out[f"solo_{per}"]
-        hw2 = (
-            ((out["job_samples"] * out[f"solo_{per}"] * rel) ** 2)
-            .groupby([out[k] for k in CELL_KEY])
-            .transform(lambda s: s.sum(min_count=len(s)))
+        found: dict[str, pd.Series] = {}
+        for _, rows in out.groupby(CELL_KEY, sort=False):
+            ratio = _over_sequential(rows, per, total)
+            if ratio is not None and change:
+                ratio = as_change(ratio)
+            values = (math.nan,) * 3 if ratio is None else (ratio.value, ratio.low, ratio.high)
+            if ratio is not None and not ratio.known:
+                values = (ratio.value, math.nan, math.nan)
+            for suffix, value in zip(("", "_low", "_high"), values, strict=True):
+                found.setdefault(suffix, pd.Series(math.nan, index=out.index))[rows.index] = value
+        for suffix, series in found.items():
+            out[f"{name}{suffix}"] = series.where(out["status"] == "ok")
+
+
+def _over_sequential(rows: pd.DataFrame, per: str, total: str) -> Interval | None:
+    """One mixed run's ``total`` over its jobs' solos (``solo_<per>`` x the job's samples)."""
+    whole = bounds_of(rows[total].iloc[0])
+    alone = [
+        scaled(solo, float(samples) * solo.value)
+        for samples, v, lo, hi in zip(
+            rows["job_samples"], rows[f"solo_{per}"], rows[f"solo_{per}_low"], rows[f"solo_{per}_high"], strict=True
         )
-        rel_serial = np.sqrt(hw2) / out[serial]
-        # change = 100 (total / serial - 1): the ratio's relative half-width on (change + 100).
-        base = out[ratio] + 100.0 if scale == 100.0 else out[ratio]
-        out[f"{ratio}_low"] = out[ratio] - base * rel_serial
-        out[f"{ratio}_high"] = out[ratio] + base * rel_serial
+        if (solo := bounds_of(v, lo, hi)) is not None
+    ]
+    if whole is None or len(alone) != len(rows):
+        return None
+    return over_sequential(whole, alone)
 
 
 def _sequential(rows: pd.DataFrame) -> pd.Series:
@@ -292,10 +312,9 @@ def table2(mixed: pd.DataFrame) -> pd.DataFrame:
     )
     for column in ("mem_used_max_mib", "sequential_mem_used_max_mib"):
         out[column.replace("_mib", "_gib")] = out.pop(column) / 1024.0
-    order = {"naive": 0, "mps": 1, "mig": 2}
     return (
         out.drop(columns="n_ok")
-        .assign(_o=out["mode"].map(order).fillna(9))
+        .assign(_o=out["mode"].map(mode_rank))
         .sort_values(["mix", "gpu_name", "_o"])
         .drop(columns="_o")
         .reset_index(drop=True)

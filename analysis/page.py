@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.intervals import pm_text
-from analysis.stats import fmt_spread
+from analysis.run_spread import fmt_spread
 
 __all__ = ["CONTENT_PX", "CSS", "Column", "details", "display", "figure_html", "number", "pair", "table_html", "wide"]
 

@@ -13,11 +13,13 @@ import matplotlib.pyplot as plt  # after matplotlib.use: the backend is chosen b
 import numpy as np
 import pandas as pd
 
+from raycolloc.mode_kinds import MODE_NAMES, mode_rank
+
 __all__ = ["DPI", "MODE_ORDER", "Writer", "bars", "mode_key", "series_labels", "short_settings", "slug"]
 
 log = logging.getLogger("analysis.figures")
 
-MODE_ORDER = ("naive", "mps", "mig")
+MODE_ORDER = MODE_NAMES  # in their order (raycolloc.mode_kinds)
 DPI = 110
 
 
@@ -26,7 +28,7 @@ def slug(text: object) -> str:
 
 
 def mode_key(mode: object) -> tuple[int, str]:
-    return (MODE_ORDER.index(mode) if mode in MODE_ORDER else len(MODE_ORDER), str(mode))
+    return mode_rank(mode), str(mode)
 
 
 def short_settings(settings: object) -> str:

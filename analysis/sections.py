@@ -17,6 +17,7 @@ import pandas as pd
 from analysis.findings import Verdict
 from analysis.load import SweepData
 from analysis.page import Column, details, display, number, pair, table_html, wide
+from raycolloc.mode_kinds import mode_rank
 
 __all__ = ["baseline", "closing", "findings", "gain_note", "mixed", "stability", "simulated_banner", "workloads"]
 
@@ -103,15 +104,12 @@ def findings(best: pd.DataFrame, verdicts: Sequence[Verdict]) -> str:
     )
 
 
-_MODE_ORDER = {"naive": 0, "mps": 1, "mig": 2}
-
-
 def _config_rows(gain: pd.DataFrame) -> pd.DataFrame:
     """The gain table's rows in reading order (degree, then naive, MPS, MIG), with short settings and
     a note on noise."""
     rows = gain.assign(
         settings=gain["settings"].map(_short_settings),
-        _o=gain["mode"].map(_MODE_ORDER).fillna(9),
+        _o=gain["mode"].map(mode_rank),
         note=[gain_note(r) for _, r in gain.iterrows()],
         stability=[stability(r) for _, r in gain.iterrows()],
     )

@@ -24,6 +24,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from analysis.load import load_sweeps
+from raycolloc.mode_kinds import MODE_KINDS
 
 
 def gpu_time(root: Path) -> float:
@@ -51,7 +52,8 @@ def model_table(out: Path, name: str) -> dict[str, Any]:
     truth = measured(out / "res" / "brute" / name)
     rows = []
     for row in ranking["rows"]:
-        if row["mode"] not in ("naive", "mps") or row.get("active_thread_percentage"):
+        kind = MODE_KINDS.get(row["mode"])
+        if kind is None or not kind.advised or row.get("active_thread_percentage"):
             continue
         key = f"{row['mode']} x{row['degree']}"
         m = truth.get(key)

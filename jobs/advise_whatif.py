@@ -30,6 +30,7 @@ from raycolloc.advise.observe import observations_in
 from raycolloc.advise.profile import combine, gpu_costs_in, profiles_in
 from raycolloc.advise.rank import uniform_candidates
 from raycolloc.advise.spread import with_intervals
+from raycolloc.mode_kinds import mode_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from advise_regret import measured  # a sibling script: jobs/ is not a package
@@ -63,9 +64,9 @@ def main() -> int:
             a = load_sweeps(solo_dirs)
             new = profiles_in(a.cells, a.jobs, a.epochs, a.telemetry, gpu_costs_in(a.cells, a.jobs))
             profile = combine([*new.values(), history])
-        own = own[(own["degree"].isin(wanted)) & (own["status"] == "ok") & (own["mode"] == "mps")].sort_values(
-            "started_at"
-        )
+        own = own[
+            (own["degree"].isin(wanted)) & (own["status"] == "ok") & own["mode"].map(lambda m: mode_of(m).needs_daemon)
+        ].sort_values("started_at")
         keep = frozenset(str(x) for x in own.drop_duplicates(["mode", "degree"])["cell_dir"])
         params = fit(observations, exclude=frozenset({workload}), gpu_name=profile.gpu_name, keep=keep)
         truth = measured(d)  # each configuration's median, as the table step reads it

@@ -51,6 +51,7 @@ def _gpu(sim: bool) -> tuple[str, str, int]:
 def raw_cell(args: argparse.Namespace, mode: str, degree: int, opts: dict[str, str]) -> dict[str, Any]:
     """``degree`` raw processes on GPU 0, warm, then one common window; returns the aggregate."""
     from raycolloc.job.process import cache_env
+    from raycolloc.mode_kinds import mode_of
     from raycolloc.node.modes.mps import MpsDaemon
 
     model, classes, res = WORKLOADS[args.workload]
@@ -59,7 +60,7 @@ def raw_cell(args: argparse.Namespace, mode: str, degree: int, opts: dict[str, s
     daemon = None
     env = dict(os.environ, CUDA_VISIBLE_DEVICES=uuid, CUDA_DEVICE_ORDER="PCI_BUS_ID")
     cache_env(env)  # the same compile cache as raycolloc's trainers: neither side pays a cold compile twice
-    if mode == "mps" and args.backend != "sim":
+    if mode_of(mode).needs_daemon and args.backend != "sim":
         daemon = MpsDaemon(uuid, index, tempfile.mkdtemp(prefix="rawmps", dir="/tmp"))
         daemon.start()
         env.update(daemon.binding_env(None, None))

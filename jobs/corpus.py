@@ -31,6 +31,8 @@ from typing import IO
 
 import pandas as pd
 
+from raycolloc.mode_kinds import modes_where
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -81,7 +83,7 @@ SIM_ENTRIES = (
 )
 GPU_DEGREES = (1, 2, 3, 7, 14, 16)
 SIM_DEGREES = (1, 2, 3)
-MODES = ("naive", "mps")
+MODES = modes_where(lambda k: k.advised)  # what the advisor ranks and the queue replays
 # Every column of the sweep's cells and jobs is kept (the advisor's profiles read config_json, the
 # memory columns, the telemetry means); its epochs whole; its telemetry at GPU scope inside each cell's
 # measured window (what a profile averages), not the per-process samples that make it large.

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from raycolloc import config_checks as limits  # the bounds of numbers: limits.MAX_*
 from raycolloc.config_checks import MIN_EPOCH_AUTO_S, ConfigError, as_list, check_min_epoch, check_mode_only
 from raycolloc.config_checks import check_percentage, check_port, check_reserved_cpus, check_seconds
+from raycolloc.mode_kinds import MODE_NAMES, mode_of, modes_where
 from raycolloc.config_checks import check_sim_inject, is_mem_limit
 from raycolloc.config_checks import check_choice as _check_choice
 from raycolloc.config_checks import check_int as _check_int
@@ -64,7 +65,7 @@ __all__ = [
     "register_configs",
 ]
 
-MODES = ("naive", "mps", "mig")
+MODES = MODE_NAMES  # raycolloc.mode_kinds: the one list of modes
 BACKENDS = ("auto", "sim", "nvml")
 SIM_MIG_MODES = ("auto", "enabled", "disabled")
 
@@ -86,10 +87,11 @@ class ModeConfig:
 
     def __post_init__(self) -> None:
         _check_choice("mode", self.name, MODES)
-        if self.name != "mps":
+        if not mode_of(self.name).needs_daemon:  # settings of an MPS daemon's clients
             for key in ("active_thread_percentage", "pinned_mem_limit"):
                 if getattr(self, key) is not None:
-                    raise ConfigError(f"mode.{key} applies to mode=mps only (mode={self.name})")
+                    served = "|".join(modes_where(lambda k: k.needs_daemon))
+                    raise ConfigError(f"mode.{key} applies to mode={served} only (mode={self.name})")
         for pct in as_list(self.active_thread_percentage):
             check_percentage("mode.active_thread_percentage", pct)
         for limit in as_list(self.pinned_mem_limit):

@@ -26,6 +26,7 @@ from raycolloc.config_checks import check_choice as _check_choice
 from raycolloc.config_checks import check_int as _check_int
 from raycolloc.config_checks import check_min as _check_min
 from raycolloc.config_checks import check_range as _check_range
+from raycolloc.mode_kinds import QUEUE_MODES
 
 __all__ = [
     "COMPILE_CACHE_VAR",
@@ -54,7 +55,6 @@ TELEMETRY_SOURCES = ("auto", "dcgm", "gpm", "nvml")
 # front because the contract imports nothing of the queue package (a test keeps them in step).
 QUEUE_POLICIES = ("exclusive", "carma", "raycolloc")
 _QUEUE_POLICY_NAMES: dict[str, None] = dict.fromkeys(QUEUE_POLICIES)  # a dict: ordered, unique
-QUEUE_MODES = ("naive", "mps")
 QUEUE_ORDERS = ("longest", "arrival")  # the raycolloc policy's order of the jobs waiting
 QUEUE_RUNNERS = ("sim", "ray")
 QUEUE_PROFILES = ("catalog", "measured")

@@ -47,6 +47,7 @@ from raycolloc.driver.summary import cell_summary
 from raycolloc.driver.tabulate import CellRecord, cell_row, job_rows
 from raycolloc.driver.teardown import note_pipe_root
 from raycolloc.driver.trainers import TrainerPool
+from raycolloc.mode_kinds import mode_rank
 from raycolloc.node.reserve import confine_process, widen
 from raycolloc.node.steward_handles import NAMESPACE, get_steward, start_stewards
 from raycolloc.results.index import REFERENCE, register_sweeps, sweep_root
@@ -57,7 +58,6 @@ from raycolloc.spec import CellSpec, CellStatus, as_cell_status
 __all__ = ["CellResult", "run_cells", "time_share"]
 
 log = logging.getLogger("raycolloc")
-_MODE_ORDER = {"naive": 0, "mig": 1, "mps": 2}
 
 
 def cell_size(cell: CellSpec) -> tuple[int, int]:
@@ -65,12 +65,12 @@ def cell_size(cell: CellSpec) -> tuple[int, int]:
     cell from starting last and stretching the sweep.
 
     Size is the samples to train, summed over the cell's jobs. Of two cells with as many samples,
-    the naive one comes first: time-slicing's aggregate throughput barely grows with the degree, so
-    it runs longest (4 x H200, resnet26, 51,200 samples a job: naive x7 31.5 s against MPS x7 21.0 s
-    alone).
+    the one of the lower mode (:func:`~raycolloc.mode_kinds.mode_rank`) comes first. Naive is lowest:
+    time-slicing's aggregate throughput barely grows with the degree, so it runs longest (4 x H200,
+    resnet26, 51,200 samples a job: naive x7 31.5 s against MPS x7 21.0 s alone).
     """
     samples = sum(j.epoch_samples * j.epochs for j in cell.jobs)
-    return -samples, _MODE_ORDER.get(cell.mode, len(_MODE_ORDER))
+    return -samples, mode_rank(cell.mode)
 
 
 def _record(rec: CellRecord, cell_dir: Path) -> CellResult:

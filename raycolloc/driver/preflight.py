@@ -23,6 +23,7 @@ import ray
 
 from raycolloc.config import ConfigError
 from raycolloc.devices import GpuInfo
+from raycolloc.mode_kinds import mode_of
 from raycolloc.node.gpu.simdevice import CONTEXT_MIB
 from raycolloc.node.mig.layout import LayoutError
 from raycolloc.node.mig.profiles import UnknownGpuModel
@@ -131,7 +132,7 @@ def _gpu_verdict(cell: CellSpec, gpu: GpuInfo) -> str | None:
     if any(mib is None for mib in estimates):
         return None  # a job without an estimate: its cell is not judged on memory
     need = [float(mib) for mib in estimates if mib is not None]
-    if cell.mode != "mig":
+    if not mode_of(cell.mode).partitioned:
         if sum(need) <= gpu.memory_mib:
             return None
         return (
@@ -181,7 +182,7 @@ def check_cluster(cells: list[CellSpec], infos: list[NodeInfo]) -> dict[str, str
     skipped: dict[str, str] = {}
     errors: list[str] = []
     for cell in cells:
-        if cell.mode != "mig":
+        if not mode_of(cell.mode).partitioned:
             continue
         reason, layout_errors = _mig_verdict(cell, infos)
         if reason is not None:

@@ -31,6 +31,7 @@ from raycolloc.driver.radt_data import (
     plan_error,
     row_dataset,
 )
+from raycolloc.mode_kinds import BASELINE_MODE, mode_of, modes_where
 from raycolloc.workload_config import WorkloadConfig
 
 __all__ = ["COLUMNS", "PlanError", "PlanJob", "Row", "RowContext", "data_path", "parse_params", "parse_row", "row_mode"]
@@ -38,7 +39,15 @@ __all__ = ["COLUMNS", "PlanError", "PlanJob", "Row", "RowContext", "data_path", 
 COLUMNS = ("Experiment", "Workload", "Status", "Run", "Devices", "Collocation", "File", "Listeners", "Params")
 MIG_PROFILE = re.compile(r"^\d+g\.\d+gb(\+me)?$")
 _STATUS = {"": "run", "PENDING": "run", "QUEUED": "run", "FINISHED": "finished", "FAILED": "failed"}
-_NAIVE = ("-", "", "nan")  # radT itself writes "nan" back for an empty Collocation
+# radT's Collocation words for a mode ("nan": radT itself writes it back for an empty Collocation); a
+# MIG profile (``1g.10gb``) names the partitioned mode.
+_RADT_MODES = {
+    "-": BASELINE_MODE,
+    "": BASELINE_MODE,
+    "nan": BASELINE_MODE,
+    **{m: m for m in modes_where(lambda k: k.needs_daemon)},
+}
+_PARTITIONED = modes_where(lambda k: k.partitioned)[0]
 _DEVICES = re.compile(r"^\d+(\+\d+)*$")
 _LISTENER = re.compile(r"^[A-Za-z][\w-]*$")
 # The study's spellings of timm models (torchvision's names), and the models a File's name hints at.
@@ -112,14 +121,12 @@ def parse_params(text: str) -> list[tuple[str, str]]:
 
 
 def row_mode(path: Path, row: Row) -> str:
-    """``naive``, ``mps`` or ``mig`` from the Collocation column."""
-    colloc = row.f["Collocation"]
-    if colloc.lower() in _NAIVE:
-        return "naive"
-    if colloc.lower() == "mps":
-        return "mps"
-    if MIG_PROFILE.match(colloc.lower()):
-        return "mig"
+    """The mode of the Collocation column: a MIG profile's partitioned mode, else radT's word for one."""
+    colloc = row.f["Collocation"].lower()
+    if colloc in _RADT_MODES:
+        return _RADT_MODES[colloc]
+    if MIG_PROFILE.match(colloc):
+        return _PARTITIONED
     raise plan_error(
         path, row, "Collocation", f"unknown Collocation {colloc!r}", ["-", "(empty)", "MPS", MIG_PROFILE.pattern]
     )
@@ -291,7 +298,7 @@ def parse_row(path: Path, row: Row, mode: str, ctx: RowContext) -> PlanJob:
         "run": row.f["Run"],
         "batch_size": numbers["batch"],
         "epochs": numbers["epochs"],
-        "mig_profile": row.f["Collocation"].lower() if mode == "mig" else None,
+        "mig_profile": row.f["Collocation"].lower() if mode_of(mode).partitioned else None,
         "line": row.line,
         "extra": extra,
         "listeners": row.f["Listeners"],

@@ -221,7 +221,7 @@ class Steward:
             if holder is not None and holder != cell.cell_id:
                 log.warning("gpu=%s held by stale cell=%s: releasing it first", gpu_uuid, holder)
                 self.release(holder)
-            self.backend.expect_mig_mode(gpu_uuid, mode_cls.uses_mig)
+            self.backend.expect_mig_mode(gpu_uuid, mode_cls.kind.partitioned)
             slot = self._slots.get(gpu_uuid)
             gpu = self.backend.gpu(gpu_uuid)
             if slot is None:

@@ -31,7 +31,7 @@ from raycolloc.node.dcgm import DcgmFields, dcgm_available
 from raycolloc.node.gpu.backend import GpuBackend, MigDevice, ProcessUsage
 from raycolloc.node.hostclock import core_mhz, foreign_count, load_avg_1m, run_delay_s
 from raycolloc.node.mig.placement import gpu_model_of
-from raycolloc.results.rows import TelemetryRow
+from raycolloc.results.rows import SCOPE_GPU, SCOPE_MIG, SCOPE_PROCESS, TelemetryRow
 from raycolloc.spec import GpuNow
 
 __all__ = ["Sampler", "gi_sm_shares", "gpu_now", "pick_source"]
@@ -240,12 +240,12 @@ class Sampler:
                 if dev.gi_id not in by_gi:
                     by_gi[dev.gi_id] = self._gpm(dev.gi_id)
             values.setdefault("sm_active", self._gpu_sm_active(by_gi))
-        gpu_row = self._row(ts, "gpu", **values)
+        gpu_row = self._row(ts, SCOPE_GPU, **values)
         self.rows.append(gpu_row)
         if self.on_row is not None:
             self.on_row(gpu_row)
         for dev in self.mig_devices if gpm else []:
-            self.rows.append(self._row(ts, "mig", mig_uuid=dev.uuid, gi_id=dev.gi_id, **by_gi[dev.gi_id]))
+            self.rows.append(self._row(ts, SCOPE_MIG, mig_uuid=dev.uuid, gi_id=dev.gi_id, **by_gi[dev.gi_id]))
         if not process_tick:
             return
         for pid, job_index in self.pids.items():
@@ -266,7 +266,7 @@ class Sampler:
             self.rows.append(
                 self._row(
                     ts,
-                    "process",
+                    SCOPE_PROCESS,
                     pid=pid,
                     job_index=job_index,
                     proc_cpu_percent=cpu,

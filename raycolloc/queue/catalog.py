@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 from raycolloc.advise.model import DEFAULT_PARAMS, Gpu, Params
 from raycolloc.advise.profile import Profile
+from raycolloc.mode_kinds import BASELINE_MODE
 from raycolloc.node.mig.placement import gpu_model_of
 
 __all__ = ["CATALOG", "CLASSES", "Entry", "NoProfile", "catalog_profile", "idle_power_w", "sim_gpu", "sim_params"]
@@ -103,7 +104,7 @@ def catalog_profile(workload: str, gpu: Gpu) -> Profile:
         gpu_name=gpu.name,
         gpu_memory_mib=gpu.memory_mib,
         backend="queue-catalog",
-        mode="naive",
+        mode=BASELINE_MODE,
         cell_dirs=(),
         config_hash="",
         batch_size=128,

@@ -28,6 +28,7 @@ from raycolloc.advise.observe import Observation
 from raycolloc.advise.profile import Profile, finite
 from raycolloc.config_checks import ConfigError
 from raycolloc.config_groups import QueueConfig
+from raycolloc.mode_kinds import BASELINE_MODE, is_baseline
 from raycolloc.node.mig.placement import gpu_model_of
 from raycolloc.node.mig.profiles import UnknownGpuModel
 
@@ -155,7 +156,7 @@ def _profile(workload: str, solo: pd.DataFrame, mib: float, gpu: Gpu, batch: int
         gpu_name=gpu.name,
         gpu_memory_mib=gpu.memory_mib,
         backend="corpus",
-        mode="naive",
+        mode=BASELINE_MODE,
         cell_dirs=tuple(solo["cell_id"]),
         config_hash="",
         batch_size=batch,
@@ -201,7 +202,7 @@ def _observations(cells: pd.DataFrame, jobs: pd.DataFrame, solo: dict[str, Profi
                 power_w=finite(cell["power_mean_w"]),
                 sm_active=(finite(cell["sm_active_mean"]) or 0.0) / 100.0,
                 energy_per_sample_j=finite(cell["energy_per_sample_j"]),
-                profile_cell=int(cell["degree"]) == 1 and str(cell["mode"]) == "naive",
+                profile_cell=int(cell["degree"]) == 1 and is_baseline(cell["mode"]),
                 cell_dir=str(cell["cell_id"]),
                 group=f"{cell['entry']}-{cell['mode']}-x{cell['degree']}",
             )
@@ -226,7 +227,7 @@ def load_corpus(path: Path) -> Corpus:
     curves = _curves(cells, key)
     job_mib = {str(k): float(g["peak_device_mem_mib"].max()) for k, g in jobs.groupby("key")}
     batch = {str(k): int(g["batch_size"].iloc[0]) for k, g in jobs.groupby("key")}
-    alone = cells[(cells["mode"] == "naive") & (cells["degree"] == 1) & cells["mix"].isna()]
+    alone = cells[cells["mode"].map(is_baseline) & (cells["degree"] == 1) & cells["mix"].isna()]
     solo = {
         str(workload): _profile(str(workload), runs, job_mib[str(workload)], gpu, batch[str(workload)])
         for workload, runs in alone.groupby(alone["cell_id"].map(key))

@@ -26,6 +26,7 @@ from dataclasses import replace
 
 from raycolloc.advise.model import Gpu
 from raycolloc.config_groups import QueueConfig
+from raycolloc.mode_kinds import BASELINE_MODE
 from raycolloc.queue.advised import AdvisedPolicy
 from raycolloc.queue.carma import gpumemnet_offset, monitor_summary
 from raycolloc.queue.policy import (
@@ -73,7 +74,7 @@ class ExclusivePolicy:
 
     def place(self, waiting: Sequence[QueuedJob], gpus: Sequence[GpuView], now: float) -> Decision:
         free = [g.gpu_id for g in gpus if g.empty]
-        return Decision(tuple(Placement(j.job_id, g, "naive") for j, g in zip(waiting, free, strict=False)))
+        return Decision(tuple(Placement(j.job_id, g, BASELINE_MODE) for j, g in zip(waiting, free, strict=False)))
 
 
 @register_policy("carma")

@@ -16,6 +16,7 @@ import shlex
 
 from raycolloc.config import Config, ConfigError, MixConfig
 from raycolloc.driver.cell_specs import build_cell, resolve_backend
+from raycolloc.mode_kinds import BASELINE_MODE
 from raycolloc.queue.trace import TraceJob
 from raycolloc.spec import CellSpec
 from raycolloc.workload_config import WorkloadConfig
@@ -97,7 +98,7 @@ def check_ray_config(config: Config, jobs: list[TraceJob]) -> CellMaker:
             raise ConfigError(f"queue.inject_oom: {job_id!r} is not a job of the trace")
     for job in jobs:
         try:
-            maker.cell(job, 1, "naive", int(job.length_samples or 0))
+            maker.cell(job, 1, BASELINE_MODE, int(job.length_samples or 0))
         except (ConfigError, ValueError, KeyError) as exc:
             raise ConfigError(f"job {job.job_id}: {exc}") from None
     return maker

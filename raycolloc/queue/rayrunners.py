@@ -30,6 +30,7 @@ from typing import Any, Literal
 import ray
 
 from raycolloc.advise.profile import Profile
+from raycolloc.mode_kinds import mode_of
 from raycolloc.queue.core import JobStart, Report
 from raycolloc.queue.policy import GpuView, Predictor, Resident
 from raycolloc.queue.rayjobs import CellMaker
@@ -212,7 +213,7 @@ class RayRunners:
         """A GPU without jobs: its MPS daemon stopped (the steward's ``release_gpu``), its mode free."""
         if self._runs[lane.gpu_id]:
             return
-        if lane.mode == "mps":
+        if lane.mode is not None and mode_of(lane.mode).needs_daemon:
             try:
                 ray.get(lane.steward.release_gpu.remote(lane.gpu.uuid), timeout=120)
             except ray.exceptions.RayError as exc:

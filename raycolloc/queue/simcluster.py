@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from raycolloc.advise.model import MPS_SERVER_MIB, Gpu
 from raycolloc.advise.profile import Profile
 from raycolloc.config_groups import QueueConfig
+from raycolloc.mode_kinds import mode_of
 from raycolloc.queue.catalog import idle_power_w
 from raycolloc.queue.core import JobStart, Report
 from raycolloc.queue.policy import GpuView, Resident
@@ -253,7 +254,8 @@ class SimCluster:
 
     def _mem_used(self, g: _Gpu, now: float | None = None) -> float:
         """Memory in use: every job's (None) or, as the monitor sees it at ``now``, the jobs' that show."""
-        server = MPS_SERVER_MIB / 2 if g.mode == "mps" and g.runs else 0.0  # the model's expected MPS server
+        daemon = g.mode is not None and mode_of(g.mode).needs_daemon
+        server = MPS_SERVER_MIB / 2 if daemon and g.runs else 0.0  # the model's expected MPS server
         runs = g.runs if now is None else [r for r in g.runs if r.shows_at <= now + 1e-9]
         return self.gpu.base_mib + server + sum(r.true_mib for r in runs)
 

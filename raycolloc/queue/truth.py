@@ -36,6 +36,7 @@ from typing import Protocol
 from raycolloc.advise.model import Gpu
 from raycolloc.advise.profile import Profile
 from raycolloc.config_groups import QueueConfig
+from raycolloc.mode_kinds import Sharing, mode_of
 from raycolloc.queue.catalog import idle_power_w, sim_params
 from raycolloc.queue.corpus import Corpus, Curve, corpus_dir, load_corpus
 from raycolloc.queue.lowo import LeaveOutPredictor
@@ -46,7 +47,7 @@ __all__ = ["CorpusTruth", "GpuPlay", "ModelTruth", "Truth", "create_truth", "int
 
 # What the jobs of a GPU share in each mode the queue opens, as the advisor's model has it (its module
 # docstring): time-slicing shares the GPU's time, MPS its SMs; the Curve field that measures it alone.
-SHARED = {"naive": "busy", "mps": "sm_active"}
+SHARED = {Sharing.TIME_SLICED: "busy", Sharing.CONCURRENT: "sm_active"}
 
 
 @dataclass(frozen=True)
@@ -121,7 +122,7 @@ class CorpusTruth:
 
     def load(self, workload: str, mode: str) -> float:
         """The workload's load alone in ``mode``'s shared resource (module docstring)."""
-        return getattr(self.corpus.curve(workload, mode), SHARED[mode])[0]
+        return getattr(self.corpus.curve(workload, mode), SHARED[mode_of(mode).sharing])[0]
 
     def effective_degrees(self, mode: str, workloads: Sequence[str]) -> list[float]:
         """Each job's degree in jobs of its own workload (module docstring)."""

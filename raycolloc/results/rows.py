@@ -20,6 +20,9 @@ __all__ = [
     "READABLE_VERSIONS",
     "RESULT_STATUSES",
     "ROWS",
+    "SCOPE_GPU",
+    "SCOPE_MIG",
+    "SCOPE_PROCESS",
     "SCHEMA_VERSION",
     "TABLES",
     "CellRow",
@@ -34,6 +37,8 @@ READABLE_VERSIONS = (1, 2)
 TABLES = ("epochs", "jobs", "telemetry", "cells")  # write order: cells last
 # The cell statuses that are a result (a measurement, or a verdict a re-run would repeat).
 RESULT_STATUSES = ("ok", "partial", "oom", "unfit")
+# What a telemetry row samples (``telemetry.scope``): the whole GPU, one MIG device, one job's process.
+SCOPE_GPU, SCOPE_MIG, SCOPE_PROCESS = "gpu", "mig", "process"
 
 METRIC_COLUMNS = (
     "sm_active",

@@ -3,11 +3,11 @@
 
 The rows are read back from each cell's directory with pyarrow (a reused cell's result lives in
 another sweep's directory; a job's settings and a mix's epochs are only on disk). The rules are the
-report's (:mod:`analysis.gains`, :mod:`analysis.mixed`) in their plain form: a configuration's runs
-summarised by its ``measure.statistic`` with the runs' t-interval; one run with its within-run
-interval; each run against the solo run of the same repeat where there is one, else against the
-solo configuration; a gain of one run propagates both intervals
-(:func:`~raycolloc.results.stats.ratio_interval`).
+report's, in one place (:mod:`raycolloc.results.ratios`): a configuration's runs summarised by its
+``measure.statistic`` with the runs' t-interval; one run with its within-run interval; each run
+against the solo run of the same repeat where there is one, else against the solo configuration; a
+gain of one run propagates both intervals. :func:`gain_rows` and :func:`mix_rows` are the numbers
+(a test holds them equal to the report's), :func:`gain_lines` and :func:`mix_lines` their text.
 """
 
 from __future__ import annotations
@@ -20,13 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from raycolloc.mode_kinds import mode_rank
 from raycolloc.results.index import read_reference
-from raycolloc.results.stats import Interval, bounds, fmt_pm, point, ratio_interval, scaled, sum_interval, summarise
+from raycolloc.results.ratios import as_change, best, configuration, over_sequential, paired_value, run_ratio
+from raycolloc.results.stats import CV_UNSTABLE, Interval, bounds, cv, fmt_pm, point, scaled
 
-__all__ = ["Run", "gain_lines", "mix_lines", "read_runs", "text_table"]
+__all__ = ["GainRow", "MixRow", "Run", "gain_lines", "gain_rows", "mix_lines", "mix_rows", "read_runs", "text_table"]
 
 Row = Mapping[str, Any]
-_MODE_ORDER = {"naive": 0, "mps": 1, "mig": 2}
 
 
 @dataclass(frozen=True)
@@ -92,7 +93,8 @@ def read_runs(cell_dirs: Iterable[Path]) -> list[Run]:
 
 def _config(run: Run) -> tuple[Any, ...]:
     c = run.cell
-    return (c.get("repeat_group") or c.get("config_hash"), c["workload"], c.get("gpu_name"), c["mode"], c["degree"])
+    group = c.get("repeat_group") or c.get("config_hash") or c["cell_id"]  # as the report: else its own
+    return (group, c["workload"], c.get("gpu_name"), c["mode"], c["degree"])
 
 
 def _solo_key(run: Run) -> tuple[Any, ...]:
@@ -101,32 +103,23 @@ def _solo_key(run: Run) -> tuple[Any, ...]:
 
 def _summary(values: Sequence[Interval], statistic: str) -> Interval | None:
     """Runs' values as one interval (one run keeps its own interval)."""
-    if not values:
-        return None
-    return summarise([v.value for v in values], statistic, values[0] if len(values) == 1 else None)
-
-
-def _reference(run: Run, solos: Sequence[Run]) -> tuple[float, Interval] | None:
-    """The run's solo: (the solo run of the same repeat, else the solos' statistic; the solo
-    configuration's interval)."""
-    rates = [a for s in solos if (a := s.agg) is not None]
-    whole = _summary(rates, solos[0].statistic) if rates else None
-    if whole is None or whole.value == 0:
-        return None
-    paired = [s.agg.value for s in solos if s.cell.get("repeat") == run.cell.get("repeat") and s.agg is not None]
-    return (paired[0] if paired else whole.value), whole
+    return configuration(values, statistic)
 
 
 def _gain(runs: Sequence[Run], solos: Sequence[Run]) -> Interval | None:
-    """The configuration's gain over its solo: several runs, each against its paired solo, with the
-    runs' t-interval; one run, its interval and the solo configuration's propagated."""
-    per_run: list[Interval] = []
-    for run in runs:
-        ref, agg = _reference(run, solos), run.agg
-        if ref is None or agg is None or not run.ok or ref[0] == 0:
-            continue
-        gain = agg.value / ref[0]
-        per_run.append(scaled(ratio_interval(agg, ref[1]), gain))
+    """The configuration's gain over its solo configuration: each ok run against its paired solo
+    (:func:`~raycolloc.results.ratios.run_ratio`), then the runs summarised."""
+    whole = _summary([a for s in solos if (a := s.agg) is not None], solos[0].statistic)
+    if whole is None:
+        return None
+    paired = [(s.cell.get("repeat"), s.agg.value) for s in solos if s.agg is not None]
+    per_run = [
+        gain
+        for run in runs
+        if run.ok
+        and (agg := run.agg) is not None
+        and (gain := run_ratio(agg, paired_value(run.cell.get("repeat"), paired, whole), whole)) is not None
+    ]
     return _summary(per_run, runs[0].statistic)
 
 
@@ -153,13 +146,30 @@ def _status(runs: Sequence[Run]) -> str:
     return f"ok {n_ok}/{len(statuses)}, {bad}" if n_ok else bad
 
 
-def gain_lines(runs: Sequence[Run]) -> list[str]:
-    """The throughput-gain table of the uniform cells: per configuration its aggregate rate, gain
-    against its solo (degree 1, same mode and settings) and the best solo, slowdown and energy per
-    sample, each ``value ±half-width%`` (95%); a note for unstable ones and gains within the noise."""
+@dataclass(frozen=True)
+class GainRow:
+    """One uniform configuration of the summary's gain table: its aggregate rate, gains against its
+    solo (degree 1, same mode and settings) and the workload's best solo, slowdown and energy per
+    sample (each None where it has none)."""
+
+    workload: str
+    gpu_name: str | None
+    mode: str
+    degree: int
+    settings: str
+    runs: int
+    status: str
+    agg: Interval | None
+    gain: Interval | None
+    vs_best: Interval | None
+    slowdown: Interval | None
+    energy: Interval | None
+    notes: tuple[str, ...]
+
+
+def gain_rows(runs: Sequence[Run]) -> list[GainRow]:
+    """The uniform cells' configurations in reading order (workload, GPU, degree, mode, settings)."""
     uniform = [r for r in runs if r.cell.get("mix") is None]
-    if not uniform:
-        return []
     solos: dict[tuple[Any, ...], list[Run]] = defaultdict(list)
     for r in uniform:
         if r.cell["degree"] == 1 and r.ok and r.agg is not None:
@@ -169,67 +179,90 @@ def gain_lines(runs: Sequence[Run]) -> list[str]:
         for key, group in solos.items()
         if (e2 := [j["epoch2_s"] for r in group for j in r.jobs if j.get("epoch2_s") and j.get("status") == "ok"])
     }
-    best = _best_solos(solos)
+    top = _best_solos(solos)
     configs: dict[tuple[Any, ...], list[Run]] = defaultdict(list)
     for r in uniform:
         configs[(*_config(r), r.settings)].append(r)
-    rows = []
-    for key, group in sorted(configs.items(), key=lambda kv: (kv[0][1], kv[0][2] or "", _order(kv[0]))):
-        rows.append(_gain_row(key, group, solos, best, solo_e2))
+    order = sorted(configs.items(), key=lambda kv: (kv[0][1], kv[0][2] or "", _order(kv[0])))
+    return [_gain_row(key, group, solos, top, solo_e2) for key, group in order]
+
+
+def gain_lines(runs: Sequence[Run]) -> list[str]:
+    """The throughput-gain table of the uniform cells (:func:`gain_rows`), each number ``value
+    ±half-width%`` (95%); a note for unstable ones and gains within the noise."""
+    rows = [
+        [
+            r.workload,
+            r.mode,
+            str(r.degree),
+            str(r.runs),
+            r.status,
+            _cell_text(r.agg, ",.0f"),
+            _cell_text(r.gain, ".2f", "x"),
+            _cell_text(r.vs_best, ".2f", "x"),
+            _cell_text(r.slowdown, ".2f"),
+            _cell_text(r.energy, ".3g"),
+            ", ".join(r.notes),
+        ]
+        for r in gain_rows(runs)
+    ]
+    if not rows:
+        return []
     headers = ["workload", "mode", "degree", "runs", "status", "samples/s", "gain_vs_solo", "gain_vs_best_solo"]
     headers += ["slowdown", "J/sample", "note"]
     return text_table(headers, rows)
 
 
 def _order(key: tuple[Any, ...]) -> tuple[int, int, str]:
-    return int(key[4]), _MODE_ORDER.get(str(key[3]), 9), str(key[5])
+    return int(key[4]), mode_rank(key[3]), str(key[5])
 
 
 def _best_solos(solos: Mapping[tuple[Any, ...], list[Run]]) -> dict[tuple[Any, Any], list[Run]]:
     """Per workload and GPU model, the runs of its fastest solo configuration."""
-    best: dict[tuple[Any, Any], list[Run]] = {}
+    per: dict[tuple[Any, Any], dict[tuple[Any, ...], Interval]] = defaultdict(dict)
     for key, group in solos.items():
         rate = _summary([r.agg for r in group if r.agg is not None], group[0].statistic)
-        top = best.get(key[:2])
-        top_rate = _summary([r.agg for r in top if r.agg is not None], top[0].statistic) if top else None
-        if rate is not None and (top_rate is None or rate.value > top_rate.value):
-            best[key[:2]] = group
-    return best
+        if rate is not None:
+            per[key[:2]][key] = rate
+    return {where: solos[found] for where, rates in per.items() if (found := best(rates)) is not None}
 
 
 def _gain_row(
     key: tuple[Any, ...],
     group: Sequence[Run],
     solos: Mapping[tuple[Any, ...], list[Run]],
-    best: Mapping[tuple[Any, Any], list[Run]],
+    top: Mapping[tuple[Any, Any], list[Run]],
     solo_e2: Mapping[tuple[Any, ...], float],
-) -> list[str]:
+) -> GainRow:
     statistic = group[0].statistic
     agg = _summary([a for r in group if (a := r.agg) is not None], statistic)
     own = solos.get(_solo_key(group[0]), [])
     gain = _gain(group, own) if own else None
-    top = best.get((key[1], key[2]), [])
-    vs_best = _gain(group, top) if top else None
+    best_runs = top.get((key[1], key[2]), [])
+    vs_best = _gain(group, best_runs) if best_runs else None
     slow = [point(s) for r in group if r.ok and (s := _slowdown(r, solo_e2)) is not None]
     energy = [point(e) for r in group if (e := _energy_per_sample(r)) is not None]
     notes = []
-    if any(r.cell.get("unstable") for r in group) or (agg is not None and _cv([r.agg for r in group]) >= 0.10):
+    rates = [a.value for r in group if (a := r.agg) is not None]
+    if any(r.cell.get("unstable") for r in group) or (agg is not None and cv(rates) >= CV_UNSTABLE):
         notes.append("unstable")
     if gain is not None and key[4] > 1 and gain.known and gain.low <= 1.0 <= gain.high:
         notes.append("gain within noise")
-    return [
-        str(key[1]),
-        str(key[3]),
-        str(key[4]),
-        str(len(group)),
-        _status(group),
-        _cell_text(agg, ",.0f"),
-        _cell_text(gain, ".2f", "x"),
-        _cell_text(vs_best, ".2f", "x"),
-        _cell_text(_summary(slow, statistic), ".2f"),
-        _cell_text(_summary(energy, statistic), ".3g"),
-        ", ".join(notes),
-    ]
+    return GainRow(
+        workload=str(key[1]),
+        gpu_name=key[2],
+        mode=str(key[3]),
+        degree=int(key[4]),
+        settings=str(key[5]),
+        runs=len(group),
+        status=_status(group),
+        agg=agg,
+        gain=gain,
+        vs_best=vs_best,
+        slowdown=_summary(slow, statistic),
+        energy=_summary(energy, statistic),
+        notes=tuple(notes),
+    )
 
 
 def _energy_per_sample(run: Run) -> float | None:
@@ -239,15 +272,6 @@ def _energy_per_sample(run: Run) -> float | None:
         return float(c["energy_per_sample_j"])
     samples = c.get("measured_samples") or sum(e.get("samples") or 0 for e in run.epochs if not e.get("warmup"))
     return float(c["energy_j"]) / samples if c.get("energy_j") is not None and samples else None
-
-
-def _cv(rates: Sequence[Interval | None]) -> float:
-    values = [r.value for r in rates if r is not None]
-    if len(values) < 2:
-        return 0.0
-    mean = sum(values) / len(values)
-    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
-    return math.sqrt(var) / mean if mean else 0.0
 
 
 def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -307,37 +331,65 @@ def _mix_run(run: Run, alone: Mapping[tuple[Any, ...], Interval]) -> tuple[Inter
         parts.append(f"{job.get('job_name')} {_num(job.get('total_s'))}/{_num(own)}")
     if total is None or not run.ok or len(serial_parts) != len(run.jobs):
         return None
-    ratio = ratio_interval(point(total), sum_interval(serial_parts))
-    change = Interval(100 * (ratio.value - 1), 100 * (ratio.low - 1), 100 * (ratio.high - 1), ratio.n, ratio.method)
-    return change, parts
+    ratio = over_sequential(point(total), serial_parts)
+    return (as_change(ratio), parts) if ratio is not None else None
 
 
 def _num(value: object) -> str:
     return f"{value:.2f}" if isinstance(value, int | float) else "-"
 
 
-def mix_lines(runs: Sequence[Run]) -> list[str]:
-    """The mixed cells against their jobs run one after the other: per mix configuration its runs'
-    change in total time (``-12% ±3%``: negative is faster collocated) and each job's time
-    collocated / alone (s, first run)."""
+@dataclass(frozen=True)
+class MixRow:
+    """One mix configuration of the summary: its total time and its change against its jobs run one
+    after the other (%; negative is faster collocated), each None where it has none; its first run's
+    jobs as ``name collocated/alone`` (s)."""
+
+    mix: str
+    mode: str
+    runs: int
+    status: str
+    total: Interval | None
+    change: Interval | None
+    jobs: str
+
+
+def mix_rows(runs: Sequence[Run]) -> list[MixRow]:
+    """The mixed cells' configurations, by mix and mode."""
     alone = _alone(runs)
     configs: dict[tuple[Any, ...], list[Run]] = defaultdict(list)
     for r in runs:
         if r.cell.get("mix") is not None:
             configs[(r.cell["mix"], r.cell["mode"], r.cell.get("repeat_group"))].append(r)
     rows = []
-    for (mix, mode, _), group in sorted(configs.items(), key=lambda kv: (kv[0][0], _MODE_ORDER.get(kv[0][1], 9))):
+    for (mix, mode, _), group in sorted(configs.items(), key=lambda kv: (kv[0][0], mode_rank(kv[0][1]))):
         measured = [m for r in group if (m := _mix_run(r, alone)) is not None]
         change = _summary([m[0] for m in measured], group[0].statistic)
         totals = [point(t) for r in group if (t := _span(r)) is not None]
         total = _summary(totals, group[0].statistic)
-        text = (
-            "-"
-            if change is None
-            else f"{change.value:+.0f}%" + (f" ±{change.half_width:.0f}pt" if change.known else "")
-        )
         jobs = ", ".join(measured[0][1]) if measured else "-"
-        rows.append([str(mix), str(mode), str(len(group)), _status(group), _cell_text(total, ".2f"), text, jobs])
+        rows.append(MixRow(str(mix), str(mode), len(group), _status(group), total, change, jobs))
+    return rows
+
+
+def mix_lines(runs: Sequence[Run]) -> list[str]:
+    """The mixed cells against their jobs run one after the other (:func:`mix_rows`): per mix
+    configuration its runs' change in total time (``-12% ±3pt``) and each job's time collocated /
+    alone (s, first run)."""
+    rows = [
+        [
+            r.mix,
+            r.mode,
+            str(r.runs),
+            r.status,
+            _cell_text(r.total, ".2f"),
+            "-"
+            if r.change is None
+            else f"{r.change.value:+.0f}%" + (f" ±{r.change.half_width:.0f}pt" if r.change.known else ""),
+            r.jobs,
+        ]
+        for r in mix_rows(runs)
+    ]
     if not rows:
         return []
     return text_table(["mix", "mode", "runs", "status", "total_s", "vs sequential", "note"], rows)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
+from raycolloc.mode_kinds import ModeKind
 from raycolloc.node.gpu.backend import GpuBackend, GpuInfo
 from raycolloc.spec import Binding, CellSpec, Release
 
@@ -65,8 +66,8 @@ class GpuSlot:
 class Mode(Protocol):
     """One way of sharing a GPU among a cell's jobs."""
 
-    name: ClassVar[str]
-    uses_mig: ClassVar[bool]  # the GPU must be in MIG mode for it
+    kind: ClassVar[ModeKind]  # what every part reads about the mode (raycolloc.mode_kinds)
+    name: ClassVar[str]  # kind.name
 
     def __init__(self, slot: GpuSlot, cell: CellSpec) -> None: ...
 

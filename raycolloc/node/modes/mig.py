@@ -17,6 +17,7 @@ import json
 import logging
 from typing import Any, ClassVar
 
+from raycolloc.mode_kinds import ModeKind, mode_of
 from raycolloc.node.gpu.backend import GpuBackend, GpuInfo, MigDevice, MigUnavailable
 from raycolloc.node.mig.layout import LayoutError
 from raycolloc.node.mig.placement import Placement, gpu_model_of, requested_placement
@@ -91,8 +92,8 @@ def apply_instances(backend: GpuBackend, uuid: str, instances: Instances) -> Non
 class MigMode:
     """See the module docstring."""
 
-    name: ClassVar[str] = "mig"
-    uses_mig: ClassVar[bool] = True
+    kind: ClassVar[ModeKind] = mode_of("mig")
+    name: ClassVar[str] = kind.name
 
     def __init__(self, slot: GpuSlot, cell: CellSpec) -> None:
         self.slot, self.cell = slot, cell

@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 
 import psutil
 
+from raycolloc.mode_kinds import ModeKind, mode_of
 from raycolloc.mpsctl import CONTROL, DEFAULT_PIPE, MpsError, control_command, pids
 from raycolloc.node.modes.base import GpuSlot, ModeError
 from raycolloc.procs import alive, wait_gone
@@ -212,8 +213,8 @@ class MpsMode:
     reuses it; the next non-MPS cell, or the end of the GPU's lease, stops it.
     """
 
-    name: ClassVar[str] = "mps"
-    uses_mig: ClassVar[bool] = False
+    kind: ClassVar[ModeKind] = mode_of("mps")
+    name: ClassVar[str] = kind.name
 
     def __init__(self, slot: GpuSlot, cell: CellSpec) -> None:
         self.slot, self.cell = slot, cell

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import ClassVar
 
+from raycolloc.mode_kinds import ModeKind, mode_of
 from raycolloc.mpsctl import CONTROL
 from raycolloc.node.modes.base import GpuSlot, ModeError
 from raycolloc.node.modes.mps import daemons_serving
@@ -24,8 +25,8 @@ log = logging.getLogger(__name__)
 class NaiveMode:
     """See the module docstring."""
 
-    name: ClassVar[str] = "naive"
-    uses_mig: ClassVar[bool] = False
+    kind: ClassVar[ModeKind] = mode_of("naive")
+    name: ClassVar[str] = kind.name
 
     def __init__(self, slot: GpuSlot, cell: CellSpec) -> None:
         self.slot, self.cell = slot, cell

@@ -1,0 +1,83 @@
+"""Gains and mixes with their intervals, once: the rules the report (:mod:`analysis.gains`,
+:mod:`analysis.mixed`) and the sweep's summary (:mod:`raycolloc.results.summary_tables`) both apply.
+
+Pure Python on :class:`~raycolloc.results.stats.Interval` (no pandas, no pyarrow): the driver's summary
+runs it without loading either, the report row by row from its frames (issue 45: the two were written
+twice and no test compared them).
+
+- **A configuration** is its runs summarised by its ``measure.statistic`` with the runs' t-interval;
+  one run keeps its within-run interval (:func:`configuration`).
+- **A run's reference value** is the reference's run of the same repeat index (repeats are
+  interleaved, so those ran closest in time; several of them: their median), else the reference
+  configuration's value (:func:`paired_value`).
+- **A run's ratio** (a gain, energy against the solo) is its value over that reference value; its
+  interval propagates the run's own and the reference configuration's (the delta method), scaled
+  around the ratio shown (:func:`run_ratio`).
+- **The best reference** of several configurations is the one of the highest value (:func:`best`).
+- **A mixed run** against its jobs one after the other: its total time (or energy) over the sum of each
+  job's alone (each with its solo's interval, summed in quadrature) (:func:`over_sequential`); a time's
+  as a change in percent (:func:`as_change`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Hashable, Mapping, Sequence
+from typing import TypeVar
+
+from raycolloc.results.stats import Interval, point, ratio_interval, scaled, sum_interval, summarise
+
+__all__ = ["as_change", "best", "configuration", "over_sequential", "paired_value", "run_ratio"]
+
+K = TypeVar("K", bound=Hashable)
+
+
+def configuration(runs: Sequence[Interval], statistic: str, *, lower_is_better: bool = False) -> Interval | None:
+    """A configuration's runs as one value with its 95% interval (None without a run): several runs,
+    their ``statistic`` and t-interval; one run, its own interval (a point where it has none)."""
+    if not runs:
+        return None
+    within = runs[0] if len(runs) == 1 else None
+    return summarise([r.value for r in runs], statistic, within, lower_is_better=lower_is_better)
+
+
+def paired_value(repeat: object, reference: Sequence[tuple[object, float]], whole: Interval) -> float:
+    """The reference value a run of index ``repeat`` is divided by: the median of the reference's runs
+    ``(repeat, value)`` of that index, else ``whole`` (the reference configuration's value)."""
+    same = [value for index, value in reference if index == repeat]
+    return statistics.median(same) if same else whole.value
+
+
+def run_ratio(value: Interval, paired: float, whole: Interval) -> Interval | None:
+    """One run's ``value`` over its ``paired`` reference value, with the run's and the reference
+    configuration's (``whole``) intervals propagated, scaled around the ratio; None where a
+    reference is 0."""
+    if paired == 0 or whole.value == 0:
+        return None
+    return scaled(ratio_interval(value, whole), value.value / paired)
+
+
+def best(configurations: Mapping[K, Interval]) -> K | None:
+    """The key of the configuration of the highest value (the first of equals); None if there is none."""
+    top: K | None = None
+    for key, found in configurations.items():
+        if top is None or found.value > configurations[top].value:
+            top = key
+    return top
+
+
+def over_sequential(total: Interval, alone: Sequence[Interval]) -> Interval | None:
+    """A mixed run's ``total`` (time, or energy) over running its jobs one after the other: the sum of
+    each job's ``alone``, their intervals in quadrature where every job's is known (one job's solo
+    without a spread leaves the sum without one); None where a job has no solo or the sum is 0."""
+    if not alone:
+        return None
+    serial = sum_interval(alone) if all(a.known for a in alone) else point(sum(a.value for a in alone))
+    if serial.value == 0:
+        return None
+    return ratio_interval(total, serial)
+
+
+def as_change(ratio: Interval) -> Interval:
+    """A ratio to sequential as a change in percent (``-12``: collocated is 12% faster)."""
+    return Interval(100 * (ratio.value - 1), 100 * (ratio.low - 1), 100 * (ratio.high - 1), ratio.n, ratio.method)

@@ -1,0 +1,123 @@
+"""The statistics once (issue 45): the report's gain and mix tables (pandas, :mod:`analysis`) and the
+sweep's summary (pure Python, :mod:`raycolloc.results.summary_tables`) apply the same rules
+(:mod:`raycolloc.results.ratios`), so on the same cells, written by the real writer, they agree to the
+last digit: values and 95% intervals of the aggregate rate, the gains against the solo and the best
+solo, energy per sample, a mix's total time and its change against sequential."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from analysis.gains import gain_table
+from analysis.load import load_sweeps
+from analysis.mixed import mixed_table, table2
+from raycolloc.results.ratios import as_change, best, configuration, over_sequential, paired_value, run_ratio
+from raycolloc.results.stats import Interval, point
+from raycolloc.results.summary_tables import gain_rows, mix_rows, read_runs
+
+from .test_analysis import cell, job, make_sweep
+
+MEAN = {"measure": {"statistic": "mean"}}
+
+
+def _cells(root: Path) -> Path:
+    """The analysis fixture's sweep (points, a compiled best solo, an OOM, two mixes), a second run of
+    the mixes' solos (so the sequential time has an interval), and tiny_cnn with repeats under the
+    mean: solos 100/115/90 (their mean and median differ), pairs 200/241.5/171, a triple of four runs
+    (its fourth without a solo of its repeat), and one-run cells of ``mlp`` with within-run intervals."""
+    make_sweep(root)
+    cell(root, "0b", "cnn", "naive", [job(0, "cnn", 1.6, total_s=13.0)], agg=190.0, repeat=1)
+    cell(root, "7b", "mlp", "naive", [job(0, "mlp", 4.2, total_s=19.0)], agg=72.0, repeat=1)
+    for k, (solo, pair) in enumerate([(100.0, 200.0), (115.0, 241.5), (90.0, 171.0)]):
+        kw: dict[str, Any] = {"repeat": k, "extra_config": MEAN}
+        cell(root, f"ts{k}", "tiny_cnn", "naive", [job(0, "tiny_cnn", 1.5)], agg=solo, repeat_group="s", **kw)
+        pairs = [job(i, "tiny_cnn", 1.5) for i in range(2)]
+        cell(root, f"tp{k}", "tiny_cnn", "naive", pairs, agg=pair, repeat_group="p", energy_j=90.0 + k, **kw)
+    for k, agg in enumerate((240.0, 250.0, 260.0, 245.0)):
+        jobs = [job(i, "tiny_cnn", 2.0) for i in range(3)]
+        cell(root, f"tt{k}", "tiny_cnn", "naive", jobs, agg=agg, repeat=k, repeat_group="t", extra_config=MEAN)
+    cell(root, "ms", "mlp", "mps", [job(0, "mlp", 4.0)], agg=80.0, agg_rate_low=76.0, agg_rate_high=84.0)
+    pair = [job(i, "mlp", 4.0) for i in range(2)]
+    cell(root, "mp", "mlp", "mps", pair, agg=150.0, agg_rate_low=135.0, agg_rate_high=165.0)
+    return root
+
+
+def _equal(found: Interval | None, frame: pd.Series, column: str) -> None:
+    """The summary's interval and the report's ``column`` (with ``_low``/``_high``) agree."""
+    value, low, high = frame[column], frame.get(f"{column}_low"), frame.get(f"{column}_high")
+    if found is None:
+        assert pd.isna(value), (column, value)
+        return
+    assert value == pytest.approx(found.value, rel=1e-12), column
+    if low is None:
+        return
+    if not found.known:
+        assert pd.isna(low) and pd.isna(high), (column, low, high)
+        return
+    assert (low, high) == pytest.approx((found.low, found.high), rel=1e-12), column
+
+
+def test_the_report_and_the_summary_compute_the_same_gains_and_mixes(tmp_path: Path) -> None:
+    root = _cells(tmp_path / "sweep")
+    data = load_sweeps([root])
+    runs = read_runs(sorted(p for p in root.iterdir() if p.is_dir()))
+    report = gain_table(data.cells, data.jobs)
+    summary = gain_rows(runs)
+    assert len(summary) == len(report) == 15
+    compared = 0
+    for r in summary:
+        match = report[
+            (report["workload"] == r.workload)
+            & (report["mode"] == r.mode)
+            & (report["degree"] == r.degree)
+            & (report["settings"] == r.settings)
+            # two configurations that differ only by their cells (no repeat group): told apart by rate
+            & (report["agg_samples_per_s"].isna() if r.agg is None else report["agg_samples_per_s"] == r.agg.value)
+        ]
+        assert len(match) == 1, r
+        other = match.iloc[0]
+        assert other["status"] == r.status and other["n_runs"] == r.runs
+        for found, column in (
+            (r.agg, "agg_samples_per_s"),
+            (r.gain, "gain_vs_solo"),
+            (r.vs_best, "gain_vs_best_solo"),
+            (r.energy, "energy_per_sample_j"),
+        ):
+            _equal(found, other, column)
+            compared += found is not None and found.known
+    assert compared >= 8  # intervals compared, not only points
+    mixes = table2(mixed_table(data.cells, data.jobs, data.epochs))
+    rows = mix_rows(runs)
+    assert len(rows) == len(mixes) == 2
+    for m in rows:
+        other = mixes[(mixes["mix"] == m.mix) & (mixes["mode"] == m.mode)].iloc[0]
+        _equal(m.total, other, "total_s")
+        _equal(m.change, other, "change_vs_sequential_pct")
+    naive = next(m for m in rows if m.mode == "naive")
+    assert naive.change is not None and naive.change.known  # the solos' two runs give the sum its interval
+
+
+def test_the_rules_on_their_own() -> None:
+    """A run is paired with the reference's run of its repeat, else the reference's value; its ratio
+    carries both intervals; a mix's change sums its jobs' intervals in quadrature."""
+    whole = configuration([point(100.0), point(110.0), point(90.0)], "mean")
+    assert whole is not None and whole.value == pytest.approx(100.0) and whole.known
+    reference = [(0, 100.0), (1, 110.0), (2, 90.0)]
+    assert paired_value(1, reference, whole) == 110.0 and paired_value(5, reference, whole) == whole.value
+    gain = run_ratio(Interval(231.0, 219.45, 242.55, 3, "windows"), 110.0, whole)
+    assert gain is not None and gain.value == pytest.approx(2.1)
+    assert gain.rel_half_width == pytest.approx(math.hypot(0.05, whole.rel_half_width))
+    assert run_ratio(point(1.0), 0.0, whole) is None
+    assert best({"a": point(2.0), "b": point(3.0), "c": point(3.0)}) == "b" and best({}) is None
+    alone = [Interval(12.0, 11.0, 13.0, 2, "repeats"), Interval(18.0, 16.0, 20.0, 2, "repeats")]
+    ratio = over_sequential(point(25.0), alone)
+    assert ratio is not None and ratio.rel_half_width == pytest.approx(math.hypot(1.0, 2.0) / 30.0)
+    assert as_change(ratio).value == pytest.approx(100 * (25 / 30 - 1))
+    unsure = over_sequential(point(25.0), [alone[0], point(18.0)])  # one solo without a spread
+    assert unsure is not None and not unsure.known
+    assert over_sequential(point(25.0), []) is None
