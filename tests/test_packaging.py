@@ -54,9 +54,13 @@ def test_raycolloc_without_a_known_command_exits_2_naming_them(
     assert (f"unknown command {argv[0]!r}" if argv else "no command given") in err
 
 
-def test_raycolloc_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
+def test_raycolloc_help_lists_the_commands_each_with_what_it_is_for(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["--help"]) == 0
-    assert "raycolloc {sweep,ls,doctor,advise,queue}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "raycolloc {sweep,ls,doctor,advise,queue}" in out
+    for name in cli.COMMANDS:  # issue 46: it listed no subcommand's description
+        (line,) = [x for x in out.splitlines() if x.split()[:1] == [name]]
+        assert len(line.split()) > 3, line
 
 
 def test_raycolloc_ls_is_python_m_raycolloc_ls(
