@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -21,7 +22,8 @@ from raycolloc.node.gpu.simdevice import SimDevices
 from raycolloc.node.leftovers import clean_leftovers, find_leftovers
 from raycolloc.node.modes.mps import MpsDaemon, find_control_daemons
 
-from .conftest import load
+from .conftest import load, short_tmp
+from .session_dirs import leave_nothing
 
 
 def test_the_default_roots_are_this_users_and_the_sim_root_this_installs(
@@ -67,7 +69,7 @@ def test_the_simulated_control_lies_with_the_simulated_machine_and_no_install_re
 
 def test_a_simulated_daemon_a_dead_run_left_is_stopped_with_its_own_control() -> None:
     """Its record names its control (no ``sim-bin`` under the pipe root any more): the doctor stops it."""
-    root = Path(tempfile.mkdtemp(prefix="rci", dir=os.environ.get(PIPE_ROOT_ENV, "/tmp")))  # short socket paths
+    root = short_tmp("rci")  # short socket paths
     try:
         backend = SimBackend(root / "sim", "host-0", 1, "H100-80GB")
         uuid = backend.gpus()[0].uuid
@@ -82,3 +84,30 @@ def test_a_simulated_daemon_a_dead_run_left_is_stopped_with_its_own_control() ->
         assert not list((root / "pipes").iterdir())
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_the_session_end_names_and_stops_what_still_runs_in_its_directory(tmp_path: Path) -> None:
+    """Issue 46, item 5: conftest's session end removes the session's directory, and fails the run
+    naming what still ran in it (here a process with its MPS pipe directory there)."""
+    root = tmp_path / "session"
+    (root / "mps").mkdir(parents=True)
+    env = {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": str(root / "mps" / "pipe")}
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], env=env)
+    try:
+        left = leave_nothing(root, grace_s=1.0)
+        proc.wait(timeout=10)  # stopped (reaped by leave_nothing, as its child: no status here)
+        assert len(left) == 1 and left[0].startswith(f"process {proc.pid} ")
+        assert not root.exists()
+        assert leave_nothing(root) == []  # nothing there: nothing left
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_this_session_keeps_its_own_state_in_its_own_short_directory() -> None:
+    from .conftest import SHORT_TMP
+
+    assert Path(os.environ["RAYCOLLOC_SIM_ROOT"]).is_relative_to(SHORT_TMP)
+    assert Path(os.environ["RAYCOLLOC_CACHE_DIR"]).is_relative_to(SHORT_TMP)
+    assert Path(os.environ[PIPE_ROOT_ENV]).is_relative_to(SHORT_TMP)
+    assert len(str(SHORT_TMP)) <= 20  # an MPS pipe's socket path under it stays under Unix's limit
