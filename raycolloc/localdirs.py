@@ -5,9 +5,9 @@ Issue 46, item 4: every run on a machine used one ``/tmp/raycolloc-mps`` and one
 so every simulated run had the same GPU UUIDs, and one checkout's steward found (and stopped) another
 checkout's MPS daemon on "its" GPU. Now:
 
-* ``mode.pipe_root`` defaults to ``$RAYCOLLOC_PIPE_ROOT``, else ``/tmp/raycolloc-<uid>/mps``: one user's, and the same for every run
-  of that user, so a re-run on a real GPU finds a daemon a killed run left (the steward stops it) and
-  ``raycolloc doctor`` looks where the runs wrote;
+* ``mode.pipe_root`` defaults to ``$RAYCOLLOC_PIPE_ROOT``, else ``/tmp/raycolloc-<uid>/mps``: one
+  user's, and the same for every run of that user, so a re-run on a real GPU finds a daemon a killed
+  run left (the steward stops it) and ``raycolloc doctor`` looks where the runs wrote;
 * ``cluster.sim_root`` defaults to ``/tmp/raycolloc-<uid>/sim-<install>``: one simulated machine per
   user and install (a checkout, a virtual environment), whose GPU UUIDs derive from that directory
   (:mod:`raycolloc.node.gpu.simdevice`), so two installs' MPS daemons live in different pipe
