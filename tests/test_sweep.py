@@ -179,5 +179,8 @@ def test_a_normal_run_leaves_no_fork_server_files_and_no_lock(tmp_path: Path) ->
         time.sleep(0.2)
     # Nothing of the run stays (the simulated MPS control lies with the simulated GPUs: issue 46).
     assert sorted(p.name for p in pipe_root.iterdir()) == []
+    from raycolloc.doctor import main as doctor
+
+    assert doctor(["--pipe-root", str(pipe_root)]) == 0  # issue 46, item 5: the doctor is clean after a run
     assert not (out / ".raycolloc.lock").exists()
     shutil.rmtree(pipe_root, ignore_errors=True)
