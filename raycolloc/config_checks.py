@@ -126,8 +126,7 @@ def check_seconds(key: str, value: Any, minimum: float, *, optional: bool = Fals
 
 
 def check_range(key: str, value: Any, low: float, high: float) -> None:
-    if not is_number(value) or not low <= value <= high:
-        raise ConfigError(f"{key}={value!r} is not allowed; it must be a number {bound_text(low)}..{bound_text(high)}")
+    check_min(key, value, low, maximum=high)
 
 
 def check_int(key: str, value: Any, minimum: int, *, optional: bool = False, maximum: int = MAX_INT) -> None:

@@ -19,6 +19,7 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -28,6 +29,7 @@ __all__ = [
     "format_cpus",
     "move_threads_off",
     "normal_priority",
+    "quiet_exit_in_finalizers",
     "python_env",
     "wait_gone",
     "watch_parent",
@@ -46,6 +48,20 @@ def normal_priority() -> int:
         except PermissionError:
             log.warning("niceness=%d: cannot lower it without root; start Ray with RAY_worker_niceness=0", current)
     return os.getpriority(os.PRIO_PROCESS, 0)
+
+
+def quiet_exit_in_finalizers() -> None:
+    """An actor's process told to end (Ray's SIGTERM handler raises ``SystemExit``) while a finalizer
+    runs, often an ``ActorHandle.__del__``, prints "Exception ignored in ..." and a traceback of Ray's
+    internals to the driver's console; that exit is no error, so it is dropped. Any other exception
+    raised in a finalizer is printed as Python prints it."""
+    default = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        if not isinstance(unraisable.exc_value, SystemExit):
+            default(unraisable)
+
+    sys.unraisablehook = hook
 
 
 def die_with_parent(parent: int) -> None:

@@ -9,14 +9,16 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import sys
 from pathlib import Path
 
 import pytest
-from ray._private.ray_logging import _warn_once
+from ray._private.ray_logging import DedupState, _warn_once
 from ray.util.debug import reset_log_once
 
 from raycolloc.driver import cell_run
 from raycolloc.driver.cluster import DEDUP_NOTICE, plain_worker_lines
+from raycolloc.procs import quiet_exit_in_finalizers
 from raycolloc.spec import Binding, Release
 
 from .conftest import ROOT, load, run_cli
@@ -41,6 +43,24 @@ def test_ray_worker_lines_come_without_colour_codes_or_the_dedup_notice(monkeypa
     monkeypatch.setenv("RAY_COLOR_PREFIX", "1")
     plain_worker_lines()
     assert os.environ["RAY_COLOR_PREFIX"] == "1"  # the user's own setting stays
+
+
+def test_rays_coloured_repeat_marks_reach_a_pipe_plain(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Ray colours "[repeated 2x across cluster]" whatever RAY_COLOR_PREFIX says (CI's log, 2026-12-02)
+    folded = DedupState(timestamp=0, count=2, line="(Trainer pid=1) a line", metadata={}, sources=set()).formatted()
+    assert "\x1b[" in folded
+    monkeypatch.delenv("RAY_COLOR_PREFIX", raising=False)
+    monkeypatch.setattr(sys, "stdout", sys.stdout)  # put back after the test
+    monkeypatch.setattr(sys, "stderr", sys.stderr)
+    plain_worker_lines()
+    plain_worker_lines()  # a second connect wraps nothing twice
+    print(folded)
+    print(folded, file=sys.stderr)
+    out, err = capsys.readouterr()
+    assert out == err == "(Trainer pid=1) a line [repeated 2x across cluster]\n"
+    assert type(sys.stdout.stream).__name__ != "PlainStream"
 
 
 def test_not_pinned_is_said_once_per_sweep(caplog: pytest.LogCaptureFixture) -> None:
@@ -72,3 +92,21 @@ def test_a_sweep_prints_no_repr_no_colour_codes_and_not_pinned_once(tmp_path: Pa
     assert "Release(" not in out
     assert out.count("not pinned") == 1, [line for line in out.splitlines() if "not pinned" in line]
     assert "RAY_DEDUP_LOGS" not in out
+
+
+def test_an_exit_inside_a_finalizer_is_not_printed_other_errors_are(monkeypatch: pytest.MonkeyPatch) -> None:
+    # an idle Trainer ended during an ActorHandle.__del__ printed Ray's traceback (CI's log, 2026-12-02)
+    seen: list[type] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(type(u.exc_value)))
+    quiet_exit_in_finalizers()
+
+    class Ends:
+        def __init__(self, exc: BaseException) -> None:
+            self.exc = exc
+
+        def __del__(self) -> None:
+            raise self.exc
+
+    Ends(SystemExit(1))
+    Ends(ValueError("a real fault"))
+    assert seen == [ValueError]

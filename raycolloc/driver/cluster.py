@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -33,6 +34,7 @@ from raycolloc.driver.rayprobe import probe
 from raycolloc.node.gpu.kinds import backend_traits
 
 __all__ = [
+    "PlainStream",
     "auth_token",
     "connect",
     "dashboard_line",
@@ -44,6 +46,28 @@ __all__ = [
 log = logging.getLogger(__name__)
 NAMESPACE = "raycolloc"
 DEDUP_NOTICE = "log_dedup_warning"  # the key of Ray's "Ray deduplicates logs by default" notice
+ANSI_SGR = re.compile(r"\x1b\[[0-9;]*m")  # a colour or style code: ESC [ ... m
+
+
+class PlainStream:
+    """A text stream that writes what it is given less its ANSI colour codes; all else is the stream's.
+
+    Ray colours the ``[repeated 3x across cluster]`` it appends to a folded worker line whatever
+    ``RAY_COLOR_PREFIX`` says (``ray/_private/ray_logging``, ``DedupState.formatted``), and writes it to
+    ``sys.stdout``/``sys.stderr`` as they are when it prints: so the driver's own streams drop them.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(ANSI_SGR.sub("", text))
+        return len(text)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
 START_ATTEMPTS = 3
 
 
@@ -91,7 +115,9 @@ def plain_worker_lines() -> None:
     - Colour: Ray wraps each worker line's ``(Steward pid=...)`` prefix in ANSI colour codes whether or
       not its output is a terminal; into a log file or a pipe they land as ``ESC[36m``. Ray reads
       ``RAY_COLOR_PREFIX`` at each line it prints (``ray/_private/worker.py``, ``print_worker_logs``):
-      ``0`` drops them. Set unless the console is a terminal, and unless the user set it.
+      ``0`` drops them. Set unless the console is a terminal, and unless the user set it. Ray
+      colours the ``[repeated ...]`` of a folded line whatever that says: the driver's stdout and
+      stderr that are not a terminal go through :class:`PlainStream`, which drops colour codes.
     - Deduplication: Ray folds a line repeated by several workers into one ``[repeated 3x across
       cluster]``, and the first such line carries a notice on how to turn that off
       (``RAY_DEDUP_LOGS=0``), often after the sweep's summary. The folding stays; the notice, a note to
@@ -100,6 +126,11 @@ def plain_worker_lines() -> None:
     """
     if not (sys.stdout.isatty() and sys.stderr.isatty()):
         os.environ.setdefault("RAY_COLOR_PREFIX", "0")
+    if os.environ.get("RAY_COLOR_PREFIX") == "0":  # not where the user asked Ray for colour
+        for name in ("stdout", "stderr"):
+            stream = getattr(sys, name)
+            if stream is not None and not isinstance(stream, PlainStream) and not stream.isatty():
+                setattr(sys, name, PlainStream(stream))
     log_once(DEDUP_NOTICE)
 
 

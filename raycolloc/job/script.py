@@ -32,7 +32,7 @@ from typing import IO, Any
 
 from raycolloc.job.script_exec import PYTHONPATH_KEEP, encode_device
 from raycolloc.mpsctl import MpsError, control_command, pids
-from raycolloc.procs import format_cpus, move_threads_off, normal_priority, python_env
+from raycolloc.procs import format_cpus, move_threads_off, normal_priority, python_env, quiet_exit_in_finalizers
 from raycolloc.results.rows import EpochRow
 from raycolloc.spec import Binding, JobInfo, JobProgress, JobSpec, JobState, JobStatus
 
@@ -116,6 +116,7 @@ class ScriptTrainer:
 
     def __init__(self) -> None:
         normal_priority()
+        quiet_exit_in_finalizers()
         self.job: JobSpec | None = None
 
     def start(self, job: JobSpec, binding: Binding, board: Any = None, forkserver: str | None = None) -> None:

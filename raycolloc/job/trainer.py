@@ -22,7 +22,7 @@ import ray
 from raycolloc.gauges import make_gauge
 from raycolloc.job.process import cache_env
 from raycolloc.job.spawn import TrainingProcess, start_training_process
-from raycolloc.procs import move_threads_off, normal_priority, python_env
+from raycolloc.procs import move_threads_off, normal_priority, python_env, quiet_exit_in_finalizers
 from raycolloc.spec import Binding, JobProgress, JobSpec, JobState
 
 __all__ = ["Trainer"]
@@ -43,6 +43,7 @@ class Trainer:
 
     def __init__(self) -> None:
         normal_priority()  # the training processes it starts inherit it
+        quiet_exit_in_finalizers()
         self.job: JobSpec | None = None
         self.board: Any = None
         self._proc: TrainingProcess | None = None
