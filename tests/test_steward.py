@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -23,11 +22,11 @@ from raycolloc.node.telemetry import Sampler, gpu_now, pick_source
 from raycolloc.results.schema import METRIC_COLUMNS, SCHEMAS
 from raycolloc.spec import Binding
 
-from .conftest import load, run_one
+from .conftest import load, run_one, short_tmp
 
 
 def _short_root() -> Path:
-    return Path(tempfile.mkdtemp(prefix="rcst", dir="/tmp"))  # Unix socket paths must stay short
+    return short_tmp("rcst")  # Unix socket paths must stay short
 
 
 def _sim_gpu_uuids(spec) -> list[str]:  # noqa: ANN001
