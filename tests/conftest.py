@@ -25,7 +25,9 @@ SESSION_ENV = "RAYCOLLOC_TEST_SESSION_DIR"
 # Nothing of the tests' Ray instances goes to ~/.ray (Ray >= 2.60 writes an auth token there).
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-os.environ.setdefault("RAYCOLLOC_COMPILE_CACHE", str(Path(tempfile.gettempdir()) / "raycolloc-test-compile-cache"))
+# Compiled kernels outlive the session (compiling again costs minutes): kept with the user's caches, not
+# in /tmp, which the suite leaves as it found it (issue 46, item 5).
+os.environ.setdefault("RAYCOLLOC_COMPILE_CACHE", str(Path.home() / ".cache" / "raycolloc" / "test-compile-cache"))
 # Everything the session makes outside pytest's tmp_path lies in one short directory of its own (Unix
 # socket paths under it must stay under ~100 characters), removed when the session ends, with a check
 # that it is (issue 46, item 5: each run left /tmp/raycolloc-test-* and MPS pipe directories behind,
@@ -117,7 +119,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER")
-    left = leave_nothing(SHORT_TMP if worker else SHORT_TMP.parent)  # a worker's own, or the session's
+    # A worker's own directory, or the session's; the doctor looks at the pipe root of every run here that
+    # named none (as `raycolloc doctor` does at the user's after `make test`).
+    left = leave_nothing(SHORT_TMP if worker else SHORT_TMP.parent, pipe_roots=[SHORT_TMP / "mps"])
     if left:  # the run fails: a test left what its cleanup does not reach
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
         sys.stderr.write(f"\nthe test session left behind: {'; '.join(left)}\n")

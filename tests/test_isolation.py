@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import psutil
@@ -18,7 +19,7 @@ from raycolloc.localdirs import PIPE_ROOT_ENV, install_key
 from raycolloc.node.gpu.sim import SimBackend
 from raycolloc.node.gpu.sim_mps import install_control
 from raycolloc.node.gpu.simdevice import SimDevices
-from raycolloc.node.leftovers import clean_leftovers, find_leftovers
+from raycolloc.node.leftovers import Owner, claim, clean_leftovers, find_leftovers
 from raycolloc.node.modes.mps import MpsDaemon, find_control_daemons
 
 from .conftest import load, short_tmp
@@ -101,6 +102,27 @@ def test_the_session_end_names_and_stops_what_still_runs_in_its_directory(tmp_pa
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_the_session_end_runs_the_doctor_on_its_pipe_root_and_fails_on_what_it_finds(tmp_path: Path) -> None:
+    """Issue 46, item 5: ``raycolloc doctor`` is clean after the suite. conftest's session end runs the
+    doctor's check on the session's pipe root before removing it: a GPU directory a dead steward left
+    there (what ``make test`` left in ``/tmp/raycolloc-mps`` before) fails the run, named."""
+    root = tmp_path / "session"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    gpu_dir = root / "mps" / "GPU-left-by-a-dead-steward"
+    gpu_dir.mkdir(parents=True)
+    owner = {**asdict(Owner.me()), "pid": dead.pid}
+    (gpu_dir / "steward.json").write_text(json.dumps(owner))
+    left = leave_nothing(root, grace_s=0.0, pipe_roots=[root / "mps"])
+    assert len(left) == 1
+    assert left[0].startswith(f"doctor on {root / 'mps'}: left: directory: directory {gpu_dir} ")
+    assert f"(steward pid {dead.pid} " in left[0]
+    assert not root.exists()
+    (root / "mps" / "GPU-in-use").mkdir(parents=True)  # a running steward's (this process's) is no leftover
+    claim(root / "mps" / "GPU-in-use")
+    assert leave_nothing(root, grace_s=0.0, pipe_roots=[root / "mps"]) == [] and not root.exists()
 
 
 def test_this_session_keeps_its_own_state_in_its_own_short_directory() -> None:
