@@ -191,6 +191,8 @@ def test_cells_side_by_side_get_disjoint_cores_and_release_returns_them(tmp_path
     finally:
         for cell in ("cpu-a", "cpu-b", "cpu-c"):
             ray.get(steward.release.remote(cell), timeout=60)
+        for gpu in (a, b):  # the leases end, as a sweep's do: no GPU directory left for the doctor
+            ray.get(steward.release_gpu.remote(gpu), timeout=60)
 
 
 @pytest.mark.usefixtures("ray_local")
