@@ -38,6 +38,7 @@ from raycolloc.workload_config import (
     workload_hash_view,
     workload_label,
 )
+from raycolloc.localdirs import default_pipe_root, default_sim_root
 
 # Hydra and OmegaConf serve the driver's composition; trainers import this module for its dataclasses
 # alone, and without them a trainer's Ray worker starts 0.2 CPU-seconds sooner.
@@ -82,7 +83,7 @@ class ModeConfig:
     name: str = "naive"
     active_thread_percentage: Any = None
     pinned_mem_limit: Any = None
-    pipe_root: str = "/tmp/raycolloc-mps"
+    pipe_root: str = field(default_factory=default_pipe_root)  # /tmp/raycolloc-<uid>/mps (localdirs.py)
     keep_daemon: bool = True
 
     def __post_init__(self) -> None:
@@ -127,7 +128,7 @@ class ClusterConfig:
     num_cpus: int | None = None
     gpu_model: str = "H100-80GB"
     sim_mig_mode: str = "auto"
-    sim_root: str = "/tmp/raycolloc-sim"
+    sim_root: str = field(default_factory=default_sim_root)  # this user's and install's (localdirs.py)
     max_concurrent_cells: int | None = None
     reuse_lease: bool = True
     lease_timeout_s: float = 86400.0
@@ -385,6 +386,10 @@ def register_configs() -> None:
     """Store every schema in Hydra's ConfigStore (``base_<group>`` and ``base_config``), once per process."""
     from hydra.core.config_store import ConfigStore
 
+    from omegaconf import OmegaConf
+
+    # conf/cluster: ``sim_root: ${oc.env:RAYCOLLOC_SIM_ROOT,${raycolloc.sim_root:}}``
+    OmegaConf.register_new_resolver("raycolloc.sim_root", default_sim_root, replace=True)
     cs = ConfigStore.instance()
     cs.store(name="base_config", node=Config)
     for group, node in (

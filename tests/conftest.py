@@ -15,23 +15,42 @@ from pathlib import Path
 import pytest
 
 from raycolloc import conf_dir
+from raycolloc.localdirs import PIPE_ROOT_ENV
+
+from .session_dirs import leave_nothing
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = conf_dir()  # the tree the code composes from (the checkout's conf/: test_packaging checks)
+SESSION_ENV = "RAYCOLLOC_TEST_SESSION_DIR"
 # Nothing of the tests' Ray instances goes to ~/.ray (Ray >= 2.60 writes an auth token there).
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-os.environ.setdefault("RAYCOLLOC_COMPILE_CACHE", str(Path(tempfile.gettempdir()) / "raycolloc-test-compile-cache"))
-# The simulated GPUs of this test session (MIG layouts and memory persist in state files, as on a GPU).
-os.environ.setdefault("RAYCOLLOC_SIM_ROOT", tempfile.mkdtemp(prefix="raycolloc-test-sim-"))
-# Memory estimates of this session's processes (driver, CLI sweeps, simulated jobs) share one cache, not ~/.cache.
-os.environ.setdefault("RAYCOLLOC_CACHE_DIR", tempfile.mkdtemp(prefix="raycolloc-test-cache-"))
+# Compiled kernels outlive the session (compiling again costs minutes): kept with the user's caches, not
+# in /tmp, which the suite leaves as it found it (issue 46, item 5).
+os.environ.setdefault("RAYCOLLOC_COMPILE_CACHE", str(Path.home() / ".cache" / "raycolloc" / "test-compile-cache"))
+# Everything the session makes outside pytest's tmp_path lies in one short directory of its own (Unix
+# socket paths under it must stay under ~100 characters), removed when the session ends, with a check
+# that it is (issue 46, item 5: each run left /tmp/raycolloc-test-* and MPS pipe directories behind,
+# so that `raycolloc doctor` exited 1 after `make test`). Its simulated GPUs (MIG layouts and memory
+# persist in state files, as on a GPU), the memory estimates of its processes (driver, CLI sweeps,
+# simulated jobs), and the MPS pipes of every run that names no mode.pipe_root.
+# (A pytest run inside a test makes a directory of its own: only its maker removes the whole of one.)
+if os.environ.get("PYTEST_XDIST_WORKER") is None or SESSION_ENV not in os.environ:
+    os.environ[SESSION_ENV] = tempfile.mkdtemp(prefix="rc", dir="/tmp")
 # Under pytest-xdist each worker is a session of its own (its Ray instance, steward and simulated GPUs):
-# the workers inherit the controller's environment, so without this they would share one simulated
-# machine, and one worker's MPS cell would find the other's daemon on "its" GPU.
-if worker := os.environ.get("PYTEST_XDIST_WORKER"):
-    for key in ("RAYCOLLOC_SIM_ROOT", "RAYCOLLOC_CACHE_DIR"):
-        os.environ[key] = os.path.join(os.environ[key], worker)
+# the workers inherit the controller's environment, so without their own directory they would share one
+# simulated machine, and one worker's MPS cell would find the other's daemon on "its" GPU.
+SHORT_TMP = Path(os.environ[SESSION_ENV], os.environ.get("PYTEST_XDIST_WORKER", "main"))
+SHORT_TMP.mkdir(exist_ok=True)
+os.environ["RAYCOLLOC_SIM_ROOT"] = str(SHORT_TMP / "sim")
+os.environ["RAYCOLLOC_CACHE_DIR"] = str(SHORT_TMP / "cache")
+os.environ[PIPE_ROOT_ENV] = str(SHORT_TMP / "mps")
+
+
+def short_tmp(prefix: str) -> Path:
+    """A new directory of this session's with a short path (an MPS pipe's socket lies under it)."""
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=SHORT_TMP))
+
 
 # A suite started in the background of a non-interactive shell inherits SIGINT ignored, and so would
 # every sweep it starts: the Ctrl-C tests would wait for an interrupt that never lands. Sweeps start
@@ -99,8 +118,15 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    # A worker's own directory, or the session's; the doctor looks at the pipe root of every run here that
+    # named none (as `raycolloc doctor` does at the user's after `make test`).
+    left = leave_nothing(SHORT_TMP if worker else SHORT_TMP.parent, pipe_roots=[SHORT_TMP / "mps"])
+    if left:  # the run fails: a test left what its cleanup does not reach
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        sys.stderr.write(f"\nthe test session left behind: {'; '.join(left)}\n")
     # The controller of an xdist run sees every worker's reports; each worker writes nothing.
-    if session.config.getoption("--store-durations") and not os.environ.get("PYTEST_XDIST_WORKER"):
+    if session.config.getoption("--store-durations") and not worker:
         known = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
         ranked = sorted({**known, **_seconds}.items(), key=lambda kv: -kv[1])  # modules that did not run keep theirs
         DURATIONS.write_text(json.dumps({module: round(s, 1) for module, s in ranked}, indent=1) + "\n")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ import ray
 from raycolloc.node.steward_handles import NAMESPACE, steward_name
 from raycolloc.results.schema import SCHEMA_VERSION
 
-from .conftest import load, run_one
+from .conftest import load, run_one, short_tmp
 
 pytestmark = pytest.mark.usefixtures("ray_local")
 
@@ -112,7 +111,7 @@ def test_a_cell_whose_memory_estimate_exceeds_the_gpu_is_unfit(tmp_path: Path) -
 def test_mps_cell_jobs_are_clients_of_one_server_and_the_daemon_stops(tmp_path: Path) -> None:
     from raycolloc.node.modes.mps import find_control_daemons
 
-    pipe_root = Path(tempfile.mkdtemp(prefix="rcmps", dir="/tmp"))  # Unix socket paths must stay short
+    pipe_root = short_tmp("rcmps")  # Unix socket paths must stay short
     job, outcome, t = _cell(tmp_path, ["degree=3", "mode=mps", f"mode.pipe_root={pipe_root}"])
     jobs = t["jobs"]
     assert outcome.status == "ok"

@@ -16,7 +16,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -32,7 +31,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from raycolloc.node.steward_handles import NAMESPACE, steward_name
 
-from .conftest import CPU_OVERRIDES, ROOT, load
+from .conftest import CPU_OVERRIDES, ROOT, load, short_tmp
 
 HTTP_TIMEOUT_S = 5.0
 RUN_DEADLINE_S = 240.0  # the whole cell, Ray and dashboard start included (2 busy cores: ~60-90 s)
@@ -125,7 +124,7 @@ def _ray_processes(ray_tmp: str) -> list[int]:
 @pytest.fixture
 def ray_tmp() -> Iterator[str]:
     """A private Ray temp dir (short: it holds Unix sockets); Ray processes still in it are killed."""
-    path = tempfile.mkdtemp(prefix="rcd", dir="/tmp")
+    path = str(short_tmp("rcd"))
     yield path
     deadline = time.monotonic() + 20
     while _ray_processes(path) and time.monotonic() < deadline:

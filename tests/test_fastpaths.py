@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from raycolloc.job.step import TrainStep, build_step
 from raycolloc.job.workloads.registry import create_workload
 from raycolloc.results.schema import TABLES
 
-from .conftest import ROOT, load, run_cli, run_one
+from .conftest import ROOT, load, run_cli, run_one, short_tmp
 
 CPU = torch.device("cpu")
 STEPS = 12  # three passes over the synthetic pool of 4 batches: the loss of a later pass must be lower
@@ -216,7 +215,7 @@ def _assert_compile_outside_measured_epochs(jobs: pd.DataFrame, epochs: pd.DataF
 @pytest.fixture
 def pipe_root() -> Iterator[Path]:
     """An MPS pipe root of its own under /tmp (Unix socket paths must stay short; tmp_path is long)."""
-    root = Path(tempfile.mkdtemp(prefix="rcmps", dir="/tmp"))
+    root = short_tmp("rcmps")
     yield root
     shutil.rmtree(root, ignore_errors=True)
 

@@ -15,7 +15,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -34,14 +33,14 @@ from raycolloc.node.modes.mps import find_control_daemons
 from raycolloc.node.steward_handles import NAMESPACE, steward_name
 from raycolloc.results.store import read_cell
 
-from .conftest import ROOT, load, run_cli, run_one, sweep_command
+from .conftest import ROOT, load, run_cli, run_one, short_tmp, sweep_command
 
 _counter = itertools.count()
 
 
 def short_root(tag: str) -> Path:
     """A private ``mode.pipe_root`` (Unix socket paths must stay short)."""
-    return Path(tempfile.mkdtemp(prefix=f"rc{tag}{next(_counter)}", dir="/tmp"))
+    return short_tmp(f"rc{tag}{next(_counter)}")
 
 
 def daemons_under(root: Path) -> list[dict[str, Any]]:

@@ -8,11 +8,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import pytest
+
+from .conftest import short_tmp
 
 pytestmark = pytest.mark.gpu
 
@@ -60,7 +61,7 @@ def test_real_mps_daemon_serves_a_cuda_client_then_stops(backend) -> None:  # no
     from raycolloc.node.modes.mps import MpsDaemon, find_control_daemons
 
     gpu = backend.gpus()[0]
-    root = tempfile.mkdtemp(prefix="rcmps", dir="/tmp")
+    root = str(short_tmp("rcmps"))
     daemon = MpsDaemon(gpu.uuid, gpu.index, root)
     daemon.start()
     try:

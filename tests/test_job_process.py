@@ -8,13 +8,14 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from .conftest import short_tmp
 
 _TRAINER = """
     import os, sys, time
@@ -33,7 +34,7 @@ SPAWN = ["exec", "fork"]
 @pytest.fixture(scope="module")
 def forkserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The node's warm parent, as the steward starts it (OMP_NUM_THREADS=1)."""
-    sock = str(Path(tempfile.mkdtemp(prefix="rcfs", dir="/tmp")) / "fs.sock")  # short: a Unix socket path
+    sock = str(short_tmp("rcfs") / "fs.sock")  # short: a Unix socket path
     proc = subprocess.Popen(
         [sys.executable, "-m", "raycolloc.job.forkserver", sock], env=dict(os.environ, OMP_NUM_THREADS="1")
     )
@@ -176,7 +177,7 @@ def test_the_fork_server_removes_its_socket_and_log_when_its_steward_ends() -> N
     """Issue 29, item 7: every run left ``forkserver-<pid>.sock`` and ``.log`` in ``mode.pipe_root``.
     The server ends with the process that started it (here a stand-in for the steward, started and
     SIGKILLed as Ray kills one), and takes both with it."""
-    root = Path(tempfile.mkdtemp(prefix="rcfl", dir="/tmp"))  # short: a Unix socket path
+    root = short_tmp("rcfl")  # short: a Unix socket path
     sock, log = root / "forkserver-1.sock", root / "forkserver-1.log"
     steward = subprocess.Popen(
         [

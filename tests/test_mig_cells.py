@@ -188,6 +188,9 @@ def test_mig_mode_off_is_refused_by_the_preflight_and_the_steward(tmp_path: Path
     assert set(t["jobs"]["status"]) == {"skipped"} and t["jobs"]["pid"].isna().all()
     assert _records(steward) == before
     assert not any(g.mig_enabled for g in _gpus(steward))
+    # The refused prepare had claimed the GPU's directory: the lease ends, as a sweep's does (the session's
+    # doctor finds no directory left on its pipe root).
+    assert ray.get(steward.release_gpu.remote(gpu.uuid), timeout=60).errors == ()
 
 
 @pytest.mark.usefixtures("ray_local")

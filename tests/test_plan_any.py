@@ -19,7 +19,7 @@ from raycolloc.job.data.writers import (
     write_imagenet64,
 )
 
-from .conftest import ROOT, run_cli
+from .conftest import ROOT, SHORT_TMP, run_cli
 
 HEADER = "Experiment,Workload,Status,Run,Devices,Collocation,File,Listeners,Params\n"
 TIMM_TRAIN_HEAD = '#!/usr/bin/env python3\n""" ImageNet Training Script\n"""\nimport timm\n'
@@ -147,7 +147,7 @@ def test_plan_with_a_script_row_and_a_timm_row_runs_on_real_data(tmp_path: Path)
         "1,1,,timm,0,MPS,train.py,smi,--model resnet10t --batch-size 16 --epochs 2 "
         "--data c10_local\n",
     )
-    out, pipe_root = tmp_path / "res", Path("/tmp") / f"rcplanany{os.getpid()}"
+    out, pipe_root = tmp_path / "res", SHORT_TMP / f"rcplanany{os.getpid()}"
     args = [
         f"+plan={plan}",
         "cluster=local",
@@ -291,7 +291,7 @@ def test_plan_fanout_runs_groups_at_once_on_any_gpu_and_devices_pin_them_by_defa
     """Issue 29, item 8: a plan's groups ran one after another on their Devices GPU (the study's
     plan names GPU 0 for every naive and MPS row). ``+plan_fanout=true`` runs them at once on any
     free GPU; without it they follow Devices, and the summary says what idled."""
-    pipe_root = Path("/tmp") / f"rcfan{os.getpid()}"
+    pipe_root = SHORT_TMP / f"rcfan{os.getpid()}"
     runs = {}
     for fanout in (False, True):
         (tmp_path / f"fanout-{fanout}").mkdir()

@@ -282,3 +282,54 @@ def test_a_serve_on_a_queue_db_that_is_no_database_exits_2(tmp_path: Path) -> No
     serve = _cli(["serve", f"out_dir={tmp_path}", "cluster=local", "cluster.num_gpus=2", f"queue.db={db}"])
     assert serve.returncode == 2 and f"queue.db={db}: not usable" in serve.stderr, serve.stderr[-3000:]
     assert "Traceback" not in serve.stderr and not (tmp_path / "ray-address").exists()
+
+
+@pytest.mark.slow
+def test_the_live_queue_works_in_separate_shells_under_rays_default_authentication(tmp_path: Path) -> None:
+    """Issue 46, item 1: with Ray's default (no RAY_AUTH_MODE: a local instance starts with token
+    authentication, its token in ~/.ray/auth_token), `submit` from a second shell exited 1 with
+    InvalidAuthToken. Each command here is a process of its own, as in README; HOME is the test's,
+    so the token Ray writes is too."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_ADDRESS")}
+    env["HOME"] = str(tmp_path / "home")
+    words = [f"out_dir={tmp_path / 'out'}", "cluster=local", "cluster.num_gpus=1", "queue.sim_speed=50"]
+
+    def shell(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "raycolloc.queue", *args, *words],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "raycolloc.queue", "serve", *words],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        address = tmp_path / "out" / "queue" / "live" / "ray-address"
+        deadline = time.monotonic() + 240
+        while not address.exists() and serve.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert address.exists(), serve.stdout.read() if serve.stdout else ""
+        assert (tmp_path / "home" / ".ray" / "auth_token").is_file()  # Ray's default: token authentication
+        job = ["--job-id", "a1", "--model", "resnet18", "--dataset", "cifar10", "--samples", "2000"]
+        submit = shell("submit", *job)
+        assert submit.returncode == 0 and "queued a1" in submit.stdout, submit.stderr[-3000:]
+        status = shell("status")
+        assert status.returncode == 0 and "InvalidAuthToken" not in status.stderr, status.stderr[-3000:]
+        drain = shell("drain", "--wait")
+        assert drain.returncode == 0 and "draining" in drain.stdout, drain.stderr[-3000:]
+        out, _ = serve.communicate(timeout=180)
+        assert serve.returncode == 0 and "1/1 jobs ended" in out, out[-3000:]
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait()

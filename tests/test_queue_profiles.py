@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import pytest
 from raycolloc.queue.__main__ import main
 from raycolloc.queue.settings import compose_settings
 
+from .conftest import short_tmp
 from .test_queue_ray import _trace
 
 
@@ -110,7 +110,7 @@ def test_a_ray_replay_measures_each_workload_once_reuses_it_and_reports_slowdown
 
     from raycolloc.queue.rayreplay import replay_ray
 
-    pipe_root = Path(tempfile.mkdtemp(prefix="rcq", dir="/tmp"))
+    pipe_root = short_tmp("rcq")
     words = ["cluster=local", "cluster.num_gpus=2", f"mode.pipe_root={pipe_root}", "queue.runner=ray"]
     words += ["queue.stand_in=tiny_cnn", "epoch_samples=512", f"out_dir={tmp_path}"]
     trace = tmp_path / "three.csv"  # convnext_atto is not in the catalogue: measured, it needs not be

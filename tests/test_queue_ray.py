@@ -6,7 +6,6 @@ nothing is left (MPS daemons, leases); bad keys are refused by name before Ray i
 from __future__ import annotations
 
 import json
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -22,6 +21,8 @@ from raycolloc.queue.settings import compose_settings
 from raycolloc.results.rows import EpochRow
 from raycolloc.spec import JobInfo, JobState
 
+from .conftest import short_tmp
+
 LIGHT = ("resnet18", "resnet26", "mobilenetv3_large_100")
 
 
@@ -29,7 +30,7 @@ LIGHT = ("resnet18", "resnet26", "mobilenetv3_large_100")
 def pipe_root() -> Path:
     """A short ``mode.pipe_root`` (an MPS pipe path has ~100 characters). Kept after the test: the
     session's steward, started by the first test that uses one, keeps its fork server's socket there."""
-    return Path(tempfile.mkdtemp(prefix="rcq", dir="/tmp"))
+    return short_tmp("rcq")
 
 
 def _trace(path: Path, jobs: int = 6, samples: int = 256) -> Path:

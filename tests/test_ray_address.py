@@ -115,3 +115,33 @@ def test_the_probe_dials_where_ray_would_and_leaves_auto_to_ray() -> None:
     assert _dialled("ray://[::1]:10001") == ("::1", 10001)  # Ray Client, IPv6 in brackets
     host, port = _dialled("127.0.0.1:6379") or ("", 0)
     assert port == 6379 and host  # loopback: the node's own address, as ray.init dials it
+
+
+@pytest.mark.parametrize("has_token", [True, False])
+def test_a_command_joining_an_address_sends_this_users_token_where_the_mode_is_unset(
+    tmp_path: Path, has_token: bool
+) -> None:
+    """Issue 46, item 1: Ray turns token authentication on for an instance it finds (``auto``), never for
+    an address it is given; ``queue submit`` joining ``serve``'s instance (token on, Ray's default) was
+    refused. In a process of its own: the choice is Ray's configuration for the process."""
+    home = tmp_path / "home"
+    if has_token:
+        (home / ".ray").mkdir(parents=True)
+        (home / ".ray" / "auth_token").write_text("0123456789abcdef0123456789abcdef\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")} | {"HOME": str(home)}
+    code = (
+        "import os; from raycolloc.driver.cluster import join_with_token_if_available as j; "
+        "print(j(), os.environ.get('RAY_AUTH_MODE'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == (["True", "token"] if has_token else ["False", "None"])
+    assert "Token authentication is enabled" not in out.stderr  # Ray's notice, on every command: not shown
+    set_off = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "RAY_AUTH_MODE": "disabled"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert set_off.stdout.split() == ["False", "disabled"]  # a mode set is the user's: kept

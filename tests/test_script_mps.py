@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +19,7 @@ from raycolloc.mpsctl import control_command
 from raycolloc.node.gpu.sim_mps import install_control
 from raycolloc.spec import Binding, JobState
 
-from .conftest import load
+from .conftest import load, short_tmp
 
 # The script makes its (simulated) CUDA context late, as a real one does after its imports and its
 # model, and ends a few seconds later (the simulated control tool is a Python process: slow to ask on a
@@ -40,7 +39,7 @@ GPU = "GPU-script-mps-test"  # no simulated GPU of a sweep has this UUID
 @pytest.fixture
 def sim_daemon() -> Iterator[tuple[str, str]]:
     """A simulated MPS control daemon: (its tool, its pipe directory), quit at the end."""
-    root = Path(tempfile.mkdtemp(prefix="rcmpsw", dir="/tmp"))  # Unix socket paths must stay short
+    root = short_tmp("rcmpsw")  # Unix socket paths must stay short; the session removes it if a test dies
     control, pipe = install_control(root / "bin"), str(root / "pipe")
     # Its GPU is the test's own: a daemon with no CUDA_VISIBLE_DEVICES serves every GPU of the machine,
     # and a naive cell of another test running beside this one would refuse to share with it (CI, 2026-12-02).

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
 import time
 from pathlib import Path
 
@@ -23,11 +22,11 @@ from raycolloc.node.telemetry import Sampler, gpu_now, pick_source
 from raycolloc.results.schema import METRIC_COLUMNS, SCHEMAS
 from raycolloc.spec import Binding
 
-from .conftest import load, run_one
+from .conftest import load, run_one, short_tmp
 
 
 def _short_root() -> Path:
-    return Path(tempfile.mkdtemp(prefix="rcst", dir="/tmp"))  # Unix socket paths must stay short
+    return short_tmp("rcst")  # Unix socket paths must stay short
 
 
 def _sim_gpu_uuids(spec) -> list[str]:  # noqa: ANN001
@@ -196,6 +195,8 @@ def test_cells_side_by_side_get_disjoint_cores_and_release_returns_them(tmp_path
     finally:
         for cell in ("cpu-a", "cpu-b", "cpu-c"):
             ray.get(steward.release.remote(cell), timeout=60)
+        for gpu in (a, b):  # the leases end, as a sweep's do: no GPU directory left for the doctor
+            ray.get(steward.release_gpu.remote(gpu), timeout=60)
 
 
 @pytest.mark.usefixtures("ray_local")

@@ -18,7 +18,7 @@ from raycolloc.driver.tabulate import job_rows
 from raycolloc.driver.trainers import TrainerPool
 from raycolloc.node.steward_handles import NAMESPACE, get_steward
 
-from .conftest import load
+from .conftest import SHORT_TMP, load
 
 pytestmark = pytest.mark.usefixtures("ray_local")
 
@@ -36,7 +36,7 @@ def _lane(spec) -> Lane:  # noqa: ANN001
 
 
 def test_a_lane_lends_the_same_actors_to_its_next_cell_and_they_carry_nothing_over(tmp_path: Path) -> None:
-    first = load(["degree=2", "mode=mps", "epoch_samples=64", "mode.pipe_root=/tmp/rctr"], out_dir=tmp_path)
+    first = load(["degree=2", "mode=mps", "epoch_samples=64", f"mode.pipe_root={SHORT_TMP}/rctr"], out_dir=tmp_path)
     second = load(["degree=2", "mode=naive", "epoch_samples=64"], out_dir=tmp_path)
     lane = _lane(first)
     try:

@@ -15,7 +15,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -36,7 +35,7 @@ from raycolloc.node.modes.mig import MIG_RECORD, apply_instances, read_instances
 from raycolloc.results.index import REFERENCE
 from raycolloc.spec import NodeInfo
 
-from .conftest import CPU_OVERRIDES, ROOT, load, run_cli, used_ray
+from .conftest import CPU_OVERRIDES, ROOT, SHORT_TMP, load, run_cli, short_tmp, used_ray
 
 TINY = ["workload=tiny_cnn", "cluster=local", "epoch_samples=128", "repeats=1"]
 
@@ -89,7 +88,7 @@ def test_items_1_and_3_a_rerun_trains_nothing_and_references_instead_of_copying(
 @pytest.mark.slow  # two sweeps
 def test_item_10_mig_cells_a_cluster_cannot_run_are_skipped_rows_and_the_others_run(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    pipe_root = Path(tempfile.mkdtemp(prefix="rc10", dir="/tmp"))
+    pipe_root = short_tmp("rc10")
     args = [
         "-m",
         *TINY,
@@ -183,7 +182,7 @@ def test_item_4_two_sweeps_on_one_ray_cluster_never_share_a_gpu(tmp_path: Path) 
                 "mode=naive,mps",
                 f"cluster.address={cluster.address}",
                 f"out_dir={tmp_path / name}",
-                f"mode.pipe_root=/tmp/rc1c{os.getpid()}{name}",
+                f"mode.pipe_root={SHORT_TMP}/rc1c{os.getpid()}{name}",
                 "epoch_samples=1024",
             ]
             procs.append(
@@ -202,7 +201,7 @@ def test_item_4_two_sweeps_on_one_ray_cluster_never_share_a_gpu(tmp_path: Path) 
                 p.kill()
         cluster.shutdown()
         for name in ("a", "b"):
-            shutil.rmtree(f"/tmp/rc1c{os.getpid()}{name}", ignore_errors=True)
+            shutil.rmtree(f"{SHORT_TMP}/rc1c{os.getpid()}{name}", ignore_errors=True)
     assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-2000:] for o in outputs)
     cells = pd.concat([load_sweeps([tmp_path / n]).cells for n in ("a", "b")], ignore_index=True)
     assert len(cells) == 4 and cells["gpu_uuid"].nunique() == 1
@@ -232,7 +231,7 @@ def test_item_5_the_doctor_restores_a_mig_layout_a_dead_steward_left(tmp_path: P
     apply_instances(backend, uuid, found)
     before = read_instances(backend, uuid)
     # What a steward killed mid-cell leaves: its record of the layout it found, and the layout it made.
-    root = Path(tempfile.mkdtemp(prefix="rc5", dir="/tmp"))
+    root = short_tmp("rc5")
     gpu_dir = root / uuid
     gpu_dir.mkdir()
     (gpu_dir / MIG_RECORD).write_text(json.dumps({"gpu": uuid, "instances": before, "env": backend.job_env(uuid)}))
@@ -284,7 +283,7 @@ def _quiet_port() -> int:
 @pytest.mark.slow
 def test_item_11_the_dashboard_url_comes_with_the_token_it_asks_for(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    ray_tmp = tempfile.mkdtemp(prefix="rcd", dir="/tmp")
+    ray_tmp = str(short_tmp("rcd"))
     port = _quiet_port()
     proc = subprocess.Popen(
         [
@@ -297,7 +296,7 @@ def test_item_11_the_dashboard_url_comes_with_the_token_it_asks_for(tmp_path: Pa
             "cluster.dashboard=true",
             f"cluster.dashboard_port={port}",
             f"out_dir={out}",
-            f"mode.pipe_root=/tmp/rc11{os.getpid()}",
+            f"mode.pipe_root={SHORT_TMP}/rc11{os.getpid()}",
         ],
         cwd=ROOT,
         env={**_dashboard_env(tmp_path), "RAY_TMPDIR": ray_tmp},
@@ -338,7 +337,7 @@ def test_item_11_the_dashboard_url_comes_with_the_token_it_asks_for(tmp_path: Pa
             os.killpg(proc.pid, signal.SIGKILL)  # whatever of its Ray instance is left
         except ProcessLookupError:
             pass
-        shutil.rmtree(f"/tmp/rc11{os.getpid()}", ignore_errors=True)
+        shutil.rmtree(f"{SHORT_TMP}/rc11{os.getpid()}", ignore_errors=True)
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
 

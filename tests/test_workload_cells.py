@@ -4,13 +4,12 @@ script measured from outside."""
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from .conftest import ROOT, load, run_cli, run_one
+from .conftest import ROOT, load, run_cli, run_one, short_tmp
 
 TIMM = [
     "workload=timm",
@@ -28,7 +27,7 @@ SCRIPT = [
 
 
 def _pipe_root() -> str:
-    return tempfile.mkdtemp(prefix="rcmps", dir="/tmp")  # Unix socket paths must stay short
+    return str(short_tmp("rcmps"))  # Unix socket paths must stay short
 
 
 @pytest.mark.slow  # four cells of a real multirun of two timm models: about 25 s on 2 cores

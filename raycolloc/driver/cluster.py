@@ -33,7 +33,15 @@ from raycolloc.driver import signals
 from raycolloc.driver.rayprobe import probe
 from raycolloc.node.gpu.kinds import backend_traits
 
-__all__ = ["PlainStream", "auth_token", "connect", "dashboard_line", "plain_worker_lines", "start_local_ray"]
+__all__ = [
+    "PlainStream",
+    "auth_token",
+    "connect",
+    "dashboard_line",
+    "join_with_token_if_available",
+    "plain_worker_lines",
+    "start_local_ray",
+]
 
 log = logging.getLogger(__name__)
 NAMESPACE = "raycolloc"
@@ -72,6 +80,7 @@ def connect(cluster: ClusterConfig, max_jobs_per_cell: int = 1) -> dict[str, Any
     address = cluster.address or os.environ.get("RAY_ADDRESS")  # `ray job submit` sets RAY_ADDRESS
     if address:
         probe(address, "cluster.address" if cluster.address else "RAY_ADDRESS")
+        join_with_token_if_available()
         with signals.shielded():  # a SIGTERM during ray.init waits for our handler
             ray.init(address=address, **kwargs)
             signals.reinstall()  # ray.init took SIGTERM (its native handler aborts the driver)
@@ -123,6 +132,28 @@ def plain_worker_lines() -> None:
             if stream is not None and not isinstance(stream, PlainStream) and not stream.isatty():
                 setattr(sys, name, PlainStream(stream))
     log_once(DEDUP_NOTICE)
+
+
+def join_with_token_if_available() -> bool:
+    """Before joining an address: turn token authentication on where ``RAY_AUTH_MODE`` is unset and this
+    user has a token; True if it is on. Ray does so itself only for an instance it finds (``auto``),
+    never for an address it is given, so the clients of a local instance that started with Ray's
+    default (token authentication on, the token in ``~/.ray/auth_token``) were refused:
+    ``queue submit`` in a second shell failed with ``InvalidAuthToken`` (issue 46, item 1). A cluster
+    without authentication takes a client that sends a token."""
+    if "RAY_AUTH_MODE" in os.environ:
+        return os.environ["RAY_AUTH_MODE"].lower() == "token"
+    try:
+        from ray._private.authentication import authentication_token_setup as token_setup
+    except ImportError:  # an older Ray, without token authentication
+        return False
+    quiet = logging.getLogger(token_setup.__name__)
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # its notice that auth is on: on every command, noise
+    try:
+        return token_setup.maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+    finally:
+        quiet.setLevel(level)
 
 
 def start_local_ray(**kwargs: Any) -> Any:

@@ -50,7 +50,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 OWNER_FILE = "steward.json"
-SIM_CONTROL_DIR = "sim-bin"  # the simulated nvidia-cuda-mps-control the sim steward installs under pipe_root
+SIM_CONTROL_DIR = "sim-bin"  # where runs before issue 46 installed the simulated nvidia-cuda-mps-control
 
 
 @dataclass(frozen=True)
@@ -175,9 +175,17 @@ def find_leftovers(
     return leftovers, in_use
 
 
-def _control_for(pid: int | None, pipe_root: Path) -> str:
-    """The control executable that speaks to this daemon: the simulated one for simulated daemons."""
-    sim = pipe_root / SIM_CONTROL_DIR / CONTROL
+def _control_for(pid: int | None, gpu_dir: Path) -> str:
+    """The control executable that speaks to this daemon: the one its record names (a simulated
+    daemon's is its install's, :func:`~raycolloc.node.gpu.sim_mps.install_control`), else the one
+    an older run installed under ``pipe_root``, else NVIDIA's."""
+    try:
+        recorded = str(json.loads((gpu_dir / "daemon.json").read_text())["control"])
+        if shutil.which(recorded) is not None:
+            return recorded
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    sim = gpu_dir.parent / SIM_CONTROL_DIR / CONTROL
     try:
         simulated = pid is not None and "raycolloc.node.gpu.sim_mps" in " ".join(psutil.Process(pid).cmdline())
     except psutil.Error:
@@ -210,7 +218,7 @@ def clean_leftovers(found: list[Leftover], open_backend: Callable[[dict[str, str
         gpu_dir = item.path if item.kind != "mig-layout" else item.path.parent
         try:
             if item.kind == "mps-daemon":
-                daemon = MpsDaemon(item.gpu_uuid, -1, gpu_dir.parent, _control_for(item.pid, gpu_dir.parent))
+                daemon = MpsDaemon(item.gpu_uuid, -1, gpu_dir.parent, _control_for(item.pid, gpu_dir))
                 daemon.pid = item.pid
                 daemon.stop()
                 log.warning("leftover=mps-daemon gpu=%s pid=%s stopped", item.gpu_uuid, item.pid)

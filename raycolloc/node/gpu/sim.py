@@ -117,8 +117,9 @@ class SimBackend:
         return SimJobDevice()
 
     def mps_control(self, pipe_root: str, default: str) -> str:
-        """The simulated ``nvidia-cuda-mps-control``, installed under ``pipe_root``."""
-        return install_control(Path(pipe_root) / "sim-bin")
+        """The simulated ``nvidia-cuda-mps-control`` of this install, kept with the simulated machine
+        (``cluster.sim_root``/bin), as the real one comes with the machine's driver."""
+        return install_control(self.devices.path.parent / "bin")
 
     def expect_mig_mode(self, uuid: str, enabled: bool) -> None:
         """With ``sim_mig_mode=auto`` the simulated administrator sets MIG mode for the next cell."""

@@ -13,6 +13,7 @@ Run as ``python -m raycolloc.node.gpu.sim_mps --as nvidia-cuda-mps-control [-d]`
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import socket
@@ -28,15 +29,21 @@ SOCKET = "control"
 
 
 def install_control(bin_dir: str | Path) -> str:
-    """Write an executable ``nvidia-cuda-mps-control`` wrapper into ``bin_dir``; returns its path."""
-    bin_dir = Path(bin_dir)
-    bin_dir.mkdir(parents=True, exist_ok=True)
-    path = bin_dir / "nvidia-cuda-mps-control"
+    """Write an executable ``nvidia-cuda-mps-control`` wrapper of this install (its Python and its
+    ``raycolloc``) under ``bin_dir``; returns its path.
+
+    The wrapper lies in a directory named by a hash of its text: an install never rewrites another's
+    (issue 46, item 4: one checkout's steward ran the ``sim_mps`` of whichever install wrote last).
+    """
     root = Path(__file__).resolve().parents[3]
     text = (
         f"#!/bin/sh\nPYTHONPATH={root}${{PYTHONPATH:+:$PYTHONPATH}} exec {sys.executable} "
         f'-m raycolloc.node.gpu.sim_mps --as nvidia-cuda-mps-control "$@"\n'
     )
+    path = Path(bin_dir) / hashlib.sha256(text.encode()).hexdigest()[:12] / "nvidia-cuda-mps-control"
+    if path.is_file() and path.read_text() == text and os.access(path, os.X_OK):
+        return str(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(text)
     tmp.chmod(0o755)

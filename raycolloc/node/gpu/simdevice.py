@@ -6,7 +6,8 @@ one JSON file per node under ``cluster.sim_root``, changed under an exclusive ``
 steward's :class:`~raycolloc.node.gpu.sim.SimBackend` and each job's
 :mod:`~raycolloc.node.gpu.sim_cuda` see the same devices, as processes do on a GPU. The state
 outlives any process: a MIG layout a killed run left stays on the simulated GPU, as on a real one,
-and UUIDs are stable per host (derived from the host, the node's place on it and the model).
+and UUIDs are stable per state directory (derived from ``cluster.sim_root``, the node's place on the host and
+the model): another user's or another install's simulated GPUs are others (issue 46).
 
 The rules of real hardware are enforced here: memory capacity per GPU and per MIG device, MIG
 mode changes only on an idle GPU, the model's MIG profile table (counts, compute slices,

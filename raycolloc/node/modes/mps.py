@@ -118,7 +118,9 @@ class MpsDaemon:
                     time.sleep(0.1)
                     continue
                 self.pid = pid
-                self.record.write_text(json.dumps({"pid": pid, "gpu": self.gpu_uuid, "started": time.time()}))
+                # The control beside the pid: a later steward or the doctor stops the daemon with it.
+                record = {"pid": pid, "gpu": self.gpu_uuid, "started": time.time(), "control": self.control}
+                self.record.write_text(json.dumps(record))
                 log.info("mps=started gpu=%s pid=%d pipe=%s", self.gpu_uuid, pid, self.pipe_dir)
                 return pid
             time.sleep(0.1)
