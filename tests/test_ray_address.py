@@ -145,3 +145,18 @@ def test_a_command_joining_an_address_sends_this_users_token_where_the_mode_is_u
         timeout=120,
     )
     assert set_off.stdout.split() == ["False", "disabled"]  # a mode set is the user's: kept
+
+
+@pytest.mark.slow  # starts a local Ray instance (~20 s)
+def test_a_local_start_under_rays_default_authentication_prints_no_token_notice(tmp_path: Path) -> None:
+    """Issue 46, item 7: ``serve`` (and every sweep starting its own instance) printed Ray's
+    "Token authentication is enabled ..." WARNING; the dashboard's line says the token instead."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_AUTH")} | {"HOME": str(tmp_path)}
+    code = (
+        "import ray; from raycolloc.driver.cluster import start_local_ray as s; "
+        "s(num_cpus=1, include_dashboard=False); print('mode', __import__('os').environ.get('RAY_AUTH_MODE')); "
+        "ray.shutdown()"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "Token authentication is enabled" not in out.stderr, out.stderr[-2000:]

@@ -17,11 +17,13 @@ no cluster answers for minutes, with SIGTERM held back.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +42,7 @@ __all__ = [
     "dashboard_line",
     "join_with_token_if_available",
     "plain_worker_lines",
+    "quiet_token_notice",
     "start_local_ray",
 ]
 
@@ -147,11 +150,19 @@ def join_with_token_if_available() -> bool:
         from ray._private.authentication import authentication_token_setup as token_setup
     except ImportError:  # an older Ray, without token authentication
         return False
-    quiet = logging.getLogger(token_setup.__name__)
-    level = quiet.level
-    quiet.setLevel(logging.ERROR)  # its notice that auth is on: on every command, noise
-    try:
+    with quiet_token_notice():
         return token_setup.maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+
+
+@contextlib.contextmanager
+def quiet_token_notice() -> Iterator[None]:
+    """Ray's notice that token authentication is on (a WARNING on every command that starts or joins an
+    instance: noise, issue 46 item 7) kept quiet; the dashboard's line says the token where it is on."""
+    quiet = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        yield
     finally:
         quiet.setLevel(level)
 
@@ -160,7 +171,8 @@ def start_local_ray(**kwargs: Any) -> Any:
     """``ray.init`` of a new local instance, started again where start-up itself failed."""
     for attempt in range(1, START_ATTEMPTS):
         try:
-            return ray.init(address="local", **kwargs)
+            with quiet_token_notice():
+                return ray.init(address="local", **kwargs)
         except (TypeError, ValueError):  # the arguments: another try cannot help
             raise
         except Exception as exc:  # noqa: BLE001 - Ray raises a bare Exception when a raylet is late
@@ -173,7 +185,8 @@ def start_local_ray(**kwargs: Any) -> Any:
             )
             ray.shutdown()
             time.sleep(2.0 * attempt)
-    return ray.init(address="local", **kwargs)  # the last try: its error is the caller's
+    with quiet_token_notice():
+        return ray.init(address="local", **kwargs)  # the last try: its error is the caller's
 
 
 def auth_token() -> str | None:
