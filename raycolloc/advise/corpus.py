@@ -39,9 +39,18 @@ def _optional(path: Path, name: str, columns: tuple[str, ...]) -> pd.DataFrame:
     """A table the corpus may keep (a newer corpus does), else an empty one with the columns read."""
     file = path / f"{name}.parquet"
     frame = pd.read_parquet(file) if file.is_file() else pd.DataFrame({c: [] for c in columns})
-    if "entry" in frame and "sweep" not in frame:
-        frame = frame.rename(columns={"entry": "sweep"})
-    return frame
+    return _entry_as_sweep(frame)
+
+
+def _entry_as_sweep(frame: pd.DataFrame) -> pd.DataFrame:
+    """``sweep`` = the corpus entry. A row kept whole from its sweep (the newer corpus keeps every
+    column) also carries the sweep's own ``sweep`` (``<entry>/naive-mps``) and ``repeat_group``
+    (a hash): the entry replaces them, so one entry's old and new runs are one sweep."""
+    if "entry" not in frame:
+        return frame
+    return frame.drop(columns=[c for c in ("sweep", "repeat_group") if c in frame]).rename(
+        columns={"entry": "sweep"}
+    )
 
 
 def load_corpus(path: str | Path) -> SweepData:
@@ -50,10 +59,8 @@ def load_corpus(path: str | Path) -> SweepData:
     from analysis.load import SweepData  # here: analysis loads pyarrow
 
     root = Path(path)
-    # Rows that keep every column of a sweep's tables carry the sweep's own name too: the entry is it here.
-    cells = pd.read_parquet(root / "cells.parquet").drop(columns="sweep", errors="ignore")
-    jobs = pd.read_parquet(root / "jobs.parquet").drop(columns="sweep", errors="ignore")
-    cells, jobs = cells.rename(columns={"entry": "sweep"}), jobs.rename(columns={"entry": "sweep"})
+    cells = _entry_as_sweep(pd.read_parquet(root / "cells.parquet"))
+    jobs = _entry_as_sweep(pd.read_parquet(root / "jobs.parquet"))
     cells["cell_dir"] = cells["cell_id"]
     cells["repeat_group"] = cells["sweep"] + ":" + cells["mode"] + ":x" + cells["degree"].astype(str)
     # A corpus run refused before it leased the GPU (``unfit``) records no GPU memory: its GPU model's,
