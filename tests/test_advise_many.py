@@ -362,6 +362,13 @@ def test_a_profile_is_measured_until_it_is_steady(monkeypatch: pytest.MonkeyPatc
     own = {profile_key(slow.gpu_name, slow.workload, slow.settings): slow}
     got = measure.steady_profiles(profiled(slow), request, own, Path("/adv"))[0].profile
     assert len(ran) == 2 and got is not None and got.runs == (7_441.0, 10_300.0, 10_400.0)
+    # A prior that covers every ranked degree (the corpus on an H200) stands in for the repeats.
+    ran.clear()
+    assert measure.steady_profiles(profiled(slow), request, {}, Path("/adv"), lambda p: True)[0].profile is slow
+    assert not ran
+    covers = measure.prior_covers(dataclasses.replace(TRUTH, degrees=(("naive", (2, 16)), ("mps", (2, 16)))), H200)
+    assert covers(dataclasses.replace(slow, job_mem_mib=20_000.0))  # at most 6 fit: x16 covers them
+    assert not measure.prior_covers(TRUTH, H200)(slow)  # no fitted cell: nothing covered
 
 
 def test_a_window_between_two_samples_takes_the_nearest_ones() -> None:

@@ -122,7 +122,7 @@ def _advise(args: argparse.Namespace) -> int:
     from raycolloc.advise.advice import advise, format_advice, gpu_of, gpu_time, measured, write_json
     from raycolloc.advise.corpus import CORPUS_DIR, is_corpus
     from raycolloc.advise.emit import emit_sweep
-    from raycolloc.advise.measure import confirm_rankings, fitted_reach, run_probes, steady_profiles
+    from raycolloc.advise.measure import confirm_rankings, fitted_reach, prior_covers, run_probes, steady_profiles
     from raycolloc.advise.rank import DEFAULT_DEGREES
     from raycolloc.advise.run import node_cores, parse_request, run_profiles
 
@@ -137,7 +137,9 @@ def _advise(args: argparse.Namespace) -> int:
     gpu = gpu_of(profiled, out_dir, cores)
     names = frozenset(p.profile.workload for p in profiled if p.profile is not None)
     found = measured(fit_dirs, names, gpu.name, cores)
-    profiled = steady_profiles(profiled, request, found.profiles, advice_dir)
+    # With the default plan, a prior covering every ranked degree stands in for the solo's repeats.
+    prior = prior_covers(found.params, gpu) if request.probe_degrees is None else None
+    profiled = steady_profiles(profiled, request, found.profiles, advice_dir, prior)
     # The default probes skip the degrees the fit already covers.
     covered = fitted_reach(found.params) if request.probe_degrees is None else None
     probes = run_probes(profiled, request, gpu, advice_dir, covered)
