@@ -96,3 +96,31 @@ def test_the_errors_are_printed_and_written(graded: Validation, tmp_path: Path) 
     saved = json.loads(write_json(tmp_path / "v.json", graded).read_text())
     assert all(p["unfitted_modes"] == ["mig"] for p in saved["params"].values())
     assert len(saved["per_workload"]) == len(_models())
+
+
+def test_the_corpus_is_the_default_prior_on_an_h200(tmp_path: Path) -> None:
+    """The advisor's default fit reads the corpus beside an empty out_dir (issue 44's cheaper advice):
+    other workloads' cells up to x16 in both modes, so nothing is probed and the solo runs once."""
+    import dataclasses
+
+    from raycolloc.advise.advice import measured
+    from raycolloc.advise.corpus import CORPUS_DIR
+    from raycolloc.advise.measure import fitted_reach, prior_covers, probe_words
+    from raycolloc.advise.model import Gpu
+    from raycolloc.advise.run import parse_request
+    from tests.test_advise_confirm import _profiled
+
+    assert CORPUS_DIR == CORPUS
+    found = measured([tmp_path, CORPUS_DIR], frozenset({"resnet26_cifar10"}), "NVIDIA H200", 16)
+    assert "resnet26_cifar10" not in found.params.source.split(" (")[0]  # the advised workload left out
+    assert fitted_reach(found.params) == {"naive": 16, "mps": 16}
+    solo = found.profiles[next(k for k in found.profiles if k[1] == "resnet26_cifar10")]
+    h200 = Gpu("NVIDIA H200", 143771.0, base_mib=600.0, cores=16)
+    assert prior_covers(found.params, h200)(solo)
+    profiled = [_profiled(solo)]
+    request = parse_request(["workload=resnet26_cifar10"], (1, 2, 3, 7))
+    assert probe_words(profiled, request, h200, fitted_reach(found.params)) == []
+    # Another GPU model finds nothing of the corpus to fit on: the defaults, and every probe.
+    other = measured([tmp_path, CORPUS_DIR], frozenset(), "NVIDIA A100", 16)
+    assert fitted_reach(other.params) == {"naive": 0, "mps": 0}
+    assert probe_words(profiled, request, dataclasses.replace(h200, name="NVIDIA A100"), {"naive": 0, "mps": 0})
