@@ -297,10 +297,10 @@ def test_advise_confirms_its_pick_by_measuring(tmp_path: Path) -> None:
 
 
 def test_the_default_plan_spends_less_gpu_time_than_before(tmp_path: Path) -> None:
-    """Issue 44's cheaper advice on simulated GPUs: the default plan (3 s epochs, the pick confirmed in
-    one short cell) against the plan before it (10 s epochs, the top four confirmed by successive
-    halving), each from a fresh out_dir; the advice accounts its own cells' GPU time (``gpu_time_s``),
-    and the cells under its directory say the same."""
+    """Issue 44's cheaper advice on simulated GPUs: the default plan (3 s epochs, the pick and its
+    plateau's other end confirmed in one short cell each) against the plan before it (10 s epochs,
+    the top four confirmed by successive halving), each from a fresh out_dir; the advice accounts
+    its own cells' GPU time (``gpu_time_s``), and the cells under its directory say the same."""
     from raycolloc.advise.advice import gpu_time
 
     spent = {}
@@ -317,4 +317,4 @@ def test_the_default_plan_spends_less_gpu_time_than_before(tmp_path: Path) -> No
         assert ranking["confirmed"] is not None
         spent[plan] = advice["gpu_time_s"]
         print(f"plan={plan} gpu_time_s={spent[plan]:.1f} cells={advice['gpu_cells']} pick={ranking['confirmed']}")
-    assert 0 < spent["now"] < 0.6 * spent["before"], spent
+    assert 0 < spent["now"] < 0.75 * spent["before"], spent

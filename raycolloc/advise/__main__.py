@@ -15,10 +15,10 @@ on the measured sweeps under ``out_dir`` and the corpus (or ``--fit``) of *other
 those probes, prints a ranked table per workload (and
 for the mix) with memory fit, aggregate throughput and each job's slowdown with their 95%
 intervals, energy per sample and which lines are extrapolated, then confirms: the top
-``confirm_k`` (default 1: the pick, one short cell) candidates measured by successive halving within
-``confirm_budget_s`` (``--no-confirm``: skip), the pick the best measured; it prints the GPU time its
-own cells took. ``advice.json`` holds it all, and ``--emit-sweep`` writes the recommended cells (the
-confirmed pick among them) as a sweep and as a radT plan. The second
+``confirm_k`` (default 2: the pick and its plateau's knee, a short cell each) candidates measured by
+successive halving within ``confirm_budget_s`` (``--no-confirm``: skip), the pick the best measured;
+it prints the GPU time its own cells took. ``advice.json`` holds it all, and ``--emit-sweep`` writes
+the recommended cells (the confirmed pick among them) as a sweep and as a radT plan. The second
 form compares the model with a measured sweep (leave-one-out). Exit status: 0; 2 for a config error
 (nothing has run) or a sweep directory that is missing, empty or corrupt; 1 for a validation that misses a target or
 a cell predicted to fit that ran out
@@ -130,7 +130,7 @@ def _advise(args: argparse.Namespace) -> int:
     profiled, advice_dir = run_profiles(request)
     out_dir = Path(profiled[0].spec.config.out_dir).absolute()
     # The committed corpus is the default prior beside out_dir: an unseen model then needs its solo
-    # and one short confirmation, no probes (the corpus covers naive and MPS up to x16 on an H200).
+    # and two short confirmation cells, no probes (the corpus covers naive and MPS up to x16 on an H200).
     fit_dirs = [Path(d) for d in args.fit] or [out_dir, *([CORPUS_DIR] if is_corpus(CORPUS_DIR) else [])]
     backend = next((p.profile.backend for p in profiled if p.profile is not None), "nvml")
     cores = node_cores(request.cores, backend)
