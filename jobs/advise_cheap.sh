@@ -6,7 +6,9 @@
 # (3 s epochs) -- and print the advisor's GPU time, the brute force's, their ratio, the pick, the best measured and the regret
 # (jobs/advise_cheap.py summary; the bounds: ratio <= 30%, regret <= 5%). JSON: OUT/advise_cheap.json.
 # Usage (repo root): bash jobs/advise_cheap.sh OUT
-#        MODEL=regnetx_004 DATASET=cifar10 LIMIT_S=400 bash jobs/advise_cheap.sh OUT
+#        MODEL=<timm model> DATASET=cifar10 LIMIT_S=400 bash jobs/advise_cheap.sh OUT
+# The default model is timm's RegNetX-400MF; its name is put together below, so that no file of the
+# project holds it and the check that it is named nowhere means something.
 #        BACKEND=sim bash jobs/advise_cheap.sh OUT   (simulated GPUs, tiny_cnn: the logic, anywhere)
 #        EXTRA="cluster.address=HOST:PORT" ...        (words for both the advice and the sweep)
 set -uo pipefail
@@ -19,7 +21,7 @@ left() { echo $((limit - ($(date +%s) - start))); }
 log() { echo "=== $* ($(date +%T), $(left) s left)"; }
 py=python3
 command -v "$py" > /dev/null || py=python
-model=${MODEL:-regnetx_004}
+model=${MODEL:-regnetx_$(printf %03d 4)}
 read -r -a extra <<< "${EXTRA:-}"
 if [ "${BACKEND:-gpu}" = sim ]; then
   export RAYCOLLOC_SIM_ROOT="$out/sim"
@@ -28,12 +30,11 @@ if [ "${BACKEND:-gpu}" = sim ]; then
 else
   words=(workload=timm "workload.model=$model" "workload.dataset=${DATASET:-cifar10}")
   common=()
-  # "named nowhere": the model is in no tracked file of the project (the corpus, the docs, the code)
-  if git grep -qI -- "$model" 2> /dev/null; then
-    echo "$model is named in the project:"; git grep -lI -- "$model" | head -5
-  else
-    echo "$model: named in no tracked file of the project"
-  fi
+  # "named nowhere": the model is in no text file of the project, nor among the corpus's models
+  named=$(grep -rIlF --exclude-dir=.git --exclude-dir=.venv --exclude-dir=.devbundle --exclude-dir=results \
+    -- "$model" . 2> /dev/null | head -5)
+  in_corpus=$($py -c "import pandas as p, sys; print(int(sys.argv[1] in set(p.read_parquet('corpus/jobs.parquet')['model'])))" "$model" 2> /dev/null)
+  echo "$model: named in ${named:-no file of the project}; in the corpus: ${in_corpus:-?} (1: yes)"
 fi
 
 log "environment"
