@@ -295,7 +295,7 @@ def test_command_line_words() -> None:
         ("workload=timm", "workload.model=resnet18", "workload.dataset=cifar10"),
         ("workload=tiny_cnn",),
     )
-    assert req.common == ("cluster=local", "mig.allow_reconfigure=true", "epoch_time_s=10")
+    assert req.common == ("cluster=local", "mig.allow_reconfigure=true", "epoch_time_s=3")
     assert (req.max_slowdown, req.degrees) == (1.5, (1, 3))
     assert parse_request(["workload=tiny_cnn", "epoch_samples=512"], (1,)).common == ("epoch_samples=512",)
     for words, fragment in (

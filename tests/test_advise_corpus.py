@@ -1,5 +1,6 @@
 """The advisor graded on measured truth: leave-one-workload-out over the committed corpus (``corpus/``:
-real one-H200 cells of seven timm models, naive and MPS at degrees 1-16, and two mixes).
+real one-H200 cells of nine timm models, naive and MPS at degrees 1-16, and two mixes; one of them,
+cait_xxs24, so far only alone and at x16, where it ran out of memory: described, not graded).
 
 Each workload is profiled from its own degree-1 runs only (what a user has for an unseen model) and
 its other configurations are predicted with parameters fitted on the other workloads' cells; the
@@ -22,8 +23,9 @@ from raycolloc.advise.validate import TIGHT_REL, Validation, format_validation, 
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 
-# The level reached on 2026-12-02's corpus (median 3.9%, max 28.3%: convnext_atto naive x3), with a
-# little room for the grid's ties; tighten them when the model improves.
+# The level reached on 2026-12-02's corpus, extended (nine models: median 3.5%, max 28.2% over 68
+# configurations, convnext_atto naive x3), with a little room for the grid's ties; tighten them when
+# the model improves.
 MEDIAN_BOUND = 0.045
 MAX_BOUND = 0.30
 
@@ -34,12 +36,12 @@ def graded() -> Validation:
 
 
 def _models() -> set[str]:
-    """The workloads the corpus holds alone (its mixes' workloads are among them) with a collocated
-    cell measured (cait_xxs24_imagenet, degree 1 alone so far, has nothing to grade)."""
-    jobs = pd.read_parquet(CORPUS / "jobs.parquet")
+    """The workloads the corpus measured collocated and ok, alone in their cells (its mixes' workloads
+    are among them): every one of them has configurations to grade."""
     cells = pd.read_parquet(CORPUS / "cells.parquet")
-    together = set(cells[(cells["status"] == "ok") & (cells["degree"] > 1)]["cell_id"])
-    return set(jobs[~jobs["entry"].str.startswith("mix") & jobs["cell_id"].isin(together)]["workload"])
+    graded = cells[(cells["degree"] > 1) & (cells["status"] == "ok") & ~cells["entry"].str.startswith("mix")]
+    jobs = pd.read_parquet(CORPUS / "jobs.parquet")
+    return set(jobs[jobs["cell_id"].isin(graded["cell_id"])]["workload"])
 
 
 def test_every_corpus_model_is_graded(graded: Validation) -> None:
@@ -53,7 +55,12 @@ def test_every_corpus_model_is_graded(graded: Validation) -> None:
 
 def test_the_throughput_error_holds_the_level_reached(graded: Validation) -> None:
     (median, top) = [m for m in graded.metrics if m.name == f"throughput, measured ±{TIGHT_REL:.0%}"]
-    assert median.n >= 50
+    assert median.median_abs is not None and top.max_abs is not None
+    print(
+        f"corpus LOWO throughput error, {median.n} configurations: "
+        f"median {median.median_abs:.1%}, max {top.max_abs:.1%}"
+    )
+    assert median.n >= 60
     assert median.median_abs is not None and median.median_abs <= MEDIAN_BOUND
     assert top.max_abs is not None and top.max_abs <= MAX_BOUND
     assert median.passed is True  # the issue's median (5%); its max (12%) is missed today, printed FAIL
@@ -89,3 +96,31 @@ def test_the_errors_are_printed_and_written(graded: Validation, tmp_path: Path) 
     saved = json.loads(write_json(tmp_path / "v.json", graded).read_text())
     assert all(p["unfitted_modes"] == ["mig"] for p in saved["params"].values())
     assert len(saved["per_workload"]) == len(_models())
+
+
+def test_the_corpus_is_the_default_prior_on_an_h200(tmp_path: Path) -> None:
+    """The advisor's default fit reads the corpus beside an empty out_dir (issue 44's cheaper advice):
+    other workloads' cells up to x16 in both modes, so nothing is probed and the solo runs once."""
+    import dataclasses
+
+    from raycolloc.advise.advice import measured
+    from raycolloc.advise.corpus import CORPUS_DIR
+    from raycolloc.advise.measure import fitted_reach, prior_covers, probe_words
+    from raycolloc.advise.model import Gpu
+    from raycolloc.advise.run import parse_request
+    from tests.test_advise_confirm import _profiled
+
+    assert CORPUS_DIR == CORPUS
+    found = measured([tmp_path, CORPUS_DIR], frozenset({"resnet26_cifar10"}), "NVIDIA H200", 16)
+    assert "resnet26_cifar10" not in found.params.source.split(" (")[0]  # the advised workload left out
+    assert fitted_reach(found.params) == {"naive": 16, "mps": 16}
+    solo = found.profiles[next(k for k in found.profiles if k[1] == "resnet26_cifar10")]
+    h200 = Gpu("NVIDIA H200", 143771.0, base_mib=600.0, cores=16)
+    assert prior_covers(found.params, h200)(solo)
+    profiled = [_profiled(solo)]
+    request = parse_request(["workload=resnet26_cifar10"], (1, 2, 3, 7))
+    assert probe_words(profiled, request, h200, fitted_reach(found.params)) == []
+    # Another GPU model finds nothing of the corpus to fit on: the defaults, and every probe.
+    other = measured([tmp_path, CORPUS_DIR], frozenset(), "NVIDIA A100", 16)
+    assert fitted_reach(other.params) == {"naive": 0, "mps": 0}
+    assert probe_words(profiled, request, dataclasses.replace(h200, name="NVIDIA A100"), {"naive": 0, "mps": 0})

@@ -301,9 +301,10 @@ def test_default_probes_skip_the_degrees_the_fit_covers() -> None:
         "tiny_cnn mps x8",
         "tiny_cnn mps x32",
     }
-    # Covered in both modes up to the largest ranked: MPS is probed there all the same (past
-    # saturation it goes where the workload takes it), naive is not.
-    assert [label for label, _ in probe_words(profiled, req, gpu, {"naive": 32, "mps": 32})] == ["tiny_cnn mps x32"]
+    # Covered in both modes up to the largest ranked (the corpus as the prior): nothing is probed; MPS
+    # at the largest ranked is probed while the fit's MPS cells stop below it.
+    assert probe_words(profiled, req, gpu, {"naive": 32, "mps": 32}) == []
+    assert [label for label, _ in probe_words(profiled, req, gpu, {"naive": 32, "mps": 28})] == ["tiny_cnn mps x32"]
     # The probes are labelled as the ranking labels its candidates (the confirmation finds them by label).
     ranked = {c.label for c in uniform_candidates(profiled[0].profile, gpu, (8, 32))}
     assert everything <= ranked
@@ -361,6 +362,13 @@ def test_a_profile_is_measured_until_it_is_steady(monkeypatch: pytest.MonkeyPatc
     own = {profile_key(slow.gpu_name, slow.workload, slow.settings): slow}
     got = measure.steady_profiles(profiled(slow), request, own, Path("/adv"))[0].profile
     assert len(ran) == 2 and got is not None and got.runs == (7_441.0, 10_300.0, 10_400.0)
+    # A prior that covers every ranked degree (the corpus on an H200) stands in for the repeats.
+    ran.clear()
+    assert measure.steady_profiles(profiled(slow), request, {}, Path("/adv"), lambda p: True)[0].profile is slow
+    assert not ran
+    covers = measure.prior_covers(dataclasses.replace(TRUTH, degrees=(("naive", (2, 16)), ("mps", (2, 16)))), H200)
+    assert covers(dataclasses.replace(slow, job_mem_mib=20_000.0))  # at most 6 fit: x16 covers them
+    assert not measure.prior_covers(TRUTH, H200)(slow)  # no fitted cell: nothing covered
 
 
 def test_a_window_between_two_samples_takes_the_nearest_ones() -> None:

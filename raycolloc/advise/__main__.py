@@ -10,13 +10,15 @@
 The first form profiles each workload alone (one short degree-1 cell each, or an existing one with
 the same settings; again, up to three runs, while its interval is wider than +-10%) and probes it at
 high degrees (naive and MPS at ``probe_degrees``: 8 and the largest ranked by default, less what the
-fit covers), fits the model's parameters on the measured sweeps under ``out_dir``
-(or ``--fit``) of *other* workloads and on those probes, prints a ranked table per workload (and
+fit covers: with the committed corpus as the prior, on an H200 nothing), fits the model's parameters
+on the measured sweeps under ``out_dir`` and the corpus (or ``--fit``) of *other* workloads and on
+those probes, prints a ranked table per workload (and
 for the mix) with memory fit, aggregate throughput and each job's slowdown with their 95%
 intervals, energy per sample and which lines are extrapolated, then confirms: the top
-``confirm_k`` candidates measured by successive halving within ``confirm_budget_s`` (``--no-confirm``:
-skip), the pick the best measured. ``advice.json`` holds it all, and ``--emit-sweep`` writes the
-recommended cells (the confirmed pick among them) as a sweep and as a radT plan. The second
+``confirm_k`` (default 2: the pick and its plateau's knee, a short cell each) candidates measured by
+successive halving within ``confirm_budget_s`` (``--no-confirm``: skip), the pick the best measured;
+it prints the GPU time its own cells took. ``advice.json`` holds it all, and ``--emit-sweep`` writes
+the recommended cells (the confirmed pick among them) as a sweep and as a radT plan. The second
 form compares the model with a measured sweep (leave-one-out). Exit status: 0; 2 for a config error
 (nothing has run) or a sweep directory that is missing, empty or corrupt; 1 for a validation that misses a target or
 a cell predicted to fit that ran out
@@ -52,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="DIR",
-        help="measured sweeps to fit the parameters on (default: out_dir)",
+        help="measured sweeps or corpus folders to fit the parameters on (default: out_dir and corpus/)",
     )
     p.add_argument("--no-confirm", action="store_true", help="advise from the predictions alone (measure no candidate)")
     p.add_argument("--emit-sweep", action="store_true", help="write the recommended cells as a sweep and a radT plan")
@@ -68,8 +70,11 @@ def _check_fit(dirs: list[str]) -> None:
         SweepDirError: naming the directory and why (missing, not a directory, no cell, only corrupt ones).
     """
     from analysis.load import check_sweep_dir
+    from raycolloc.advise.corpus import is_corpus
 
     for path in dirs:
+        if is_corpus(path):  # a corpus folder (its tables directly inside) is read by load_corpus
+            continue
         try:
             check_sweep_dir(path)
         except SweepDirError as exc:
@@ -114,22 +119,27 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _advise(args: argparse.Namespace) -> int:
-    from raycolloc.advise.advice import advise, format_advice, gpu_of, measured, write_json
+    from raycolloc.advise.advice import advise, format_advice, gpu_of, gpu_time, measured, write_json
+    from raycolloc.advise.corpus import CORPUS_DIR, is_corpus
     from raycolloc.advise.emit import emit_sweep
-    from raycolloc.advise.measure import confirm_rankings, fitted_reach, run_probes, steady_profiles
+    from raycolloc.advise.measure import confirm_rankings, fitted_reach, prior_covers, run_probes, steady_profiles
     from raycolloc.advise.rank import DEFAULT_DEGREES
     from raycolloc.advise.run import node_cores, parse_request, run_profiles
 
     request = dataclasses.replace(parse_request(args.words, DEFAULT_DEGREES), confirm=not args.no_confirm)
     profiled, advice_dir = run_profiles(request)
     out_dir = Path(profiled[0].spec.config.out_dir).absolute()
-    fit_dirs = [Path(d) for d in args.fit] or [out_dir]
+    # The committed corpus is the default prior beside out_dir: an unseen model then needs its solo
+    # and two short confirmation cells, no probes (the corpus covers naive and MPS up to x16 on an H200).
+    fit_dirs = [Path(d) for d in args.fit] or [out_dir, *([CORPUS_DIR] if is_corpus(CORPUS_DIR) else [])]
     backend = next((p.profile.backend for p in profiled if p.profile is not None), "nvml")
     cores = node_cores(request.cores, backend)
     gpu = gpu_of(profiled, out_dir, cores)
     names = frozenset(p.profile.workload for p in profiled if p.profile is not None)
     found = measured(fit_dirs, names, gpu.name, cores)
-    profiled = steady_profiles(profiled, request, found.profiles, advice_dir)
+    # With the default plan, a prior covering every ranked degree stands in for the solo's repeats.
+    prior = prior_covers(found.params, gpu) if request.probe_degrees is None else None
+    profiled = steady_profiles(profiled, request, found.profiles, advice_dir, prior)
     # The default probes skip the degrees the fit already covers.
     covered = fitted_reach(found.params) if request.probe_degrees is None else None
     probes = run_probes(profiled, request, gpu, advice_dir, covered)
@@ -142,6 +152,8 @@ def _advise(args: argparse.Namespace) -> int:
         advice = dataclasses.replace(
             advice, emitted=emit_sweep(advice_dir, list(advice.rankings), profiled, request.common)
         )
+    spent, n_cells = gpu_time(advice_dir)
+    advice = dataclasses.replace(advice, gpu_time_s=spent, gpu_cells=n_cells)
     print(format_advice(advice), flush=True)
     out = args.out or advice_dir / "advice.json"
     print(f"wrote {write_json(out, advice, {'command': ['python', '-m', 'raycolloc.advise', *sys.argv[1:]]})}")

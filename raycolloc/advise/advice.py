@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from raycolloc.advise.corpus import load_measured
 from raycolloc.advise.emit import Emitted
 from raycolloc.advise.fit import fit
 from raycolloc.advise.model import ASSUMPTIONS, DEFAULT_PARAMS, Gpu, Params
@@ -19,7 +20,17 @@ from raycolloc.advise.profile import Profile, combine, gpu_costs_in, load_costs,
 from raycolloc.advise.rank import Ranking, format_ranking, mix_candidates, rank, uniform_candidates
 from raycolloc.advise.run import Profiled, Request
 
-__all__ = ["Advice", "Measured", "NothingProfiled", "advise", "format_advice", "measured", "with_history", "write_json"]
+__all__ = [
+    "Advice",
+    "Measured",
+    "NothingProfiled",
+    "advise",
+    "format_advice",
+    "gpu_time",
+    "measured",
+    "with_history",
+    "write_json",
+]
 
 log = logging.getLogger("raycolloc")
 
@@ -40,6 +51,10 @@ class Advice:
     fit_sweeps: tuple[str, ...]
     assumptions: tuple[str, ...] = ASSUMPTIONS
     emitted: Emitted | None = None
+    # The GPU time the advisor's own cells took (profile, its repeats, probes, confirmation: each cell's
+    # wall time, cells reused from earlier runs not counted), and how many cells: :func:`gpu_time`.
+    gpu_time_s: float | None = None
+    gpu_cells: int = 0
 
 
 @dataclass(frozen=True)
@@ -62,11 +77,11 @@ def measured(
     """Parameters fitted on the measured sweeps under ``fit_dirs`` (cells of ``gpu_name`` whose
     workloads are not in ``exclude``, and the cells in ``keep``: the probes; the defaults where there
     are none) and the profiles there."""
-    from analysis.load import SweepDirError, load_sweeps
+    from analysis.load import SweepDirError
 
-    dirs = [d for d in fit_dirs if Path(d).is_dir()]
+    dirs = [Path(d) for d in fit_dirs if Path(d).is_dir()]
     try:
-        data = load_sweeps(dirs) if dirs else None
+        data = load_measured(dirs) if dirs else None
     except SweepDirError as exc:  # no readable cell there: nothing to fit on
         log.info("advise: nothing to fit on under %s (%s)", ", ".join(map(str, dirs)), exc)
         data = None
@@ -181,6 +196,8 @@ def format_advice(a: Advice) -> str:
         ):
             lines.append(f"  {tag}: {best or 'none fits'}")
         lines += _confirmed(r)
+    if a.gpu_time_s is not None:
+        lines += ["", f"GPU time of this advice: {a.gpu_time_s:.1f} s in {a.gpu_cells} cell(s) it ran"]
     lines += ["", "the model assumes:"] + [f"  - {text}" for text in a.assumptions]
     if a.emitted is not None:
         lines += [
@@ -235,3 +252,16 @@ def write_json(path: Path, obj: Any, extra: dict[str, Any] | None = None) -> Pat
     tmp.write_text(json.dumps({**_plain(obj), **(extra or {})}, indent=1, default=str))
     tmp.replace(path)
     return path
+
+
+def gpu_time(advice_dir: Path) -> tuple[float, int]:
+    """The GPU time of the cells run under ``advice_dir`` (each cell's wall time, from its start to its
+    end, summed over distinct cells; a cell reused from an earlier run is not written there) and
+    their number: what advising cost (``jobs/advise_cheap.sh`` sets it beside measuring everything)."""
+    from analysis.load import load_sweeps
+
+    dirs = sorted({p.parent for p in Path(advice_dir).rglob("cells.parquet")})
+    if not dirs:
+        return 0.0, 0
+    cells = load_sweeps(dirs).cells.drop_duplicates("cell_id")
+    return float((cells["finished_at"] - cells["started_at"]).clip(lower=0).sum()), len(cells)

@@ -28,6 +28,7 @@ from raycolloc.advise.shapes import Measurement, Prediction
 __all__ = [
     "DEFAULT_BUDGET_S",
     "DEFAULT_K",
+    "KNEE_BAND",
     "TIE_BAND",
     "Halving",
     "Rung",
@@ -36,10 +37,21 @@ __all__ = [
     "successive_halving",
 ]
 
-DEFAULT_K = 4  # four candidates: two rungs (4 short cells, the better 2 twice as long)
+# Two candidates, one short cell each: the best predicted and the other end of its plateau (issue 44:
+# advise + confirm in at most 30% of the GPU time of measuring what it ranks). On the corpus, leave-one-
+# out at the degrees an H200 ranks, the best predicted alone lost 11.6% (resnet26: MPS x16 against x7)
+# and 5.7% (resnet50); with the knee beside it at most 1.7%. confirm_k=4 runs two rungs (4 short cells,
+# the better 2 twice as long).
+DEFAULT_K = 2
 # How far below the best prediction another may lie and still be a tie (at most; less where the best's
 # own 95% interval is narrower): the plateau past saturation, where the model is least sure.
 TIE_BAND = 0.25
+# The knee the confirmation measures second, where the plateau lies below the best predicted: the
+# smallest degree predicted within 5% of the best (saturated, or nearly), not merely inside the best's
+# interval. On the corpus (leave-one-out), with one solo's wide interval resnet50's MPS plateau reached
+# down to x2 (predicted 19% below x16): the knee x2 measured 15,000 samples/s against x16's 16,340 and
+# x3's 17,065; x3, predicted 1.9% below, is the knee this takes (resnet26: x7, as before).
+KNEE_BAND = 0.05
 DEFAULT_BUDGET_S = 900.0  # ~ 8 short cells of a GPU profile (~60-100 s each) and the margin of a rung
 
 # (predictions to measure, the rung's length factor) -> per label: (samples/s or None, cell dir, reused)
@@ -122,7 +134,9 @@ def plateau_order(candidates: Sequence[Prediction]) -> list[Prediction]:
     below = [p for p in tied if p.degree < best.degree]
     above = [p for p in tied if p.degree > best.degree]
     if below:
-        second = min(below, key=lambda p: p.degree)  # min keeps the better predicted among equal degrees
+        # The knee: the smallest degree predicted within KNEE_BAND of the best, else the smallest tied.
+        near = [p for p in below if (p.agg_samples_per_s or 0.0) >= best.agg_samples_per_s * (1.0 - KNEE_BAND)]
+        second = min(near or below, key=lambda p: p.degree)  # min keeps the better predicted among equal degrees
     elif above:
         fitted = [p for p in above if not p.extrapolated] or above
         second = max(fitted, key=lambda p: (p.degree, p.agg_samples_per_s or 0.0))

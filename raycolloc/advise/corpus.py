@@ -23,9 +23,12 @@ import pandas as pd
 if TYPE_CHECKING:
     from analysis.load import SweepData
 
-__all__ = ["CORPUS_TABLES", "is_corpus", "load_corpus"]
+__all__ = ["CORPUS_DIR", "CORPUS_TABLES", "is_corpus", "load_corpus", "load_measured"]
 
 CORPUS_TABLES = ("cells.parquet", "jobs.parquet")
+# The committed corpus: the advisor's prior (its default fit reads it beside ``out_dir``; the fit keeps
+# only the cells of the GPU model advised on, so it weighs nothing on another GPU).
+CORPUS_DIR = Path(__file__).resolve().parents[2] / "corpus"
 _EPOCH_COLUMNS = ("sweep", "cell_id", "job_index", "epoch", "warmup", "steps", "thread_cpu_s")
 _TELEMETRY_COLUMNS = ("sweep", "cell_id", "ts", "scope")
 
@@ -39,9 +42,16 @@ def _optional(path: Path, name: str, columns: tuple[str, ...]) -> pd.DataFrame:
     """A table the corpus may keep (a newer corpus does), else an empty one with the columns read."""
     file = path / f"{name}.parquet"
     frame = pd.read_parquet(file) if file.is_file() else pd.DataFrame({c: [] for c in columns})
-    if "entry" in frame and "sweep" not in frame:
-        frame = frame.rename(columns={"entry": "sweep"})
-    return frame
+    return _entry_as_sweep(frame)
+
+
+def _entry_as_sweep(frame: pd.DataFrame) -> pd.DataFrame:
+    """``sweep`` = the corpus entry. A row kept whole from its sweep (the newer corpus keeps every
+    column) also carries the sweep's own ``sweep`` (``<entry>/naive-mps``) and ``repeat_group``
+    (a hash): the entry replaces them, so one entry's old and new runs are one sweep."""
+    if "entry" not in frame:
+        return frame
+    return frame.drop(columns=[c for c in ("sweep", "repeat_group") if c in frame]).rename(columns={"entry": "sweep"})
 
 
 def load_corpus(path: str | Path) -> SweepData:
@@ -50,10 +60,8 @@ def load_corpus(path: str | Path) -> SweepData:
     from analysis.load import SweepData  # here: analysis loads pyarrow
 
     root = Path(path)
-    # Rows that keep every column of a sweep's tables carry the sweep's own name too: the entry is it here.
-    cells = pd.read_parquet(root / "cells.parquet").drop(columns="sweep", errors="ignore")
-    jobs = pd.read_parquet(root / "jobs.parquet").drop(columns="sweep", errors="ignore")
-    cells, jobs = cells.rename(columns={"entry": "sweep"}), jobs.rename(columns={"entry": "sweep"})
+    cells = _entry_as_sweep(pd.read_parquet(root / "cells.parquet"))
+    jobs = _entry_as_sweep(pd.read_parquet(root / "jobs.parquet"))
     cells["cell_dir"] = cells["cell_id"]
     cells["repeat_group"] = cells["sweep"] + ":" + cells["mode"] + ":x" + cells["degree"].astype(str)
     # A corpus run refused before it leased the GPU (``unfit``) records no GPU memory: its GPU model's,
@@ -66,4 +74,37 @@ def load_corpus(path: str | Path) -> SweepData:
         epochs=_optional(root, "epochs", _EPOCH_COLUMNS),
         telemetry=_optional(root, "telemetry", _TELEMETRY_COLUMNS),
         sweeps=tuple(str(s) for s in dict.fromkeys(cells["sweep"])),
+    )
+
+
+def load_measured(dirs: list[Path]) -> SweepData:
+    """The sweeps and corpus folders under ``dirs`` as one :class:`analysis.load.SweepData` (a corpus
+    folder read by :func:`load_corpus`, the rest by ``analysis.load.load_sweeps``).
+
+    Raises:
+        SweepDirError: a folder that is not a corpus holds no readable sweep (as ``analysis.load`` says).
+    """
+    from analysis.load import SweepData, SweepDirError, load_sweeps
+
+    corpora = [d for d in dirs if is_corpus(d)]
+    parts = [load_corpus(d) for d in corpora]
+    sweeps = [d for d in dirs if d not in corpora]
+    try:
+        parts += [load_sweeps(sweeps)] if sweeps else []
+    except SweepDirError:
+        if not parts:  # nothing measured anywhere: as load_sweeps says
+            raise
+    if len(parts) == 1:
+        return parts[0]
+
+    def joined(name: str) -> pd.DataFrame:
+        frames = [getattr(p, name) for p in parts if len(getattr(p, name))]
+        return pd.concat(frames, ignore_index=True) if frames else getattr(parts[0], name)
+
+    return SweepData(
+        cells=joined("cells"),
+        jobs=joined("jobs"),
+        epochs=joined("epochs"),
+        telemetry=joined("telemetry"),
+        sweeps=tuple(s for p in parts for s in p.sweeps),
     )

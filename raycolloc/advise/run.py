@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from raycolloc.driver.resume import CellResult
 
 __all__ = [
+    "ADVISE_EPOCH_S",
     "ADVISOR_KEYS",
     "ADVISOR_RANGES",
     "CellRun",
@@ -82,7 +83,10 @@ _OWN_KEYS = ("mode", "degree", "mix", "mig", "repeats", "repeat")
 # daemon outlives its cell, whether a MIG layout may be made; they go to every cell the advisor runs.
 _PASSED_ON = ("mig.allow_reconfigure", "mode.pipe_root", "mode.keep_daemon")
 # Without an epoch length, a profile is a short window: epochs end after this many seconds.
-PROFILE_EPOCH_S = 10.0
+PROFILE_EPOCH_S = 10.0  # the queue's profiles (raycolloc/queue/profiles.py)
+# The advisor's cells (solo, probes, confirmation): 3 s epochs, as the corpus was measured and graded
+# (corpus/README.md: every epoch 3 s, the rate the second's) -- a third of the GPU time of 10 s ones.
+ADVISE_EPOCH_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -175,7 +179,7 @@ def parse_request(words: list[str], degrees: tuple[int, ...]) -> Request:
     if not workloads:
         raise ConfigError("no workload: give workload=NAME (one per job; several for a mix)")
     if not any(w.split("=")[0] in ("epoch_samples", "epoch_time_s") for w in common):
-        common.append(f"epoch_time_s={PROFILE_EPOCH_S:g}")  # a short window; the advised sweep keeps it
+        common.append(f"epoch_time_s={ADVISE_EPOCH_S:g}")  # a short window; the advised sweep keeps it
     if "degrees" in own:
         degrees = _ints("degrees", own["degrees"])
     probes = own.get("probe_degrees")
