@@ -27,6 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from analysis.load import load_sweeps
 from raycolloc.advise.advice import gpu_time
+from raycolloc.mode_kinds import mode_of
 
 
 def ranked(advice: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
@@ -35,7 +36,7 @@ def ranked(advice: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
     rows = [
         r
         for r in ranking["rows"]
-        if r["mode"] in ("naive", "mps") and not r.get("active_thread_percentage") and r.get("fits")
+        if mode_of(r["mode"]).advised and not r.get("active_thread_percentage") and r.get("fits")
     ]
     return ranking, rows
 

@@ -18,12 +18,6 @@ from .conftest import ROOT
 # checks, which name the modes a key applies to).
 OWN = (ROOT / "raycolloc" / "node" / "modes", ROOT / "raycolloc" / "mode_kinds.py")
 SCANNED = ("raycolloc", "analysis", "hydra_plugins", "jobs")
-# The advisor's terms still name their modes (issue 45's advisor part, on another branch): each file
-# here is allowed its compares until that part lands; a file not listed may hold none.
-PENDING = frozenset(
-    f"raycolloc/advise/{name}.py"
-    for name in ("emit", "fit", "measure", "model", "observe", "profile", "shapes", "validate")
-)
 
 
 def _names_a_mode(node: ast.expr) -> bool:
@@ -61,12 +55,7 @@ def _scanned() -> list[Path]:
 
 
 def test_no_mode_name_is_tested_outside_the_modes() -> None:
-    found = [
-        f"{rel}:{line}"
-        for path in _scanned()
-        if (rel := str(path.relative_to(ROOT))) not in PENDING
-        for line in mode_tests(path.read_text())
-    ]
+    found = [f"{path.relative_to(ROOT)}:{line}" for path in _scanned() for line in mode_tests(path.read_text())]
     assert not found, f"a mode's name tested as a string (read its property from raycolloc.mode_kinds): {found}"
 
 

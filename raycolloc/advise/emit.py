@@ -24,10 +24,12 @@ from raycolloc.advise.model import Prediction
 from raycolloc.advise.rank import Ranking
 from raycolloc.advise.run import Profiled
 from raycolloc.driver.override_quoting import override_value as hydra_value
+from raycolloc.mode_kinds import Sharing, is_baseline, mode_of
 
 __all__ = ["Emitted", "emit_sweep", "plan_csv", "sweep_lines"]
 
-_COLLOCATION = {"naive": "-", "mps": "MPS"}
+# How a job shares its GPU, as the radT-style plan writes it (MIG writes its instance's profile).
+_COLLOCATION = {Sharing.TIME_SLICED: "-", Sharing.CONCURRENT: "MPS"}
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ def _cells(rankings: list[Ranking], profiled: list[Profiled]) -> list[tuple[Rank
     for r in rankings:
         chosen = r.picks()
         if not r.mix:
-            solo = next((p for p in r.rows if p.mode == "naive" and p.degree == 1 and p.fits), None)
+            solo = next((p for p in r.rows if is_baseline(p.mode) and p.degree == 1 and p.fits), None)
             chosen = [solo, *chosen] if solo is not None and solo not in chosen else chosen
         out += [(r, p) for p in chosen]
     return out
@@ -98,7 +100,7 @@ def plan_csv(rankings: list[Ranking], profiled: list[Profiled]) -> tuple[str, li
             continue
         group = p.label.replace(" ", "-").replace(",", "-").replace("[", "").replace("]", "").replace("/", "-")
         for i, (name, x) in enumerate(zip(names, params, strict=True)):
-            colloc = p.mig_profiles[i] if p.mig_profiles else _COLLOCATION[p.mode]
+            colloc = p.mig_profiles[i] if p.mig_profiles else _COLLOCATION[mode_of(p.mode).sharing]
             rows.append(["advise", group, "", f"{name}-{i}", "0", colloc, "raycolloc", "", x or ""])  # csv: None is ""
     if skipped:
         out.write(f"# not in this plan (a plan row cannot say them; see sweep.txt): {'; '.join(skipped)}\n")

@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from raycolloc.advise.model import DEFAULT_PARAMS, ModeParams, Params, job_rates
 from raycolloc.advise.observe import Observation, by_configuration
+from raycolloc.mode_kinds import MODE_NAMES, Sharing, mode_of
 from raycolloc.results.stats import t_quantile
 
 __all__ = ["fit"]
@@ -49,7 +50,7 @@ def _fit_mode(
     them, the RMS log error and the number of cells scored (``cpu``, ``thrash``: the other terms)."""
 
     def loss(mp: ModeParams) -> tuple[float, float, int]:
-        pick = {name: mp if name == mode else DEFAULT_PARAMS.mode(name) for name in ("naive", "mps", "mig")}
+        pick = {name: mp if name == mode else DEFAULT_PARAMS.mode(name) for name in MODE_NAMES}
         params = replace(
             DEFAULT_PARAMS, naive=pick["naive"], mps=pick["mps"], mig=pick["mig"], cpu_capacity=cpu, mps_thrash=thrash
         )
@@ -145,17 +146,20 @@ def _fit_modes(usable: list[Observation], cpu: float, thrash: float = 0.0) -> Pa
     residual: dict[str, float] = {}
     dram_reach = 0.0
     notes = []
-    for mode in ("naive", "mps", "mig"):
+    for mode in MODE_NAMES:
+        kind = mode_of(mode)
         cells = [o for o in usable if o.candidate.mode == mode and o.candidate.degree > 1 and o.status == "ok"]
-        start = fitted.get("mps", DEFAULT_PARAMS.mig) if mode == "mig" else DEFAULT_PARAMS.mode(mode)
+        # A mode fitted from another (MIG from MPS) starts from that one's fit, and borrows it where no cell
+        # of its own was measured.
+        start = fitted.get(kind.fit_from, DEFAULT_PARAMS.mode(mode)) if kind.fit_from else DEFAULT_PARAMS.mode(mode)
         if not cells:
-            if mode == "mig" and "mps" in fitted:
-                fitted[mode] = fitted["mps"]
-                notes.append("mig: as mps (no mig cell)")
+            if kind.fit_from and kind.fit_from in fitted:
+                fitted[mode] = fitted[kind.fit_from]
+                notes.append(f"{mode}: as {kind.fit_from} (no {mode} cell)")
             continue
         fitted[mode], rms, n = _fit_mode(cells, mode, start, cpu, thrash)
         degrees[mode] = tuple(sorted({o.candidate.degree for o in cells}))
-        if mode == "mps":
+        if kind.sharing is Sharing.CONCURRENT:
             dram_reach = _dram_reach(cells, fitted[mode].capacity)
         if n >= 2:  # a 95% half-width of the relative error: the t-quantile (n - 1 dof) times the RMS
             residual[mode] = t_quantile(n - 1) * rms
@@ -178,7 +182,7 @@ def _fit_modes(usable: list[Observation], cpu: float, thrash: float = 0.0) -> Pa
         cpu_capacity=cpu,
         mps_thrash=thrash,
         mps_dram_reach=dram_reach,
-        unfitted_modes=tuple(m for m in ("naive", "mps", "mig") if m not in degrees),
+        unfitted_modes=tuple(m for m in MODE_NAMES if m not in degrees),
     )
 
 
@@ -224,6 +228,10 @@ def fit(
     cpu = _fit_cpu(collocated, params) if collocated else 1.0
     if cpu != 1.0:
         params = _fit_modes(usable, cpu)
-    mps = [o for o in usable if o.candidate.mode == "mps" and o.candidate.degree > 1 and o.status == "ok"]
+    mps = [
+        o
+        for o in usable
+        if mode_of(o.candidate.mode).sharing is Sharing.CONCURRENT and o.candidate.degree > 1 and o.status == "ok"
+    ]
     thrash = _fit_thrash(mps, cpu) if mps else 0.0
     return params if thrash == 0.0 else _fit_modes(usable, cpu, thrash)

@@ -17,6 +17,7 @@ from raycolloc.advise.model import Candidate, Gpu, Params, Prediction, Slot, max
 from raycolloc.advise.profile import Profile, combine, profile_key
 from raycolloc.advise.rank import Ranking
 from raycolloc.advise.run import Profiled, Request, profile_in, run_cells
+from raycolloc.mode_kinds import Sharing, mode_of, modes_where
 
 __all__ = [
     "PROBE_DEGREE",
@@ -62,7 +63,7 @@ def probe_words(
     for p in profiled:
         if p.profile is None:
             continue
-        for mode in ("naive", "mps"):
+        for mode in modes_where(lambda k: k.advised):
             top = max_degree(p.profile, gpu, mode)
             wanted, reach, always = request.probe_degrees, 0, 0
             if wanted is None:
@@ -72,7 +73,7 @@ def probe_words(
                 # three other models; fitted on the corpus's eight (leave-one-out: resnet26's MPS x16
                 # +21%, mobilenetv3's -11%, the rest within 13%), the confirmation of the pick measures
                 # it where the pick lies there, and a probe of it costs the most GPU time of any cell.
-                always = top if mode == "mps" and reach < top else 0
+                always = top if mode_of(mode).sharing is Sharing.CONCURRENT and reach < top else 0
             for d in sorted({min(d, top) for d in wanted} - {0, 1}):
                 if d <= reach and d != always:
                     continue
@@ -187,7 +188,7 @@ def _confirm(
     if r.mix:
         return dataclasses.replace(r, confirm_note="a mix is not confirmed (its cells are in sweep.txt)")
     # The modes the engine runs on any GPU (MIG needs a GPU model's layout and reconfiguration rights).
-    candidates = [p for p in r.rows if p.fits and p.mode in ("naive", "mps") and p.agg_samples_per_s]
+    candidates = [p for p in r.rows if p.fits and mode_of(p.mode).advised and p.agg_samples_per_s]
 
     def measure(preds: list[Prediction], scale: int) -> dict[str, tuple[float | None, str, bool]]:
         cells = [(p.label, _words(p, profiled)) for p in preds]

@@ -47,6 +47,7 @@ from raycolloc.advise.shapes import (
     Slot,
 )
 from raycolloc.advise.spread import with_intervals
+from raycolloc.mode_kinds import Sharing, mode_of
 
 __all__ = [
     "ASSUMPTIONS",
@@ -74,7 +75,7 @@ MEM_HEADROOM_MIB = 256.0  # per GPU (or GPU instance): allocator fragmentation a
 # The MPS control daemon's server: 66 MiB more GPU memory used at degree 1 under MPS than naive (H200,
 # resnet26_cifar10, two sweeps); counted twice over to stay on the safe side.
 MPS_SERVER_MIB = 128.0
-MPS_MAX_CLIENTS = 48  # client CUDA contexts one MPS server takes on Volta and newer (NVIDIA MPS documentation)
+MPS_MAX_CLIENTS: int = mode_of("mps").max_clients or 0  # the registry's (raycolloc.mode_kinds): NVIDIA's documented 48
 ASSUMPTIONS = (
     "a job alone is the profile measured (its epoch-2 samples/s, SM activity, GPU time busy, DRAM and PCIe "
     "activity, CPU time per step of its launching thread, peak memory); collocated jobs are alike to it",
@@ -173,9 +174,10 @@ def memory_need(c: Candidate, gpu: Gpu) -> tuple[bool, str | None, float, float,
     and the capacity are the GPU's, or under MIG the fullest GPU instance's; the expected use is the
     whole GPU's (what ``cells.mem_used_max_mib`` measures)."""
     safe = [p.job_mem_mib * (1 + MEM_MARGIN) for p in c.jobs]
-    server = MPS_SERVER_MIB if c.mode == "mps" else 0.0
+    kind = mode_of(c.mode)
+    server = MPS_SERVER_MIB if kind.needs_daemon else 0.0
     expected = gpu.base_mib + sum(p.job_mem_mib for p in c.jobs) + server / 2
-    if c.mode == "mig":
+    if kind.partitioned:
         worst: tuple[float, float, str] | None = None
         for group in sorted({s.group for s in c.slots}):
             idx = [i for i, s in enumerate(c.slots) if s.group == group]
@@ -200,17 +202,18 @@ def memory_need(c: Candidate, gpu: Gpu) -> tuple[bool, str | None, float, float,
             f"{gpu.name} has {gpu.memory_mib / 1024:.1f} GiB"
         )
     )
-    if c.mode == "mps" and c.degree > MPS_MAX_CLIENTS:
-        why = f"MPS serves at most {MPS_MAX_CLIENTS} clients"
+    if kind.max_clients is not None and c.degree > kind.max_clients:
+        why = f"{c.mode} serves at most {kind.max_clients} clients"
     return why is None, why, need, expected, gpu.memory_mib
 
 
 def max_degree(profile: Profile, gpu: Gpu, mode: str) -> int:
     """The largest uniform degree of ``profile`` that fits (naive, mps): its memory, MPS's clients,
     and a core per job (raycolloc pins each job's training process to a core of its own); 0 if none."""
-    free = gpu.memory_mib - gpu.base_mib - MEM_HEADROOM_MIB - (MPS_SERVER_MIB if mode == "mps" else 0.0)
+    kind = mode_of(mode)
+    free = gpu.memory_mib - gpu.base_mib - MEM_HEADROOM_MIB - (MPS_SERVER_MIB if kind.needs_daemon else 0.0)
     fit = int(free // (profile.job_mem_mib * (1 + MEM_MARGIN)))
-    limits = [fit, *([MPS_MAX_CLIENTS] if mode == "mps" else []), *([gpu.cores] if gpu.cores else [])]
+    limits = [fit, *([kind.max_clients] if kind.max_clients else []), *([gpu.cores] if gpu.cores else [])]
     return max(0, min(limits))
 
 
@@ -238,13 +241,14 @@ def _rates(c: Candidate, gpu: Gpu, params: Params) -> _Rates:
     rates = _Rates(n)
     everyone = list(range(n))
     p = params.mode(c.mode)
-    if c.mode == "naive":
+    sharing = mode_of(c.mode).sharing
+    if sharing is Sharing.TIME_SLICED:
         # Alone a job keeps the GPU (no other context to switch to): it offers the time it was busy, and
         # only several contexts lose the switches (corpus: vit_tiny and resnet152, busy 99-100% alone,
         # give 0.91-0.93x their solo rate at x2 to x16; the solo taken as just below capacity gave 1.0x).
         busy: list[float | None] = [j.busy for j in jobs]
         rates.smooth(everyone, busy, p.capacity, 1.0, p.sharpness, "GPU time (time-slicing)", alone_served=False)
-    elif c.mode == "mps":
+    elif sharing is Sharing.CONCURRENT:
         rates.smooth(everyone, [j.sm_active for j in jobs], p.capacity, 1.0, p.sharpness, "SMs")
         rates.smooth(everyone, [j.dram_active for j in jobs], p.capacity, 1.0, p.sharpness, "DRAM bandwidth")
         for i, slot in enumerate(c.slots):
@@ -252,7 +256,7 @@ def _rates(c: Candidate, gpu: Gpu, params: Params) -> _Rates:
                 rates.smooth(
                     [i], [jobs[i].sm_active], p.capacity, slot.sm_fraction, p.sharpness, "SMs (active-thread %)"
                 )
-    elif c.mode == "mig":
+    elif sharing is Sharing.PARTITIONED:
         for i, slot in enumerate(c.slots):
             rates.smooth([i], [jobs[i].sm_active], p.capacity, slot.sm_fraction, p.sharpness, "SMs (MIG)")
         for group in sorted({s.group for s in c.slots}):
@@ -276,7 +280,7 @@ def _rates(c: Candidate, gpu: Gpu, params: Params) -> _Rates:
         cpu_pool = max(params.cpu_capacity * gpu.cores, max(j.cpu_busy for j in jobs))
         rates.hard([j.cpu_busy for j in jobs], cpu_pool, "CPU cores")
     rates.hard([(j.pcie_rx_bytes_s or 0.0) for j in jobs], gpu.pcie_bytes_s, "PCIe")
-    if c.mode == "mps":  # a loss on top of whatever binds (the CPU, PCIe): applied last
+    if sharing is Sharing.CONCURRENT:  # a loss on top of whatever binds (the CPU, PCIe): applied last
         _thrash(rates, jobs, p.capacity, params.mps_thrash)
     return rates
 

@@ -18,6 +18,7 @@ from raycolloc.advise.model import Candidate, Gpu, Slot
 from raycolloc.advise.profile import GpuCosts, Profile, finite, profile_key, settings_of
 from raycolloc.advise.slots import mig_slots, mps_slots
 from raycolloc.config_checks import parse_cpu_list
+from raycolloc.mode_kinds import MODE_KINDS, Sharing
 from raycolloc.results.stats import mean_interval
 
 __all__ = ["Observation", "by_configuration", "given_cores", "observations_in"]
@@ -77,19 +78,20 @@ def _candidate(
         profiles.get(profile_key(gpu_name, str(j["workload"]), settings_of(j)))
         for _, j in jobs.sort_values("job_index").iterrows()
     ]
-    if not found or any(p is None for p in found) or mode not in ("naive", "mps", "mig"):
+    if not found or any(p is None for p in found) or mode not in MODE_KINDS:
         return None
     chosen: tuple[Profile, ...] = tuple(p for p in found if p is not None)
     cfg = json.loads(cell["config_json"]) if isinstance(cell.get("config_json"), str) else {}
     mix_jobs = (cfg.get("mix") or {}).get("jobs") or []
-    if mode == "mps":
+    sharing = MODE_KINDS[mode].sharing
+    if sharing is Sharing.CONCURRENT:
         atp = _per_job((cfg.get("mode") or {}).get("active_thread_percentage"), len(chosen))
         atp = [
             (mix_jobs[i].get("active_thread_percentage") if i < len(mix_jobs) else None) or a for i, a in enumerate(atp)
         ]
         limited = tuple(int(a) for a in atp if a is not None)
         return Candidate(mode, chosen, mps_slots(atp), limited if len(limited) == len(chosen) else None)
-    if mode == "mig":
+    if sharing is Sharing.PARTITIONED:
         per_job = [j.get("mig_profile") for j in mix_jobs] if mix_jobs else [None] * len(chosen)
         placed = mig_slots(
             gpu_name, (cfg.get("mig") or {}).get("layout", "auto"), (cfg.get("mix") or {}).get("mig_layout"), per_job

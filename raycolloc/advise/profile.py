@@ -23,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 
+from raycolloc.mode_kinds import is_baseline, modes_where
 from raycolloc.results.stats import Interval, bounds, mean_interval
 
 __all__ = [
@@ -132,7 +133,7 @@ def solo_cells(cells: pd.DataFrame) -> pd.DataFrame:
         (cells["status"] == "ok")
         & cells["mix"].isna()
         & (cells["degree"] == 1)
-        & cells["mode"].isin(["naive", "mps"])
+        & cells["mode"].isin(modes_where(lambda k: k.shares_memory))
         & cells["agg_samples_per_s"].notna()
     ]
 
@@ -252,7 +253,7 @@ def gpu_costs_in(cells: pd.DataFrame, jobs: pd.DataFrame) -> dict[str, GpuCosts]
     """Per GPU model, its costs from the naive solo cells that show both PyTorch's and NVML's view
     of the job's memory (median over such cells)."""
     solo = solo_cells(cells)
-    solo = solo[solo["mode"] == "naive"]
+    solo = solo[solo["mode"].map(is_baseline)]
     merged = solo.merge(jobs, on=["sweep", "cell_id"], suffixes=("", "_job"))
     out: dict[str, GpuCosts] = {}
     for gpu, group in merged.groupby("gpu_name"):
@@ -368,4 +369,4 @@ def profiles_in(
         except ValueError:
             continue
         found.setdefault(profile_key(profile.gpu_name, profile.workload, profile.settings), []).append(profile)
-    return {key: combine(sorted(runs, key=lambda p: p.mode != "naive")) for key, runs in found.items()}
+    return {key: combine(sorted(runs, key=lambda p: not is_baseline(p.mode))) for key, runs in found.items()}

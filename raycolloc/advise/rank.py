@@ -18,6 +18,7 @@ from raycolloc.advise.model import Candidate, Gpu, Params, Prediction, Slot, max
 from raycolloc.advise.profile import Profile
 from raycolloc.advise.shapes import Measurement
 from raycolloc.advise.slots import equal_share, mig_slots, mps_slots
+from raycolloc.mode_kinds import modes_where
 from raycolloc.results.stats import Interval
 
 __all__ = ["DEFAULT_DEGREES", "Ranking", "format_ranking", "mix_candidates", "rank", "uniform_candidates"]
@@ -28,7 +29,7 @@ DEFAULT_DEGREES = (1, 2, 3, 7)
 def uniform_candidates(profile: Profile, gpu: Gpu, degrees: Sequence[int] = DEFAULT_DEGREES) -> list[Candidate]:
     """Every configuration of ``degree`` copies of one workload the advisor predicts."""
     out = []
-    for mode in ("naive", "mps"):
+    for mode in modes_where(lambda k: k.advised):
         for d in sorted({*degrees, max_degree(profile, gpu, mode)} - {0}):
             out.append(Candidate(mode, (profile,) * d, (Slot(),) * d))
     for d in sorted(d for d in set(degrees) if d > 1):

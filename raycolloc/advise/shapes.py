@@ -6,8 +6,10 @@ can name them without the model's arithmetic)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import cast
 
 from raycolloc.advise.profile import Profile
+from raycolloc.mode_kinds import Sharing, mode_of
 from raycolloc.results.stats import Interval
 
 __all__ = [
@@ -74,7 +76,8 @@ class Params:
     unfitted_modes: tuple[str, ...] = ()
 
     def mode(self, name: str) -> ModeParams:
-        return {"naive": self.naive, "mps": self.mps, "mig": self.mig}[name]
+        mode_of(name)  # a KeyError naming the modes there are, for a name that is none
+        return cast(ModeParams, getattr(self, name))
 
     def fitted_degrees(self, mode: str) -> tuple[int, ...]:
         """The degrees the mode's parameters saw (empty: none of its own)."""
@@ -93,7 +96,12 @@ class Params:
         Past saturation MPS clients lose in proportion to DRAM activity (``mps_thrash``): a fit on
         workloads with less of it cannot know how much (on one H200, resnet26 at 2.6% DRAM activity
         fitted on two models at 0.8% or less: MPS x14 predicted 29% high)."""
-        if self.mps_dram_reach is None or mode != "mps" or offered_sm <= self.mps.capacity or dram <= 0:
+        if (
+            self.mps_dram_reach is None
+            or mode_of(mode).sharing is not Sharing.CONCURRENT
+            or offered_sm <= self.mps.capacity
+            or dram <= 0
+        ):
             return 1.0
         if self.mps_dram_reach <= 0:  # the fit had no cell past saturation: nothing known there
             return DRAM_UNSEEN

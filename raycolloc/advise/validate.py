@@ -23,6 +23,7 @@ from raycolloc.advise.fit import fit
 from raycolloc.advise.model import ASSUMPTIONS, Params, Prediction, predict
 from raycolloc.advise.observe import Observation, by_configuration, observations_in
 from raycolloc.advise.profile import Profile, gpu_costs_in, profiles_in
+from raycolloc.mode_kinds import mode_of
 from raycolloc.node.gpu.kinds import recorded_traits
 
 __all__ = ["CellCheck", "Metric", "Targets", "Validation", "format_validation", "validate"]
@@ -137,7 +138,7 @@ def _check(o: Observation, params: Params) -> CellCheck:
         mem_error=_rel(pred.mem_expected_mib, o.mem_used_mib) if ok and not o.profile_cell else None,
         # The GPU's memory in use against the safe-side need (under MIG the need is per GPU instance).
         mem_safe=pred.mem_need_mib >= o.mem_used_mib
-        if o.mem_used_mib is not None and ok and pred.mode != "mig"
+        if o.mem_used_mib is not None and ok and mode_of(pred.mode).shares_memory
         else None,
         # The promise: a configuration predicted to fit does not run out of memory.
         unsafe_fit=pred.fits and o.status in ("oom", "unfit"),
