@@ -274,18 +274,11 @@ _NON_SEMANTIC = {
     ("mode", "keep_daemon"),
     ("cluster", "max_concurrent_cells"),
     ("cluster", "lease_timeout_s"),
-    ("cluster", "dashboard"),
-    ("cluster", "dashboard_host"),
-    ("cluster", "dashboard_port"),
-    ("cluster", "metrics_export_port"),
+    *(("cluster", key) for key in ("dashboard", "dashboard_host", "dashboard_port", "metrics_export_port")),
     ("cluster", "reserved_cpus"),  # where the node's own processes run, as max_concurrent_cells: rows say
     ("cluster", "isolate_measurement"),
-    ("trainer", "setup_timeout_s"),
-    ("trainer", "stall_timeout_s"),
-    ("trainer", "epoch_timeout_s"),
-    ("trainer", "spawn"),
-    ("trainer", "reuse_actors"),
-    ("trainer", "compile_cache"),
+    *(("trainer", key) for key in ("setup_timeout_s", "stall_timeout_s", "epoch_timeout_s", "spawn")),
+    *(("trainer", key) for key in ("reuse_actors", "compile_cache")),
 }
 # Keys that do not change a cell's work but were hashed before: hashed as their (old) default
 # whatever their value, so results written with the default keep their hash.
@@ -294,6 +287,7 @@ _HASHED_AS_DEFAULT = {
     ("cluster", "num_cpus"): None,
     ("cluster", "sim_mig_mode"): "auto",
     ("mig", "allow_reconfigure"): False,
+    ("mode", "pipe_root"): "/tmp/raycolloc-mps",  # per user since issue 46: where pipes lie measures nothing
 }
 
 
@@ -385,7 +379,6 @@ def load_config(cfg: DictConfig | Config) -> Config:
 def register_configs() -> None:
     """Store every schema in Hydra's ConfigStore (``base_<group>`` and ``base_config``), once per process."""
     from hydra.core.config_store import ConfigStore
-
     from omegaconf import OmegaConf
 
     # conf/cluster: ``sim_root: ${oc.env:RAYCOLLOC_SIM_ROOT,${raycolloc.sim_root:}}``

@@ -121,7 +121,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     # A worker's own directory, or the session's; the doctor looks at the pipe root of every run here that
     # named none (as `raycolloc doctor` does at the user's after `make test`).
-    left = leave_nothing(SHORT_TMP if worker else SHORT_TMP.parent, pipe_roots=[SHORT_TMP / "mps"])
+    left = leave_nothing(SHORT_TMP if worker else SHORT_TMP.parent, pipe_roots=[SHORT_TMP / "mps"], stop_ray=True)
     if left:  # the run fails: a test left what its cleanup does not reach
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
         sys.stderr.write(f"\nthe test session left behind: {'; '.join(left)}\n")

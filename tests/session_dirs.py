@@ -59,12 +59,16 @@ def doctor_findings(pipe_root: Path) -> list[str]:
     return [line for line in lines if line.startswith("left:")] or [f"exit {status}"]
 
 
-def leave_nothing(root: Path, grace_s: float = GRACE_S, pipe_roots: Iterable[Path] = ()) -> list[str]:
+def leave_nothing(
+    root: Path, grace_s: float = GRACE_S, pipe_roots: Iterable[Path] = (), stop_ray: bool = False
+) -> list[str]:
     """Remove ``root`` once nothing runs in it; returns what was left (processes still running after
     ``grace_s``, stopped now; what the doctor found on each of ``pipe_roots``; a directory that could not
-    be removed). Empty: nothing was."""
+    be removed). Empty: nothing was. ``stop_ray``: shut this process's Ray instance down first (the
+    session's end alone: a test calling this mid-session once shut the session's instance down, and
+    every later test of its worker that joins it was refused, CI 2026-12-02)."""
     ray = sys.modules.get("ray")  # a quick-tier session imported none, and needs none
-    if ray is not None and ray.is_initialized():
+    if stop_ray and ray is not None and ray.is_initialized():
         ray.shutdown()
     deadline = time.monotonic() + grace_s
     while (running := processes_under(root)) and time.monotonic() < deadline:

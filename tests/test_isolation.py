@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from raycolloc.config import register_configs
 from raycolloc.localdirs import PIPE_ROOT_ENV, install_key
 from raycolloc.node.gpu.sim import SimBackend
 from raycolloc.node.gpu.sim_mps import install_control
@@ -29,16 +30,25 @@ from .session_dirs import leave_nothing
 def test_the_default_roots_are_this_users_and_the_sim_root_this_installs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.delenv("RAYCOLLOC_SIM_ROOT", raising=False)
-    monkeypatch.delenv(PIPE_ROOT_ENV, raising=False)
-    config = load(["mode=mps"], out_dir=tmp_path).config
-    mine = f"/tmp/raycolloc-{os.getuid()}"
-    assert config.mode.pipe_root == f"{mine}/mps"
-    assert config.cluster.sim_root == f"{mine}/sim-{install_key()}"
-    monkeypatch.setenv("RAYCOLLOC_SIM_ROOT", str(tmp_path / "own"))
-    monkeypatch.setenv(PIPE_ROOT_ENV, str(tmp_path / "pipes"))
-    config = load(["mode=mps"], out_dir=tmp_path).config
-    assert (config.cluster.sim_root, config.mode.pipe_root) == (str(tmp_path / "own"), str(tmp_path / "pipes"))
+    # The schemas are stored once per process, their defaults read then (a process's environment is
+    # its own): stored again here under each environment, and again as the session's at the end.
+    try:
+        monkeypatch.delenv("RAYCOLLOC_SIM_ROOT", raising=False)
+        monkeypatch.delenv(PIPE_ROOT_ENV, raising=False)
+        register_configs.cache_clear()
+        config = load(["mode=mps"], out_dir=tmp_path).config
+        mine = f"/tmp/raycolloc-{os.getuid()}"
+        assert config.mode.pipe_root == f"{mine}/mps"
+        assert config.cluster.sim_root == f"{mine}/sim-{install_key()}"
+        monkeypatch.setenv("RAYCOLLOC_SIM_ROOT", str(tmp_path / "own"))
+        monkeypatch.setenv(PIPE_ROOT_ENV, str(tmp_path / "pipes"))
+        register_configs.cache_clear()
+        config = load(["mode=mps"], out_dir=tmp_path).config
+        assert (config.cluster.sim_root, config.mode.pipe_root) == (str(tmp_path / "own"), str(tmp_path / "pipes"))
+    finally:
+        monkeypatch.undo()
+        register_configs.cache_clear()
+        register_configs()
 
 
 def test_two_installs_have_two_simulated_machines_with_different_gpus(tmp_path: Path) -> None:
