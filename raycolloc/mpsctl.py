@@ -18,10 +18,10 @@ __all__ = ["BUSY", "CONTROL", "DEFAULT_PIPE", "MpsError", "client_status", "cont
 CONTROL = "nvidia-cuda-mps-control"
 DEFAULT_PIPE = "/tmp/nvidia-mps"
 # What the control tool says when its daemon does not take the command: on one H200 (2026-12-02),
-# seven script jobs' watches asking at once got it on 4 of 10 jobs, which were then never seen as
-# clients (jobs/check_cost.sh). The asks are serialised per daemon and this reply retried.
+# script jobs' watches asking at once got it, and 10 of 20 jobs of MPS x3/x7 cells (run twice) were
+# never seen as clients (jobs/check_cost.sh). The asks are serialised per daemon and this reply retried.
 BUSY = "Cannot send command to MPS control daemon"
-BUSY_TRIES = 6  # 0.05 + 0.1 + ... + 1.6 s of back-off at most
+BUSY_TRIES = 6  # back-off 0.05 + 0.1 + ... + 0.8 s: 1.55 s at most
 
 
 class MpsError(RuntimeError):
@@ -52,7 +52,7 @@ def control_command(control: str, pipe_dir: str | None, command: str, timeout: f
 
 @contextlib.contextmanager
 def _turn(pipe_dir: str | None) -> Iterator[None]:
-    """Hold this daemon's control lock (``<pipe_dir>.lock``) while a command runs; none where the lock
+    """Hold this daemon's control lock (``<pipe_dir>.control.lock``) while a command runs; none where the lock
     file cannot be made (a pipe directory not ours)."""
     if not pipe_dir:
         yield

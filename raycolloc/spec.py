@@ -20,6 +20,7 @@ from raycolloc.workload_kinds import Workload
 __all__ = [
     "CELL_STATUSES",
     "JOB_STATUSES",
+    "NEVER_STARTED",
     "Binding",
     "CellProgress",
     "CellSpec",
@@ -45,6 +46,7 @@ JOB_STATUSES: tuple[JobStatus, ...] = ("ok", "oom", "error", "hang", "skipped")
 # jobs' memory estimate exceeds every GPU) or none, so a re-run tries it again (error, hang, skipped).
 CellStatus = Literal["ok", "partial", "oom", "unfit", "error", "hang", "skipped"]
 CELL_STATUSES: tuple[CellStatus, ...] = ("ok", "partial", "oom", "unfit", "error", "hang", "skipped")
+NEVER_STARTED: tuple[CellStatus, ...] = ("skipped", "unfit")  # a cell's jobs never held its GPU
 
 
 def as_cell_status(text: str) -> CellStatus:

@@ -49,23 +49,11 @@ from typing import Any, Literal
 
 from raycolloc.config import Config, config_hash
 from raycolloc.results.stats import Interval, mean_interval
-from raycolloc.spec import CellSpec
+from raycolloc.spec import NEVER_STARTED, CellSpec
 
-__all__ = [
-    "NEVER_RAN",
-    "Addition",
-    "Observation",
-    "RepeatPolicy",
-    "group_key",
-    "interval",
-    "is_solo",
-    "needs_rerun",
-    "observe",
-]
+__all__ = ["Addition", "Observation", "RepeatPolicy", "group_key", "interval", "is_solo", "needs_rerun", "observe"]
 
 Reason = Literal["solo", "ci"]
-
-NEVER_RAN = ("skipped", "unfit")  # a cell's statuses where its jobs never held the GPU
 
 
 @dataclass(frozen=True)
@@ -201,7 +189,7 @@ class RepeatPolicy:
         seen = observe(row) if row is not None else Observation("error", None)
         if cell.config.repeat == group.base.config.repeat and not group.first_done:
             group.first_done = True
-            if seen.status in NEVER_RAN:
+            if seen.status in NEVER_STARTED:
                 self._never_ran += 1
             elif seen.gpu_s is not None:
                 self._first_gpu_s.append(seen.gpu_s)

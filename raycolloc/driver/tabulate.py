@@ -16,7 +16,7 @@ from raycolloc.driver.noise import cell_noise, job_noise
 from raycolloc.node.gpu.backend import GpuInfo
 from raycolloc.results.rows import CellRow, EpochRow, JobRow, TelemetryRow
 from raycolloc.results.stats import CV_UNSTABLE, Interval, sum_interval
-from raycolloc.spec import CellSpec, CellStatus, JobState, JobStatus
+from raycolloc.spec import NEVER_STARTED, CellSpec, CellStatus, JobState, JobStatus
 
 __all__ = ["CellRecord", "cell_row", "epoch_interval", "job_rows", "rate_spread", "window_energy", "window_stats"]
 
@@ -64,7 +64,7 @@ def job_rows(rec: CellRecord) -> tuple[list[JobRow], list[EpochRow]]:
     jobs, epochs = [], []
     procs = _process_stats(rec)
     for job in rec.cell.jobs:
-        never: JobStatus = "skipped" if rec.status in ("skipped", "unfit") else "error"  # never started
+        never: JobStatus = "skipped" if rec.status in NEVER_STARTED else "error"
         state = rec.states.get(job.index) or JobState().failed(never, rec.reason or "not started")
         info, eps = state.info, state.epochs
         epochs.extend(eps)
