@@ -87,6 +87,9 @@ class JobSpec:
     epoch_time_s: float | None = None
     min_epoch_s: float | None = None  # a measured epoch's floor (s): config.measured_floor, resolved
     mem_estimate_mib: float | None = None  # from the model (driver, for compositions); None: not yet
+    # A file the job's training process (or script) writes its stdout and stderr to, appended (a queued
+    # job's, kept beside the queue's database for ``logs``); None: the actor's log, as a sweep's cell.
+    log_path: str | None = None
 
     @property
     def name(self) -> str:

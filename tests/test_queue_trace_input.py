@@ -33,8 +33,6 @@ HUGE = "x" * 200_000  # over the csv module's default field limit (131,072)
             "bad.csv:3",
             "kind",
         ),
-        (f"{HEADER}\n{GOOD}\nj2,1,python,,,mypkg.train:main,,10,\n", "bad.csv:3", "kind"),
-        (f"{HEADER}\n{GOOD}\nj2,1,script,,,python train.py --epochs 2,,10,\n", "bad.csv:3", "kind"),
         (f"{HEADER}\n{GOOD}\nj2,1,script,,,python 'train.py,,10,\n", "bad.csv:3", "entry"),
         # Review items 3, 4, 11: numbers float() makes infinite or past the bounds; a quote open on the
         # last line (at its last column, and at a column before the length); an entry on a timm row.
@@ -78,12 +76,35 @@ def test_a_blank_line_and_a_quoted_cell_do_not_shift_lines(tmp_path: Path) -> No
         read_trace(trace)
 
 
-def test_a_python_or_script_submission_names_why_it_is_refused() -> None:
+def test_a_python_or_script_row_is_read_and_refused_where_profiles_are_catalogued_only() -> None:
+    from raycolloc.queue.trace import refuse_unprofiled_kind
+
     row = {"job_id": "a", "submit_s": "0", "kind": "python", "entry": "mypkg.train:main", "samples": "10"}
-    with pytest.raises(TraceError, match=r"submission: kind: kind=python is well formed but cannot be queued"):
-        parse_row(row, "submission")
+    job = parse_row(row, "submission")  # well formed: a live queue on Ray runs it (tests/test_queue_live_ray.py)
+    assert (job.kind, job.entry, job.workload) == ("python", "mypkg.train:main", "python:mypkg.train:main")
+    script = parse_row({**row, "kind": "script", "entry": "python train.py --epochs 2"}, "submission")
+    assert script.workload == "script:python train.py --epochs 2"
+    for queued in (job, script):
+        with pytest.raises(TraceError, match=rf"submission: kind: kind={queued.kind} is well formed but cannot be "):
+            refuse_unprofiled_kind(queued, "submission")
     with pytest.raises(TraceError, match=r"submission: entry: 'not an entry' is not package.module:function"):
         parse_row({**row, "entry": "not an entry"}, "submission")
+
+
+def test_the_simulated_live_queue_and_a_replay_refuse_a_python_job_by_its_kind(tmp_path: Path) -> None:
+    from raycolloc.queue.service import QueueService
+    from raycolloc.queue.settings import compose_settings
+
+    service = QueueService(compose_settings(["cluster=local"]), tmp_path / "live.sqlite")
+    try:
+        with pytest.raises(TraceError, match=r"^submission: kind: kind=python .* serve queue.runner=ray"):
+            service.submit({"job_id": "a", "kind": "python", "entry": "mypkg.train:main", "samples": "10"})
+        assert sum(service.store.counts().values()) == 0
+    finally:
+        service.close()
+    trace = tmp_path / "t.csv"
+    trace.write_text(f"{HEADER}\n{GOOD}\nj2,1,script,,,python train.py,,10,\n")
+    assert main(["replay", str(trace), f"out_dir={tmp_path / 'out'}", "cluster=local"]) == 2
 
 
 def test_a_byte_order_mark_is_skipped_and_bytes_not_utf8_are_named_by_line(

@@ -136,6 +136,7 @@ class ScriptTrainer:
         self._stderr: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self._marks: EpochMarks | None = None
         self._mps: MpsWatch | None = None
+        self._log: IO[str] | None = None
         self._state = JobState(
             info=JobInfo(
                 hostname=socket.gethostname(),
@@ -209,9 +210,12 @@ class ScriptTrainer:
             # From the start: the script may make its context and end before the cell asks for epochs.
             self._mps = MpsWatch(str(self.binding.mps_control), self.binding.mps_pipe_dir, self._proc.pid, info)
         self._marks = EpochMarks(self._running, self.workload.epoch_regex, info.started_ts)
+        # A queued job's output goes to its log file (``JobSpec.log_path``), else to the actor's log.
+        log_path = self._running.log_path
+        self._log = open(log_path, "a", buffering=1) if log_path else None  # closed in finish
         for stream, handler, echo in (
-            (self._proc.stdout, self._stdout_line, sys.stdout),
-            (self._proc.stderr, self._stderr.append, sys.stderr),
+            (self._proc.stdout, self._stdout_line, self._log or sys.stdout),
+            (self._proc.stderr, self._stderr.append, self._log or sys.stderr),
         ):
             reader = threading.Thread(target=_read, args=(stream, handler, echo), daemon=True)
             reader.start()
@@ -236,6 +240,11 @@ class ScriptTrainer:
             self._proc.wait(timeout=30)
         if self._mps is not None:
             self._mps.stop()
+        for reader in self._readers:  # the script's last lines in its log before the file is closed
+            reader.join(timeout=10)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
         return self._state
 
     # --- internals ---------------------------------------------------------------------------

@@ -10,10 +10,10 @@ import sys
 from collections.abc import Callable
 
 from raycolloc.queue.report import format_summary
-from raycolloc.queue.settings import compose_settings
+from raycolloc.queue.settings import QueueSettings, compose_settings
 from raycolloc.queue.state import JournalModeError, StoreBusy, StoreUnusable
 
-__all__ = ["live_command", "replay_command", "trace_command"]
+__all__ = ["live_command", "logs_command", "replay_command", "trace_command"]
 
 _SUBMIT_FIELDS = ("job_id", "kind", "model", "dataset", "entry", "epochs", "samples", "max_slowdown")
 
@@ -74,6 +74,62 @@ def replay_command(args: argparse.Namespace) -> int:
     return 0 if outcome.summary.complete else 1  # a job not ended (cancelled ones included): 1
 
 
+def _serve(settings: QueueSettings) -> int:
+    """``serve`` until drained; Ctrl-C/SIGTERM stop its jobs and give its GPUs back (exit 130/143), and
+    ``serve`` again resumes."""
+    from raycolloc.driver import signals
+    from raycolloc.driver.lease import LeaseError
+    from raycolloc.queue import live
+
+    queue = settings.config.queue
+    where = f"runner={queue.runner}" + (f" GPU model {settings.gpu_label}" if queue.runner == "ray" else "")
+    print(f"queue serving: db={live.live_db(settings)} policy={queue.policy} {where}", flush=True)
+    signals.install()  # SIGTERM (a kill, timeout, Slurm) stops the jobs and releases the GPUs as Ctrl-C does
+    try:
+        summary = live.serve(settings, _print_status)
+    except LeaseError as exc:  # no GPU to lease: nothing ran, the database keeps its jobs
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 1
+    except KeyboardInterrupt as exc:
+        print("interrupted: jobs stopped, GPUs released; `serve` again resumes", file=sys.stderr, flush=True)
+        return signals.exit_status(exc)
+    finally:
+        signals.uninstall()
+    print(format_summary(summary), flush=True)
+    return 0
+
+
+def logs_command(args: argparse.Namespace) -> int:
+    """``logs JOB``: the job's output as the live queue kept it (every attempt's), also after it ended
+    or the queue stopped; exit 2 for a job the queue does not have."""
+    from raycolloc.queue.live import live_db
+    from raycolloc.queue.liveray import log_dir
+    from raycolloc.queue.rayjobs import log_file
+    from raycolloc.queue.state import Store
+
+    settings = compose_settings(args.words)
+    db = live_db(settings)
+    if not db.is_file():
+        print(f"error: no live queue's database at {db} (same out_dir or queue.db as `serve`)", file=sys.stderr)
+        return 2
+    store = Store(db, read_only=True)  # beside a running serve, which owns it
+    try:
+        record = store.job(args.job_id)
+    finally:
+        store.close()
+    if record is None:
+        print(f"error: logs: job_id: {args.job_id!r} is not a job of the queue at {db}", file=sys.stderr)
+        return 2
+    path = log_file(log_dir(db), args.job_id)
+    if not path.is_file():
+        why = "the simulated cluster runs no process" if settings.config.queue.runner != "ray" else "not started yet"
+        print(f"{args.job_id}: no output ({record.state}; {why})", flush=True)
+        return 0
+    sys.stdout.write(path.read_text(errors="replace"))
+    sys.stdout.flush()
+    return 0
+
+
 def _print_status(status: object) -> None:
     from raycolloc.queue.service import QueueStatus
 
@@ -103,9 +159,7 @@ def live_command(args: argparse.Namespace) -> int:
 
     settings = compose_settings(args.words)
     if args.command == "serve":
-        print(f"queue serving: db={live.live_db(settings)} policy={settings.config.queue.policy}", flush=True)
-        print(format_summary(live.serve(settings, _print_status)), flush=True)
-        return 0
+        return _serve(settings)
     fields = _submission_fields(args) if args.command == "submit" else {}
     try:
         actor = live.find_actor(settings)
@@ -124,9 +178,9 @@ def live_command(args: argparse.Namespace) -> int:
         _print_status(status)
         for gpu in status.gpus:
             print(f"  {gpu.gpu_id}  {gpu.mode or '-':<5} {gpu.mem_used_mib / 1024:6.1f} GiB  {', '.join(gpu.jobs)}")
-        for job in status.jobs:
-            if job.state != "ended":
-                print(f"  {job.job_id}  {job.workload}  {job.state}  {job.gpu or ''}")
+        for job in status.jobs:  # every job, ended ones too: what happened to each is one command away
+            again = f"  re-queued {job.requeues}x" if job.requeues else ""
+            print(f"  {job.job_id}  {job.workload}  {job.state}  {job.gpu or ''}{again}")
         return 0
     if args.command == "cancel":
         was = ray.get(actor.cancel.remote(args.job_id), timeout=60)

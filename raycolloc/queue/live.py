@@ -1,5 +1,19 @@
 """The live queue on Ray: one detached actor holding a :class:`~raycolloc.queue.service.QueueService`.
 
+With ``queue.runner=ray`` the actor's service leases every GPU of the cluster once (the simulated ones
+with ``cluster=local`` where there is no GPU, the node's real ones, or a cluster's at ``cluster.address``)
+and runs the jobs there (:mod:`raycolloc.queue.liveray`); the local instance ``serve`` starts is sized
+for its trainer pools. When ``serve`` ends — drained, Ctrl-C or SIGTERM — it asks the actor to stop its
+jobs and give every GPU back (trainers and their processes killed, MPS daemons stopped, leases
+removed; :data:`SHUTDOWN_S`), then kills it. Killed at once (SIGKILL), it asks nothing: on the local
+instance it started, Ray's processes die with it (the actor, its trainers and their training processes:
+each dies with its parent), and an MPS daemon left behind is stopped by the next ``serve``'s steward
+as it starts (``node/leftovers``); on a cluster at ``cluster.address`` the detached actor lives on and
+its jobs keep running, and the next ``serve`` finds it by name and waits on it. Either way the
+database (every change a transaction; its lock the kernel's, dropped with its owner) holds each job
+in one state: a second ``serve`` whose actor is new re-queues what the first had running, so every
+job ends exactly once.
+
 ``serve`` connects to Ray (``cluster.address``, or a new local instance), starts the actor by name
 (or finds it: ``get_if_exists``) and writes the cluster's address beside the queue's database, where
 ``submit``, ``status``, ``cancel`` and ``drain`` find it; it removes the file as it ends. A file left by
@@ -29,6 +43,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import ray
 
+from raycolloc.driver.lease import LeaseError
 from raycolloc.gauges import make_gauge
 from raycolloc.queue.dbcheck import ForeignDatabase, StoreDamaged
 from raycolloc.queue.report import Summary
@@ -64,6 +79,9 @@ NAMESPACE = "raycolloc"
 ACTOR_NAME = "raycolloc:queue"
 TICK_S = 0.1  # how often the actor catches its runners up (a simulated job's end is seen this late at most)
 GAUGE_S = 1.0  # how often it sets its dashboard gauges (a status of every job and GPU is not free)
+# How long serve waits for the actor to stop its jobs and give its GPUs back: each cell's release and each
+# MPS daemon's stop is bounded at 120 s (rayrunners); on simulated GPUs it takes a few seconds.
+SHUTDOWN_S = 300.0
 
 
 @dataclass(frozen=True)
@@ -151,7 +169,16 @@ class Ticker:
 # reach start_actor as ActorDiedError: a traceback, exit 1).
 _REFUSALS: dict[str, type[Exception]] = {
     c.__name__: c
-    for c in (StoreBusy, TraceMismatch, ConfigMismatch, JournalModeError, StoreUnusable, ForeignDatabase, StoreDamaged)
+    for c in (
+        StoreBusy,
+        TraceMismatch,
+        ConfigMismatch,
+        JournalModeError,
+        StoreUnusable,
+        ForeignDatabase,
+        StoreDamaged,
+        LeaseError,  # queue.runner=ray: no GPU on the cluster, or one not granted in time
+    )
 }
 
 
@@ -224,7 +251,8 @@ def start_actor(settings: QueueSettings) -> Any:
     # cast: what @ray.remote made of the class (mypy sees the class itself through the decorator's stub).
     actor_class = cast("ActorClass[QueueActor]", QueueActor)
     actor: Any = actor_class.options(**options).remote(settings, str(db))
-    refused = ray.get(actor.refused.remote(), timeout=120)  # up, and its database open (or why not)
+    # Up, its database open and (queue.runner=ray) every GPU leased, or why not.
+    refused = ray.get(actor.refused.remote(), timeout=120 + settings.config.cluster.lease_timeout_s)
     if refused is not None:
         ray.kill(actor)  # detached: it would keep the name, and the next serve would find it empty
         kind, _, message = refused.partition(": ")
@@ -276,8 +304,10 @@ def serve(settings: QueueSettings, report: Callable[[QueueStatus], None], poll_s
     """Start the live queue on a Ray cluster and run it until it is drained (``drain``); returns its
     summary. Ctrl-C stops it with its database kept: ``serve`` again resumes it."""
     from raycolloc.driver.cluster import connect
+    from raycolloc.queue.raylanes import POOL_SIZE
 
-    connect(settings.config.cluster)
+    ray_runner = settings.config.queue.runner == "ray"
+    connect(settings.config.cluster, POOL_SIZE if ray_runner else 1)  # a local instance sized for the pools
     actor = start_actor(settings)
     try:
         wait_drained(actor, poll_s, report=report)
@@ -285,7 +315,7 @@ def serve(settings: QueueSettings, report: Callable[[QueueStatus], None], poll_s
         return summary
     finally:
         address_file(settings).unlink(missing_ok=True)  # no queue answers there any more
-        try:
-            ray.get(actor.shutdown.remote(), timeout=30)
+        try:  # queue.runner=ray: its jobs stopped, MPS daemons stopped, leases removed (bounded waits)
+            ray.get(actor.shutdown.remote(), timeout=SHUTDOWN_S)
         finally:
             ray.kill(actor)

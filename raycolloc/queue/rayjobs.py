@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
+from pathlib import Path
 
 from raycolloc.config import Config, ConfigError, MixConfig
 from raycolloc.driver.cell_specs import build_cell, resolve_backend
@@ -21,7 +22,7 @@ from raycolloc.queue.trace import TraceJob
 from raycolloc.spec import CellSpec
 from raycolloc.workload_config import WorkloadConfig
 
-__all__ = ["CellMaker", "check_ray_config"]
+__all__ = ["CellMaker", "check_ray_config", "log_file"]
 
 
 def _workload(job: TraceJob, stand_in: str | None) -> WorkloadConfig:
@@ -39,8 +40,9 @@ class CellMaker:
     and fault, and given each job's length (building a timm model's cell runs it on the meta device,
     a second or more, and a trace has few distinct workloads but many lengths)."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, log_dir: Path | None = None) -> None:
         self.config = config
+        self.log_dir = log_dir  # a live queue's: each job's output appended to ``<log_dir>/<job_id>.log``
         self._cells: dict[tuple[str, str, str | None], CellSpec] = {}
 
     def cell(self, job: TraceJob, attempt: int, mode: str, samples: int) -> CellSpec:
@@ -65,7 +67,9 @@ class CellMaker:
                 )
             spec = dataclasses.replace(spec, epoch_samples=half)
         cell_id = f"queue-{job.job_id}-{attempt}"
-        return dataclasses.replace(cell, cell_id=cell_id, jobs=(dataclasses.replace(spec, cell_id=cell_id),))
+        log_path = str(log_file(self.log_dir, job.job_id)) if self.log_dir is not None else None
+        spec = dataclasses.replace(spec, cell_id=cell_id, log_path=log_path)
+        return dataclasses.replace(cell, cell_id=cell_id, jobs=(spec,))
 
     def _build(self, workload: WorkloadConfig, mode: str, fault: str | None, half: int) -> CellSpec:
         cfg = dataclasses.replace(
@@ -76,11 +80,16 @@ class CellMaker:
             mix=MixConfig(),
             degree=1,
             epochs=2,
-            epoch_samples=half,
+            epoch_samples=None if workload.kind.as_written else half,  # a script trains as written
             epoch_time_s=None,
             min_epoch_s=None,  # a queued job trains its length: a floor would lengthen a short one
         )
         return build_cell(cfg)
+
+
+def log_file(log_dir: Path, job_id: str) -> Path:
+    """Where a live queue keeps ``job_id``'s output (every attempt's, appended)."""
+    return log_dir / f"{job_id}.log"
 
 
 def check_ray_config(config: Config, jobs: list[TraceJob]) -> CellMaker:

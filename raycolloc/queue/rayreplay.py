@@ -45,13 +45,14 @@ from raycolloc.queue.profiles import (
     write_profiles,
 )
 from raycolloc.queue.rayjobs import check_ray_config
-from raycolloc.queue.raylanes import POOL_SIZE, open_lanes
+from raycolloc.queue.raylanes import POOL_SIZE
+from raycolloc.queue.rayqueue import MAX_FAILURES, give_up_failed, open_runners, write_gpu_files
 from raycolloc.queue.rayrunners import RayRunners
 from raycolloc.queue.replay import ReplayOutcome, claim_run, lengths_known, run_dir, trace_digest, trace_profiles
 from raycolloc.queue.report import job_rows, summarise, write_parquet, write_summary
-from raycolloc.queue.settings import QueueSettings, model_name
+from raycolloc.queue.settings import QueueSettings
 from raycolloc.queue.state import Store
-from raycolloc.queue.trace import MAX_SUBMIT_S, TraceJob, read_trace
+from raycolloc.queue.trace import MAX_SUBMIT_S, TraceJob, read_trace, refuse_unprofiled_kind
 
 __all__ = ["MAX_FAILURES", "TICK_S", "Polled", "replay_ray"]
 
@@ -59,7 +60,6 @@ log = logging.getLogger(__name__)
 
 TICK_S = 0.2  # how often the loop looks for ended jobs and places waiting ones
 SAVE_S = 5.0  # how often the energy drawn so far is written to the database (a kill loses at most this much)
-MAX_FAILURES = 3  # a job whose attempts failed (not out of memory) this often is cancelled, not tried again
 
 
 def _unfinished(store: Store) -> int:
@@ -87,9 +87,7 @@ def _loop(
             save()
             saved = now
         queue.handle(runners.poll(now))
-        for job_id, failed in runners.failures.items():
-            if failed >= MAX_FAILURES and store.cancel(job_id, now) is not None:
-                log.error("job=%s failed %d times (not out of memory): cancelled", job_id, failed)
+        give_up_failed(store, runners.failures, now)
         if _unfinished(store) == 0:
             return
         queue.schedule(now)
@@ -108,14 +106,6 @@ def _check_arrivals(jobs: list[TraceJob], scale: float) -> None:
         )
 
 
-def _check_gpu_model(runners: RayRunners, settings: QueueSettings) -> None:
-    """Warn where the leased GPUs are not the model the run is filed under (a cluster at an address,
-    whose GPUs were not seen before Ray was asked)."""
-    seen = sorted({lane.gpu.name for lane in runners.lanes.values()})
-    if any(model_name(name) != settings.gpu.name for name in seen):
-        log.warning("queue: the leased GPUs are %s; this run is filed as %s", ", ".join(seen), settings.gpu_label)
-
-
 def replay_ray(trace: Path, settings: QueueSettings) -> ReplayOutcome:
     """Run ``trace`` on the Ray cluster's GPUs to its end (or resume it).
 
@@ -130,6 +120,8 @@ def replay_ray(trace: Path, settings: QueueSettings) -> ReplayOutcome:
     from raycolloc.driver.cluster import connect
 
     jobs = read_trace(trace)
+    for job in jobs:  # a replay's profiles are measured per timm workload before its clock starts
+        refuse_unprofiled_kind(job, f"{trace}: job {job.job_id}")
     _check_arrivals(jobs, settings.config.queue.arrival_scale)
     measuring = settings.config.queue.profiles == "measured"
     catalog = {} if measuring else trace_profiles(trace, jobs, settings)
@@ -159,8 +151,7 @@ def replay_ray(trace: Path, settings: QueueSettings) -> ReplayOutcome:
             profiled_on = next(iter(found.by_job.values())).gpu_name
             params = fitted_params(Path(config.out_dir), profiled_on, params)
         predictor = Predictor(gpu, params)
-        runners = RayRunners(open_lanes(config), maker, {j.job_id: j for j in jobs}, predictor)
-        _check_gpu_model(runners, settings)
+        runners = open_runners(config, maker, {j.job_id: j for j in jobs}, predictor, settings)
         policy = create_policy(config.queue, gpu, predictor)
         queue = Queue(store, policy, runners, config.queue, gpu, lambda j: profiles[j.job_id])
         begin, t0 = store.clock(), time.monotonic()
@@ -205,9 +196,7 @@ def replay_ray(trace: Path, settings: QueueSettings) -> ReplayOutcome:
             config.queue.policy, rows, energy, wall, found.source, sessions, gpus, len(store.ends_lost()), "gpus"
         )
         jobs_file = write_parquet(directory / "jobs.parquet", rows)
-        write_parquet(directory / "gpus.parquet", runners.telemetry)
-        if runners.attempts:  # this run's (a resumed run's earlier attempts went with their process)
-            write_parquet(directory / "attempts.parquet", runners.attempts)
+        write_gpu_files(directory, runners)
         write_summary(directory / "summary.json", summary)
     finally:
         try:

@@ -164,6 +164,20 @@ class RayRunners:
                     out.append(self._settle(self.lanes[gpu_id], run, now))
         return out
 
+    def stop(self, job_id: str) -> bool:
+        """Stop ``job_id``'s running attempt (a cancel): its trainer and training process killed, its
+        cell released, the GPU emptied if it was the last; no report follows. False: it was not running."""
+        for gpu_id, runs in self._runs.items():
+            for run in runs:
+                if run.job_id == job_id:
+                    runs.remove(run)
+                    lane = self.lanes[gpu_id]
+                    lane.pool.give_back(run.cell, [], [run.actor])  # killed, its process with it
+                    self._release_cell(lane, run.cell)
+                    self._emptied(lane)
+                    return True
+        return False
+
     def close(self) -> None:
         """Stop every running job and give every GPU back (MPS daemons stopped, leases removed);
         whatever fails, the rest is still released."""

@@ -37,7 +37,7 @@ from raycolloc.queue.report import Summary, format_summary, job_rows, summarise,
 from raycolloc.queue.settings import QueueSettings
 from raycolloc.queue.simcluster import SimCluster, TelemetryRow
 from raycolloc.queue.state import ConfigMismatch, Store
-from raycolloc.queue.trace import TraceError, TraceJob, read_trace
+from raycolloc.queue.trace import TraceError, TraceJob, read_trace, refuse_unprofiled_kind
 from raycolloc.queue.truth import create_truth
 
 __all__ = [
@@ -195,6 +195,8 @@ def replay(trace: Path, settings: QueueSettings, open_store: Callable[[Path], St
         StoreBusy: another process runs it.
     """
     jobs = read_trace(trace)
+    for job in jobs:
+        refuse_unprofiled_kind(job, f"{trace}: job {job.job_id}")
     profiles = trace_profiles(trace, jobs, settings)
     config, gpu = settings.config, settings.gpu
     directory = run_dir(trace, settings)

@@ -1,15 +1,19 @@
-"""A live queue: jobs submitted while it runs, in wall-clock time (the Python API; no Ray here).
+"""A live queue: jobs submitted while it runs, in wall-clock time (the Python API; Ray only through
+its ``ray`` runners).
 
 :class:`QueueService` is the queue's loop driven by a clock instead of a trace: :meth:`tick` moves
 its runners to now, records what ended or ran out of memory, and places what waits. Jobs come in by
 :meth:`submit` (checked as a trace row is: a bad one is refused, naming the field, and nothing is
 queued), go by :meth:`cancel`, and :meth:`drain` closes the queue to new jobs and lets it run empty.
-Its runners are the simulated cluster so far, its time the simulated GPUs' (``queue.sim_speed``
-virtual seconds per wall second). It keeps everything in its database: a service started again on
-the same database resumes — the jobs it had running re-queued — so no job is lost or run twice; it
-takes submissions again (a drain closes the queue for the service that was asked, not for good). One
-process owns a database at a time (a second service elsewhere is refused: ``StoreBusy``), and one
-made with other queue settings is refused, naming them.
+Its runners are the simulated cluster (``queue.runner=sim``, its time the simulated GPUs':
+``queue.sim_speed`` virtual seconds per wall second; catalogued timm models only), or the Ray cluster's
+GPUs (``queue.runner=ray``: :mod:`raycolloc.queue.liveray`, wall-clock time; any workload a sweep runs,
+each workload's profile learned from its first run alone, :mod:`raycolloc.queue.learned`). It keeps
+everything in its database: a service started again on the same database resumes — the jobs it had
+running re-queued — so no job is lost or run twice; it takes submissions again (a drain closes the
+queue for the service that was asked, not for good). One process owns a database at a time (a second
+service elsewhere is refused: ``StoreBusy``), and one made with other queue settings is refused, naming
+them.
 :mod:`raycolloc.queue.live` serves it from a detached Ray actor.
 """
 
@@ -19,21 +23,39 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 from raycolloc.advise.profile import Profile
 from raycolloc.queue.catalog import NoProfile, catalog_profile, sim_params
-from raycolloc.queue.core import Queue
+from raycolloc.queue.core import Queue, Report, Runners
+from raycolloc.queue.learned import LearnedProfiles
 from raycolloc.queue.policies import create_policy
 from raycolloc.queue.policy import Predictor
 from raycolloc.queue.replay import claim_run
-from raycolloc.queue.report import Summary, job_rows, summarise
+from raycolloc.queue.report import Summary, job_rows, summarise, write_parquet, write_summary
 from raycolloc.queue.settings import QueueSettings
 from raycolloc.queue.simcluster import SimCluster
 from raycolloc.queue.state import Store
-from raycolloc.queue.trace import FIELDS, TraceError, TraceJob, parse_row
+from raycolloc.queue.trace import FIELDS, TraceError, TraceJob, parse_row, refuse_unprofiled_kind
 from raycolloc.queue.truth import ModelTruth
 
-__all__ = ["GpuStatus", "JobStatus", "QueueClosed", "QueueService", "QueueStatus", "submission"]
+if TYPE_CHECKING:
+    from raycolloc.queue.liveray import RayLive
+
+__all__ = ["GpuStatus", "JobStatus", "LiveRunners", "QueueClosed", "QueueService", "QueueStatus", "submission"]
+
+
+class LiveRunners(Runners, Protocol):
+    """What a live service runs its jobs on: the simulated cluster, or Ray's GPUs (``liveray.RayLive``)."""
+
+    @property
+    def energy_j(self) -> float: ...
+
+    def advance(self, to: float) -> list[Report]: ...
+
+    def stop(self, job_id: str, now: float) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class QueueClosed(RuntimeError):
@@ -105,27 +127,46 @@ class QueueService:
         """
         config, gpu = settings.config, settings.gpu
         self.settings = settings
+        self.on_ray = config.queue.runner == "ray"
+        self._ray: RayLive | None = None  # the Ray cluster's GPUs (queue.runner=ray), once leased
         self.store = Store(db)
+        self.profiles = LearnedProfiles(self.store, gpu, config.queue.profiles == "catalog")
+        sim = f"{settings.nodes}x{settings.gpus_per_node}"
+        shape = f"ray {config.cluster.backend}" if self.on_ray else sim
         try:
-            claim_run(self.store, "live", f"{settings.nodes}x{settings.gpus_per_node} {gpu.name}", settings)
+            claim_run(self.store, "live", f"{shape} {gpu.name}", settings)
+            self.store.put("draining", "0")  # a new service takes jobs: the last one's drain was its own
+            self._clock = clock
+            self._started = clock()
+            self._base = self.store.clock()
+            self._ticked = self._base
+            self._speed = 1.0 if self.on_ray else config.queue.sim_speed  # Ray's GPUs run in wall-clock time
+            predictor = Predictor(gpu, sim_params(gpu))
+            self.cluster = self._runners(db, predictor)
         except BaseException:
             self.store.close()  # its lock too: the caller gets the error, not a held database
             raise
-        self.store.put("draining", "0")  # a new service takes jobs: the last one's drain was its own
-        self._clock = clock
-        self._started = clock()
-        self._base = self.store.clock()
-        self._ticked = self._base
-        predictor = Predictor(gpu, sim_params(gpu))
-        truth = ModelTruth(predictor, config.seed, config.queue.sim_mem_error)
-        self.cluster = SimCluster(settings.nodes, settings.gpus_per_node, gpu, truth, config.queue, self._base)
         policy = create_policy(config.queue, gpu, predictor)
-        self.queue = Queue(self.store, policy, self.cluster, config.queue, gpu, self._profile)
+        profile_of = self.profiles.of if self.on_ray else self._profile
+        self.queue = Queue(self.store, policy, self.cluster, config.queue, gpu, profile_of)
         self.queue.resume(self._base)  # what the last process had running died with it
 
+    def _runners(self, db: Path, predictor: Predictor) -> LiveRunners:
+        """The simulated cluster, or (``queue.runner=ray``) the Ray cluster's GPUs, leased now."""
+        config = self.settings.config
+        if self.on_ray:
+            from raycolloc.queue.liveray import RayLive
+
+            self._ray = RayLive(self.settings, self.store, self.profiles, db)
+            return self._ray
+        truth = ModelTruth(predictor, config.seed, config.queue.sim_mem_error)
+        s = self.settings
+        return SimCluster(s.nodes, s.gpus_per_node, s.gpu, truth, config.queue, self._base)
+
     def now(self) -> float:
-        """The queue's time: seconds since it first started (virtual, ``queue.sim_speed`` per wall second)."""
-        return self._base + (self._clock() - self._started) * self.settings.config.queue.sim_speed
+        """The queue's time: seconds since it first started (on the simulated cluster virtual ones,
+        ``queue.sim_speed`` per wall second)."""
+        return self._base + (self._clock() - self._started) * self._speed
 
     def tick(self) -> None:
         """Catch up to now: record ends and OOMs, place what waits."""
@@ -150,12 +191,17 @@ class QueueService:
             raise QueueClosed("the queue is draining: it takes no new job")
         now = self.cluster_time()  # the runners' time: it arrives now, never behind what they did
         job = submission(fields, now)
-        try:
-            profile = catalog_profile(job.workload, self.settings.gpu)
-        except NoProfile as exc:
-            raise TraceError("submission", "model", str(exc)) from None
         if self.store.job(job.job_id) is not None:
             raise TraceError("submission", "job_id", f"{job.job_id!r} is already in the queue")
+        if self._ray is None:
+            refuse_unprofiled_kind(job, "submission")
+            try:
+                profile = catalog_profile(job.workload, self.settings.gpu)
+            except NoProfile as exc:
+                raise TraceError("submission", "model", str(exc)) from None
+        else:
+            self._ray.admit(job)
+            profile = self.profiles.of(job)
         self.store.add([job], [profile.job_mem_mib], now, self.settings.config.queue.max_slowdown)
         return job.job_id
 
@@ -197,15 +243,40 @@ class QueueService:
         queue (a resumed queue's, as a resumed replay's, is the last session's)."""
 
         def alone(job: TraceJob) -> float | None:
-            return (job.length_samples or 0) / self._profile(job).samples_per_s
+            profile = self.profiles.known(job) if self.on_ray else self._profile(job)
+            return (job.length_samples or 0) / profile.samples_per_s if profile is not None else None
 
         queue = self.settings.config.queue
         rows = job_rows(queue.policy, self.store.jobs(), alone, queue.max_slowdown)
         wall_s = self._clock() - self._started
-        return summarise(queue.policy, rows, self.cluster.energy_j, wall_s, ends_lost=len(self.store.ends_lost()))
+        lost = len(self.store.ends_lost())
+        if not self.on_ray:
+            return summarise(queue.policy, rows, self.cluster.energy_j, wall_s, ends_lost=lost)
+        return summarise(queue.policy, rows, self.cluster.energy_j, wall_s, "learned", ends_lost=lost, truth="gpus")
 
     def close(self) -> None:
-        self.store.close()
+        """Stop what runs and give the GPUs back (Ray's: ``gpus.parquet``, ``attempts.parquet``,
+        ``jobs.parquet`` and ``summary.json`` written beside the database); close the database."""
+        try:
+            if self.on_ray:
+                self._write_results()
+        finally:
+            try:
+                self.cluster.close()
+            finally:
+                self.store.close()
+
+    def _write_results(self) -> None:
+        summary = self.summary()
+        queue = self.settings.config.queue
+
+        def alone(job: TraceJob) -> float | None:
+            profile = self.profiles.known(job)
+            return (job.length_samples or 0) / profile.samples_per_s if profile is not None else None
+
+        directory = self.store.path.parent
+        write_parquet(directory / "jobs.parquet", job_rows(queue.policy, self.store.jobs(), alone, queue.max_slowdown))
+        write_summary(directory / "summary.json", summary)
 
     def _profile(self, job: TraceJob) -> Profile:
         return catalog_profile(job.workload, self.settings.gpu)

@@ -195,6 +195,9 @@ class SimCluster:
                 g.mode = g.mode if g.runs else None
                 self._refresh(g, now)
 
+    def close(self) -> None:
+        """Nothing to give back: the simulated GPUs are this object's."""
+
     def running(self) -> frozenset[tuple[str, int]]:
         return frozenset((r.job_id, r.attempt) for g in self._gpus for r in g.runs)
 

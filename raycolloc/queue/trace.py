@@ -5,10 +5,12 @@ left out or empty where they do not apply):
 
 * ``job_id``: unique, letters, digits, ``_.-``;
 * ``submit_s``: seconds after the trace starts (0 to 1e7, about 116 days);
-* ``kind``: ``timm`` (``model`` x ``dataset``). ``python`` (``entry`` = ``module:function``) and
-  ``script`` (``entry`` = the command line) are checked as a sweep's ``workload=python|script`` is,
-  then refused: the queue places a job by its workload's profile alone, and it has profiles only of
-  its catalogue's timm models (:mod:`raycolloc.queue.catalog`); a timm row with an ``entry`` is refused;
+* ``kind``: ``timm`` (``model`` x ``dataset``), ``python`` (``entry`` = ``module:function``) or
+  ``script`` (``entry`` = the command line, run unmodified), the last two checked as a sweep's
+  ``workload=python|script`` is; a timm row with an ``entry`` is refused. Only a live queue on Ray
+  (``serve queue.runner=ray``) runs python and script jobs: it learns a workload's profile from its
+  first run; the simulated cluster and a replay know profiles of catalogued timm models alone and
+  refuse them (:func:`refuse_unprofiled_kind`);
 * ``epochs`` or ``samples``: the job's length (exactly one, an integer: epochs 1 to 1e6, samples 1 to
   1e12);
 * ``max_slowdown``: the job's bound on its slowdown against running alone (1 to 1e6; empty: the
@@ -44,7 +46,7 @@ from raycolloc.datasets import DATASETS
 from raycolloc.workload_config import WorkloadConfig
 
 __all__ = ["FIELDS", "KINDS", "TraceError", "TraceJob", "TraceOutError", "check_out", "parse_row", "read_trace"]
-__all__ += ["write_trace"]
+__all__ += ["refuse_unprofiled_kind", "write_trace"]
 
 FIELDS = ("job_id", "submit_s", "kind", "model", "dataset", "entry", "epochs", "samples", "max_slowdown")
 REQUIRED = ("job_id", "submit_s", "kind")
@@ -163,7 +165,7 @@ def parse_row(row: dict[str, str], where: str) -> TraceJob:
 
 
 def _check_entry(where: str, kind: str, entry: str) -> None:
-    """A python or script job's entry, checked as a sweep's workload is; then refused (module docstring)."""
+    """A python or script job's entry, checked as a sweep's workload is."""
     if not entry:
         what = "module:function" if kind == "python" else "the command line"
         raise TraceError(where, "entry", f"missing (kind={kind} runs {what})")
@@ -175,12 +177,23 @@ def _check_entry(where: str, kind: str, entry: str) -> None:
     except (ConfigError, ValueError) as exc:  # shlex: ValueError on an open quote
         what = "package.module:function" if kind == "python" else "a command line, e.g. python train.py --epochs 2"
         raise TraceError(where, "entry", f"{entry!r} is not {what} ({exc})") from None
+
+
+def refuse_unprofiled_kind(job: TraceJob, where: str) -> None:
+    """Refuse a python or script job where the queue places jobs by catalogued profiles alone (the
+    simulated cluster, a replay): only a live queue on Ray learns a profile from a job's first run.
+
+    Raises:
+        TraceError: ``kind`` named, with where such a job runs.
+    """
+    if job.kind == "timm":
+        return
     raise TraceError(
         where,
         "kind",
-        f"kind={kind} is well formed but cannot be queued: the queue places a job by its workload's profile "
-        f"alone and has profiles only of timm models (kind=timm; model x dataset of its catalogue). Run a "
-        f"{kind} workload with python -m raycolloc.sweep workload={kind} instead",
+        f"kind={job.kind} is well formed but cannot be queued here: this queue places a job by its "
+        "workload's profile, and it has profiles only of catalogued timm models (kind=timm). A live queue "
+        f"on Ray learns a {job.kind} job's profile from its first run: serve queue.runner=ray",
     )
 
 

@@ -1,0 +1,218 @@
+"""The live queue on Ray's GPUs (issue 45, ``serve queue.runner=ray``), run as README shows it: ``serve``
+in one process (its own local Ray instance, two simulated GPUs), then ``submit``, ``status``, ``logs``,
+``cancel`` and ``drain --wait`` each a process of its own, with jobs of the three kinds (a timm model, a
+``python`` entry, an unmodified script printing its own epoch lines). Every job ends or is cancelled
+exactly once, each workload's first run teaches its profile (kept in the database), a job's output is
+kept and read after it ended, and nothing is left (``raycolloc doctor`` clean). ``serve`` stopped by
+SIGTERM or killed by SIGKILL while jobs run, then started again, resumes: the jobs it ran re-queued,
+every job ends once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from .conftest import ROOT, short_tmp
+
+SCRIPT = f"{sys.executable} {ROOT / 'jobs' / 'examples' / 'plain_train.py'} --epochs 3 --steps 2 --batch-size 8"
+SLEEPY = "tests.sleepy_workload:build"
+
+
+def _cli(args: list[str], timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "raycolloc.queue", *args],
+        cwd=ROOT,
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _serve(words: list[str], out: Path) -> subprocess.Popen[str]:
+    """``serve`` in the background, its output to ``out``; returns once it answers (its address written)."""
+    address = Path(next(w for w in words if w.startswith("out_dir=")).split("=", 1)[1]) / "queue/live/ray-address"
+    address.unlink(missing_ok=True)  # one a killed serve left: wait for the new one's
+    log = out.open("a")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "raycolloc.queue", "serve", *words],
+        cwd=ROOT,
+        env=dict(os.environ),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 400  # a loaded 2-core machine starts Ray slowly
+    while not address.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert address.exists(), out.read_text()[-3000:]
+    return proc
+
+
+def _submit(job_id: str, words: list[str], *fields: str) -> None:
+    done = _cli(["submit", "--job-id", job_id, *fields, *words])
+    assert done.returncode == 0 and f"queued {job_id}" in done.stdout, done.stderr[-2000:]
+
+
+def _wait_state(words: list[str], job_id: str, state: str, timeout: float = 300) -> str:
+    deadline = time.monotonic() + timeout
+    out = ""
+    while time.monotonic() < deadline:
+        out = _cli(["status", *words]).stdout
+        if any(line.split()[:1] == [job_id] and f" {state} " in f"{line} " for line in out.splitlines()):
+            return out
+        time.sleep(2)
+    raise AssertionError(f"{job_id} never {state}:\n{out}")
+
+
+def _events(db: Path) -> tuple[Counter[str], Counter[str], Counter[str]]:
+    """Each job's ``ended``, ``cancelled`` and ``requeued`` events (read beside no owner)."""
+    from raycolloc.queue.state import Store
+
+    store = Store(db, read_only=True)
+    try:
+        events = store.events()
+    finally:
+        store.close()
+    ended, cancelled, requeued = (Counter(j for _, j, k, _ in events if k == kind) for kind in _KINDS)
+    return ended, cancelled, requeued
+
+
+_KINDS = ("ended", "cancelled", "requeued")
+
+
+def _doctor_clean(pipe_root: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "raycolloc.doctor", f"--pipe-root={pipe_root}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0 and "nothing left behind" in done.stdout, done.stdout + done.stderr
+
+
+def _no_process_of(pipe_root: Path, out_dir: Path) -> None:
+    """No process of this test's queue left: no trainer, training process, fork server or MPS daemon."""
+    deadline = time.monotonic() + 30  # Ray's processes take a moment to go after their GCS
+    left: list[str] = []
+    while time.monotonic() < deadline:
+        ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True, check=True).stdout
+        left = [line for line in ps.splitlines() if str(pipe_root) in line or str(out_dir) in line]
+        if not left:
+            return
+        time.sleep(1)
+    raise AssertionError("\n".join(left))
+
+
+@pytest.mark.slow
+def test_serve_on_ray_runs_jobs_of_three_kinds_submitted_from_other_processes(tmp_path: Path) -> None:
+    pipe_root = short_tmp("rcl")
+    words = [f"out_dir={tmp_path}", "queue.runner=ray", "cluster=local", "cluster.num_gpus=2"]
+    words += [f"mode.pipe_root={pipe_root}"]
+    serve = _serve(words, tmp_path / "serve.log")
+    try:
+        _submit("t1", words, "--model", "resnet10t", "--dataset", "cifar10", "--samples", "256")
+        _submit("p1", words, "--kind", "python", "--entry", SLEEPY, "--samples", "640")
+        _submit("s1", words, "--kind", "script", "--entry", SCRIPT, "--samples", "48")
+        _submit("long", words, "--kind", "python", "--entry", SLEEPY, "--samples", "50000000")
+        bad = _cli(["submit", "--job-id", "b1", "--kind", "script", "--entry", "'open quote", "--samples", "9", *words])
+        assert bad.returncode == 2 and "submission: entry:" in bad.stderr, bad.stderr[-2000:]
+        _wait_state(words, "long", "started")
+        cancel = _cli(["cancel", "long", *words])
+        assert cancel.returncode == 0 and "cancelled long (was started)" in cancel.stdout, cancel.stderr[-2000:]
+        _wait_state(words, "s1", "ended")
+        _submit("p2", words, "--kind", "python", "--entry", SLEEPY, "--samples", "640")  # its workload profiled
+        drain = _cli(["drain", "--wait", *words], timeout=600)
+        assert drain.returncode == 0 and "(draining)" in drain.stdout, drain.stderr[-2000:]
+        serve.wait(timeout=300)
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait()
+    out = (tmp_path / "serve.log").read_text()
+    assert serve.returncode == 0 and "queue policy=raycolloc: 4/5 jobs ended" in out, out[-3000:]
+    live = tmp_path / "queue" / "live"
+    ended, cancelled, _ = _events(live / "queue.sqlite")
+    assert ended == Counter({"t1": 1, "p1": 1, "s1": 1, "p2": 1}) and cancelled == Counter({"long": 1})
+    # After serve ended: the script's own epoch lines, a python job's epochs, an unknown id refused.
+    script = _cli(["logs", "s1", *words])
+    assert script.returncode == 0 and "epoch 3 done samples=16" in script.stdout, script.stdout + script.stderr
+    sleepy = _cli(["logs", "p1", *words])
+    assert sleepy.returncode == 0 and "raycolloc: epoch 2 " in sleepy.stdout, sleepy.stdout + sleepy.stderr
+    assert "cancelled" in _cli(["logs", "long", *words]).stdout
+    unknown = _cli(["logs", "nope", *words])
+    assert unknown.returncode == 2 and "'nope' is not a job of the queue" in unknown.stderr, unknown.stderr
+    # Each workload's first run taught its profile; p2 ran by p1's (its workload was not probed again).
+    from raycolloc.queue.state import Store
+
+    store = Store(live / "queue.sqlite", read_only=True)
+    try:
+        learned = {k: json.loads(v) for k in ("t", "p", "s") for v in [store.meta(_key(k))] if v}
+    finally:
+        store.close()
+    assert set(learned) == {"t", "p", "s"} and all(p["samples_per_s"] > 0 for p in learned.values())
+    assert {"jobs.parquet", "attempts.parquet", "gpus.parquet", "summary.json"} <= {p.name for p in live.iterdir()}
+    _doctor_clean(pipe_root)
+    _no_process_of(pipe_root, tmp_path)
+
+
+def _key(kind: str) -> str:
+    return {
+        "t": "profile:resnet10t/cifar10",
+        "p": f"profile:python:{SLEEPY}",
+        "s": f"profile:script:{SCRIPT}",
+    }[kind]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_serve_stopped_while_jobs_run_and_started_again_resumes_every_job_once(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    pipe_root = short_tmp("rck")
+    words = [f"out_dir={tmp_path}", "queue.runner=ray", "cluster=local", "cluster.num_gpus=2"]
+    words += [f"mode.pipe_root={pipe_root}"]
+    serve = _serve(words, tmp_path / "serve.log")
+    try:
+        _submit("a", words, "--kind", "python", "--entry", SLEEPY, "--samples", "6000")  # ~2 s per epoch
+        _submit("b", words, "--kind", "script", "--entry", SCRIPT, "--samples", "48")
+        _wait_state(words, "a", "started")
+        time.sleep(3)  # training
+        serve.send_signal(sig)
+        serve.wait(timeout=300)
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait()
+    out = (tmp_path / "serve.log").read_text()
+    if sig == signal.SIGTERM:
+        assert serve.returncode == 143 and "GPUs released" in out, out[-3000:]
+    # Nothing of the first serve runs on: its trainers and processes went with it (SIGKILL: with its Ray).
+    _no_process_of(pipe_root, tmp_path)
+    again = _serve(words, tmp_path / "serve.log")
+    try:
+        status = _cli(["status", *words])
+        assert status.returncode == 0, status.stderr[-2000:]
+        _submit("c", words, "--kind", "python", "--entry", SLEEPY, "--samples", "640")
+        drain = _cli(["drain", "--wait", *words], timeout=600)
+        assert drain.returncode == 0, drain.stderr[-2000:]
+        again.wait(timeout=300)
+    finally:
+        if again.poll() is None:
+            again.kill()
+            again.wait()
+    ended, cancelled, requeued = _events(tmp_path / "queue" / "live" / "queue.sqlite")
+    assert ended == Counter({"a": 1, "b": 1, "c": 1}) and not cancelled  # each job ended exactly once
+    assert requeued["a"] == 1  # it was running when serve stopped: re-queued by the second serve
+    _doctor_clean(pipe_root)
+    _no_process_of(pipe_root, tmp_path)
