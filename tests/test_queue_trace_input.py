@@ -105,6 +105,7 @@ def test_the_simulated_live_queue_and_a_replay_refuse_a_python_job_by_its_kind(t
     trace = tmp_path / "t.csv"
     trace.write_text(f"{HEADER}\n{GOOD}\nj2,1,script,,,python train.py,,10,\n")
     assert main(["replay", str(trace), f"out_dir={tmp_path / 'out'}", "cluster=local"]) == 2
+    assert not (tmp_path / "out").exists()  # refused before a database was made
 
 
 def test_a_byte_order_mark_is_skipped_and_bytes_not_utf8_are_named_by_line(
