@@ -196,13 +196,15 @@ class QueueService:
         if self._ray is None:
             refuse_unprofiled_kind(job, "submission")
             try:
-                profile = catalog_profile(job.workload, self.settings.gpu)
+                estimate: float | None = catalog_profile(job.workload, self.settings.gpu).job_mem_mib
             except NoProfile as exc:
                 raise TraceError("submission", "model", str(exc)) from None
         else:
             self._ray.admit(job)
-            profile = self.profiles.of(job)
-        self.store.add([job], [profile.job_mem_mib], now, self.settings.config.queue.max_slowdown)
+            # None where the workload is not profiled yet: each pass then takes its profile as it is by then
+            # (the probe's until a first run taught it, the learned one after).
+            estimate = known.job_mem_mib if (known := self.profiles.known(job)) is not None else None
+        self.store.add([job], [estimate], now, self.settings.config.queue.max_slowdown)
         return job.job_id
 
     def cancel(self, job_id: str) -> str | None:
