@@ -39,6 +39,7 @@ from pathlib import Path
 # cores first, and only threads started after that inherit them (pyarrow, for one, starts two).
 from raycolloc.config_groups import compile_cache_at
 from raycolloc.job.epoch import EpochTimes, epoch_row, inject_fault
+from raycolloc.job.joblog import output_to, said
 from raycolloc.job.measure import own_nvml_memory, thread_usage
 from raycolloc.job.windows import EpochWindows, clock_for
 from raycolloc.mpsctl import client_status
@@ -46,7 +47,7 @@ from raycolloc.procs import die_with_parent, format_cpus, normal_priority, watch
 from raycolloc.spec import Binding, JobInfo, JobProgress, JobSpec, JobState, JobStatus
 from raycolloc.workload_kinds import ModelWorkload, PythonWorkload
 
-__all__ = ["JobProcess", "cache_env", "classify_error", "compile_cache", "main", "output_to"]
+__all__ = ["JobProcess", "cache_env", "classify_error", "compile_cache", "main"]
 
 log = logging.getLogger(__name__)
 
@@ -338,35 +339,6 @@ class JobProcess:
             torch.cuda.empty_cache()
 
 
-def _said(proc: JobProcess, state: JobState, first: int) -> JobState:
-    """A job whose output is kept (``JobSpec.log_path``: a queued job's ``logs``) says, in it, where its
-    set-up and each epoch from ``first`` on got to (a sweep's job prints nothing: its rows say it)."""
-    if not proc.job.log_path:
-        return state
-    if first == 0:
-        print(f"raycolloc: {proc.job.workload.name} set up ({state.status})", flush=True)
-    for e in state.epochs:
-        if first and e.epoch >= first:
-            rate = f"{e.samples_per_s:,.1f} samples/s" if e.samples_per_s else "-"
-            loss = f" loss={e.loss:.4f}" if e.loss is not None else ""
-            print(f"raycolloc: epoch {e.epoch} {e.samples or 0} samples in {e.wall_s:.2f} s ({rate}){loss}", flush=True)
-    if not state.ok:
-        print(f"raycolloc: {state.status}: {state.error}", file=sys.stderr, flush=True)
-    return state
-
-
-def output_to(path: str) -> None:
-    """Send this process's stdout and stderr (its own prints, torch's and the workload's, at the file
-    descriptors: a library writing to fd 2 is kept too) to the end of ``path``."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-
-
 def main(argv: list[str] | None = None) -> None:
     """``python -m raycolloc.job.process FD PARENT_PID``: serve one job over the connection on FD (the
     exec'd form; :mod:`raycolloc.job.forkserver` forks the same :func:`run` from a warm parent)."""
@@ -409,9 +381,9 @@ def serve(proc: JobProcess, conn: Connection) -> None:
         except EOFError:
             return
         if command == "setup":
-            conn.send(("state", _said(proc, proc.setup(), 0)))
+            conn.send(("state", said(proc.job, proc.setup(), 0)))
         elif command == "run":
-            conn.send(("state", _said(proc, proc.run_epochs(*args), args[0])))
+            conn.send(("state", said(proc.job, proc.run_epochs(*args), args[0])))
         elif command == "finish":
             conn.send(("state", proc.finish()))
             # Straight out: the interpreter's own shutdown (torch's modules, CUDA's context) took
