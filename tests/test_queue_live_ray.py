@@ -115,6 +115,7 @@ def _no_process_of(pipe_root: Path, out_dir: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # a loaded 2-core machine: Ray starts in 30-130 s, each command takes 5-20 s
 def test_serve_on_ray_runs_jobs_of_three_kinds_submitted_from_other_processes(tmp_path: Path) -> None:
     pipe_root = short_tmp("rcl")
     words = [f"out_dir={tmp_path}", "queue.runner=ray", "cluster=local", "cluster.num_gpus=2"]
@@ -175,6 +176,7 @@ def _key(kind: str) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # a loaded 2-core machine: Ray starts in 30-130 s, each command takes 5-20 s
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_serve_stopped_while_jobs_run_and_started_again_resumes_every_job_once(
     tmp_path: Path, sig: signal.Signals
@@ -184,7 +186,7 @@ def test_serve_stopped_while_jobs_run_and_started_again_resumes_every_job_once(
     words += [f"mode.pipe_root={pipe_root}"]
     serve = _serve(words, tmp_path / "serve.log")
     try:
-        _submit("a", words, "--kind", "python", "--entry", SLEEPY, "--samples", "6000")  # ~2 s per epoch
+        _submit("a", words, "--kind", "python", "--entry", SLEEPY, "--samples", "60000")  # ~20 s of steps
         _submit("b", words, "--kind", "script", "--entry", SCRIPT, "--samples", "48")
         _wait_state(words, "a", "started")
         time.sleep(3)  # training
