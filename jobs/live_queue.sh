@@ -31,14 +31,14 @@ if [ "$BACKEND" = sim ]; then
     TIMM_B=(--model mobilenetv3_small_050 --dataset cifar10 --samples 256)
     TIMM_LONG=(--model resnet10t --dataset cifar10 --samples 50000000)
     PY_ENTRY=(--kind python --entry tests.sleepy_workload:build --samples 640)
-    PY_LONG=(--kind python --entry tests.sleepy_workload:build --samples 6000)
+    LONG=(--kind python --entry tests.sleepy_workload:build --samples 60000) # ~20 s: running at the SIGTERM
     SCRIPT=(--kind script --entry "python $PLAIN --epochs 3 --steps 2 --batch-size 8" --samples 48)
 elif [ "$BACKEND" = gpu ]; then
     TIMM_A=(--model resnet18 --dataset cifar10 --samples 200000)
     TIMM_B=(--model mobilenetv3_large_100 --dataset cifar10 --samples 200000)
     TIMM_LONG=(--model resnet18 --dataset cifar10 --samples 500000000)
     PY_ENTRY=(--kind python --entry jobs.examples.tiny_regression:build --samples 2000000)
-    PY_LONG=(--kind python --entry jobs.examples.tiny_regression:build --samples 20000000)
+    LONG=(--model resnet18 --dataset cifar10 --samples 1000000) # about a minute: running at the SIGTERM
     SCRIPT=(--kind script --entry "python $PLAIN --model resnet18 --epochs 4 --steps 200 --batch-size 128"
         --samples 102400)
 else
@@ -99,10 +99,10 @@ wait_for script-d ended
 q status # moment 2: mid-run
 q logs script-d
 q logs timm-a
+q drain
+q status # moment 3: draining, the rest running out
 q drain --wait
 wait_serve 1
-q status 2>/dev/null || true # no live queue any more: the commands say so
-q status
 q logs timm-long # a cancelled job's output, after serve ended
 say "\$ raycolloc queue logs no-such-job   (exit 2 expected)"
 "$PY" -m raycolloc.queue logs no-such-job "${WORDS[@]}" >>"$LOG" 2>&1
@@ -110,7 +110,7 @@ say "exit $?"
 
 # --- phase 2: SIGTERM to serve while jobs run, serve again: it resumes -----------------------------
 serve_bg 2
-q submit --job-id r1 "${PY_LONG[@]}"
+q submit --job-id r1 "${LONG[@]}"
 q submit --job-id r2 "${TIMM_A[@]}"
 q submit --job-id r3 "${SCRIPT[@]}"
 wait_for r1 started
