@@ -63,15 +63,25 @@ def _submit(job_id: str, words: list[str], *fields: str) -> None:
     assert done.returncode == 0 and f"queued {job_id}" in done.stdout, done.stderr[-2000:]
 
 
-def _wait_state(words: list[str], job_id: str, state: str, timeout: float = 300) -> str:
+def _wait_state(words: list[str], job_id: str, state: str, timeout: float = 600) -> None:
+    """Wait until ``job_id`` is in ``state``, read from the queue's database beside its owner (a
+    ``status`` command takes 5-20 s on a loaded machine: a job may end between two of them)."""
+    from raycolloc.queue.state import Store
+
+    out_dir = Path(next(w for w in words if w.startswith("out_dir=")).split("=", 1)[1])
     deadline = time.monotonic() + timeout
-    out = ""
+    found = None
     while time.monotonic() < deadline:
-        out = _cli(["status", *words]).stdout
-        if any(line.split()[:1] == [job_id] and f" {state} " in f"{line} " for line in out.splitlines()):
-            return out
-        time.sleep(2)
-    raise AssertionError(f"{job_id} never {state}:\n{out}")
+        store = Store(out_dir / "queue/live/queue.sqlite", read_only=True)
+        try:
+            record = store.job(job_id)
+        finally:
+            store.close()
+        found = record.state if record else None
+        if found == state:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{job_id} never {state} (last {found})")
 
 
 def _events(db: Path) -> tuple[Counter[str], Counter[str], Counter[str]]:
@@ -129,6 +139,8 @@ def test_serve_on_ray_runs_jobs_of_three_kinds_submitted_from_other_processes(tm
         bad = _cli(["submit", "--job-id", "b1", "--kind", "script", "--entry", "'open quote", "--samples", "9", *words])
         assert bad.returncode == 2 and "submission: entry:" in bad.stderr, bad.stderr[-2000:]
         _wait_state(words, "long", "started")
+        status = _cli(["status", *words])
+        assert status.returncode == 0 and "  long  python:tests.sleepy_workload:build  started  " in status.stdout
         cancel = _cli(["cancel", "long", *words])
         assert cancel.returncode == 0 and "cancelled long (was started)" in cancel.stdout, cancel.stderr[-2000:]
         _wait_state(words, "s1", "ended")
@@ -186,10 +198,10 @@ def test_serve_stopped_while_jobs_run_and_started_again_resumes_every_job_once(
     words += [f"mode.pipe_root={pipe_root}"]
     serve = _serve(words, tmp_path / "serve.log")
     try:
-        _submit("a", words, "--kind", "python", "--entry", SLEEPY, "--samples", "60000")  # ~20 s of steps
+        _submit("a", words, "--kind", "python", "--entry", SLEEPY, "--samples", "200000")  # ~80 s of steps
         _submit("b", words, "--kind", "script", "--entry", SCRIPT, "--samples", "48")
         _wait_state(words, "a", "started")
-        time.sleep(3)  # training
+        time.sleep(5)  # training
         serve.send_signal(sig)
         serve.wait(timeout=300)
     finally:
