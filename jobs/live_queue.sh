@@ -24,14 +24,16 @@ LOG="$OUT/live_queue.log"
 PY=${PYTHON:-python}
 PLAIN="$ROOT/jobs/examples/plain_train.py"
 
-WORDS=(out_dir="$OUT/results" queue.runner=ray mode.pipe_root="$OUT/mps")
+# MPS pipes under a short directory of their own (a socket's path has ~100 characters; OUT may be long).
+PIPES=$(mktemp -d /tmp/rclq.XXXXXX)
+WORDS=(out_dir="$OUT/results" queue.runner=ray mode.pipe_root="$PIPES")
 if [ "$BACKEND" = sim ]; then
     WORDS+=(cluster=local cluster.num_gpus=2)
     TIMM_A=(--model resnet10t --dataset cifar10 --samples 256)
     TIMM_B=(--model mobilenetv3_small_050 --dataset cifar10 --samples 256)
     TIMM_LONG=(--model resnet10t --dataset cifar10 --samples 50000000)
     PY_ENTRY=(--kind python --entry tests.sleepy_workload:build --samples 640)
-    LONG=(--kind python --entry tests.sleepy_workload:build --samples 60000) # ~20 s: running at the SIGTERM
+    LONG=(--kind python --entry tests.sleepy_workload:build --samples 200000) # ~80 s: running at the SIGTERM
     SCRIPT=(--kind script --entry "python $PLAIN --epochs 3 --steps 2 --batch-size 8" --samples 48)
 elif [ "$BACKEND" = gpu ]; then
     TIMM_A=(--model resnet18 --dataset cifar10 --samples 200000)
@@ -67,13 +69,23 @@ serve_bg() { # serve in the background, its output to OUT/serve-N.log; waits unt
     say "serve did not come up:"; tail -30 "$OUT/serve-$n.log" | tee -a "$LOG"
     exit 1
 }
-wait_for() { # wait_for JOB STATE: poll status until JOB is in STATE
-    for _ in $(seq 300); do
-        "$PY" -m raycolloc.queue status "${WORDS[@]}" 2>/dev/null | grep -q -E "^  $1  .*  $2  " && return 0
-        sleep 2
-    done
-    say "$1 never $2"
-    return 1
+wait_for() { # wait_for JOB STATE: until JOB is in STATE, read from the queue's database (a status takes seconds)
+    "$PY" - "$OUT/results/queue/live/queue.sqlite" "$1" "$2" <<'WAIT'
+import sys
+import time
+from raycolloc.queue.state import Store
+
+db, job, want = sys.argv[1:]
+for _ in range(1200):
+    store = Store(db, read_only=True)
+    record = store.job(job)
+    store.close()
+    if record is not None and record.state == want:
+        sys.exit(0)
+    time.sleep(0.5)
+print(f"{job} never {want}", flush=True)
+sys.exit(1)
+WAIT
 }
 wait_serve() { # wait for serve to exit; log its tail and exit status
     local rc=0
@@ -94,13 +106,12 @@ q submit --job-id timm-e "${TIMM_A[@]}" # timm-a's workload: packed by its profi
 q submit --job-id timm-long "${TIMM_LONG[@]}"
 q status # moment 1: just submitted
 wait_for timm-long started
+q status # moment 2: the long job running
 q cancel timm-long
 wait_for script-d ended
-q status # moment 2: mid-run
 q logs script-d
 q logs timm-a
-q drain
-q status # moment 3: draining, the rest running out
+q status # moment 3: before the drain
 q drain --wait
 wait_serve 1
 q logs timm-long # a cancelled job's output, after serve ended
@@ -146,14 +157,18 @@ sys.exit(1 if bad else 0)
 EOF
 ONCE=${PIPESTATUS[0]}
 say "\$ ps -eo pid,args | grep raycolloc"
-LEFT=$(ps -eo pid,args | grep -E "raycolloc|raylet|gcs_server" | grep -v -E "grep|live_queue.sh" || true)
+if [ "$BACKEND" = gpu ]; then # a GPU node of its own: nothing of raycolloc or Ray may be left
+    LEFT=$(ps -eo pid,args | grep -E "raycolloc|raylet|gcs_server" | grep -v -E "grep|live_queue.sh" || true)
+else # a shared CPU machine: this run's own (its out_dir or its MPS pipes in the command line)
+    LEFT=$(ps -eo pid,args | grep -F -e "$OUT" -e "$PIPES" | grep -v -E "grep|live_queue.sh" || true)
+fi
 echo "${LEFT:-(none)}" | tee -a "$LOG"
 if command -v nvidia-smi >/dev/null; then
     say "\$ nvidia-smi"
     nvidia-smi | tee -a "$LOG"
 fi
-say "\$ raycolloc doctor --pipe-root $OUT/mps"
-"$PY" -m raycolloc.doctor --pipe-root "$OUT/mps" 2>&1 | tee -a "$LOG"
+say "\$ raycolloc doctor --pipe-root $PIPES"
+"$PY" -m raycolloc.doctor --pipe-root "$PIPES" 2>&1 | tee -a "$LOG"
 DOCTOR=${PIPESTATUS[0]}
 say "exactly once: $([ "$ONCE" = 0 ] && echo yes || echo NO); doctor exit $DOCTOR; processes left: $([ -z "$LEFT" ] && echo none || echo SOME)"
 [ "$ONCE" = 0 ] && [ "$DOCTOR" = 0 ] && [ -z "$LEFT" ]
