@@ -230,3 +230,26 @@ def test_serve_stopped_while_jobs_run_and_started_again_resumes_every_job_once(
     assert requeued["a"] == 1  # it was running when serve stopped: re-queued by the second serve
     _doctor_clean(pipe_root)
     _no_process_of(pipe_root, tmp_path)
+
+
+def test_logs_of_an_unknown_job_or_queue_exits_2_and_a_known_one_says_why_it_has_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from raycolloc.queue.__main__ import main
+    from raycolloc.queue.service import QueueService
+    from raycolloc.queue.settings import compose_settings
+
+    words = [f"out_dir={tmp_path}", "cluster=local"]
+    assert main(["logs", "a", *words]) == 2
+    assert "no live queue's database at" in capsys.readouterr().err
+    settings = compose_settings(words)
+    service = QueueService(settings, tmp_path / "queue" / "live" / "queue.sqlite")
+    job = {"job_id": "a", "kind": "timm", "model": "resnet50", "dataset": "imagenet64", "samples": "1000"}
+    service.submit(job)
+    try:  # read beside the service that owns the database, as beside a running serve
+        assert main(["logs", "nope", *words]) == 2
+        assert "logs: job_id: 'nope' is not a job of the queue" in capsys.readouterr().err
+        assert main(["logs", "a", *words]) == 0
+        assert "a: no output (queued; the simulated cluster runs no process)" in capsys.readouterr().out
+    finally:
+        service.close()
