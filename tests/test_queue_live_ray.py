@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -253,3 +254,33 @@ def test_logs_of_an_unknown_job_or_queue_exits_2_and_a_known_one_says_why_it_has
         assert "a: no output (queued; the simulated cluster runs no process)" in capsys.readouterr().out
     finally:
         service.close()
+
+
+@pytest.mark.slow
+def test_a_command_that_reaches_the_queue_after_serve_ended_gets_its_last_status(
+    tmp_path: Path, ray_local: None
+) -> None:
+    """``drain --wait`` polling beside ``serve``: serve shuts the actor down as it sees the queue drained,
+    and a poll that lands after got a traceback (a closed database) instead of the last status."""
+    import ray
+
+    from raycolloc.queue import live
+    from raycolloc.queue.settings import compose_settings
+
+    settings = compose_settings([f"out_dir={tmp_path}", "cluster=local", "queue.sim_speed=50"])
+    actor = live.start_actor(settings)
+    try:
+        job = {"job_id": "a", "kind": "timm", "model": "resnet50", "dataset": "imagenet64", "samples": "1000"}
+        assert ray.get(actor.submit.remote(job), timeout=60).job_id == "a"
+        ray.get(actor.shutdown.remote(), timeout=120)  # serve's end
+        final = ray.get(actor.status.remote(), timeout=60)
+        assert final.draining and sum(final.counts.values()) == 1
+        assert "the queue has stopped" in str(ray.get(actor.submit.remote({**job, "job_id": "b"}), timeout=60).error)
+        assert ray.get(actor.cancel.remote("a"), timeout=60) is None
+        # serve kills the actor next: a poll after that ends the wait with the last status it saw.
+        killer = threading.Timer(3.0, ray.kill, args=(actor,))
+        killer.start()
+        assert live.wait_drained(actor, poll_s=0.2).counts == final.counts
+        killer.join()
+    finally:
+        ray.kill(actor)

@@ -191,6 +191,7 @@ class QueueActor:
         self._lock = threading.Lock()
         self._refused: str | None = None
         self._ticker: Ticker | None = None
+        self._final: QueueStatus | None = None  # the last status, once shut down
         try:
             self._service = QueueService(settings, Path(db))
         except tuple(_REFUSALS.values()) as exc:
@@ -202,8 +203,12 @@ class QueueActor:
         """Why the actor holds no queue (its database), or None."""
         return self._refused
 
+    # Once shut down (``serve`` ended) the service is closed: a command that reaches the actor before it is
+    # killed (a second ``drain --wait`` polling beside ``serve``) gets the last status, and nothing changes.
     def submit(self, fields: dict[str, str]) -> Submitted:
         with self._lock:
+            if self._final is not None:
+                return Submitted(None, "the queue has stopped (serve ended): it takes no new job")
             try:
                 return Submitted(self._service.submit(fields), None)
             except (TraceError, QueueClosed) as exc:
@@ -211,27 +216,31 @@ class QueueActor:
 
     def status(self) -> QueueStatus:
         with self._lock:
-            return self._service.status()
+            return self._final or self._service.status()
 
     def cancel(self, job_id: str) -> str | None:
         with self._lock:
-            return self._service.cancel(job_id)
+            return None if self._final is not None else self._service.cancel(job_id)
 
     def drain(self) -> None:
         with self._lock:
-            self._service.drain()
+            if self._final is None:
+                self._service.drain()
 
     def summary(self) -> Summary:
         with self._lock:
             return self._service.summary()
 
     def shutdown(self) -> None:
-        """Stop ticking and close the database (the actor is killed after)."""
+        """Stop ticking, stop the jobs (``queue.runner=ray``: GPUs given back) and close the database,
+        keeping the last status (the actor is killed after)."""
         if self._ticker is None:
             return
         self._ticker.stop()
         with self._lock:
-            self._service.close()
+            if self._final is None:
+                self._final = replace(self._service.status(), draining=True)
+                self._service.close()
 
 
 def start_actor(settings: QueueSettings) -> Any:
@@ -264,8 +273,15 @@ def start_actor(settings: QueueSettings) -> Any:
 def wait_drained(actor: Any, poll_s: float = 1.0, report: Callable[[QueueStatus], None] | None = None) -> QueueStatus:
     """Poll until the queue is drained; ``report`` sees each status whose counts changed."""
     last: dict[str, int] | None = None
+    status: QueueStatus | None = None
     while True:
-        status: QueueStatus = ray.get(actor.status.remote(), timeout=60)
+        try:
+            status = ray.get(actor.status.remote(), timeout=60)
+        except ray.exceptions.RayActorError:  # serve ended and killed it between two polls: drained
+            if status is None:
+                raise
+            return replace(status, draining=True)
+        assert status is not None
         if report is not None and status.counts != last:
             report(status)
             last = status.counts
