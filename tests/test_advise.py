@@ -409,7 +409,7 @@ def test_an_out_file_that_cannot_be_written_exits_2_before_anything_runs(
 def test_the_sms_a_job_fills_alone_are_served_as_alone() -> None:
     """MPS's SM capacity for a cell: the busiest job's solo share plus the fitted capacity of the rest;
     one that fills the SMs alone has nothing to lose (corpus: vit_tiny and resnet152 reached 0.97-1.00
-    of their solos' SM-activity units at x3-x16, the small CNNs 0.77-0.94)."""
+    of their solos' SM-activity units at x3-x16, the small CNNs 0.76-0.94)."""
     light, heavy, full = profile("l", sm=0.1), profile("h", sm=0.8), profile("f", sm=1.2)
     assert sm_capacity(0.9, (light,)) == pytest.approx(0.1 + 0.9 * 0.9)
     assert sm_capacity(0.9, (light, heavy)) == pytest.approx(0.8 + 0.2 * 0.9)

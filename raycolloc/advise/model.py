@@ -9,8 +9,9 @@ depends on the mode:
   during which a kernel ran (``busy``) add up; the time-slicer serves at most ``capacity`` of the
   time (context switches take the rest).
 * **mps**: the SMs and the DRAM bandwidth (SM and DRAM activity add up: kernels of all clients run
-  at once) up to ``capacity``; with ``active_thread_percentage`` a job also has only its share of
-  the SMs.
+  at once) up to ``capacity``; of the SMs, the share the busiest job keeps active alone is served as
+  alone and only the rest at ``capacity`` (:func:`sm_capacity`); with ``active_thread_percentage`` a
+  job also has only its share of the SMs.
 * **mig**: each job has its instance's SMs (SM activity is scaled by the instance's share of the
   GPU's SMs), the jobs of one GPU instance share its memory bandwidth.
 * every mode: the host's cores (each job's launching thread needs its CPU time per step; the node
@@ -85,7 +86,8 @@ ASSUMPTIONS = (
     "a job alone is the profile measured (its epoch-2 samples/s, SM activity, GPU time busy, DRAM and PCIe "
     "activity, CPU time per step of its launching thread, peak memory); collocated jobs are alike to it",
     "naive: the jobs' shares of GPU time add up, served up to `capacity` (time-slicing); mps: SM and DRAM "
-    "activity add up, served up to `capacity` (concurrent kernels until the SMs or DRAM saturate); mig: each job "
+    "activity add up, served up to `capacity` (concurrent kernels until the SMs or DRAM saturate; of the SMs, "
+    "the busiest job's solo share a is served as alone: a + (1 - a) x capacity); mig: each job "
     "has its instance's share of the SMs and of the memory bandwidth; every mode: the cores the node gives the cell "
     "(times a fitted cpu_capacity) and PCIe",
     "a loaded resource serves W(O) = (O^-k + C^-k)^(-1/k) of an offer O (capacity C, sharpness k); a job's rate "
@@ -229,8 +231,8 @@ def sm_capacity(capacity: float, jobs: tuple[Profile, ...]) -> float:
 
     The corpus (one H200, MPS at x7-x16, each workload's aggregate in units of its solo's samples per
     SM activity): vit_tiny (0.71 active alone) and resnet152 (0.82) reached 0.97-1.00, the 32-64 px
-    CNNs (0.09-0.38 alone) 0.77-0.94 (mobilenetv3: 1.00). One capacity for all predicted vit_tiny and
-    resnet152 8-11% low, whatever the fit; a job that fills the SMs alone has nothing to lose to company."""
+    CNNs (0.09-0.38 alone) 0.76-0.94 (mobilenetv3: 1.00). One capacity for all predicted vit_tiny and
+    resnet152 7-11% low, whatever the fit; a job that fills the SMs alone has nothing to lose to company."""
     busiest = min(1.0, max((j.sm_active for j in jobs), default=0.0))
     return busiest + (1.0 - busiest) * capacity
 
@@ -310,47 +312,37 @@ def job_rates(c: Candidate, gpu: Gpu, params: Params) -> tuple[float, ...]:
     return tuple(p.samples_per_s * r for p, r in zip(c.jobs, ratio, strict=True))
 
 
-def _as_if_faster(p: Profile, factor: float) -> Profile:
-    """The same workload had its solo run ``factor`` times as fast: its rate and every activity per
-    second scaled with it (per sample as measured; a slow solo run shows proportionally less)."""
-
-    def times(value: float | None) -> float | None:
-        return None if value is None else value * factor
-
+def _as_if_faster(p: Profile, f: float) -> Profile:
+    """The solo run ``f`` times as fast, its activities per sample as measured (they scale with it)."""
+    dram, pcie = p.dram_active, p.pcie_rx_bytes_s
     return dataclasses.replace(
         p,
-        samples_per_s=p.samples_per_s * factor,
-        sm_active=p.sm_active * factor,
-        busy=p.busy * factor,
-        dram_active=times(p.dram_active),
-        pcie_rx_bytes_s=times(p.pcie_rx_bytes_s),
-        cpu_busy=p.cpu_busy * factor,
+        samples_per_s=p.samples_per_s * f,
+        sm_active=p.sm_active * f,
+        busy=p.busy * f,
+        dram_active=None if dram is None else dram * f,
+        pcie_rx_bytes_s=None if pcie is None else pcie * f,
+        cpu_busy=p.cpu_busy * f,
     )
-
-
-_STEP = 1.05  # the solo's rate moved by +-5% to read how much of it a prediction carries
 
 
 def baseline_share(c: Candidate, gpu: Gpu, params: Params) -> float:
     """How much of the solo rate's error a candidate's predicted throughput carries: d log(predicted)
-    / d log(solo rate), the solo's activities per sample held (0..1).
-
-    Below saturation a collocated job runs about as alone, so the prediction moves with the solo (1);
-    where a resource saturates the aggregate is the solo's samples per unit of activity times the
-    capacity, and a slow solo run, with less activity, moves it little (0). On the corpus the solo
-    runs of the 32-64 px models spread by 17-23% (CV) between runs, while their SM activity per sample
-    stayed within a few percent."""
+    / d log(solo rate) at +-5%, the solo's activities per sample held (0..1). Below saturation a job
+    runs about as alone (1); where a resource saturates, the aggregate is the solo's samples per unit
+    of activity times the capacity, which a slow solo run (with less activity) moves little (0). On
+    the corpus the solo runs of the 32-64 px models spread by CV 16-23%, their SM activity per sample
+    by 1-6%."""
     if c.degree < 2:
         return 1.0
 
-    def total(factor: float) -> float:
-        faster = dataclasses.replace(c, jobs=tuple(_as_if_faster(p, factor) for p in c.jobs))
-        return sum(job_rates(faster, gpu, params))
+    def total(f: float) -> float:
+        return sum(job_rates(dataclasses.replace(c, jobs=tuple(_as_if_faster(p, f) for p in c.jobs)), gpu, params))
 
-    low, high = total(1.0 / _STEP), total(_STEP)
+    low, high = total(1 / 1.05), total(1.05)
     if low <= 0 or high <= 0:
         return 1.0
-    return min(1.0, max(0.0, math.log(high / low) / (2.0 * math.log(_STEP))))
+    return min(1.0, max(0.0, math.log(high / low) / (2.0 * math.log(1.05))))
 
 
 def predict(c: Candidate, gpu: Gpu, params: Params) -> Prediction:
@@ -394,9 +386,7 @@ def predict(c: Candidate, gpu: Gpu, params: Params) -> Prediction:
         unfitted=c.mode in params.unfitted_modes,
     )
     share = baseline_share(c, gpu, params)
-    return with_intervals(
-        pred, params, [p.rate_rel_hw for p in c.jobs], share, [p.activity_rel_hw for p in c.jobs]
-    )
+    return with_intervals(pred, params, [p.rate_rel_hw for p in c.jobs], share, [p.activity_rel_hw for p in c.jobs])
 
 
 def _power(jobs: tuple[Profile, ...], sm: float, slope: float | None) -> float | None:
