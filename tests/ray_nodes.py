@@ -24,7 +24,8 @@ import psutil
 __all__ = ["RayNodes", "start_nodes"]
 
 RAY = str(Path(sys.executable).with_name("ray"))
-START_S = 120.0  # a node up: ~10 s alone, ~30 s on a loaded 2-core machine
+START_S = 90.0  # a node up: ~10 s alone, ~40 s on a loaded 2-core machine
+ATTEMPTS = 3
 STOP_S = 10.0  # SIGTERM to SIGKILL (`ray start --block` alone drains its node for up to 30 s)
 RAY_ENV = {
     # The GCS declares a node whose raylet stopped answering dead after its health checks miss: by Ray's
@@ -32,8 +33,11 @@ RAY_ENV = {
     "RAY_health_check_period_ms": "1000",
     "RAY_health_check_timeout_ms": "1000",
     "RAY_health_check_failure_threshold": "3",
-    # A raylet gets 30 s to register with the GCS by default; a loaded 2-core machine took longer.
-    "RAY_raylet_start_wait_time_s": "120",
+    # A raylet gets 30 s to register with the GCS, and its agents as long; a loaded 2-core machine took
+    # longer. (A raylet whose dashboard agent wrote its port after ~15 s aborted all the same, "Timed out
+    # waiting for file dashboard_agent_listen_port": `_start` starts such a node again.)
+    "RAY_raylet_start_wait_time_s": "80",
+    "RAY_agent_register_timeout_ms": "80000",
 }
 
 
@@ -44,8 +48,8 @@ def _port() -> int:
 
 
 def _ports() -> list[str]:
-    keys = ("node-manager", "object-manager", "dashboard-agent-listen", "dashboard-agent-grpc")
-    keys += ("runtime-env-agent", "metrics-export")
+    keys = ["node-manager", "object-manager", "dashboard-agent-listen", "dashboard-agent-grpc"]
+    keys += ["runtime-env-agent", "metrics-export"]
     return [f"--{key}-port={_port()}" for key in keys]
 
 
@@ -58,19 +62,31 @@ class RayNodes:
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def _start(self, words: list[str], cpus: int, gpus: int) -> subprocess.Popen[bytes]:
-        log = self.root / f"node{len(self.procs)}.log"
+        """A node started; one that does not start in ``START_S`` is stopped and started again, up to
+        ``ATTEMPTS`` times (a loaded machine's raylet has aborted when its dashboard agent started late)."""
+        for attempt in range(1, ATTEMPTS + 1):
+            proc, log = self._try(words, cpus, gpus, attempt)
+            deadline = time.monotonic() + START_S
+            while b"Ray runtime started" not in log.read_bytes() and proc.poll() is None:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.3)
+            else:
+                if proc.poll() is None:
+                    return proc
+            _end([proc], signal.SIGKILL, 0.0)
+            self.procs.remove(proc)
+        raise RuntimeError(f"ray start did not start a node {ATTEMPTS} times: {log.read_text()[-2000:]}")
+
+    def _try(self, words: list[str], cpus: int, gpus: int, attempt: int) -> tuple[subprocess.Popen[bytes], Path]:
+        log = self.root / f"node{len(self.procs)}-{attempt}.log"
         env = {**os.environ, **{k: os.environ.get(k, v) for k, v in RAY_ENV.items()}}
         cmd = [RAY, "start", "--block", "--node-ip-address=127.0.0.1", f"--num-cpus={cpus}", f"--num-gpus={gpus}"]
         cmd += ["--disable-usage-stats", f"--temp-dir={self.root / 'ray'}", *_ports(), *words]
         with log.open("wb") as out:  # its own session: a signal to the test's group does not reach it
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         self.procs.append(proc)
-        deadline = time.monotonic() + START_S
-        while b"Ray runtime started" not in log.read_bytes():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"ray start did not start a node: {log.read_text()[-2000:]}")
-            time.sleep(0.3)
-        return proc
+        return proc, log
 
     def add_node(self, cpus: int, gpus: int) -> subprocess.Popen[bytes]:
         """A node joined to the head (``ray start --address=...``)."""

@@ -176,3 +176,32 @@ def test_a_node_killed_mid_replay_requeues_its_job_onto_the_other_node(nodes: Ra
     state = _cluster_state(nodes.address)
     assert state["alive"] == 1 and set(state["groups"]) == {"REMOVED"}
     assert state["free"] == state["gpus"] == 1
+
+
+def test_a_node_the_gcs_counts_dead_or_whose_steward_died_is_lost(ray_local: None) -> None:
+    """On the session's instance: a lane on a node id the GCS does not count alive is lost, one whose
+    steward's actor was killed is lost (its raylet gone before the GCS says so), a live one is not; and
+    between looks (``NODE_CHECK_S``) nothing is looked at unless forced."""
+    import ray
+
+    from raycolloc.queue.raylanes import QueueLane
+    from raycolloc.queue.raynodes import NodeWatch
+
+    @ray.remote(num_cpus=0)
+    class Steward:  # what the watch asks of a node's steward: that it answers
+        def held(self) -> dict[str, str]:
+            return {}
+
+    here = ray.get_runtime_context().get_node_id()
+    live, killed = Steward.remote(), Steward.remote()
+    ray.get([live.held.remote(), killed.held.remote()], timeout=60)
+    ray.kill(killed, no_restart=True)
+    gone = "f" * len(here)
+    lanes = [QueueLane(g, None, None, s, None, None, node_id=n) for g, s, n in [("a", live, here), ("b", live, gone)]]
+    watch = NodeWatch()
+    assert watch.lost(lanes, 0.0) == {gone}
+    assert watch.lost([lanes[1]], 0.5) == set()  # not looked at again within NODE_CHECK_S
+    assert watch.lost([lanes[1]], 0.5, force=True) == {gone}
+    assert watch.lost([QueueLane("c", None, None, killed, None, None, node_id=here)], 2.0) == {here}
+    assert watch.lost(lanes[:1], 4.0) == set()
+    ray.kill(live, no_restart=True)
