@@ -6,7 +6,10 @@ behind (issue 45). The two tests share the cluster; the second kills its second 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import re
 import sqlite3
 import subprocess
 import sys
@@ -21,6 +24,7 @@ import psutil
 import pytest
 
 from analysis.load import load_sweeps
+from raycolloc.doctor import main as doctor
 
 from .conftest import ROOT, run_cli, short_tmp
 from .ray_nodes import RayNodes, start_nodes
@@ -79,7 +83,10 @@ def test_a_sweep_and_a_queue_replay_put_work_on_both_nodes(nodes: RayNodes, tmp_
             "workload=python",
             "workload.entry=tests.sleepy_workload:build",
             "batch_size=16",
-            "epoch_samples=320",
+            # Epochs of 6 s (a time budget): a cell outlasts the other lane's start on the second node
+            # (with epochs of 0.2 s, the head's lane ran both cells before the other's first began).
+            "epoch_samples=1000000",
+            "epoch_time_s=6",
             "epochs=2",
             "degree=1",
             "mode=naive",
@@ -141,8 +148,8 @@ def test_a_node_killed_mid_replay_requeues_its_job_onto_the_other_node(nodes: Ra
     head, second = (nodes.node_id(p) for p in nodes.procs)
     pipe_root = short_tmp("rcn")
     out = tmp_path / "queue"
-    # Jobs long enough (tens of seconds of tiny_cnn steps) to be training when the node goes.
-    cmd = _replay(nodes, _trace(tmp_path / "t.csv", 24_000), out, pipe_root)
+    # Jobs long enough (seconds of tiny_cnn steps) to be training when the node goes.
+    cmd = _replay(nodes, _trace(tmp_path / "t.csv", 12_000), out, pipe_root)
     log = (tmp_path / "replay.log").open("w")
     replay = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     doomed = nodes.procs[1]
@@ -170,8 +177,16 @@ def test_a_node_killed_mid_replay_requeues_its_job_onto_the_other_node(nodes: Ra
     assert set(attempts.outcome) == {"ended", "node lost"}  # no failure counted, no other attempt
     assert _ended_once(out) == Counter({"j1": 1, "j2": 1})
     assert "leaves the queue" in (tmp_path / "replay.log").read_text()
-    # Nothing left: no process of the lost node, nothing the doctor finds, every lease of the queue gone.
+    # Nothing left: no process of the lost node, every lease of the queue gone, and of what the doctor
+    # finds, only the GPU directory of the lost node's steward, which `doctor --fix` removes (on a cluster
+    # it lies on the lost machine; the next steward started there removes it as well).
     assert not [p.pid for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    killed = {p.pid for p in tree}
+    found = doctor_findings(pipe_root)
+    assert all(re.search(r"GPU-.* \(steward pid (\d+) ", f) for f in found), found
+    assert {int(re.findall(r"steward pid (\d+) ", f)[0]) for f in found} <= killed
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert doctor(["--pipe-root", str(pipe_root), "--fix"]) == 0
     assert doctor_findings(pipe_root) == []
     state = _cluster_state(nodes.address)
     assert state["alive"] == 1 and set(state["groups"]) == {"REMOVED"}
