@@ -26,7 +26,7 @@ __all__ = ["RayNodes", "start_nodes"]
 RAY = str(Path(sys.executable).with_name("ray"))
 START_S = 90.0  # a node up: ~10 s alone, ~40 s on a loaded 2-core machine
 ATTEMPTS = 3
-STOP_S = 10.0  # SIGTERM to SIGKILL (`ray start --block` alone drains its node for up to 30 s)
+STOP_S = 5.0  # SIGTERM to SIGKILL (`ray start --block` alone drains its node for up to 30 s)
 RAY_ENV = {
     # The GCS declares a node whose raylet stopped answering dead after its health checks miss: by Ray's
     # defaults (3 s period, 10 s timeout, 5 misses) up to about a minute; here 5 to 15 s (a live raylet
