@@ -20,7 +20,7 @@ from raycolloc.driver.side_by_side import MeasureWindows
 from raycolloc.node.cpus import CpuPool
 from raycolloc.node.reserve import confine_process, plan_reservation
 
-from .conftest import ROOT, load, run_cli, run_one
+from .conftest import ROOT, load, run_cli, run_one, short_tmp
 
 
 # --- the reservation: a pure function of the node's cores --------------------------------------------
@@ -205,12 +205,55 @@ def test_the_nodes_own_processes_run_on_the_reserved_cores(tmp_path: Path) -> No
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("ray_local")
+def test_workers_started_in_the_spawning_window_start_on_every_core_then_are_confined(tmp_path: Path) -> None:
+    """A new worker inherits the raylet's cores: outside the window, the reserved one only (15 trainers
+    of a 16-job cell took 30 s on an H200's one reserved core); inside, every core, confined after."""
+    import ray
+
+    from raycolloc.node.steward_handles import get_steward
+
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip("needs two cores")
+
+    @ray.remote(num_cpus=0)
+    class Probe:
+        def __init__(self) -> None:
+            self.at_start = os.sched_getaffinity(0)  # before anything could move it
+
+        def seen(self) -> tuple[int, set[int]]:
+            return os.getpid(), self.at_start
+
+    def started(tag: str) -> tuple[int, set[int]]:  # a worker of its own (a runtime_env no other has)
+        actor = Probe.options(runtime_env={"env_vars": {"RAYCOLLOC_PROBE": f"{tag}-{time.time_ns()}"}}).remote()
+        return ray.get(actor.seen.remote(), timeout=120)
+
+    spec = load(["epoch_samples=64"], out_dir=tmp_path)
+    node = ray.get_runtime_context().get_node_id()
+    steward = get_steward(node, spec.config.cluster, spec.config.mode.pipe_root)
+    try:
+        ray.get(steward.reserve.remote(f"{cores[0]}-{cores[0]}"))
+        _, outside = started("outside")
+        assert outside == {cores[0]}  # the cause: one core for every worker Ray starts now
+        assert ray.get(steward.spawning.remote(True)) is True
+        pid, inside = started("inside")
+        assert inside == set(cores)
+        ray.get(steward.spawning.remote(False))
+        assert all(t == {cores[0]} for t in _threads(pid))  # confined once up
+    finally:
+        ray.get(steward.reserve.remote("none"))  # the session's next tests find every core again
+
+
+@pytest.mark.slow
 def test_cells_side_by_side_are_counted_and_isolation_stops_it(tmp_path: Path) -> None:
     """Two cells on two simulated GPUs of one node: measured at once, then one at a time."""
     # Steps that sleep (tests/sleepy_workload.py): two CPU-bound cells on a 2-core machine slow each
-    # other's set-up, and a skew longer than their 5 s windows would keep them from overlapping.
+    # other's set-up. Side by side, the two jobs' first steps wait for each other (``meet``), so their
+    # windows overlap by that order whatever the set-ups' skew on a loaded machine; one at a time they
+    # need not meet (and a measurement held for one cell must not wait on the other's).
     args = ["-m", "workload=python", "workload.entry=tests.sleepy_workload:build", "cluster=local", "seed=0,1"]
-    args += ["epoch_samples=100000000", "repeats=1", "epoch_time_s=5", "cluster.num_gpus=2", f"out_dir={tmp_path}"]
+    args += ["epoch_samples=100000000", "repeats=1", "epoch_time_s=3", "cluster.num_gpus=2", f"out_dir={tmp_path}"]
 
     def cells(sweep: Path, *extra: str) -> pd.DataFrame:
         proc = run_cli([*args, f"hydra.sweep.dir={sweep}", *extra], cwd=ROOT)
@@ -219,7 +262,7 @@ def test_cells_side_by_side_are_counted_and_isolation_stops_it(tmp_path: Path) -
         assert len(found) == 2
         return found.assign(stdout=proc.stdout)
 
-    beside = cells(tmp_path / "beside")
+    beside = cells(tmp_path / "beside", f"workload.args={{meet_dir:'{short_tmp('meet')}',meet:2}}")
     assert list(beside["overlapping_cells"]) == [1, 1] and not beside["isolated"].any()
     a, b = beside.sort_values("measured_start_ts").to_dict("records")
     assert a["measured_end_ts"] > b["measured_start_ts"]  # the jobs' own windows overlapped

@@ -228,7 +228,10 @@ class _Sweep:
             # Waiting for the node's warm parent is worth it only to cells that fork from it.
             with self.lock:
                 forks = any(c.config.trainer.spawn == "fork" for c, _ in self.queue)
+                pooled = any(trainers.pooled(c) for c, _ in self.queue)
             forkserver = ray.get(steward.forkserver.remote(), timeout=180) if forks else None
+            if pooled:  # the largest cell's actors now, all at once (not as each cell grows the pool)
+                trainers.fill(steward)
         except Exception as exc:  # noqa: BLE001 - the node cannot serve: its cells go to other lanes or fail
             trainers.close()
             lease.release()

@@ -47,7 +47,7 @@ from raycolloc.node.leftovers import claim, clean_leftovers, find_leftovers
 from raycolloc.node.modes.base import GpuSlot, Mode
 from raycolloc.node.modes.mig import MIG_RECORD
 from raycolloc.node.modes.registry import MODES
-from raycolloc.node.reserve import confine, plan_reservation, ray_processes, thread_siblings
+from raycolloc.node.reserve import confine, plan_reservation, ray_processes, raylet_of, thread_siblings, widen
 from raycolloc.node.telemetry import Sampler, gi_sm_shares, gpu_now, pick_source
 from raycolloc.procs import normal_priority, python_env
 from raycolloc.results.rows import TelemetryRow
@@ -103,6 +103,7 @@ class Steward:
         self._gpm_prev: dict[str, Any] = {}  # gpu uuid -> the GPM sample of its last gpu_now
         self._cpus = CpuPool()  # the cores Ray may use on this node, handed to jobs per cell
         self.reservation = Reservation()  # cores kept for the node's own processes (node/reserve.py)
+        self._spawning = 0  # callers inside :meth:`spawning` (new workers start on every core meanwhile)
         self.leftovers = self._clean_leftovers()
         self._forkserver: subprocess.Popen[bytes] | None = None
         self._forkserver_path = str(self.pipe_root / f"forkserver-{os.getpid()}.sock")
@@ -193,6 +194,26 @@ class Steward:
             # Processes on an earlier sweep's reserved cores move to the new ones (or back to all).
             confine(self.reservation.cores, ray_processes(os.getpid()), was, self._cpus.cpus)
         return self.reservation
+
+    def spawning(self, start: bool) -> bool:
+        """Open (``start``) or close a window in which new Ray workers start on every core; returns
+        whether the node keeps cores at all (without, there is nothing to open).
+
+        A worker process inherits its raylet's cores, and the raylet is confined to the reserved ones:
+        on one H200 (16 cores, 1 reserved) the 15 trainer actors a 16-job cell added started one after
+        another on that core, their first jobs waiting 30-34 s where one worker takes ~2 s (2026-12-02,
+        jobs/advise_cheap.sh; 16 plain actors outside a sweep: 0.4 s). Inside the window the raylet
+        has every core again; closing the last window confines it and the workers it started."""
+        with self._lock:
+            if not self.reservation.cores:
+                return False
+            self._spawning = max(0, self._spawning + (1 if start else -1))
+            raylet = raylet_of(os.getpid())
+            if start and self._spawning == 1 and raylet is not None:
+                widen(raylet, self._cpus.cpus)
+            elif not start and self._spawning == 0:
+                confine(self.reservation.cores, ray_processes(os.getpid()))
+            return True
 
     def resolve_gpu(self, ray_gpu_id: str) -> GpuInfo:
         return self.backend.gpu_for_ray_id(ray_gpu_id)

@@ -52,6 +52,7 @@ class QueueLane:
     sampled_at: float | None = None
     # (t, SM activity, SM occupancy, DRAM activity), 0..1; None where the GPU has no GPM to read them
     history: deque[tuple[float, float, float | None, float | None]] = field(default_factory=deque)
+    node_id: str = ""  # the Ray node the GPU is on (a lost node's lanes leave: raycolloc.queue.raynodes)
 
 
 def _open(config: Config, index: int) -> QueueLane:
@@ -67,7 +68,7 @@ def _open(config: Config, index: int) -> QueueLane:
         pool.close()
         lease.release()
         raise
-    return QueueLane(f"{node_id[:8]}-g{gpu.index}", lease, pool, steward, gpu, forkserver)
+    return QueueLane(f"{node_id[:8]}-g{gpu.index}", lease, pool, steward, gpu, forkserver, node_id=node_id)
 
 
 def open_lanes(config: Config) -> list[QueueLane]:

@@ -10,7 +10,9 @@ finished. An attempt ends ``ended`` (every state ok), ``oom`` (a state says so: 
 out-of-memory as ``status=oom``) or ``lost`` (an error, its actor died, or its GPU could not be
 prepared; counted in :attr:`RayRunners.failures`), with its memory peak
 (PyTorch's reserved peak or the driver's count, the larger) and its samples/s. When a GPU empties,
-its steward stops what it kept (the MPS daemon) and the GPU's mode is free again.
+its steward stops what it kept (the MPS daemon) and the GPU's mode is free again. A node lost while the
+queue runs (:mod:`raycolloc.queue.raynodes`) takes its GPUs out of the runner, and its attempts come back
+``lost`` without counting as their jobs' failures.
 
 What a policy sees of a GPU (:meth:`RayRunners.views`): its memory in use, read through the steward
 (NVML, or the simulated GPU's count), or its residents' estimates while they are larger (a job just
@@ -35,6 +37,7 @@ from raycolloc.queue.core import JobStart, Report
 from raycolloc.queue.policy import GpuView, Predictor, Resident
 from raycolloc.queue.rayjobs import CellMaker
 from raycolloc.queue.raylanes import POOL_SIZE, QueueLane, close_lane
+from raycolloc.queue.raynodes import NodeWatch, leave
 from raycolloc.queue.simcluster import MONITOR_WINDOW_S, TelemetryRow
 from raycolloc.queue.trace import TraceJob
 from raycolloc.spec import CellSpec, JobState
@@ -104,6 +107,7 @@ class RayRunners:
         self._pending: list[Report] = []  # attempts that could not start, reported at the next poll
         self.attempts: list[AttemptRow] = []  # every finished attempt, in the order they finished
         self.failures: Counter[str] = Counter()  # attempts per job that failed (not an OOM): the loop gives up
+        self.nodes = NodeWatch()
 
     # --- the Runners protocol ------------------------------------------------------------------
     def views(self, now: float) -> list[GpuView]:
@@ -131,6 +135,8 @@ class RayRunners:
         except ray.exceptions.RayError as exc:
             log.error("job=%s attempt=%d cannot start on %s: %s", job_id, attempt, gpu_id, str(exc).splitlines()[0])
             self._pending.append(Report(job_id, attempt, "lost", now, ()))
+            if lane.node_id in self.nodes.lost([lane], now, force=True):
+                return  # its node went: the lane leaves at the next poll, and the job did not fail
             self.failures[job_id] += 1
             self._release_cell(lane, cell)
             self._emptied(lane)
@@ -157,11 +163,12 @@ class RayRunners:
         GPUs when due."""
         self._sample(now)
         out, self._pending = self._pending, []
-        for gpu_id, runs in self._runs.items():
-            for run in list(runs):
-                done, _ = ray.wait(run.refs, num_returns=len(run.refs), timeout=0)
-                if len(done) == len(run.refs):
-                    out.append(self._settle(self.lanes[gpu_id], run, now))
+        finished = [(gpu_id, run) for gpu_id, runs in self._runs.items() for run in runs if _finished(run)]
+        # An attempt that ended may have died with its node: the nodes are looked at before it is settled.
+        out += self._lose_nodes(now, force=bool(finished))
+        for gpu_id, run in finished:
+            if gpu_id in self.lanes:
+                out.append(self._settle(self.lanes[gpu_id], run, now))
         return out
 
     def stop(self, job_id: str) -> bool:
@@ -191,6 +198,37 @@ class RayRunners:
                 close_lane(lane)
 
     # --- internals -----------------------------------------------------------------------------
+    def _lose_nodes(self, now: float, force: bool) -> list[Report]:
+        """The lanes of lost nodes leave the runner (leases removed, actors killed); their attempts are
+        reported ``lost`` (re-queued, not counted as failures) and recorded as ``node lost``."""
+        gone = self.nodes.lost(self.lanes.values(), now, force)
+        reports: list[Report] = []
+        for gpu_id, lane in [(g, lane) for g, lane in self.lanes.items() if lane.node_id in gone]:
+            runs = self._runs.pop(gpu_id)
+            del self.lanes[gpu_id]
+            for run in runs:
+                ray.kill(run.actor, no_restart=True)
+                co = tuple(sorted(run.co))
+                reports.append(Report(run.job_id, run.attempt, "lost", now, co))
+                row = AttemptRow(
+                    run.job_id,
+                    run.attempt,
+                    "node lost",
+                    gpu_id,
+                    run.mode,
+                    run.start_s,
+                    now,
+                    run.estimate_mib,
+                    None,
+                    None,
+                    ",".join(co),
+                )
+                self.attempts.append(row)
+            leave(lane)
+            jobs = ", ".join(r.job_id for r in runs) or "none"
+            log.error("node=%s lost: gpu=%s leaves the queue; its jobs re-queued: %s", lane.node_id[:8], gpu_id, jobs)
+        return reports
+
     def _settle(self, lane: QueueLane, run: _Run, now: float) -> Report:
         states: list[JobState] = []
         for ref in run.refs:
@@ -268,6 +306,11 @@ class RayRunners:
         return GpuView(
             lane.gpu_id, total, lane.mode, residents, mem, sm or 0.0, occ or 0.0, dram or 0.0, lane.last_placed_s
         )
+
+
+def _finished(run: _Run) -> bool:
+    done, _ = ray.wait(run.refs, num_returns=len(run.refs), timeout=0)
+    return len(done) == len(run.refs)
 
 
 def _mean(values: list[float | None]) -> float | None:
