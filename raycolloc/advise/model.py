@@ -102,17 +102,14 @@ ASSUMPTIONS = (
     f"server and {MEM_HEADROOM_MIB:.0f} MiB headroom must fit (MIG: per GPU instance); at most "
     f"{MPS_MAX_CLIENTS} MPS clients",
     "parameters (capacity, sharpness per mode, cpu capacity, mps thrash, power slope) are fitted on measured "
-    "sweeps (each configuration the median of its runs) of "
-    "other workloads on the same GPU model and on the advisor's short probes of the workload itself at high "
-    "degrees (probe_degrees), never on its other cells",
+    "sweeps (each configuration the median of its runs) of other workloads on the same GPU model and on the "
+    "advisor's short probes of the workload itself at high degrees (probe_degrees), never on its other cells",
 )
 
 
 def served(offered: float, capacity: float, k: float) -> float:
     """W(O): what a resource of ``capacity`` serves of an offer (smooth minimum of the two)."""
-    if offered <= 0:
-        return 0.0
-    return (offered**-k + capacity**-k) ** (-1.0 / k)
+    return (offered**-k + capacity**-k) ** (-1.0 / k) if offered > 0 else 0.0
 
 
 def _offered(achieved: float, capacity: float, k: float) -> float:
