@@ -79,7 +79,8 @@ def test_each_attempt_is_a_cell_of_one_job_of_its_length_and_only_a_first_attemp
     maker = check_ray_config(compose_settings(words).config, jobs)
     a, b = maker.cell(jobs[0], 1, "mps", 256), maker.cell(jobs[1], 1, "naive", 1000)
     assert (a.cell_id, a.degree, a.mode, a.jobs[0].cell_id) == ("queue-j1-1", 1, "mps", "queue-j1-1")
-    assert a.config.mode.keep_daemon  # other jobs on the GPU still use its daemon
+    assert not a.config.mode.keep_daemon  # the mode stops the daemon when the GPU's last job leaves
+    assert not a.config.cluster.isolate_measurement  # a queued job measures beside the others
     assert (a.jobs[0].epochs, a.jobs[0].epoch_samples, b.jobs[0].epoch_samples) == (2, 128, 500)
     assert a.jobs[0].trainer.fault is None and b.jobs[0].trainer.fault == "oom"
     assert maker.cell(jobs[1], 2, "naive", 1000).jobs[0].trainer.fault is None  # the re-queued attempt runs
@@ -322,7 +323,11 @@ def test_sigterm_on_the_command_releases_every_gpu_and_exits_143(tmp_path: Path,
 
 
 def test_a_gpu_with_a_full_pool_shows_itself_full_and_sends_a_job_placed_past_it_back(tmp_path: Path) -> None:
+    import threading
+
     from raycolloc.devices import GpuInfo
+    from raycolloc.driver.lane import Lane
+    from raycolloc.driver.side_by_side import MeasureWindows
     from raycolloc.queue.catalog import catalog_profile, sim_params
     from raycolloc.queue.policy import Predictor
     from raycolloc.queue.raylanes import POOL_SIZE, QueueLane
@@ -332,9 +337,10 @@ def test_a_gpu_with_a_full_pool_shows_itself_full_and_sends_a_job_placed_past_it
     gpu = settings.gpu
     profile = catalog_profile("resnet18/cifar10", gpu)
     info = GpuInfo(0, "GPU-x", gpu.name, int(gpu.memory_mib), None, False, False, "0", "sim", "")
-    lane = QueueLane("n-g0", None, None, None, info, None, mode="mps", sampled_at=0.0)
+    held = Lane(None, "n", None, info, None, threading.Event(), None, None, MeasureWindows())  # no Ray: never asked
+    lane = QueueLane("n-g0", held, mode="mps", sampled_at=0.0)
     runners = RayRunners([lane], None, {}, Predictor(gpu, sim_params(gpu)))
-    full = [_Run(f"r{i}", 1, None, None, [], profile, 1000.0, 2.0, "mps", 0.0) for i in range(POOL_SIZE)]
+    full = [_Run(f"r{i}", 1, None, profile, 1000.0, 2.0, "mps", 0.0) for i in range(POOL_SIZE)]
     runners._runs["n-g0"] = full
     (view,) = runners.views(0.5)
     assert view.mem_used_mib == view.memory_mib  # no policy places more there

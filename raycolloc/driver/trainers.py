@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from typing import Any
 
 import ray
@@ -55,13 +56,17 @@ class TrainerPool:
         self.lease, self.index, self.size, self.num_cpus = lease, index, max(1, size), num_cpus
         self._idle: list[Any] = []
         self._created = 0
+        # A queue's lives on one lane borrow and give back from their own threads at once.
+        self._lock = threading.RLock()
 
     def locate(self, timeout: float = 120.0) -> tuple[str, str]:
         """The node and the GPU (Ray's id) of the lease, as the pool's first actor sees them; the
         actor stays, idle, for the lane's first cell."""
-        if not self._idle:
-            self._idle.append(self._new_pooled())
-        return ray.get(self._idle[0].placement.remote(), timeout=timeout)
+        with self._lock:
+            if not self._idle:
+                self._idle.append(self._new_pooled())
+            first = self._idle[0]
+        return ray.get(first.placement.remote(), timeout=timeout)
 
     def _new_pooled(self) -> Any:
         """A new actor of the pool: ``1/size`` of the lane's GPU, numbered within the lane."""
@@ -88,9 +93,10 @@ class TrainerPool:
             ]
         if cell.degree > self.size:
             raise ValueError(f"cell {cell.cell_id} has {cell.degree} jobs; the lane's pool holds {self.size}")
-        lent = [self._idle.pop() for _ in range(min(len(self._idle), cell.degree))]
-        while len(lent) < cell.degree:
-            lent.append(self._new_pooled())
+        with self._lock:
+            lent = [self._idle.pop() for _ in range(min(len(self._idle), cell.degree))]
+            while len(lent) < cell.degree:
+                lent.append(self._new_pooled())
         return lent
 
     def _create(self, actor_class: Any, name: str, gpu_share: float) -> Any:
@@ -111,10 +117,12 @@ class TrainerPool:
         for actor in failed + ([] if keep else healthy):
             ray.kill(actor, no_restart=True)
         if keep:
-            self._idle.extend(healthy)
+            with self._lock:
+                self._idle.extend(healthy)
 
     def close(self) -> None:
         """The lane ends: every idle actor goes."""
-        for actor in self._idle:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for actor in idle:
             ray.kill(actor, no_restart=True)
-        self._idle.clear()

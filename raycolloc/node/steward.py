@@ -9,9 +9,14 @@ job cores of its own, samples the GPU while the cell measures, and ``release``s 
 cell always asks for in ``finally``. It knows nothing of trainers or progress: jobs are bound
 through their environment and report to the driver directly.
 
-A GPU is held by at most one cell. Ray grants a cell's GPU lease only after the previous holder's
-lease is gone, so when a cell arrives for a GPU that a dead cell still holds here (its driver was
-killed), that stale state is released first: its MPS daemon stopped, its MIG layout restored.
+A GPU holds a set of *residents*: the cells prepared on it and not yet released (a sweep's cell alone,
+or a queue's jobs, each a cell of one, side by side). A cell arriving names the residents it joins
+(``beside``: none for a sweep's cell); any other resident is stale, left by a dead driver (Ray grants a
+GPU's lease only after the previous holder's is gone), and is released first: its MPS daemon stopped,
+its MIG layout restored. Joining and leaving is the mode's business: residents beside others must be of
+one mode, and a mode that cannot take jobs joining and leaving (MIG: a layout is fixed for a cell's
+life) is refused beside any; the mode's ``release`` sees whether the GPU emptied (MPS stops its daemon
+then, unless ``mode.keep_daemon`` keeps it for the lane's next cell).
 
 What a dead steward left (its driver or Ray SIGKILLed, or the steward itself killed) is put right
 when a steward starts: MPS daemons of its GPUs stopped, MIG layouts restored, directories removed
@@ -29,6 +34,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -44,7 +50,7 @@ from raycolloc.node.cpus import CpuPool
 from raycolloc.node.gpu.backend import GpuBackend, GpuInfo
 from raycolloc.node.gpu.sim_inject import Injector, injector_for
 from raycolloc.node.leftovers import claim, clean_leftovers, find_leftovers
-from raycolloc.node.modes.base import GpuSlot, Mode
+from raycolloc.node.modes.base import GpuSlot, Mode, ModeError
 from raycolloc.node.modes.mig import MIG_RECORD
 from raycolloc.node.modes.registry import MODES
 from raycolloc.node.reserve import confine, plan_reservation, ray_processes, thread_siblings
@@ -98,7 +104,6 @@ class Steward:
         self._lock = threading.RLock()
         self._slots: dict[str, GpuSlot] = {}  # gpu uuid -> its slot, kept from cell to cell
         self._cells: dict[str, _CellState] = {}
-        self._holder: dict[str, str] = {}  # gpu uuid -> cell id
         self._gauges: dict[str, Any] = {}
         self._gpm_prev: dict[str, Any] = {}  # gpu uuid -> the GPM sample of its last gpu_now
         self._cpus = CpuPool()  # the cores Ray may use on this node, handed to jobs per cell
@@ -207,34 +212,40 @@ class Steward:
         return self.backend.job_device(gpu_uuid)
 
     # --- prepare / release -----------------------------------------------------------------
-    def prepare(self, cell: CellSpec, gpu_uuid: str, shared: bool = False) -> list[Binding]:
-        """Make the GPU ready for the cell's mode and return one binding per job. ``shared``: the
-        cell joins others on the GPU (a queue's jobs, each a cell of its own, all of one mode):
-        it neither holds the GPU nor releases them.
+    def prepare(self, cell: CellSpec, gpu_uuid: str, beside: Collection[str] = ()) -> list[Binding]:
+        """Make the GPU ready for the cell's mode and return one binding per job. ``beside``: the cells
+        it joins on the GPU (a queue's jobs already there); any other resident is stale and is released
+        first (see the module docstring).
 
         Raises:
-            ModeError: the GPU cannot be prepared; nothing was left changed.
+            ModeError: the GPU cannot be prepared (or cannot take this cell beside its residents);
+                nothing was left changed.
         """
         mode_cls = MODES[cell.mode]
         with self._lock:
-            holder = None if shared else self._holder.get(gpu_uuid)
-            if holder is not None and holder != cell.cell_id:
-                log.warning("gpu=%s held by stale cell=%s: releasing it first", gpu_uuid, holder)
-                self.release(holder)
-            self.backend.expect_mig_mode(gpu_uuid, mode_cls.kind.partitioned)
             slot = self._slots.get(gpu_uuid)
+            for stale in sorted((slot.residents if slot else set()) - set(beside) - {cell.cell_id}):
+                log.warning("gpu=%s held by stale cell=%s: releasing it first", gpu_uuid, stale)
+                self.release(stale)
+            self.backend.expect_mig_mode(gpu_uuid, mode_cls.kind.partitioned)
             gpu = self.backend.gpu(gpu_uuid)
             if slot is None:
                 slot = self._slots[gpu_uuid] = GpuSlot(self.backend, gpu, self.control)
             slot.gpu = gpu
+            others = {self._cells[c].mode.name for c in slot.residents if c in self._cells and c != cell.cell_id}
+            if others and (others != {mode_cls.name} or not mode_cls.kind.queued):
+                raise ModeError(
+                    f"mode={mode_cls.name}: GPU {gpu_uuid} holds jobs of mode {', '.join(sorted(others))}; a job "
+                    "joins only jobs of its own mode, in a mode whose jobs may join and leave (mode_kinds: queued)"
+                )
             claim(slot.dir(cell))  # this steward uses the GPU's directory: not a leftover while it runs
             state = _CellState(cell, slot, mode_cls(slot, cell))
             self._cells[cell.cell_id] = state
-            if not shared:
-                self._holder[gpu_uuid] = cell.cell_id
+            slot.residents.add(cell.cell_id)
         try:
             self.reserve(cell.config.cluster.reserved_cpus)
-            bindings = state.mode.prepare()
+            with slot.lock:
+                bindings = state.mode.prepare()
             env, device = self.backend.job_env(gpu_uuid), self.backend.job_device(gpu_uuid)
             bindings = [replace(b, env={**b.env, **env}, device=device) for b in bindings]
             state.bindings = self._pin_cpus(cell, gpu, bindings)
@@ -261,22 +272,22 @@ class Steward:
         return [replace(b, cpus=cores[b.job_index]) if b.job_index in cores else b for b in bindings]
 
     def release(self, cell_id: str) -> Release:
-        """Stop sampling and undo the cell's mode (the MPS daemon stays for a next MPS cell). Safe to
-        call twice."""
+        """Stop sampling and undo the cell's mode: the cell leaves its GPU (the mode sees whether the GPU
+        emptied: node/modes/). Safe to call twice."""
         with self._lock:
             state = self._cells.pop(cell_id, None)
             if state is None:
                 return Release(released=False)
             uuid = state.slot.gpu.uuid
-            if self._holder.get(uuid) == cell_id:
-                del self._holder[uuid]
+            state.slot.residents.discard(cell_id)
             self._cpus.release(cell_id)
         if state.sampler is not None:
             state.sampler.stop()
         if state.injector is not None:
             state.injector.stop()
         try:
-            done = replace(state.mode.release(), released=True)
+            with state.slot.lock:
+                done = replace(state.mode.release(), released=True)
         except Exception as exc:  # noqa: BLE001 - report it; the GPU is free for the next cell either way
             done = Release(released=True, errors=(f"{state.mode.name}: {exc}",))
         if done.errors:
@@ -286,13 +297,18 @@ class Steward:
         return done
 
     def release_gpu(self, gpu_uuid: str) -> Release:
-        """The GPU's lease ends: stop what was kept between cells (its MPS daemon)."""
+        """The GPU's lease ends: its residents leave (a dead lane's), and what was kept between cells
+        (its MPS daemon) stops."""
         with self._lock:
-            holder = self._holder.get(gpu_uuid)
             slot = self._slots.get(gpu_uuid)
-        done = self.release(holder) if holder is not None else Release()
-        if slot is not None and slot.stop_daemon():
-            done = replace(done, mps_stopped=True)
+            residents = sorted(slot.residents) if slot is not None else []
+        done = Release()
+        for cell_id in residents:
+            done = self.release(cell_id)
+        if slot is not None:
+            with slot.lock:
+                if slot.stop_daemon():
+                    done = replace(done, mps_stopped=True)
         if slot is not None:
             for gpu_dir in list(slot.dirs):
                 # A MIG layout that could not be restored keeps its record (and the directory) for
@@ -379,8 +395,10 @@ class Steward:
     def mig_layout(self, gpu_uuid: str) -> list[Any]:
         return self.backend.gpu_instances(gpu_uuid)
 
-    def held(self) -> dict[str, str]:
-        return dict(self._holder)
+    def held(self) -> dict[str, list[str]]:
+        """Each GPU with residents -> their cells."""
+        with self._lock:
+            return {uuid: sorted(slot.residents) for uuid, slot in self._slots.items() if slot.residents}
 
 
 # Passed as a mapping: ray.remote's typed overloads list task options only, and max_concurrency is an actor's.
