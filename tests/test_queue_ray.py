@@ -361,3 +361,61 @@ def test_a_queued_job_on_a_real_gpu_trains_its_length_with_no_floor(tmp_path: Pa
     (job,) = read_trace(_trace(tmp_path / "t.csv", jobs=1))
     spec = CellMaker(real).cell(job, 1, "naive", 2560).jobs[0]
     assert spec.min_epoch_s is None and spec.epoch_floor_s(2) == 0.0
+
+
+@pytest.mark.slow
+def test_a_queued_job_that_hangs_is_ended_by_the_stall_watch_and_its_gpu_mate_ends(
+    tmp_path: Path, ray_local: None, pipe_root: Path
+) -> None:
+    """A queued job lives the sweeps' life of a job on a GPU: silent past ``trainer.stall_timeout_s`` it is
+    ``hang``, its attempt lost (not waited on for ever), while the job beside it on the GPU ends and the
+    GPU's MPS daemon goes with the last of them."""
+    import dataclasses
+
+    from raycolloc.node.modes.mps import find_control_daemons
+    from raycolloc.queue.catalog import catalog_profile, sim_params
+    from raycolloc.queue.policy import Predictor
+    from raycolloc.queue.rayjobs import CellMaker, check_ray_config
+    from raycolloc.queue.raylanes import open_lanes
+    from raycolloc.queue.rayrunners import RayRunners
+    from raycolloc.queue.trace import TraceJob, read_trace
+    from raycolloc.spec import CellSpec
+
+    class Hanging(CellMaker):
+        """The real cells, with job j1's training process hanging half-way through its measured epoch."""
+
+        def cell(self, job: TraceJob, attempt: int, mode: str, samples: int) -> CellSpec:
+            cell = super().cell(job, attempt, mode, samples)
+            if job.job_id != "j1":
+                return cell
+            trainer = dataclasses.replace(cell.config.trainer, fault="hang", fault_job=0, fault_epoch=2)
+            jobs = tuple(dataclasses.replace(j, trainer=trainer) for j in cell.jobs)
+            return dataclasses.replace(cell, config=dataclasses.replace(cell.config, trainer=trainer), jobs=jobs)
+
+    words = ["cluster=local", "cluster.num_gpus=2", f"mode.pipe_root={pipe_root}", "queue.runner=ray"]
+    words += ["queue.stand_in=tiny_cnn", "trainer.stall_timeout_s=5", f"out_dir={tmp_path}"]
+    settings = compose_settings(words)
+    jobs = read_trace(_trace(tmp_path / "two.csv", jobs=2, samples=2048))
+    maker = Hanging(check_ray_config(settings.config, jobs).config)
+    predictor = Predictor(settings.gpu, sim_params(settings.gpu))
+    profile = catalog_profile(jobs[0].workload, settings.gpu)
+    runners = RayRunners(open_lanes(maker.config), maker, {j.job_id: j for j in jobs}, predictor)
+    reports: list[Report] = []
+    t0 = time.monotonic()
+    try:
+        gpu_id = next(iter(runners.lanes))
+        for job in jobs:  # both on one GPU, under MPS
+            runners.start(JobStart(job.job_id, 1, profile, 500.0, 2.0, 2048.0, gpu_id, "mps", 0.0))
+        assert runners.running() == {("j1", 1), ("j2", 1)}  # start returned at once: both live on
+        while len(reports) < 2 and time.monotonic() - t0 < 150:
+            reports += runners.poll(time.monotonic() - t0)
+            time.sleep(0.5)
+    finally:
+        runners.close()
+    assert {r.job_id: r.kind for r in reports} == {"j1": "lost", "j2": "ended"}
+    assert runners.failures == Counter({"j1": 1})  # a failure the loop counts toward cancelling the job
+    rows = {row.job_id: row for row in runners.attempts}
+    assert rows["j1"].error is not None and "hang: no progress for" in rows["j1"].error, rows["j1"].error
+    assert rows["j2"].error is None and (rows["j2"].samples_per_s or 0) > 0 and rows["j2"].co_residents == "j1"
+    assert not [d for d in find_control_daemons() if str(d["pipe_dir"]).startswith(str(pipe_root))]
+    assert not list(pipe_root.glob("GPU-*"))

@@ -108,8 +108,8 @@ def _say_not_pinned(cell: CellSpec, bindings: list[Binding], sweep: str) -> None
 
 
 class _CellRun:
-    def __init__(self, cell: CellSpec, lane: Lane, rec: CellRecord, beside: frozenset[str]) -> None:
-        self.cell, self.lane, self.rec, self.beside = cell, lane, rec, beside
+    def __init__(self, cell: CellSpec, lane: Lane, rec: CellRecord) -> None:
+        self.cell, self.lane, self.rec = cell, lane, rec
         self.trainers: dict[int, Any] = {}  # job index -> its trainer actor, borrowed from the lane
         self.prepared = False
 
@@ -118,7 +118,11 @@ class _CellRun:
         trainer_cfg = cell.config.trainer
         lane.report(cell.cell_id, "preparing")
         t_prepare = time.perf_counter()
-        bindings = ray.get(lane.steward.prepare.remote(cell, lane.gpu.uuid, self.beside), timeout=300)
+        # One life binds at a time on a lane: the residents it names are every one bound before it, so the
+        # steward takes none of them for stale (a queue's lives start together on their threads).
+        with lane.binding:
+            beside = lane.join(cell.cell_id)
+            bindings = ray.get(lane.steward.prepare.remote(cell, lane.gpu.uuid, beside), timeout=300)
         self.prepared = True
         rec.reserved_cpus = format_cpus(bindings[0].reserved_cpus) if bindings else None
         _say_not_pinned(cell, bindings, lane.board.sweep)
@@ -254,7 +258,7 @@ def run_cell(
         lease_wait_s=lease_wait_s,
         lane_setup_s=lane_setup_s,
     )
-    run = _CellRun(cell, lane, rec, lane.join(cell.cell_id))
+    run = _CellRun(cell, lane, rec)
     interrupted = False
     try:
         run.run()

@@ -7,8 +7,9 @@ placement group, :func:`~raycolloc.driver.lease.acquire_gpu`), the trainer actor
 (:class:`~raycolloc.driver.trainers.TrainerPool`; its first actor tells which node and GPU the lease
 holds), the node's steward, the GPU as the steward resolves it, and the node's warm parent of training
 processes. Each life on the lane (:func:`raycolloc.driver.cell_run.run_cell`) joins the lane's residents
-while it holds the GPU: the cells it lives beside, which the steward is told when the life prepares its
-GPU (any other resident there is stale).
+as it binds to the GPU and leaves them once it released it; the steward is told the residents it joins
+(any other resident there is a dead life's: stale). Lives bind one at a time, so a life's residents are
+all those bound before it.
 
 Closing gives everything back, each step whatever the one before did: idle trainers killed, what the
 steward kept between lives (the MPS daemon, residents of a dead life) stopped, the lease removed.
@@ -57,14 +58,15 @@ class Lane:
     trainers: TrainerPool
     windows: MeasureWindows  # the measured windows, per node (driver/side_by_side.py)
     residents: set[str] = field(default_factory=set)  # the cells living on the GPU now
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)  # over residents
+    binding: threading.Lock = field(default_factory=threading.Lock, repr=False)  # one life binds at a time
 
     def report(self, cell_id: str, state: str) -> None:
         """Set the cell's state on the progress board (fire and forget)."""
         self.board.cell(cell_id, state)
 
     def join(self, cell_id: str) -> frozenset[str]:
-        """A life begins on the GPU: the residents it joins (those already there, or arriving at once)."""
+        """A life binds to the GPU (under :attr:`binding`): the residents it joins."""
         with self.lock:
             beside = frozenset(self.residents - {cell_id})
             self.residents.add(cell_id)

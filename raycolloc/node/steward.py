@@ -2,21 +2,18 @@
 
 It is the only process that touches a node's MPS daemons and MIG layouts, and the only one that
 reads NVML for telemetry (it never initialises CUDA). It also keeps the node's warm parent of
-training processes running (:mod:`raycolloc.job.forkserver`), which trainers ask for forks. For a cell it
-``prepare``s the GPU through
-the cell's mode (:data:`raycolloc.node.modes.registry.MODES`), which returns one binding per job, gives each
-job cores of its own, samples the GPU while the cell measures, and ``release``s the GPU, which the
-cell always asks for in ``finally``. It knows nothing of trainers or progress: jobs are bound
-through their environment and report to the driver directly.
+training processes running (:mod:`raycolloc.job.forkserver`), which trainers ask for forks. For a cell
+it ``prepare``s the GPU through the cell's mode (:data:`raycolloc.node.modes.registry.MODES`), which
+returns one binding per job, gives each job cores of its own, samples the GPU while the cell measures,
+and ``release``s the GPU, which the cell always asks for in ``finally``. It knows nothing of trainers or
+progress: jobs are bound through their environment and report to the driver directly.
 
 A GPU holds a set of *residents*: the cells prepared on it and not yet released (a sweep's cell alone,
 or a queue's jobs, each a cell of one, side by side). A cell arriving names the residents it joins
 (``beside``: none for a sweep's cell); any other resident is stale, left by a dead driver (Ray grants a
-GPU's lease only after the previous holder's is gone), and is released first: its MPS daemon stopped,
-its MIG layout restored. Joining and leaving is the mode's business: residents beside others must be of
-one mode, and a mode that cannot take jobs joining and leaving (MIG: a layout is fixed for a cell's
-life) is refused beside any; the mode's ``release`` sees whether the GPU emptied (MPS stops its daemon
-then, unless ``mode.keep_daemon`` keeps it for the lane's next cell).
+GPU's lease only after the previous holder's is gone), and is released first. Residents side by side are
+of one mode, one whose jobs may join and leave (not MIG); the mode's ``release`` sees whether the GPU
+emptied (MPS then stops its daemon, unless ``mode.keep_daemon`` keeps it for the lane's next cell).
 
 What a dead steward left (its driver or Ray SIGKILLed, or the steward itself killed) is put right
 when a steward starts: MPS daemons of its GPUs stopped, MIG layouts restored, directories removed
@@ -213,13 +210,11 @@ class Steward:
 
     # --- prepare / release -----------------------------------------------------------------
     def prepare(self, cell: CellSpec, gpu_uuid: str, beside: Collection[str] = ()) -> list[Binding]:
-        """Make the GPU ready for the cell's mode and return one binding per job. ``beside``: the cells
-        it joins on the GPU (a queue's jobs already there); any other resident is stale and is released
-        first (see the module docstring).
+        """Make the GPU ready for the cell's mode and return one binding per job; ``beside``: the
+        residents it joins (others are stale: released first).
 
         Raises:
-            ModeError: the GPU cannot be prepared (or cannot take this cell beside its residents);
-                nothing was left changed.
+            ModeError: the GPU cannot be prepared, or take this cell beside its residents; nothing changed.
         """
         mode_cls = MODES[cell.mode]
         with self._lock:
@@ -297,8 +292,7 @@ class Steward:
         return done
 
     def release_gpu(self, gpu_uuid: str) -> Release:
-        """The GPU's lease ends: its residents leave (a dead lane's), and what was kept between cells
-        (its MPS daemon) stops."""
+        """The GPU's lease ends: its residents (a dead life's) leave, and its kept MPS daemon stops."""
         with self._lock:
             slot = self._slots.get(gpu_uuid)
             residents = sorted(slot.residents) if slot is not None else []
@@ -395,8 +389,7 @@ class Steward:
     def mig_layout(self, gpu_uuid: str) -> list[Any]:
         return self.backend.gpu_instances(gpu_uuid)
 
-    def held(self) -> dict[str, list[str]]:
-        """Each GPU with residents -> their cells."""
+    def held(self) -> dict[str, list[str]]:  # each GPU with residents -> their cells
         with self._lock:
             return {uuid: sorted(slot.residents) for uuid, slot in self._slots.items() if slot.residents}
 

@@ -95,12 +95,15 @@ class _Life:
             self.done.set()
 
     def states(self) -> tuple[list[JobState], str | None]:
-        """The job's states as its life ended, and why it failed (None: it did not)."""
+        """The job's states as its life ended, and why it failed (None: it did not; a life that failed
+        outside its job, e.g. its GPU could not be prepared, failed whatever its states say)."""
         if self.error is not None or self.record is None:
             return [], f"{type(self.error).__name__}: {self.error}"[:2000]
         states = [self.record.states[i] for i in sorted(self.record.states)]
         failed = next((s.error for s in states if not s.ok), None)
-        return states, failed or self.record.reason
+        if self.record.status != "ok" or not states:
+            return states, self.record.reason or failed or f"status={self.record.status}"
+        return states, failed
 
 
 @dataclass
@@ -124,10 +127,12 @@ def measured(states: list[JobState]) -> tuple[float | None, float | None]:
     return (max(peaks) if peaks else None, rates[-1] if rates else None)
 
 
-def _outcome(states: list[JobState]) -> Literal["ended", "oom", "lost"]:
-    if states and all(s.ok for s in states):
-        return "ended"
-    return "oom" if any(s.status == "oom" for s in states) else "lost"
+def _outcome(states: list[JobState], why: str | None) -> Literal["ended", "oom", "lost"]:
+    """``oom`` where a state says so (re-queued with a larger estimate), ``lost`` where the life failed
+    otherwise (``why``), ``ended`` where every state is ok."""
+    if any(s.status == "oom" for s in states):
+        return "oom"
+    return "lost" if why is not None or not all(s.ok for s in states) else "ended"
 
 
 class RayRunners:
@@ -215,7 +220,7 @@ class RayRunners:
     # --- internals -----------------------------------------------------------------------------
     def _settle(self, lane: QueueLane, run: _Run, now: float) -> Report:
         states, why = run.life.states() if run.life is not None else ([], "never started")
-        kind = _outcome(states)
+        kind = _outcome(states, why)
         if kind == "lost":
             self.failures[run.job_id] += 1
             log.error("job=%s attempt=%d failed: %s", run.job_id, run.attempt, why)
