@@ -36,7 +36,7 @@ import ray
 
 from raycolloc.driver.cell_run import CellCancelled, run_cell
 from raycolloc.driver.cluster import connect
-from raycolloc.driver.lane import Lane, LaneError, LaneShape, close_lane, open_lane
+from raycolloc.driver.lane import Lane, LaneShape, close_lane, open_lane
 from raycolloc.driver.lease import LeaseError
 from raycolloc.driver.preflight import check_cluster, check_nodes, gpu_nodes, unfit_cells
 from raycolloc.driver.progress import Board, ProgressView, open_board
@@ -219,7 +219,7 @@ class _Sweep:
             lane, setup_s = open_lane(
                 shape, self.cluster, self.pipe_root, self.board, self.cancel, self.windows, on_wait=waiting
             )
-        except (LeaseError, LaneError) as exc:  # the node cannot serve: its cells go to other lanes or fail
+        except LeaseError as exc:  # none granted, or its node cannot serve (LaneError): other lanes run its cells
             self.lease_errors.append(str(exc))
             return None
         return lane, {"lease_wait_s": lane.lease.waited_s, "lane_setup_s": setup_s}
