@@ -87,17 +87,29 @@ def test_intervals_add_the_fit_and_the_profile_in_log_space_and_widen_when_extra
         return math.log(iv.high / value)
 
     inside = predict(cell("mps", p, 7), H200, params)
-    assert log_hw(inside.agg_interval, inside.agg_samples_per_s) == pytest.approx(math.hypot(0.10, math.log(1.05)))
+    # The solo's error counts by the share of it the prediction carries (past saturation, little of it).
+    share = inside.baseline_share
+    assert 0 <= share < 0.5
+    assert log_hw(inside.agg_interval, inside.agg_samples_per_s) == pytest.approx(
+        math.hypot(0.10, share * math.log(1.05))
+    )
     assert log_hw(inside.slowdown_interval, inside.max_slowdown) == pytest.approx(0.10)  # the solo's error cancels
     far = predict(cell("mps", p, 14), H200, params)  # twice the largest fitted degree: twice as wide
     assert far.extrapolated
-    assert log_hw(far.agg_interval, far.agg_samples_per_s) == pytest.approx(math.hypot(0.20, math.log(1.05)))
+    assert log_hw(far.agg_interval, far.agg_samples_per_s) == pytest.approx(
+        math.hypot(0.20, far.baseline_share * math.log(1.05))
+    )
     solo = predict(cell("mps", p, 1), H200, params)
     assert log_hw(solo.agg_interval, solo.agg_samples_per_s) == pytest.approx(math.log(1.05))
     unfitted = predict(cell("naive", p, 2), H200, params)  # no naive cell in the fit
     assert unfitted.extrapolated
     assert log_hw(unfitted.agg_interval, unfitted.agg_samples_per_s) == pytest.approx(
-        math.hypot(UNFITTED_REL * 2, math.log(1.05))
+        math.hypot(UNFITTED_REL * 2, unfitted.baseline_share * math.log(1.05))
+    )
+    below = predict(cell("mps", p, 2), H200, params)  # 0.5 offered: the solo's error is the prediction's
+    assert below.baseline_share > 0.85
+    assert log_hw(below.agg_interval, below.agg_samples_per_s) == pytest.approx(
+        math.hypot(0.10, below.baseline_share * math.log(1.05))
     )
     # However wide, an interval of the log stays above zero (a linear one went to -1,327 samples/s).
     wide = predict(cell("mps", dataclasses.replace(p, rate_rel_hw=3.0), 14), H200, params)
@@ -112,6 +124,14 @@ def test_a_profile_combined_from_runs_carries_their_spread() -> None:
     runs = [dataclasses.replace(profile(), samples_per_s=r, cell_dirs=(f"/x/{r}",)) for r in (9_000.0, 11_000.0)]
     joined = combine(runs)
     assert joined.rate_rel_hw == pytest.approx(mean_interval([9_000.0, 11_000.0]).rel_half_width)
+    # The same SM activity in both runs: per sample they differ as their rates do, and that spread is kept.
+    per_sample = [runs[0].sm_active / 9_000.0, runs[1].sm_active / 11_000.0]
+    assert joined.run_activity == pytest.approx(per_sample)
+    assert joined.activity_rel_hw == pytest.approx(mean_interval(per_sample).rel_half_width)
+    # Activity proportional to the rate (a slow run shows less): per sample the runs agree exactly.
+    steady = [dataclasses.replace(r, sm_active=r.samples_per_s / 50_000.0) for r in runs]
+    assert combine(steady).activity_rel_hw == pytest.approx(0.0, abs=1e-12)
+    assert combine(runs[:1]).activity_rel_hw is None
 
 
 def test_the_cpu_term_flattens_throughput_past_the_cores() -> None:

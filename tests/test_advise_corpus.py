@@ -19,15 +19,20 @@ import pytest
 
 from raycolloc.advise.advice import write_json
 from raycolloc.advise.fit import CAPACITY_MAX
-from raycolloc.advise.validate import TIGHT_REL, Validation, format_validation, validate
+from raycolloc.advise.validate import BOTH, TIGHT_REL, Validation, format_validation, validate
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 
-# The level reached on 2026-12-02's corpus, extended (nine models: median 3.5%, max 28.2% over 68
-# configurations, convnext_atto naive x3), with a little room for the grid's ties; tighten them when
-# the model improves.
-MEDIAN_BOUND = 0.045
-MAX_BOUND = 0.30
+# The level reached on 2026-12-02's corpus, extended (nine models: median 3.1%, max 28.2% over 68
+# configurations, convnext_atto naive x3; before MPS's SM capacity counted what a job fills alone,
+# 3.5% and 28.2%), with a little room for the grid's ties; tighten them when the model improves.
+MEDIAN_BOUND = 0.035
+MAX_BOUND = 0.29
+# The second grading (validate.BOTH: measured within +-5% and predicted from a solo whose interval moves
+# the prediction by no more than 5%): median 2.8%, max 16.9% over 53 (resnet26 MPS x16; every
+# configuration above 12% there is MPS past saturation: resnet26, mobilenetv3, resnet50).
+BOTH_MEDIAN_BOUND = 0.03
+BOTH_MAX_BOUND = 0.175
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +69,36 @@ def test_the_throughput_error_holds_the_level_reached(graded: Validation) -> Non
     assert median.median_abs is not None and median.median_abs <= MEDIAN_BOUND
     assert top.max_abs is not None and top.max_abs <= MAX_BOUND
     assert median.passed is True  # the issue's median (5%); its max (12%) is missed today, printed FAIL
+
+
+def test_the_second_grading_leaves_out_only_what_the_solo_moves(graded: Validation) -> None:
+    """Graded apart: the configurations measured within +-5% whose prediction the solo's own interval
+    moves by more than 5% (below saturation, small models whose solo runs spread by CV 16-23%)."""
+    (median, top) = [m for m in graded.metrics if m.name == BOTH]
+    print(f"corpus LOWO, measured and solo ±5%, {median.n}: median {median.median_abs:.1%}, max {top.max_abs:.1%}")
+    assert median.median_abs is not None and median.median_abs <= BOTH_MEDIAN_BOUND
+    assert top.max_abs is not None and top.max_abs <= BOTH_MAX_BOUND
+    assert median.n >= 50
+    tight = [c for c in graded.configurations if c.throughput_error is not None and c.tight]
+    apart = [c for c in tight if not c.tight_both]
+    assert len(apart) == len(tight) - median.n
+    for c in apart:  # left out by the solo's interval, carried by a prediction below saturation
+        assert c.solo_rel_hw is not None and c.solo_rel_hw > TIGHT_REL, c.label
+        assert c.predicted.baseline_share > 0.3, c.label
+    # Past saturation the solo's rate barely moves a prediction: what is graded there is the model.
+    saturated = [c for c in tight if c.predicted.degree >= 14]
+    assert saturated and all(c.tight_both and c.predicted.baseline_share < 0.15 for c in saturated)
+    printed = format_validation(graded)
+    assert f"{BOTH}" in printed and all(f"  {c.label}: measured" in printed for c in apart)
+
+
+def test_mps_serves_what_a_job_fills_alone(graded: Validation) -> None:
+    """vit_tiny and resnet152 keep 71% and 82% of the SMs active alone; with one MPS capacity for every
+    workload they were predicted 7-11% low at x2-x16; counting the part a job fills alone as served
+    (model.sm_capacity), within 8%."""
+    for name in ("vit_tiny_patch16_224_imagenet", "resnet152_imagenet"):
+        (m,) = [m for m in graded.per_workload if m.name == name]
+        assert m.max_abs is not None and m.max_abs <= 0.08, (name, m.max_abs)
 
 
 def test_intervals_are_never_negative(graded: Validation) -> None:

@@ -65,9 +65,10 @@ def test_many_mps_clients_lose_by_their_dram_activity() -> None:
     low = dataclasses.replace(thrash, mps=ModeParams(0.6, 4.0))
     big = profile("big", sm=0.85, dram=0.5)
     assert agg(low, big, "mps", 1) == pytest.approx(big.samples_per_s)
-    # offered 28 x 0.2 / 0.9 - 1 = 5.22: 1 / (1 + 0.5 x 0.3 x 5.22)
+    # the SMs' capacity for it 0.2 + 0.8 x 0.9 = 0.92 (model.sm_capacity); offered 28 x 0.2 / 0.92 - 1
+    # = 5.087: 1 / (1 + 0.5 x 0.3 x 5.087)
     assert agg(thrash, heavy, "mps", 28) == pytest.approx(
-        agg(TRUTH, heavy, "mps", 28) / (1 + 0.5 * 0.3 * 5.2222), rel=1e-3
+        agg(TRUTH, heavy, "mps", 28) / (1 + 0.5 * 0.3 * (28 * 0.2 / 0.92 - 1)), rel=1e-3
     )
     assert agg(thrash, heavy, "mps", 28) < agg(thrash, heavy, "mps", 14) < agg(TRUTH, heavy, "mps", 14)
 

@@ -205,6 +205,47 @@ def test_the_nodes_own_processes_run_on_the_reserved_cores(tmp_path: Path) -> No
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("ray_local")
+def test_workers_started_in_the_spawning_window_start_on_every_core_then_are_confined(tmp_path: Path) -> None:
+    """A new worker inherits the raylet's cores: outside the window, the reserved one only (15 trainers
+    of a 16-job cell took 30 s on an H200's one reserved core); inside, every core, confined after."""
+    import ray
+
+    from raycolloc.node.steward_handles import get_steward
+
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip("needs two cores")
+
+    @ray.remote(num_cpus=0)
+    class Probe:
+        def __init__(self) -> None:
+            self.at_start = os.sched_getaffinity(0)  # before anything could move it
+
+        def seen(self) -> tuple[int, set[int]]:
+            return os.getpid(), self.at_start
+
+    def started(tag: str) -> tuple[int, set[int]]:  # a worker of its own (a runtime_env no other has)
+        actor = Probe.options(runtime_env={"env_vars": {"RAYCOLLOC_PROBE": f"{tag}-{time.time_ns()}"}}).remote()
+        return ray.get(actor.seen.remote(), timeout=120)
+
+    spec = load(["epoch_samples=64"], out_dir=tmp_path)
+    node = ray.get_runtime_context().get_node_id()
+    steward = get_steward(node, spec.config.cluster, spec.config.mode.pipe_root)
+    try:
+        ray.get(steward.reserve.remote(f"{cores[0]}-{cores[0]}"))
+        _, outside = started("outside")
+        assert outside == {cores[0]}  # the cause: one core for every worker Ray starts now
+        assert ray.get(steward.spawning.remote(True)) is True
+        pid, inside = started("inside")
+        assert inside == set(cores)
+        ray.get(steward.spawning.remote(False))
+        assert all(t == {cores[0]} for t in _threads(pid))  # confined once up
+    finally:
+        ray.get(steward.reserve.remote("none"))  # the session's next tests find every core again
+
+
+@pytest.mark.slow
 def test_cells_side_by_side_are_counted_and_isolation_stops_it(tmp_path: Path) -> None:
     """Two cells on two simulated GPUs of one node: measured at once, then one at a time."""
     # Steps that sleep (tests/sleepy_workload.py): two CPU-bound cells on a 2-core machine slow each

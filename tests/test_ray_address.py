@@ -160,3 +160,20 @@ def test_a_local_start_under_rays_default_authentication_prints_no_token_notice(
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "Token authentication is enabled" not in out.stderr, out.stderr[-2000:]
+
+
+def test_a_failed_start_ups_processes_are_stopped_and_older_children_kept() -> None:
+    """A failed ``ray.init`` leaves its GCS server and raylet running (three GCS servers of failed
+    attempts were found under one test driver): the retry stops what the attempt started, only that."""
+    from raycolloc.driver.cluster import _children, _stop_new_children
+
+    older = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        before = _children()
+        started = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # the attempt's
+        _stop_new_children(before)
+        assert started.wait(timeout=10) is not None  # stopped
+        assert older.poll() is None  # there before the attempt: left alone
+    finally:
+        older.kill()
+        older.wait()

@@ -9,8 +9,9 @@ depends on the mode:
   during which a kernel ran (``busy``) add up; the time-slicer serves at most ``capacity`` of the
   time (context switches take the rest).
 * **mps**: the SMs and the DRAM bandwidth (SM and DRAM activity add up: kernels of all clients run
-  at once) up to ``capacity``; with ``active_thread_percentage`` a job also has only its share of
-  the SMs.
+  at once) up to ``capacity``; of the SMs, the share the busiest job keeps active alone is served as
+  alone and only the rest at ``capacity`` (:func:`sm_capacity`); with ``active_thread_percentage`` a
+  job also has only its share of the SMs.
 * **mig**: each job has its instance's SMs (SM activity is scaled by the instance's share of the
   GPU's SMs), the jobs of one GPU instance share its memory bandwidth.
 * every mode: the host's cores (each job's launching thread needs its CPU time per step; the node
@@ -34,6 +35,9 @@ the GPU's base reservation, the MPS server, and headroom must fit the GPU (MIG: 
 """
 
 from __future__ import annotations
+
+import dataclasses
+import math
 
 from raycolloc.advise.profile import Profile
 from raycolloc.advise.shapes import (
@@ -63,11 +67,13 @@ __all__ = [
     "Params",
     "Prediction",
     "Slot",
+    "baseline_share",
     "job_rates",
     "max_degree",
     "memory_need",
     "predict",
     "served",
+    "sm_capacity",
 ]
 
 MEM_MARGIN = 0.08  # per job, over its measured peak: cuDNN may pick other algorithms (workspaces) when collocated
@@ -80,7 +86,8 @@ ASSUMPTIONS = (
     "a job alone is the profile measured (its epoch-2 samples/s, SM activity, GPU time busy, DRAM and PCIe "
     "activity, CPU time per step of its launching thread, peak memory); collocated jobs are alike to it",
     "naive: the jobs' shares of GPU time add up, served up to `capacity` (time-slicing); mps: SM and DRAM "
-    "activity add up, served up to `capacity` (concurrent kernels until the SMs or DRAM saturate); mig: each job "
+    "activity add up, served up to `capacity` (concurrent kernels until the SMs or DRAM saturate; of the SMs, "
+    "the busiest job's solo share a is served as alone: a + (1 - a) x capacity); mig: each job "
     "has its instance's share of the SMs and of the memory bandwidth; every mode: the cores the node gives the cell "
     "(times a fitted cpu_capacity) and PCIe",
     "a loaded resource serves W(O) = (O^-k + C^-k)^(-1/k) of an offer O (capacity C, sharpness k); a job's rate "
@@ -217,6 +224,19 @@ def max_degree(profile: Profile, gpu: Gpu, mode: str) -> int:
     return max(0, min(limits))
 
 
+def sm_capacity(capacity: float, jobs: tuple[Profile, ...]) -> float:
+    """The SM activity concurrent clients reach together: the part of the SMs the busiest job kept
+    active alone (``a``) is served as alone, the rest (``1 - a``), filled by interleaving the other
+    clients' kernels, at the fitted ``capacity``: ``a + (1 - a) x capacity``.
+
+    The corpus (one H200, MPS at x7-x16, each workload's aggregate in units of its solo's samples per
+    SM activity): vit_tiny (0.71 active alone) and resnet152 (0.82) reached 0.97-1.00, the 32-64 px
+    CNNs (0.09-0.38 alone) 0.76-0.94 (mobilenetv3: 1.00). One capacity for all predicted vit_tiny and
+    resnet152 7-11% low, whatever the fit; a job that fills the SMs alone has nothing to lose to company."""
+    busiest = min(1.0, max((j.sm_active for j in jobs), default=0.0))
+    return busiest + (1.0 - busiest) * capacity
+
+
 def _thrash(rates: _Rates, jobs: tuple[Profile, ...], capacity: float, thrash: float) -> None:
     """Many MPS clients past saturation: on 2 x H200 sweeps of three models (docs/measurements.md,
     nineteenth session) the aggregate fell past the degree that saturates the SMs, more for the model
@@ -249,7 +269,8 @@ def _rates(c: Candidate, gpu: Gpu, params: Params) -> _Rates:
         busy: list[float | None] = [j.busy for j in jobs]
         rates.smooth(everyone, busy, p.capacity, 1.0, p.sharpness, "GPU time (time-slicing)", alone_served=False)
     elif sharing is Sharing.CONCURRENT:
-        rates.smooth(everyone, [j.sm_active for j in jobs], p.capacity, 1.0, p.sharpness, "SMs")
+        sms = sm_capacity(p.capacity, jobs)
+        rates.smooth(everyone, [j.sm_active for j in jobs], sms, 1.0, p.sharpness, "SMs")
         rates.smooth(everyone, [j.dram_active for j in jobs], p.capacity, 1.0, p.sharpness, "DRAM bandwidth")
         for i, slot in enumerate(c.slots):
             if slot.sm_fraction < 1.0:
@@ -281,7 +302,7 @@ def _rates(c: Candidate, gpu: Gpu, params: Params) -> _Rates:
         rates.hard([j.cpu_busy for j in jobs], cpu_pool, "CPU cores")
     rates.hard([(j.pcie_rx_bytes_s or 0.0) for j in jobs], gpu.pcie_bytes_s, "PCIe")
     if sharing is Sharing.CONCURRENT:  # a loss on top of whatever binds (the CPU, PCIe): applied last
-        _thrash(rates, jobs, p.capacity, params.mps_thrash)
+        _thrash(rates, jobs, sm_capacity(p.capacity, jobs), params.mps_thrash)
     return rates
 
 
@@ -289,6 +310,39 @@ def job_rates(c: Candidate, gpu: Gpu, params: Params) -> tuple[float, ...]:
     """Each job's predicted samples/s (what a fit scores; :func:`predict` adds everything else)."""
     ratio = _rates(c, gpu, params).ratio
     return tuple(p.samples_per_s * r for p, r in zip(c.jobs, ratio, strict=True))
+
+
+def _as_if_faster(p: Profile, f: float) -> Profile:
+    """The solo run ``f`` times as fast, its activities per sample as measured (they scale with it)."""
+    dram, pcie = p.dram_active, p.pcie_rx_bytes_s
+    return dataclasses.replace(
+        p,
+        samples_per_s=p.samples_per_s * f,
+        sm_active=p.sm_active * f,
+        busy=p.busy * f,
+        dram_active=None if dram is None else dram * f,
+        pcie_rx_bytes_s=None if pcie is None else pcie * f,
+        cpu_busy=p.cpu_busy * f,
+    )
+
+
+def baseline_share(c: Candidate, gpu: Gpu, params: Params) -> float:
+    """How much of the solo rate's error a candidate's predicted throughput carries: d log(predicted)
+    / d log(solo rate) at +-5%, the solo's activities per sample held (0..1). Below saturation a job
+    runs about as alone (1); where a resource saturates, the aggregate is the solo's samples per unit
+    of activity times the capacity, which a slow solo run (with less activity) moves little (0). On
+    the corpus the solo runs of the 32-64 px models spread by CV 16-23%, their SM activity per sample
+    by 1-6%."""
+    if c.degree < 2:
+        return 1.0
+
+    def total(f: float) -> float:
+        return sum(job_rates(dataclasses.replace(c, jobs=tuple(_as_if_faster(p, f) for p in c.jobs)), gpu, params))
+
+    low, high = total(1 / 1.05), total(1.05)
+    if low <= 0 or high <= 0:
+        return 1.0
+    return min(1.0, max(0.0, math.log(high / low) / (2.0 * math.log(1.05))))
 
 
 def predict(c: Candidate, gpu: Gpu, params: Params) -> Prediction:
@@ -331,7 +385,8 @@ def predict(c: Candidate, gpu: Gpu, params: Params) -> Prediction:
         dram_beyond=beyond,
         unfitted=c.mode in params.unfitted_modes,
     )
-    return with_intervals(pred, params, [p.rate_rel_hw for p in c.jobs])
+    share = baseline_share(c, gpu, params)
+    return with_intervals(pred, params, [p.rate_rel_hw for p in c.jobs], share, [p.activity_rel_hw for p in c.jobs])
 
 
 def _power(jobs: tuple[Profile, ...], sm: float, slope: float | None) -> float | None:

@@ -236,6 +236,11 @@ class Prediction:
     # 95% intervals of ``agg_samples_per_s`` and ``max_slowdown`` (:mod:`raycolloc.advise.spread`).
     agg_interval: Interval | None = None
     slowdown_interval: Interval | None = None
+    # How much of the solo rate's error the throughput carries (d log predicted / d log solo rate:
+    # 1 below saturation, near 0 where a resource saturates), and the relative half-width it brings
+    # (that share of the solo's 95% interval; None: the solo's interval unknown).
+    baseline_share: float = 1.0
+    baseline_rel: float | None = None
 
 
 @dataclass(frozen=True)

@@ -26,12 +26,18 @@ from raycolloc.advise.profile import Profile, gpu_costs_in, profiles_in
 from raycolloc.mode_kinds import mode_of
 from raycolloc.node.gpu.kinds import recorded_traits
 
-__all__ = ["CellCheck", "Metric", "Targets", "Validation", "format_validation", "validate"]
+__all__ = ["BOTH", "CellCheck", "Metric", "Targets", "Validation", "format_validation", "validate"]
 
 
 # A configuration whose measured 95% interval is within +-5% grades the model; a wider one is listed
 # apart with its interval (its own noise would be counted as the model's error).
 TIGHT_REL = 0.05
+# The second grading (a documented choice, docs/advise.md): the configurations measured within
+# TIGHT_REL whose prediction the solo's own interval moves by no more than TIGHT_REL either. Below
+# saturation a prediction is about degree x the solo's rate, and the corpus's solo runs of the small
+# models spread by 16-23% (CV) between runs: that error is the baseline's, which no model of
+# contention can take out. Its verdicts are printed beside the issue's; a FAIL of either sets exit status 1.
+BOTH = f"throughput, measured and solo ±{TIGHT_REL:.0%}"
 
 
 @dataclass(frozen=True)
@@ -67,11 +73,20 @@ class CellCheck:
     energy_per_sample_j: float | None
     energy_error: float | None
     measured_rel_hw: float | None = None  # the measured aggregate's 95% relative half-width
+    # The 95% relative half-width the solo's own interval brings to the prediction (the share of the
+    # solo's error the prediction carries times the solo's interval; None: not known).
+    solo_rel_hw: float | None = None
 
     @property
     def tight(self) -> bool:
         """Measured within ``TIGHT_REL``: what the throughput targets judge."""
         return self.measured_rel_hw is not None and self.measured_rel_hw <= TIGHT_REL
+
+    @property
+    def tight_both(self) -> bool:
+        """Measured within ``TIGHT_REL``, and predicted from a solo whose interval moves the prediction
+        by no more than ``TIGHT_REL``: both sides of the comparison known to +-5% (the second grading)."""
+        return self.tight and (self.solo_rel_hw is None or self.solo_rel_hw <= TIGHT_REL)
 
 
 @dataclass(frozen=True)
@@ -145,6 +160,7 @@ def _check(o: Observation, params: Params) -> CellCheck:
         energy_per_sample_j=o.energy_per_sample_j,
         energy_error=_rel(pred.energy_per_sample_j, o.energy_per_sample_j) if ok and not o.profile_cell else None,
         measured_rel_hw=o.agg_rel_hw,
+        solo_rel_hw=pred.baseline_rel,
     )
 
 
@@ -200,6 +216,7 @@ def validate(
     ]
     throughput = [c.throughput_error for c in configs if c.throughput_error is not None]
     tight = [c.throughput_error for c in configs if c.throughput_error is not None and c.tight]
+    both = [c.throughput_error for c in configs if c.throughput_error is not None and c.tight_both]
     slowdown = [e for c in configs for e in c.slowdown_errors]
     memory = [c.mem_error for c in scored if c.mem_error is not None]
     energy = [c.energy_error for c in configs if c.energy_error is not None]
@@ -210,6 +227,8 @@ def validate(
     metrics = (
         _metric(f"throughput, measured ±{TIGHT_REL:.0%}", tight, targets.throughput_median),
         _metric(f"throughput, measured ±{TIGHT_REL:.0%}", tight, targets.throughput_max, of="max"),
+        _metric(f"{BOTH}", both, targets.throughput_median),
+        _metric(f"{BOTH}", both, targets.throughput_max, of="max"),
         _metric("aggregate throughput", throughput),
         _metric("per-job slowdown", slowdown, targets.slowdown_median),
         _metric("aggregate throughput, within reach", inside),
@@ -304,6 +323,17 @@ def format_validation(v: Validation) -> str:
     apart = [c for c in order if c.throughput_error is not None and not c.tight]
     lines += ["", f"measured wider than ±{TIGHT_REL:.0%} (listed apart, not graded by the targets): {len(apart)}"]
     lines += [f"  {c.label}: measured {_interval(c)}, error {_pct(c.throughput_error)}" for c in apart]
+    noisy = [c for c in order if c.throughput_error is not None and c.tight and not c.tight_both]
+    lines += [
+        "",
+        f"measured within ±{TIGHT_REL:.0%} but predicted from a solo whose interval moves the prediction by more "
+        f"(graded by the issue's targets, left out of the second grading): {len(noisy)}",
+    ]
+    lines += [
+        f"  {c.label}: measured {_interval(c)}, solo {_pct(c.solo_rel_hw).replace('+', '±')} "
+        f"(share {c.predicted.baseline_share:.2f}), error {_pct(c.throughput_error)}"
+        for c in noisy
+    ]
     lines.append("")
     lines.append(f"{'error (|predicted/measured - 1|)':<34} {'n':>4} {'median':>8} {'max':>8}  target")
     lines += [_metric_line(m) for m in v.metrics]

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import ray
 from ray.util.debug import log_once
 
@@ -170,6 +171,7 @@ def quiet_token_notice() -> Iterator[None]:
 def start_local_ray(**kwargs: Any) -> Any:
     """``ray.init`` of a new local instance, started again where start-up itself failed."""
     for attempt in range(1, START_ATTEMPTS):
+        before = _children()
         try:
             with quiet_token_notice():
                 return ray.init(address="local", **kwargs)
@@ -184,9 +186,35 @@ def start_local_ray(**kwargs: Any) -> Any:
                 str(exc).splitlines()[0][:300],
             )
             ray.shutdown()
+            _stop_new_children(before)  # a failed ray.init leaves its GCS and raylet running: shutdown misses them
             time.sleep(2.0 * attempt)
     with quiet_token_notice():
         return ray.init(address="local", **kwargs)  # the last try: its error is the caller's
+
+
+def _children() -> set[int]:
+    try:
+        return {p.pid for p in psutil.Process().children(recursive=True)}
+    except psutil.Error:
+        return set()
+
+
+def _stop_new_children(before: set[int]) -> None:
+    """Stop the processes a failed start-up attempt left (every child of this driver that was not
+    there before it: its GCS server, raylet, dashboard, monitors), so the next attempt starts alone
+    (found in the test session: three GCS servers of failed attempts under one driver, one of them
+    read as the session's own)."""
+    try:
+        left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    except psutil.Error:
+        return
+    for proc in left:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _, alive = psutil.wait_procs(left, timeout=5)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
 
 
 def auth_token() -> str | None:

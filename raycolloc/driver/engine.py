@@ -47,6 +47,7 @@ from raycolloc.driver.side_by_side import MeasureWindows
 from raycolloc.driver.summary import cell_summary
 from raycolloc.driver.tabulate import CellRecord, cell_row, job_rows
 from raycolloc.driver.teardown import note_pipe_root
+from raycolloc.driver.trainers import TrainerPool
 from raycolloc.mode_kinds import mode_rank
 from raycolloc.node.reserve import confine_process, widen
 from raycolloc.node.steward_handles import NAMESPACE, start_stewards
@@ -213,8 +214,9 @@ class _Sweep:
 
         with self.lock:
             forks = any(c.config.trainer.spawn == "fork" for c, _ in self.queue)
+            pooled = any(TrainerPool.pooled(c) for c, _ in self.queue)
         name = f"raycolloc:lane:{os.getpid()}:{index}"
-        shape = LaneShape(name, index, self.lease_cpus, self.pool_size, self.trainer_cpus, forks)
+        shape = LaneShape(name, index, self.lease_cpus, self.pool_size, self.trainer_cpus, forks, fill=pooled)
         try:
             lane, setup_s = open_lane(
                 shape, self.cluster, self.pipe_root, self.board, self.cancel, self.windows, on_wait=waiting

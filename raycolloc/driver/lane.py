@@ -89,6 +89,8 @@ class LaneShape:
         pool_size: the most jobs living on the GPU at once (each trainer holds ``1/pool_size`` of it).
         trainer_cpus: CPUs each trainer actor holds.
         forks: the lives on it fork their training processes (the lane waits for the node's warm parent).
+        fill: the pool's actors are all created as the lane opens (:meth:`TrainerPool.fill`), not as
+            lives borrow them: a sweep's lane, whose cells borrow from the pool.
     """
 
     name: str
@@ -97,6 +99,7 @@ class LaneShape:
     pool_size: int
     trainer_cpus: float
     forks: bool
+    fill: bool = False
 
 
 def open_lane(
@@ -125,6 +128,8 @@ def open_lane(
         gpu: GpuInfo = ray.get(steward.resolve_gpu.remote(ray_gpu_id), timeout=60)
         # Waiting for the node's warm parent is worth it only to lives that fork from it.
         forkserver = ray.get(steward.forkserver.remote(), timeout=180) if shape.forks else None
+        if shape.fill:  # the largest cell's actors now, all at once (not as each cell grows the pool)
+            trainers.fill(steward)
     except Exception as exc:
         trainers.close()
         lease.release()

@@ -68,6 +68,28 @@ class TrainerPool:
             first = self._idle[0]
         return ray.get(first.placement.remote(), timeout=timeout)
 
+    def fill(self, steward: Any, timeout: float = 120.0) -> int:
+        """Create every actor the pool may need now, all at once, in the node steward's spawning
+        window (:meth:`~raycolloc.node.steward.Steward.spawning`: new workers start on every core,
+        not one after another on the node's reserved one); returns how many it created. A lane does
+        it as it opens, so no cell's set-up waits for its pool to grow."""
+        with self._lock:
+            missing = self.size - len(self._idle)
+        if missing <= 0:
+            return 0
+        try:
+            ray.get(steward.spawning.remote(True), timeout=60)
+            try:
+                with self._lock:
+                    new = [self._new_pooled() for _ in range(missing)]
+                    self._idle.extend(new)  # lent as they are: a cell's set-up waits for one still starting
+                ray.get([actor.placement.remote() for actor in new], timeout=timeout)  # each worker is up
+            finally:
+                ray.get(steward.spawning.remote(False), timeout=60)
+        except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError) as exc:
+            log.warning("lane=%d trainers not all up at the lane's start: %s", self.index, str(exc).splitlines()[0])
+        return missing
+
     def _new_pooled(self) -> Any:
         """A new actor of the pool: ``1/size`` of the lane's GPU, numbered within the lane."""
         self._created += 1
@@ -75,13 +97,15 @@ class TrainerPool:
             RemoteTrainer, f"raycolloc:lane-{os.getpid()}-{self.index}/trainer-{self._created}", 1.0 / self.size
         )
 
-    def _pooled(self, cell: CellSpec) -> bool:
+    @staticmethod
+    def pooled(cell: CellSpec) -> bool:
+        """Whether the cell borrows the pool's actors (else it gets actors of its own)."""
         return cell.config.trainer.reuse_actors and not any(job.workload.as_written for job in cell.jobs)
 
     def borrow(self, cell: CellSpec) -> list[Any]:
         """Actors for the cell's jobs, in job order (idle ones first, new ones for the rest); a cell
         with script jobs, or ``trainer.reuse_actors=false``, gets actors of its own."""
-        if not self._pooled(cell):
+        if not self.pooled(cell):
             self.close()
             return [
                 self._create(
@@ -113,7 +137,7 @@ class TrainerPool:
     def give_back(self, cell: CellSpec, healthy: list[Any], failed: list[Any]) -> None:
         """The cell is over: healthy actors are lent again (unless they were the cell's own), failed
         ones are killed."""
-        keep = self._pooled(cell)
+        keep = self.pooled(cell)
         for actor in failed + ([] if keep else healthy):
             ray.kill(actor, no_restart=True)
         if keep:

@@ -36,6 +36,7 @@ __all__ = [
     "confine_process",
     "plan_reservation",
     "ray_processes",
+    "raylet_of",
     "thread_siblings",
     "widen",
 ]
@@ -123,6 +124,14 @@ def widen(pid: int, cores: Collection[int]) -> None:
             os.sched_setaffinity(int(task.name), set(cores))
         except OSError:
             continue
+
+
+def raylet_of(anchor: int) -> int | None:
+    """The pid of the raylet above ``anchor`` (a Ray worker), None where there is none."""
+    try:
+        return next((p.pid for p in psutil.Process(anchor).parents() if p.name() == "raylet"), None)
+    except psutil.Error:
+        return None
 
 
 def ray_processes(anchor: int) -> list[int]:

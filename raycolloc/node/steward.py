@@ -41,19 +41,18 @@ import ray
 
 from raycolloc.config import ClusterConfig
 from raycolloc.devices import JobDevice
-from raycolloc.gauges import make_gauge
+from raycolloc.gauges import GpuGauges
 from raycolloc.mpsctl import CONTROL
 from raycolloc.node.cpus import CpuPool
 from raycolloc.node.gpu.backend import GpuBackend, GpuInfo
 from raycolloc.node.gpu.sim_inject import Injector, injector_for
 from raycolloc.node.leftovers import claim, clean_leftovers, find_leftovers
-from raycolloc.node.modes.base import GpuSlot, Mode, ModeError
+from raycolloc.node.modes.base import GpuSlot, Mode, check_joining
 from raycolloc.node.modes.mig import MIG_RECORD
 from raycolloc.node.modes.registry import MODES
-from raycolloc.node.reserve import confine, plan_reservation, ray_processes, thread_siblings
+from raycolloc.node.reserve import confine, plan_reservation, ray_processes, raylet_of, thread_siblings, widen
 from raycolloc.node.telemetry import Sampler, gi_sm_shares, gpu_now, pick_source
 from raycolloc.procs import normal_priority, python_env
-from raycolloc.results.rows import TelemetryRow
 from raycolloc.spec import Binding, CellSpec, GpuNow, NodeInfo, Release, Reservation, Samples
 
 __all__ = ["NAMESPACE", "RemoteSteward", "Steward", "node_key"]
@@ -101,10 +100,11 @@ class Steward:
         self._lock = threading.RLock()
         self._slots: dict[str, GpuSlot] = {}  # gpu uuid -> its slot, kept from cell to cell
         self._cells: dict[str, _CellState] = {}
-        self._gauges: dict[str, Any] = {}
+        self._gauges = GpuGauges()  # the dashboard's, made at the first row
         self._gpm_prev: dict[str, Any] = {}  # gpu uuid -> the GPM sample of its last gpu_now
         self._cpus = CpuPool()  # the cores Ray may use on this node, handed to jobs per cell
         self.reservation = Reservation()  # cores kept for the node's own processes (node/reserve.py)
+        self._spawning = 0  # callers inside :meth:`spawning` (new workers start on every core meanwhile)
         self.leftovers = self._clean_leftovers()
         self._forkserver: subprocess.Popen[bytes] | None = None
         self._forkserver_path = str(self.pipe_root / f"forkserver-{os.getpid()}.sock")
@@ -196,6 +196,26 @@ class Steward:
             confine(self.reservation.cores, ray_processes(os.getpid()), was, self._cpus.cpus)
         return self.reservation
 
+    def spawning(self, start: bool) -> bool:
+        """Open (``start``) or close a window in which new Ray workers start on every core; returns
+        whether the node keeps cores at all (without, there is nothing to open).
+
+        A worker process inherits its raylet's cores, and the raylet is confined to the reserved ones:
+        on one H200 (16 cores, 1 reserved) the 15 trainer actors a 16-job cell added started one after
+        another on that core, their first jobs waiting 30-34 s where one worker takes ~2 s (2026-12-02,
+        jobs/advise_cheap.sh; 16 plain actors outside a sweep: 0.4 s). Inside the window the raylet
+        has every core again; closing the last window confines it and the workers it started."""
+        with self._lock:
+            if not self.reservation.cores:
+                return False
+            self._spawning = max(0, self._spawning + (1 if start else -1))
+            raylet = raylet_of(os.getpid())
+            if start and self._spawning == 1 and raylet is not None:
+                widen(raylet, self._cpus.cpus)
+            elif not start and self._spawning == 0:
+                confine(self.reservation.cores, ray_processes(os.getpid()))
+            return True
+
     def resolve_gpu(self, ray_gpu_id: str) -> GpuInfo:
         return self.backend.gpu_for_ray_id(ray_gpu_id)
 
@@ -227,12 +247,8 @@ class Steward:
             if slot is None:
                 slot = self._slots[gpu_uuid] = GpuSlot(self.backend, gpu, self.control)
             slot.gpu = gpu
-            others = {self._cells[c].mode.name for c in slot.residents if c in self._cells and c != cell.cell_id}
-            if others and (others != {mode_cls.name} or not mode_cls.kind.queued):
-                raise ModeError(
-                    f"mode={mode_cls.name}: GPU {gpu_uuid} holds jobs of mode {', '.join(sorted(others))}; a job "
-                    "joins only jobs of its own mode, in a mode whose jobs may join and leave (mode_kinds: queued)"
-                )
+            joined = slot.residents - {cell.cell_id}
+            check_joining(mode_cls, gpu_uuid, {self._cells[c].mode.name for c in joined if c in self._cells})
             claim(slot.dir(cell))  # this steward uses the GPU's directory: not a leftover while it runs
             state = _CellState(cell, slot, mode_cls(slot, cell))
             self._cells[cell.cell_id] = state
@@ -337,7 +353,7 @@ class Steward:
             cfg.interval_ms,
             pids,
             devices,
-            on_row=self._publish,
+            on_row=self._gauges.publish,
             processes=cfg.processes,
             gi_sm_share=gi_sm_shares(state.slot.gpu.name, devices),
         )
@@ -369,21 +385,6 @@ class Steward:
             state.injector.stop()  # the measured epochs are over
         rows = sampler.stop()
         return Samples(rows=tuple(rows), errors=tuple(sampler.errors))
-
-    def _publish(self, row: TelemetryRow) -> None:
-        if not self._gauges:
-            keys = ("gpu", "cell")
-            self._gauges = {
-                "sm_active": make_gauge("raycolloc_gpu_sm_active", "SM activity of a GPU (%)", keys),
-                "mem_used_mib": make_gauge("raycolloc_gpu_mem_used_mib", "GPU memory used (MiB)", keys),
-                "power_w": make_gauge("raycolloc_gpu_power_w", "GPU power (W)", keys),
-            }
-        tags = {"gpu": row.gpu_uuid, "cell": row.cell_id}
-        # Without GPM or DCGM there is no SM activity; the gauge then shows NVML utilisation.
-        sm = row.sm_active if row.sm_active is not None else row.gpu_util
-        for key, value in (("sm_active", sm), ("mem_used_mib", row.mem_used_mib), ("power_w", row.power_w)):
-            if value is not None:
-                self._gauges[key].set(float(value), tags=tags)
 
     # --- inspection (tests, tools) -----------------------------------------------------------
     def mig_layout(self, gpu_uuid: str) -> list[Any]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
@@ -23,7 +24,7 @@ from raycolloc.spec import Binding, CellSpec, Release
 if TYPE_CHECKING:
     from raycolloc.node.modes.mps import MpsDaemon
 
-__all__ = ["GpuSlot", "Mode", "ModeError"]
+__all__ = ["GpuSlot", "Mode", "ModeError", "check_joining"]
 
 log = logging.getLogger(__name__)
 
@@ -93,3 +94,19 @@ class Mode(Protocol):
         changed for it, and where the GPU emptied what its residents shared (keeping what the next cell
         may reuse); what was done."""
         ...
+
+
+def check_joining(mode: type[Mode], gpu_uuid: str, residents: Collection[str]) -> None:
+    """A job joins a GPU's residents (``residents``: their modes' names) only in their own mode, and only in a
+    mode whose jobs may join and leave a GPU (:attr:`~raycolloc.mode_kinds.ModeKind.queued`; MIG's layout is
+    fixed for a cell's life).
+
+    Raises:
+        ModeError: it may not join them.
+    """
+    others = set(residents)
+    if others and (others != {mode.name} or not mode.kind.queued):
+        raise ModeError(
+            f"mode={mode.name}: GPU {gpu_uuid} holds jobs of mode {', '.join(sorted(others))}; a job joins only "
+            "jobs of its own mode, in a mode whose jobs may join and leave (mode_kinds: queued)"
+        )
