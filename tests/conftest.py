@@ -43,6 +43,16 @@ if os.environ.get("PYTEST_XDIST_WORKER") is None or SESSION_ENV not in os.enviro
 SHORT_TMP = Path(os.environ[SESSION_ENV], os.environ.get("PYTEST_XDIST_WORKER", "main"))
 SHORT_TMP.mkdir(exist_ok=True)
 os.environ["RAYCOLLOC_SIM_ROOT"] = str(SHORT_TMP / "sim")
+# The temporary files of every process the session starts (a benchmark script's work directory and its
+# rawsync* pipes, multiprocessing's pymp-*, a sweep's) go under the session's directory too, and are
+# removed with it: /tmp kept bench*, overhead*, fanout*, rawsync* and pymp-* after each `make test`.
+# Ray's own stay where a user's would (Ray reads TMPDIR too, and its socket paths must stay short), and so
+# do this process's (pytest's tmp_path). A worker reads the machine's directory from its controller.
+SYSTEM_TMP = os.environ.setdefault("RAYCOLLOC_TEST_SYSTEM_TMP", tempfile.gettempdir())
+tempfile.tempdir = SYSTEM_TMP
+os.environ.setdefault("RAY_TMPDIR", SYSTEM_TMP)
+os.environ["TMPDIR"] = str(SHORT_TMP / "tmp")
+Path(os.environ["TMPDIR"]).mkdir(exist_ok=True)
 os.environ["RAYCOLLOC_CACHE_DIR"] = str(SHORT_TMP / "cache")
 os.environ[PIPE_ROOT_ENV] = str(SHORT_TMP / "mps")
 
@@ -110,6 +120,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     global _running
     _running = item
+    # Torch in the test process itself (a step built and trained in-process, a model built for its
+    # estimate) on one thread: with its default of one per core, two workers on 2 cores spin OpenMP threads
+    # at each other. 12 steps of tiny_cnn: 2.3 -> 0.15 CPU-seconds, 15 -> 2 s under a load of 20. What the
+    # tests start (trainers, sweeps, scripts) sets its own threads.
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

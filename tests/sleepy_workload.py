@@ -4,23 +4,38 @@ other, as GPU-bound cells on a real node do."""
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import torch
 from torch import nn
 
 from raycolloc.job.workloads.user import JobContext, UserJob
 
+MEET_WAIT_S = 600.0  # a bound, not a pause: the jobs of a test's cells arrive within its set-up time
+
 
 def build(ctx: JobContext) -> UserJob:
     """A step of ``args.step_ms`` milliseconds (default 10), the first ``args.busy_ms`` (default 0) of
     them spent computing and the rest asleep, and a one-weight model. (The simulated GPU's SM activity
-    follows its jobs' CPU time: a job that only sleeps keeps it at ~0.)"""
+    follows its jobs' CPU time: a job that only sleeps keeps it at ~0.)
+
+    ``args.meet_dir`` and ``args.meet`` (N): the job's first step waits until N jobs (of any cell, on any
+    node of the machine) have made theirs, so that their epochs start together whatever each cell's
+    set-up took: a test of cells running at once then rests on that order, not on the set-ups of cells
+    on a loaded machine ending within an epoch of each other."""
     seconds = float(ctx.args.get("step_ms", 10)) / 1000.0
     busy = float(ctx.args.get("busy_ms", 0)) / 1000.0
+    meet = int(ctx.args.get("meet", 0))
+    room = Path(str(ctx.args.get("meet_dir", ""))) if meet else None
     model = nn.Linear(1, 1).to(ctx.device)
 
     def step() -> torch.Tensor:
+        nonlocal room
+        if room is not None:
+            _meet(room, meet)
+            room = None
         start = time.perf_counter()
         while time.perf_counter() - start < busy:
             pass
@@ -28,3 +43,12 @@ def build(ctx: JobContext) -> UserJob:
         return torch.zeros(())
 
     return UserJob(model=model, step=step)
+
+
+def _meet(room: Path, count: int) -> None:
+    """Say this job arrived (a file named by its pid), then wait for ``count`` arrivals in all."""
+    room.mkdir(parents=True, exist_ok=True)
+    (room / str(os.getpid())).touch()
+    deadline = time.monotonic() + MEET_WAIT_S
+    while sum(1 for _ in room.iterdir()) < count and time.monotonic() < deadline:
+        time.sleep(0.05)

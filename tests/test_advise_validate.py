@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -171,9 +172,10 @@ def write_cell(
     write_fixture_cell(root / label, {"cells": [row], "jobs": jobs, "epochs": epochs, "telemetry": tel})
 
 
-@pytest.fixture
-def sweep(tmp_path: Path) -> Path:
-    root = tmp_path / "sweep"
+@pytest.fixture(scope="module")
+def _written_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fixture sweep, written once per module (~30 cells through the real writer); each test takes a copy."""
+    root = tmp_path_factory.mktemp("validate") / "sweep"
     for p in WORKLOADS.values():
         for mode in ("naive", "mps"):
             for d in (1, 2, 3, 7):
@@ -185,6 +187,12 @@ def sweep(tmp_path: Path) -> Path:
     # Twenty would need 176 GiB: refused before it started, as predicted.
     write_cell(root, WORKLOADS["large"], "naive", 20, status="unfit")
     return root
+
+
+@pytest.fixture
+def sweep(_written_sweep: Path, tmp_path: Path) -> Path:
+    """A copy of the fixture sweep of this test's own (a test adds cells to it)."""
+    return Path(shutil.copytree(_written_sweep, tmp_path / "sweep"))
 
 
 def test_profiles_read_from_the_tables(sweep: Path) -> None:

@@ -113,6 +113,7 @@ def test_compile_default_compiles_model_and_loss_as_one_graph(workload: str) -> 
     assert float(losses[0]) == pytest.approx(float(eager[0]), rel=1e-4)
 
 
+@pytest.mark.slow  # inductor compiles C++: ~7 s alone, minutes on a loaded 2-core machine
 @pytest.mark.usefixtures("fresh_dynamo")
 def test_reduce_overhead_on_the_cpu_compiles_without_cuda_graphs() -> None:
     step, losses = _train("tiny_cnn", compile="reduce-overhead")

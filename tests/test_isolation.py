@@ -142,3 +142,16 @@ def test_this_session_keeps_its_own_state_in_its_own_short_directory() -> None:
     assert Path(os.environ["RAYCOLLOC_CACHE_DIR"]).is_relative_to(SHORT_TMP)
     assert Path(os.environ[PIPE_ROOT_ENV]).is_relative_to(SHORT_TMP)
     assert len(str(SHORT_TMP)) <= 20  # an MPS pipe's socket path under it stays under Unix's limit
+
+
+def test_what_the_session_starts_makes_its_temporary_files_in_the_session_directory() -> None:
+    """Issue 46, item 5: the benchmark scripts the suite runs left bench*, overhead*, fanout*, rawsync* and
+    multiprocessing's pymp-* in /tmp after every `make test`. A process the session starts makes its
+    temporary files under the session's directory (removed at its end), and Ray's stay where a user's do."""
+    from .conftest import SHORT_TMP, SYSTEM_TMP
+
+    code = "import os, tempfile; print(tempfile.mkdtemp(prefix='pymp-'), os.environ['RAY_TMPDIR'])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    made, ray_tmp = out.stdout.split()
+    assert Path(made).is_dir() and Path(made).is_relative_to(SHORT_TMP)
+    assert ray_tmp == SYSTEM_TMP and not Path(SYSTEM_TMP).is_relative_to(SHORT_TMP)  # Ray's: RAY_TMPDIR first

@@ -153,6 +153,7 @@ def test_aging_stops_later_jobs_overtaking(tmp_path: Path, trace: Path) -> None:
     assert order("100000") != arrival  # never aged: later jobs backfill past one that does not fit
 
 
+@pytest.mark.slow  # the benchmark script in a process of its own: ~6 CPU-seconds
 def test_the_queue_benchmark_runs_the_three_policies_and_writes_its_table_and_json(tmp_path: Path) -> None:
     import json
     import subprocess

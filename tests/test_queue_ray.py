@@ -6,6 +6,7 @@ nothing is left (MPS daemons, leases); bad keys are refused by name before Ray i
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -289,11 +290,12 @@ def test_sigterm_on_the_command_releases_every_gpu_and_exits_143(tmp_path: Path,
 
     from raycolloc.node.modes.mps import find_control_daemons
 
-    from .conftest import ROOT, session_ray
+    from .conftest import ROOT, load, session_ray, sim_backend
 
     trace = _trace(tmp_path / "long.csv", jobs=4, samples=200_000)  # still training when the signal lands
     words = ["cluster=local", f"cluster.address={session_ray()}", "cluster.num_gpus=2", f"mode.pipe_root={pipe_root}"]
     words += ["queue.runner=ray", "queue.stand_in=tiny_cnn", f"out_dir={tmp_path}"]
+    gpus = sim_backend(load(["cluster.num_gpus=2"]))  # the session's simulated GPUs, where the replay trains
     proc = subprocess.Popen(
         [sys.executable, "-m", "raycolloc.queue", "replay", str(trace), *words],
         cwd=ROOT,
@@ -308,9 +310,21 @@ def test_sigterm_on_the_command_releases_every_gpu_and_exits_143(tmp_path: Path,
             lines.append(line)
             if "mps=started" in line or "queue leased" in line:
                 break
-        time.sleep(3)  # jobs placed and training
+        # Jobs placed and training: a process on a simulated GPU (not a fixed pause, which a loaded
+        # machine can outlast before the first job starts). Its output read meanwhile (a full pipe would
+        # stop it).
+        reader = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 300
+        while proc.poll() is None and time.monotonic() < deadline:
+            if any(gpus.processes(g.uuid) for g in gpus.gpus()):
+                break
+            time.sleep(0.2)
+        assert any(gpus.processes(g.uuid) for g in gpus.gpus()), "no job trained before the signal"
         proc.send_signal(signal.SIGTERM)
-        out = "".join(lines) + proc.communicate(timeout=120)[0]
+        proc.wait(timeout=120)
+        reader.join(timeout=30)
+        out = "".join(lines)
     finally:
         if proc.poll() is None:
             proc.kill()

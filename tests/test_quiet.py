@@ -20,7 +20,7 @@ from raycolloc.driver.side_by_side import MeasureWindows
 from raycolloc.node.cpus import CpuPool
 from raycolloc.node.reserve import confine_process, plan_reservation
 
-from .conftest import ROOT, load, run_cli, run_one
+from .conftest import ROOT, load, run_cli, run_one, short_tmp
 
 
 # --- the reservation: a pure function of the node's cores --------------------------------------------
@@ -249,9 +249,11 @@ def test_workers_started_in_the_spawning_window_start_on_every_core_then_are_con
 def test_cells_side_by_side_are_counted_and_isolation_stops_it(tmp_path: Path) -> None:
     """Two cells on two simulated GPUs of one node: measured at once, then one at a time."""
     # Steps that sleep (tests/sleepy_workload.py): two CPU-bound cells on a 2-core machine slow each
-    # other's set-up, and a skew longer than their 5 s windows would keep them from overlapping.
+    # other's set-up. Side by side, the two jobs' first steps wait for each other (``meet``), so their
+    # windows overlap by that order whatever the set-ups' skew on a loaded machine; one at a time they
+    # need not meet (and a measurement held for one cell must not wait on the other's).
     args = ["-m", "workload=python", "workload.entry=tests.sleepy_workload:build", "cluster=local", "seed=0,1"]
-    args += ["epoch_samples=100000000", "repeats=1", "epoch_time_s=5", "cluster.num_gpus=2", f"out_dir={tmp_path}"]
+    args += ["epoch_samples=100000000", "repeats=1", "epoch_time_s=3", "cluster.num_gpus=2", f"out_dir={tmp_path}"]
 
     def cells(sweep: Path, *extra: str) -> pd.DataFrame:
         proc = run_cli([*args, f"hydra.sweep.dir={sweep}", *extra], cwd=ROOT)
@@ -260,7 +262,7 @@ def test_cells_side_by_side_are_counted_and_isolation_stops_it(tmp_path: Path) -
         assert len(found) == 2
         return found.assign(stdout=proc.stdout)
 
-    beside = cells(tmp_path / "beside")
+    beside = cells(tmp_path / "beside", f"workload.args={{meet_dir:'{short_tmp('meet')}',meet:2}}")
     assert list(beside["overlapping_cells"]) == [1, 1] and not beside["isolated"].any()
     a, b = beside.sort_values("measured_start_ts").to_dict("records")
     assert a["measured_end_ts"] > b["measured_start_ts"]  # the jobs' own windows overlapped

@@ -49,10 +49,12 @@ def test_sweep_with_repeats_and_a_mix_then_report_and_ls(tmp_path: Path) -> None
     cells, jobs, epochs = data.cells.set_index("label"), data.jobs, data.epochs
     assert set(cells["status"]) == {"ok"} and sorted(cells["repeat"]) == [0] * 4 + [1] * 4
 
-    # The time budget ended every epoch long before 4096 samples (tiny_cnn trains a few thousand a second).
+    # The time budget ended every epoch long before 4096 samples (tiny_cnn trains a few thousand a second):
+    # each ran its 0.4 s and stopped short of its samples. (Not a bound on its seconds: how far the last
+    # step runs past the budget is the machine's load, not the trainer's doing.)
     cnn = epochs.merge(jobs[["sweep", "cell_id", "job_index", "workload"]], on=["sweep", "cell_id", "job_index"])
     cnn = cnn[cnn["workload"] == "tiny_cnn"]
-    assert (cnn["samples"] < 4096).all() and (cnn["wall_s"] < 3.0).all()
+    assert (cnn["samples"] < 4096).all() and (cnn["wall_s"] >= 0.4).all(), cnn[["samples", "wall_s"]]
     assert jobs["peak_device_mem_mib"].notna().all()  # the simulated device's view of each process
     # Energy and power over one window; energy per sample from the measured epochs.
     uniform = cells[cells["mix"].isna()]

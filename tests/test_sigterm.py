@@ -140,9 +140,7 @@ def test_a_second_signal_ends_the_sweep_at_once(tmp_path: Path) -> None:
         # two as pending together, SIGINT first, and end 143).
         wait_for(lambda: "interrupted: cancelling" in log.read_text(), 30, "the first signal's cancelling", every=0.02)
         os.kill(proc.pid, signal.SIGINT)
-        t0 = time.monotonic()
         code = proc.wait(timeout=60)
-        took = time.monotonic() - t0
     finally:
         _kill_session(proc)
         # What the exit at once left (its steward's daemon) is the doctor's to clean, as a re-run's would,
@@ -166,7 +164,10 @@ def test_a_second_signal_ends_the_sweep_at_once(tmp_path: Path) -> None:
         )
     output = log.read_text()
     assert code == 130, output[-3000:]  # 128 + SIGINT, the signal that ended it
-    assert "SIGINT again: exiting now" in output and took < 5, (took, output[-3000:])
+    # At once: the second signal's exit came before the first one's teardown ended (which closes with
+    # "terminated (SIGTERM)" and exit 143). Events, not seconds: a loaded machine takes longer over either.
+    assert "SIGINT again: exiting now" in output, output[-3000:]
+    assert "terminated (SIGTERM)" not in output, output[-3000:]
     assert_clean(root, tmp_path / "sim")
 
 

@@ -123,7 +123,9 @@ def test_sampler_on_the_simulated_backend_without_ray(tmp_path: Path) -> None:
     # Processes every 20th tick (about once a second at 20 Hz), from the first tick on.
     assert len(procs) == (len(gpu) + 19) // 20, (len(gpu), len(procs))
     assert all(set(METRIC_COLUMNS) <= set(vars(r)) for r in rows)
-    assert gpu[-1].sm_active > 0 and gpu[-1].mem_used_mib >= 1024
+    # The busy "job" shows as SM activity (the simulated GPU's follows its CPU time). In some sample, not
+    # the last one: on a loaded machine the job can get no CPU between the last two (0.0 at a load of 20).
+    assert max(g.sm_active or 0.0 for g in gpu) > 0 and gpu[-1].mem_used_mib >= 1024
     assert gpu[0].sm_active is None  # GPM needs two samples
 
 

@@ -62,6 +62,11 @@ class QueueLane:
     def steward(self) -> Any:
         return self.lane.steward
 
+    @property
+    def node_id(self) -> str:
+        """The Ray node the GPU is on (a lost node's lanes leave: raycolloc.queue.raynodes)."""
+        return self.lane.node_id
+
 
 def open_lanes(config: Config) -> list[QueueLane]:
     """Lease every GPU of the connected cluster once (what is leased is released if one fails).

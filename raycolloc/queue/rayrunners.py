@@ -11,7 +11,9 @@ ended. An attempt ends ``ended`` (every state ok), ``oom`` (a state says so: the
 out-of-memory as ``status=oom``) or ``lost`` (an error, a hang, its actor died, or its GPU could not be
 prepared; counted in :attr:`RayRunners.failures`), with its memory peak (PyTorch's reserved peak or the
 driver's count, the larger), its samples/s and why it failed. :meth:`RayRunners.close` stops the lives
-still running (each releases its GPU as a sweep's interrupted cell does) and gives the GPUs back.
+still running (each releases its GPU as a sweep's interrupted cell does) and gives the GPUs back. A node
+lost while the queue runs (:mod:`raycolloc.queue.raynodes`) takes its GPUs out of the runner, and its
+attempts come back ``lost`` without counting as their jobs' failures.
 
 What a policy sees of a GPU (:meth:`RayRunners.views`): its memory in use, read through the steward
 (NVML, or the simulated GPU's count), or its residents' estimates while they are larger (a job just
@@ -40,6 +42,7 @@ from raycolloc.queue.core import JobStart, Report
 from raycolloc.queue.policy import GpuView, Predictor, Resident
 from raycolloc.queue.rayjobs import CellMaker
 from raycolloc.queue.raylanes import POOL_SIZE, QueueLane, close_lane
+from raycolloc.queue.raynodes import NodeWatch, leave
 from raycolloc.queue.simcluster import MONITOR_WINDOW_S, TelemetryRow
 from raycolloc.queue.trace import TraceJob
 from raycolloc.spec import CellSpec, JobState
@@ -147,6 +150,7 @@ class RayRunners:
         self._pending: list[Report] = []  # attempts that could not start, reported at the next poll
         self.attempts: list[AttemptRow] = []  # every finished attempt, in the order they finished
         self.failures: Counter[str] = Counter()  # attempts per job that failed (not an OOM): the loop gives up
+        self.nodes = NodeWatch()
 
     # --- the Runners protocol ------------------------------------------------------------------
     def views(self, now: float) -> list[GpuView]:
@@ -186,10 +190,12 @@ class RayRunners:
         GPUs when due."""
         self._sample(now)
         out, self._pending = self._pending, []
-        for gpu_id, runs in self._runs.items():
-            for run in list(runs):
-                if run.life is not None and run.life.done.is_set():
-                    out.append(self._settle(self.lanes[gpu_id], run, now))
+        finished = [(gpu_id, run) for gpu_id, runs in self._runs.items() for run in runs if _finished(run)]
+        # An attempt that ended may have died with its node: the nodes are looked at before it is settled.
+        out += self._lose_nodes(now, force=bool(finished))
+        for gpu_id, run in finished:
+            if gpu_id in self.lanes:
+                out.append(self._settle(self.lanes[gpu_id], run, now))
         return out
 
     def close(self) -> None:
@@ -218,6 +224,37 @@ class RayRunners:
                 board.close()
 
     # --- internals -----------------------------------------------------------------------------
+    def _lose_nodes(self, now: float, force: bool) -> list[Report]:
+        """The lanes of lost nodes leave the runner (leases removed, idle actors killed); their attempts are
+        reported ``lost`` (re-queued, not counted as failures) and recorded as ``node lost``."""
+        gone = self.nodes.lost(self.lanes.values(), now, force)
+        reports: list[Report] = []
+        for gpu_id, lane in [(g, lane) for g, lane in self.lanes.items() if lane.node_id in gone]:
+            runs = self._runs.pop(gpu_id)
+            del self.lanes[gpu_id]
+            for run in runs:  # its life's calls fail with the node's actors: it ends unread
+                co = tuple(sorted(run.co))
+                reports.append(Report(run.job_id, run.attempt, "lost", now, co))
+                row = AttemptRow(
+                    run.job_id,
+                    run.attempt,
+                    "node lost",
+                    gpu_id,
+                    run.mode,
+                    run.start_s,
+                    now,
+                    run.estimate_mib,
+                    None,
+                    None,
+                    ",".join(co),
+                    f"node {lane.node_id[:8]} lost",
+                )
+                self.attempts.append(row)
+            leave(lane)
+            jobs = ", ".join(r.job_id for r in runs) or "none"
+            log.error("node=%s lost: gpu=%s leaves the queue; its jobs re-queued: %s", lane.node_id[:8], gpu_id, jobs)
+        return reports
+
     def _settle(self, lane: QueueLane, run: _Run, now: float) -> Report:
         states, why = run.life.states() if run.life is not None else ([], "never started")
         kind = _outcome(states, why)
@@ -281,6 +318,10 @@ class RayRunners:
         return GpuView(
             lane.gpu_id, total, lane.mode, residents, mem, sm or 0.0, occ or 0.0, dram or 0.0, lane.last_placed_s
         )
+
+
+def _finished(run: _Run) -> bool:
+    return run.life is not None and run.life.done.is_set()
 
 
 def _mean(values: list[float | None]) -> float | None:
