@@ -261,7 +261,7 @@ class Release:
     released: bool = False  # False: the cell held nothing here (already released)
     errors: tuple[str, ...] = ()
     mps_stopped: bool = False  # its MPS daemon stopped (end of an MPS cell, or of the GPU's lease)
-    mps_daemon_kept: bool = False  # ... or kept for the next MPS cell (mode.keep_daemon)
+    mps_daemon_kept: bool = False  # ... or kept for the GPU's other residents or the next MPS cell (mode.keep_daemon)
     mig_restored: bool = False  # the MIG layout found before the cell put back
 
     def __str__(self) -> str:

@@ -80,7 +80,8 @@ def test_each_attempt_is_a_cell_of_one_job_of_its_length_and_only_a_first_attemp
     maker = check_ray_config(compose_settings(words).config, jobs)
     a, b = maker.cell(jobs[0], 1, "mps", 256), maker.cell(jobs[1], 1, "naive", 1000)
     assert (a.cell_id, a.degree, a.mode, a.jobs[0].cell_id) == ("queue-j1-1", 1, "mps", "queue-j1-1")
-    assert a.config.mode.keep_daemon  # other jobs on the GPU still use its daemon
+    assert not a.config.mode.keep_daemon  # the mode stops the daemon when the GPU's last job leaves
+    assert not a.config.cluster.isolate_measurement  # a queued job measures beside the others
     assert (a.jobs[0].epochs, a.jobs[0].epoch_samples, b.jobs[0].epoch_samples) == (2, 128, 500)
     assert a.jobs[0].trainer.fault is None and b.jobs[0].trainer.fault == "oom"
     assert maker.cell(jobs[1], 2, "naive", 1000).jobs[0].trainer.fault is None  # the re-queued attempt runs
@@ -336,7 +337,11 @@ def test_sigterm_on_the_command_releases_every_gpu_and_exits_143(tmp_path: Path,
 
 
 def test_a_gpu_with_a_full_pool_shows_itself_full_and_sends_a_job_placed_past_it_back(tmp_path: Path) -> None:
+    import threading
+
     from raycolloc.devices import GpuInfo
+    from raycolloc.driver.lane import Lane
+    from raycolloc.driver.side_by_side import MeasureWindows
     from raycolloc.queue.catalog import catalog_profile, sim_params
     from raycolloc.queue.policy import Predictor
     from raycolloc.queue.raylanes import POOL_SIZE, QueueLane
@@ -346,9 +351,10 @@ def test_a_gpu_with_a_full_pool_shows_itself_full_and_sends_a_job_placed_past_it
     gpu = settings.gpu
     profile = catalog_profile("resnet18/cifar10", gpu)
     info = GpuInfo(0, "GPU-x", gpu.name, int(gpu.memory_mib), None, False, False, "0", "sim", "")
-    lane = QueueLane("n-g0", None, None, None, info, None, mode="mps", sampled_at=0.0)
+    held = Lane(None, "n", None, info, None, threading.Event(), None, None, MeasureWindows())  # no Ray: never asked
+    lane = QueueLane("n-g0", held, mode="mps", sampled_at=0.0)
     runners = RayRunners([lane], None, {}, Predictor(gpu, sim_params(gpu)))
-    full = [_Run(f"r{i}", 1, None, None, [], profile, 1000.0, 2.0, "mps", 0.0) for i in range(POOL_SIZE)]
+    full = [_Run(f"r{i}", 1, None, profile, 1000.0, 2.0, "mps", 0.0) for i in range(POOL_SIZE)]
     runners._runs["n-g0"] = full
     (view,) = runners.views(0.5)
     assert view.mem_used_mib == view.memory_mib  # no policy places more there
@@ -369,3 +375,61 @@ def test_a_queued_job_on_a_real_gpu_trains_its_length_with_no_floor(tmp_path: Pa
     (job,) = read_trace(_trace(tmp_path / "t.csv", jobs=1))
     spec = CellMaker(real).cell(job, 1, "naive", 2560).jobs[0]
     assert spec.min_epoch_s is None and spec.epoch_floor_s(2) == 0.0
+
+
+@pytest.mark.slow
+def test_a_queued_job_that_hangs_is_ended_by_the_stall_watch_and_its_gpu_mate_ends(
+    tmp_path: Path, ray_local: None, pipe_root: Path
+) -> None:
+    """A queued job lives the sweeps' life of a job on a GPU: silent past ``trainer.stall_timeout_s`` it is
+    ``hang``, its attempt lost (not waited on for ever), while the job beside it on the GPU ends and the
+    GPU's MPS daemon goes with the last of them."""
+    import dataclasses
+
+    from raycolloc.node.modes.mps import find_control_daemons
+    from raycolloc.queue.catalog import catalog_profile, sim_params
+    from raycolloc.queue.policy import Predictor
+    from raycolloc.queue.rayjobs import CellMaker, check_ray_config
+    from raycolloc.queue.raylanes import open_lanes
+    from raycolloc.queue.rayrunners import RayRunners
+    from raycolloc.queue.trace import TraceJob, read_trace
+    from raycolloc.spec import CellSpec
+
+    class Hanging(CellMaker):
+        """The real cells, with job j1's training process hanging half-way through its measured epoch."""
+
+        def cell(self, job: TraceJob, attempt: int, mode: str, samples: int) -> CellSpec:
+            cell = super().cell(job, attempt, mode, samples)
+            if job.job_id != "j1":
+                return cell
+            trainer = dataclasses.replace(cell.config.trainer, fault="hang", fault_job=0, fault_epoch=2)
+            jobs = tuple(dataclasses.replace(j, trainer=trainer) for j in cell.jobs)
+            return dataclasses.replace(cell, config=dataclasses.replace(cell.config, trainer=trainer), jobs=jobs)
+
+    words = ["cluster=local", "cluster.num_gpus=2", f"mode.pipe_root={pipe_root}", "queue.runner=ray"]
+    words += ["queue.stand_in=tiny_cnn", "trainer.stall_timeout_s=5", f"out_dir={tmp_path}"]
+    settings = compose_settings(words)
+    jobs = read_trace(_trace(tmp_path / "two.csv", jobs=2, samples=2048))
+    maker = Hanging(check_ray_config(settings.config, jobs).config)
+    predictor = Predictor(settings.gpu, sim_params(settings.gpu))
+    profile = catalog_profile(jobs[0].workload, settings.gpu)
+    runners = RayRunners(open_lanes(maker.config), maker, {j.job_id: j for j in jobs}, predictor)
+    reports: list[Report] = []
+    t0 = time.monotonic()
+    try:
+        gpu_id = next(iter(runners.lanes))
+        for job in jobs:  # both on one GPU, under MPS
+            runners.start(JobStart(job.job_id, 1, profile, 500.0, 2.0, 2048.0, gpu_id, "mps", 0.0))
+        assert runners.running() == {("j1", 1), ("j2", 1)}  # start returned at once: both live on
+        while len(reports) < 2 and time.monotonic() - t0 < 150:
+            reports += runners.poll(time.monotonic() - t0)
+            time.sleep(0.5)
+    finally:
+        runners.close()
+    assert {r.job_id: r.kind for r in reports} == {"j1": "lost", "j2": "ended"}
+    assert runners.failures == Counter({"j1": 1})  # a failure the loop counts toward cancelling the job
+    rows = {row.job_id: row for row in runners.attempts}
+    assert rows["j1"].error is not None and "hang: no progress for" in rows["j1"].error, rows["j1"].error
+    assert rows["j2"].error is None and (rows["j2"].samples_per_s or 0) > 0 and rows["j2"].co_residents == "j1"
+    assert not [d for d in find_control_daemons() if str(d["pipe_dir"]).startswith(str(pipe_root))]
+    assert not list(pipe_root.glob("GPU-*"))

@@ -202,27 +202,41 @@ def test_cells_side_by_side_get_disjoint_cores_and_release_returns_them(tmp_path
 
 
 @pytest.mark.usefixtures("ray_local")
-def test_shared_cells_join_one_gpu_under_one_mps_daemon_that_outlives_each_until_release_gpu(tmp_path: Path) -> None:
+def test_residents_join_one_gpu_under_one_mps_daemon_that_the_last_to_leave_stops(tmp_path: Path) -> None:
     root = _short_root()
-    job = load(["degree=1", "epoch_samples=128", "mode=mps", f"mode.pipe_root={root}"], out_dir=tmp_path)
+    job = load(["degree=1", "epoch_samples=128", "mode=mps", f"mode.pipe_root={root}", "mode.keep_daemon=false"])
     node = ray.get_runtime_context().get_node_id()
     steward = get_steward(node, job.config.cluster, job.config.mode.pipe_root)
     gpu = _sim_gpu_uuids(job)[0]
 
-    def prepare(cell: str) -> Binding:
-        return ray.get(steward.prepare.remote(dataclasses.replace(job, cell_id=cell), gpu, True), timeout=60)[0]
+    def prepare(cell: str, beside: tuple[str, ...] = (), mode: str = "mps") -> Binding:
+        config = dataclasses.replace(job.config, mode=dataclasses.replace(job.config.mode, name=mode))
+        spec = dataclasses.replace(job, cell_id=cell, config=config)
+        return ray.get(steward.prepare.remote(spec, gpu, beside), timeout=60)[0]
+
+    def ours() -> list[dict]:
+        return [d for d in find_control_daemons() if str(root) in d["pipe_dir"]]
 
     try:
-        a, b = prepare("q-a"), prepare("q-b")  # the second does not release the first
-        assert a.mps_pipe_dir == b.mps_pipe_dir and gpu not in ray.get(steward.held.remote(), timeout=60)
+        a, b = prepare("q-a"), prepare("q-b", ("q-a",))  # b joins a: a stays
+        assert a.mps_pipe_dir == b.mps_pipe_dir and ray.get(steward.held.remote(), timeout=60) == {gpu: ["q-a", "q-b"]}
+        with pytest.raises(ray.exceptions.RayTaskError, match="holds jobs of mode mps"):
+            prepare("q-naive", ("q-a", "q-b"), mode="naive")  # a job joins only jobs of its own mode
         ray.get(steward.release.remote("q-a"), timeout=60)
-        assert [d for d in find_control_daemons() if str(root) in d["pipe_dir"]]  # b still has its server
+        assert ours()  # b still has its server
         now = ray.get(steward.gpu_now.remote(gpu), timeout=60)
         assert now.uuid == gpu and now.mem_total_mib > 0 and 0 <= now.util <= 1
+        done = ray.get(steward.release.remote("q-b"), timeout=60)
+        assert done.mps_stopped and not ours()  # the GPU emptied: the mode stopped its daemon
+        prepare("q-c")
+        prepare("q-d", ("q-c",))
+        prepare("sweep-cell")  # a cell that joins nobody: the residents it finds are stale, released first
+        assert ray.get(steward.held.remote(), timeout=60) == {gpu: ["sweep-cell"]}
     finally:
-        ray.get(steward.release.remote("q-b"), timeout=60)
-        done = ray.get(steward.release_gpu.remote(gpu), timeout=60)
-    assert done.mps_stopped and not [d for d in find_control_daemons() if str(root) in d["pipe_dir"]]
+        for cell in ("q-b", "q-c", "q-d", "sweep-cell"):
+            ray.get(steward.release.remote(cell), timeout=60)
+        ray.get(steward.release_gpu.remote(gpu), timeout=60)
+    assert not ours()
 
 
 @pytest.mark.usefixtures("ray_local")

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import ray
 
-from raycolloc.driver.cell_run import Lane, run_cell
+from raycolloc.driver.cell_run import run_cell
+from raycolloc.driver.lane import Lane
 from raycolloc.driver.lease import acquire_gpu
 from raycolloc.driver.progress import open_board
 from raycolloc.driver.side_by_side import MeasureWindows

@@ -197,10 +197,18 @@ def test_a_node_the_gcs_counts_dead_or_whose_steward_died_is_lost(ray_local: Non
     """On the session's instance: a lane on a node id the GCS does not count alive is lost, one whose
     steward's actor was killed is lost (its raylet gone before the GCS says so), a live one is not; and
     between looks (``NODE_CHECK_S``) nothing is looked at unless forced."""
+    import threading
+
     import ray
 
+    from raycolloc.driver.lane import Lane
+    from raycolloc.driver.side_by_side import MeasureWindows
     from raycolloc.queue.raylanes import QueueLane
     from raycolloc.queue.raynodes import NodeWatch
+
+    def lane(gpu_id: str, steward: Any, node_id: str) -> QueueLane:  # only its node and steward are asked
+        held = Lane(None, node_id, steward, None, None, threading.Event(), None, None, MeasureWindows())
+        return QueueLane(gpu_id, held)
 
     @ray.remote(num_cpus=0)
     class Steward:  # what the watch asks of a node's steward: that it answers
@@ -212,11 +220,11 @@ def test_a_node_the_gcs_counts_dead_or_whose_steward_died_is_lost(ray_local: Non
     ray.get([live.held.remote(), killed.held.remote()], timeout=60)
     ray.kill(killed, no_restart=True)
     gone = "f" * len(here)
-    lanes = [QueueLane(g, None, None, s, None, None, node_id=n) for g, s, n in [("a", live, here), ("b", live, gone)]]
+    lanes = [lane(g, s, n) for g, s, n in [("a", live, here), ("b", live, gone)]]
     watch = NodeWatch()
     assert watch.lost(lanes, 0.0) == {gone}
     assert watch.lost([lanes[1]], 0.5) == set()  # not looked at again within NODE_CHECK_S
     assert watch.lost([lanes[1]], 0.5, force=True) == {gone}
-    assert watch.lost([QueueLane("c", None, None, killed, None, None, node_id=here)], 2.0) == {here}
+    assert watch.lost([lane("c", killed, here)], 2.0) == {here}
     assert watch.lost(lanes[:1], 4.0) == set()
     ray.kill(live, no_restart=True)

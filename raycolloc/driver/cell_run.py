@@ -1,15 +1,22 @@
-"""One cell end to end on a leased GPU: prepare it, train the jobs, sample, release.
+"""The life of a cell's training jobs on a leased GPU: bind, start, set-up, epochs, finish, release.
 
-The protocol (DESIGN.md, "Data flow of one cell"), for a GPU its lane already leased:
+One life serves a sweep's cell (its jobs, a barrier between warm-up and the measured epochs) and a
+queued job (a cell of one job joining a GPU other jobs live on: :mod:`raycolloc.queue.rayrunners` lives
+each attempt on a thread of its own and polls for the ones that ended). The protocol (DESIGN.md, "Data
+flow of one cell"), on a GPU its lane (:mod:`raycolloc.driver.lane`) already holds:
 
-1. the node's steward prepares the GPU for the mode and returns one binding per job,
-2. trainer actors start their training processes and build their workloads,
+1. the cell joins the lane's residents and the node's steward binds its jobs to the GPU through the
+   mode (the residents it joins named: a daemon the first resident started serves them all),
+2. trainer actors start their training processes and build their workloads (``trainer.setup_timeout_s``),
 3. warm-up epoch, then a barrier (waiting for every job's warm-up),
-4. the measured epochs run together while the steward samples the GPU,
+4. the measured epochs run together while the steward samples the GPU; a job silent for longer than
+   its stall limit is ``hang`` (:class:`~raycolloc.driver.stall.StallWatch`), each call's epochs are
+   capped by ``trainer.epoch_timeout_s``, and a dead trainer is an ``error``: rows, never exceptions,
 5. release in ``finally`` (also on error, OOM, dead actor, Ctrl-C): trainers killed, the mode
-   undone, telemetry collected.
+   undone (the GPU's daemon stopped when its last resident leaves, unless kept), telemetry collected.
 
-The caller turns the :class:`~raycolloc.driver.tabulate.CellRecord` into rows and writes them.
+The caller turns the :class:`~raycolloc.driver.tabulate.CellRecord` into rows (a sweep) or an attempt's
+outcome (the queue).
 """
 
 from __future__ import annotations
@@ -19,48 +26,24 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import ray
 
-from raycolloc.driver.lease import GpuLease
-from raycolloc.driver.progress import Board
-from raycolloc.driver.side_by_side import MeasureWindows
+from raycolloc.driver.lane import Lane
 from raycolloc.driver.stall import StallWatch
 from raycolloc.driver.tabulate import CellRecord
-from raycolloc.driver.trainers import TrainerPool
-from raycolloc.node.gpu.backend import GpuInfo
 from raycolloc.procs import format_cpus
 from raycolloc.spec import Binding, CellSpec, JobSpec, JobState, Samples
 
-__all__ = ["CellCancelled", "Lane", "run_cell"]
+__all__ = ["CellCancelled", "run_cell"]
 
 log = logging.getLogger(__name__)
 POLL_S = 2.0  # how often a wait looks at the cancel flag and redraws progress
 
 
 class CellCancelled(Exception):
-    """The sweep was interrupted (Ctrl-C) while this cell ran; it writes no result."""
-
-
-@dataclass
-class Lane:
-    """One leased GPU and what a cell needs to use it (one per concurrently running cell)."""
-
-    lease: GpuLease
-    node_id: str
-    steward: Any
-    gpu: GpuInfo
-    board: Board
-    cancel: threading.Event
-    forkserver: str | None  # the node's warm parent of training processes, if it serves
-    trainers: TrainerPool
-    windows: MeasureWindows  # the sweep's measured windows, per node (driver/side_by_side.py)
-
-    def report(self, cell_id: str, state: str) -> None:
-        """Set the cell's state on the progress board (fire and forget)."""
-        self.board.cell(cell_id, state)
+    """The sweep (Ctrl-C) or the queue (its end) stopped while this cell lived; it writes no result."""
 
 
 def _gather(
@@ -135,7 +118,11 @@ class _CellRun:
         trainer_cfg = cell.config.trainer
         lane.report(cell.cell_id, "preparing")
         t_prepare = time.perf_counter()
-        bindings = ray.get(lane.steward.prepare.remote(cell, lane.gpu.uuid), timeout=300)
+        # One life binds at a time on a lane: the residents it names are every one bound before it, so the
+        # steward takes none of them for stale (a queue's lives start together on their threads).
+        with lane.binding:
+            beside = lane.join(cell.cell_id)
+            bindings = ray.get(lane.steward.prepare.remote(cell, lane.gpu.uuid, beside), timeout=300)
         self.prepared = True
         rec.reserved_cpus = format_cpus(bindings[0].reserved_cpus) if bindings else None
         _say_not_pinned(cell, bindings, lane.board.sweep)
@@ -300,5 +287,7 @@ def run_cell(
         except Exception as exc:
             log.exception("cell=%s release failed", cell.cell_id)
             rec.reason = (rec.reason or "") + f"; release failed: {exc}"
+        finally:
+            lane.leave(cell.cell_id)
         rec.teardown_s = time.perf_counter() - t0
     return rec

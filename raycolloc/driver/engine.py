@@ -34,9 +34,10 @@ from pathlib import Path
 import psutil
 import ray
 
-from raycolloc.driver.cell_run import CellCancelled, Lane, run_cell
+from raycolloc.driver.cell_run import CellCancelled, run_cell
 from raycolloc.driver.cluster import connect
-from raycolloc.driver.lease import LeaseError, acquire_gpu
+from raycolloc.driver.lane import Lane, LaneShape, close_lane, open_lane
+from raycolloc.driver.lease import LeaseError
 from raycolloc.driver.preflight import check_cluster, check_nodes, gpu_nodes, unfit_cells
 from raycolloc.driver.progress import Board, ProgressView, open_board
 from raycolloc.driver.regrow import Growth, Regrow
@@ -49,7 +50,7 @@ from raycolloc.driver.teardown import note_pipe_root
 from raycolloc.driver.trainers import TrainerPool
 from raycolloc.mode_kinds import mode_rank
 from raycolloc.node.reserve import confine_process, widen
-from raycolloc.node.steward_handles import NAMESPACE, get_steward, start_stewards
+from raycolloc.node.steward_handles import NAMESPACE, start_stewards
 from raycolloc.results.index import REFERENCE, register_sweeps, sweep_root
 from raycolloc.results.rows import CellRow
 from raycolloc.results.store import ResultWriteError, write_cell
@@ -194,64 +195,36 @@ class _Sweep:
                 finally:
                     self.done()
                 if not self.cluster.reuse_lease:  # a lease per cell, as before lanes kept theirs
-                    self._close(index, lane)
+                    close_lane(lane)
                     lane = None
         except CellCancelled:
             log.warning("lane=%d interrupted: its cell released the GPU and wrote nothing", index)
         finally:
             if lane is not None:
-                self._close(index, lane)
+                close_lane(lane)
 
     def _open(self, index: int) -> tuple[Lane, dict[str, float]] | None:
-        """Lease a GPU and get the lane ready on it (its steward, GPU, fork server); None if that
-        cannot be had (the reason is kept for the cells no lane could run)."""
+        """Lease a GPU and get the lane ready on it (:func:`~raycolloc.driver.lane.open_lane`); None if
+        that cannot be had (the reason is kept for the cells no lane could run)."""
 
         def waiting(waited: float) -> None:
             if self.cancel.is_set():
                 raise CellCancelled
             log.debug("lane=%d waiting for a GPU (%.0fs)", index, waited)
 
+        with self.lock:
+            forks = any(c.config.trainer.spawn == "fork" for c, _ in self.queue)
+            pooled = any(TrainerPool.pooled(c) for c, _ in self.queue)
+        name = f"raycolloc:lane:{os.getpid()}:{index}"
+        shape = LaneShape(name, index, self.lease_cpus, self.pool_size, self.trainer_cpus, forks, fill=pooled)
         try:
-            lease = acquire_gpu(
-                f"raycolloc:lane:{os.getpid()}:{index}", self.lease_cpus, self.cluster.lease_timeout_s, on_wait=waiting
+            lane, setup_s = open_lane(
+                shape, self.cluster, self.pipe_root, self.board, self.cancel, self.windows, on_wait=waiting
             )
-        except LeaseError as exc:
+        except LeaseError as exc:  # none granted, or its node cannot serve (LaneError): other lanes run its cells
             self.lease_errors.append(str(exc))
             return None
-        t0 = time.monotonic()
-        trainers = TrainerPool(lease, index, self.pool_size, self.trainer_cpus)
-        node_id = "?"
-        try:
-            node_id, ray_gpu_id = trainers.locate()
-            steward = get_steward(node_id, self.cluster, self.pipe_root)
-            gpu = ray.get(steward.resolve_gpu.remote(ray_gpu_id), timeout=60)
-            # Waiting for the node's warm parent is worth it only to cells that fork from it.
-            with self.lock:
-                forks = any(c.config.trainer.spawn == "fork" for c, _ in self.queue)
-                pooled = any(trainers.pooled(c) for c, _ in self.queue)
-            forkserver = ray.get(steward.forkserver.remote(), timeout=180) if forks else None
-            if pooled:  # the largest cell's actors now, all at once (not as each cell grows the pool)
-                trainers.fill(steward)
-        except Exception as exc:  # noqa: BLE001 - the node cannot serve: its cells go to other lanes or fail
-            trainers.close()
-            lease.release()
-            self.lease_errors.append(f"GPU node {node_id[:12]} unusable: {type(exc).__name__}: {exc}")
-            return None
-        except BaseException:
-            trainers.close()
-            lease.release()
-            raise
-        lane = Lane(lease, node_id, steward, gpu, self.board, self.cancel, forkserver, trainers, self.windows)
-        return lane, {"lease_wait_s": lease.waited_s, "lane_setup_s": time.monotonic() - t0}
-
-    def _close(self, index: int, lane: Lane) -> None:
-        """End the lane's lease: its trainers and what the steward kept between cells (the MPS daemon) go."""
-        lane.trainers.close()
-        try:
-            ray.get(lane.steward.release_gpu.remote(lane.gpu.uuid), timeout=120)
-        except Exception as exc:  # noqa: BLE001 - the lease goes either way
-            log.warning("lane=%d release_gpu failed: %s", index, (str(exc).splitlines() or [""])[0][:300])
-        lane.lease.release()
+        return lane, {"lease_wait_s": lane.lease.waited_s, "lane_setup_s": setup_s}
 
 
 def _skip(cell: CellSpec, cell_dir: Path, reason: str, status: CellStatus = "skipped") -> CellResult:

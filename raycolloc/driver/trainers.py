@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from typing import Any
 
 import ray
@@ -55,27 +56,33 @@ class TrainerPool:
         self.lease, self.index, self.size, self.num_cpus = lease, index, max(1, size), num_cpus
         self._idle: list[Any] = []
         self._created = 0
+        # A queue's lives on one lane borrow and give back from their own threads at once.
+        self._lock = threading.RLock()
 
     def locate(self, timeout: float = 120.0) -> tuple[str, str]:
         """The node and the GPU (Ray's id) of the lease, as the pool's first actor sees them; the
         actor stays, idle, for the lane's first cell."""
-        if not self._idle:
-            self._idle.append(self._new_pooled())
-        return ray.get(self._idle[0].placement.remote(), timeout=timeout)
+        with self._lock:
+            if not self._idle:
+                self._idle.append(self._new_pooled())
+            first = self._idle[0]
+        return ray.get(first.placement.remote(), timeout=timeout)
 
     def fill(self, steward: Any, timeout: float = 120.0) -> int:
         """Create every actor the pool may need now, all at once, in the node steward's spawning
         window (:meth:`~raycolloc.node.steward.Steward.spawning`: new workers start on every core,
         not one after another on the node's reserved one); returns how many it created. A lane does
         it as it opens, so no cell's set-up waits for its pool to grow."""
-        missing = self.size - len(self._idle)
+        with self._lock:
+            missing = self.size - len(self._idle)
         if missing <= 0:
             return 0
         try:
             ray.get(steward.spawning.remote(True), timeout=60)
             try:
-                new = [self._new_pooled() for _ in range(missing)]
-                self._idle.extend(new)  # lent as they are: a cell's set-up waits for one still starting
+                with self._lock:
+                    new = [self._new_pooled() for _ in range(missing)]
+                    self._idle.extend(new)  # lent as they are: a cell's set-up waits for one still starting
                 ray.get([actor.placement.remote() for actor in new], timeout=timeout)  # each worker is up
             finally:
                 ray.get(steward.spawning.remote(False), timeout=60)
@@ -90,7 +97,8 @@ class TrainerPool:
             RemoteTrainer, f"raycolloc:lane-{os.getpid()}-{self.index}/trainer-{self._created}", 1.0 / self.size
         )
 
-    def pooled(self, cell: CellSpec) -> bool:
+    @staticmethod
+    def pooled(cell: CellSpec) -> bool:
         """Whether the cell borrows the pool's actors (else it gets actors of its own)."""
         return cell.config.trainer.reuse_actors and not any(job.workload.as_written for job in cell.jobs)
 
@@ -109,9 +117,10 @@ class TrainerPool:
             ]
         if cell.degree > self.size:
             raise ValueError(f"cell {cell.cell_id} has {cell.degree} jobs; the lane's pool holds {self.size}")
-        lent = [self._idle.pop() for _ in range(min(len(self._idle), cell.degree))]
-        while len(lent) < cell.degree:
-            lent.append(self._new_pooled())
+        with self._lock:
+            lent = [self._idle.pop() for _ in range(min(len(self._idle), cell.degree))]
+            while len(lent) < cell.degree:
+                lent.append(self._new_pooled())
         return lent
 
     def _create(self, actor_class: Any, name: str, gpu_share: float) -> Any:
@@ -132,10 +141,12 @@ class TrainerPool:
         for actor in failed + ([] if keep else healthy):
             ray.kill(actor, no_restart=True)
         if keep:
-            self._idle.extend(healthy)
+            with self._lock:
+                self._idle.extend(healthy)
 
     def close(self) -> None:
         """The lane ends: every idle actor goes."""
-        for actor in self._idle:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for actor in idle:
             ray.kill(actor, no_restart=True)
-        self._idle.clear()

@@ -2,16 +2,18 @@
 
 It is the only process that touches a node's MPS daemons and MIG layouts, and the only one that
 reads NVML for telemetry (it never initialises CUDA). It also keeps the node's warm parent of
-training processes running (:mod:`raycolloc.job.forkserver`), which trainers ask for forks. For a cell it
-``prepare``s the GPU through
-the cell's mode (:data:`raycolloc.node.modes.registry.MODES`), which returns one binding per job, gives each
-job cores of its own, samples the GPU while the cell measures, and ``release``s the GPU, which the
-cell always asks for in ``finally``. It knows nothing of trainers or progress: jobs are bound
-through their environment and report to the driver directly.
+training processes running (:mod:`raycolloc.job.forkserver`), which trainers ask for forks. For a cell
+it ``prepare``s the GPU through the cell's mode (:data:`raycolloc.node.modes.registry.MODES`), which
+returns one binding per job, gives each job cores of its own, samples the GPU while the cell measures,
+and ``release``s the GPU, which the cell always asks for in ``finally``. It knows nothing of trainers or
+progress: jobs are bound through their environment and report to the driver directly.
 
-A GPU is held by at most one cell. Ray grants a cell's GPU lease only after the previous holder's
-lease is gone, so when a cell arrives for a GPU that a dead cell still holds here (its driver was
-killed), that stale state is released first: its MPS daemon stopped, its MIG layout restored.
+A GPU holds a set of *residents*: the cells prepared on it and not yet released (a sweep's cell alone,
+or a queue's jobs, each a cell of one, side by side). A cell arriving names the residents it joins
+(``beside``: none for a sweep's cell); any other resident is stale, left by a dead driver (Ray grants a
+GPU's lease only after the previous holder's is gone), and is released first. Residents side by side are
+of one mode, one whose jobs may join and leave (not MIG); the mode's ``release`` sees whether the GPU
+emptied (MPS then stops its daemon, unless ``mode.keep_daemon`` keeps it for the lane's next cell).
 
 What a dead steward left (its driver or Ray SIGKILLed, or the steward itself killed) is put right
 when a steward starts: MPS daemons of its GPUs stopped, MIG layouts restored, directories removed
@@ -29,6 +31,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -38,19 +41,18 @@ import ray
 
 from raycolloc.config import ClusterConfig
 from raycolloc.devices import JobDevice
-from raycolloc.gauges import make_gauge
+from raycolloc.gauges import GpuGauges
 from raycolloc.mpsctl import CONTROL
 from raycolloc.node.cpus import CpuPool
 from raycolloc.node.gpu.backend import GpuBackend, GpuInfo
 from raycolloc.node.gpu.sim_inject import Injector, injector_for
 from raycolloc.node.leftovers import claim, clean_leftovers, find_leftovers
-from raycolloc.node.modes.base import GpuSlot, Mode
+from raycolloc.node.modes.base import GpuSlot, Mode, check_joining
 from raycolloc.node.modes.mig import MIG_RECORD
 from raycolloc.node.modes.registry import MODES
 from raycolloc.node.reserve import confine, plan_reservation, ray_processes, raylet_of, thread_siblings, widen
 from raycolloc.node.telemetry import Sampler, gi_sm_shares, gpu_now, pick_source
 from raycolloc.procs import normal_priority, python_env
-from raycolloc.results.rows import TelemetryRow
 from raycolloc.spec import Binding, CellSpec, GpuNow, NodeInfo, Release, Reservation, Samples
 
 __all__ = ["NAMESPACE", "RemoteSteward", "Steward", "node_key"]
@@ -98,8 +100,7 @@ class Steward:
         self._lock = threading.RLock()
         self._slots: dict[str, GpuSlot] = {}  # gpu uuid -> its slot, kept from cell to cell
         self._cells: dict[str, _CellState] = {}
-        self._holder: dict[str, str] = {}  # gpu uuid -> cell id
-        self._gauges: dict[str, Any] = {}
+        self._gauges = GpuGauges()  # the dashboard's, made at the first row
         self._gpm_prev: dict[str, Any] = {}  # gpu uuid -> the GPM sample of its last gpu_now
         self._cpus = CpuPool()  # the cores Ray may use on this node, handed to jobs per cell
         self.reservation = Reservation()  # cores kept for the node's own processes (node/reserve.py)
@@ -228,34 +229,34 @@ class Steward:
         return self.backend.job_device(gpu_uuid)
 
     # --- prepare / release -----------------------------------------------------------------
-    def prepare(self, cell: CellSpec, gpu_uuid: str, shared: bool = False) -> list[Binding]:
-        """Make the GPU ready for the cell's mode and return one binding per job. ``shared``: the
-        cell joins others on the GPU (a queue's jobs, each a cell of its own, all of one mode):
-        it neither holds the GPU nor releases them.
+    def prepare(self, cell: CellSpec, gpu_uuid: str, beside: Collection[str] = ()) -> list[Binding]:
+        """Make the GPU ready for the cell's mode and return one binding per job; ``beside``: the
+        residents it joins (others are stale: released first).
 
         Raises:
-            ModeError: the GPU cannot be prepared; nothing was left changed.
+            ModeError: the GPU cannot be prepared, or take this cell beside its residents; nothing changed.
         """
         mode_cls = MODES[cell.mode]
         with self._lock:
-            holder = None if shared else self._holder.get(gpu_uuid)
-            if holder is not None and holder != cell.cell_id:
-                log.warning("gpu=%s held by stale cell=%s: releasing it first", gpu_uuid, holder)
-                self.release(holder)
-            self.backend.expect_mig_mode(gpu_uuid, mode_cls.kind.partitioned)
             slot = self._slots.get(gpu_uuid)
+            for stale in sorted((slot.residents if slot else set()) - set(beside) - {cell.cell_id}):
+                log.warning("gpu=%s held by stale cell=%s: releasing it first", gpu_uuid, stale)
+                self.release(stale)
+            self.backend.expect_mig_mode(gpu_uuid, mode_cls.kind.partitioned)
             gpu = self.backend.gpu(gpu_uuid)
             if slot is None:
                 slot = self._slots[gpu_uuid] = GpuSlot(self.backend, gpu, self.control)
             slot.gpu = gpu
+            joined = slot.residents - {cell.cell_id}
+            check_joining(mode_cls, gpu_uuid, {self._cells[c].mode.name for c in joined if c in self._cells})
             claim(slot.dir(cell))  # this steward uses the GPU's directory: not a leftover while it runs
             state = _CellState(cell, slot, mode_cls(slot, cell))
             self._cells[cell.cell_id] = state
-            if not shared:
-                self._holder[gpu_uuid] = cell.cell_id
+            slot.residents.add(cell.cell_id)
         try:
             self.reserve(cell.config.cluster.reserved_cpus)
-            bindings = state.mode.prepare()
+            with slot.lock:
+                bindings = state.mode.prepare()
             env, device = self.backend.job_env(gpu_uuid), self.backend.job_device(gpu_uuid)
             bindings = [replace(b, env={**b.env, **env}, device=device) for b in bindings]
             state.bindings = self._pin_cpus(cell, gpu, bindings)
@@ -282,22 +283,22 @@ class Steward:
         return [replace(b, cpus=cores[b.job_index]) if b.job_index in cores else b for b in bindings]
 
     def release(self, cell_id: str) -> Release:
-        """Stop sampling and undo the cell's mode (the MPS daemon stays for a next MPS cell). Safe to
-        call twice."""
+        """Stop sampling and undo the cell's mode: the cell leaves its GPU (the mode sees whether the GPU
+        emptied: node/modes/). Safe to call twice."""
         with self._lock:
             state = self._cells.pop(cell_id, None)
             if state is None:
                 return Release(released=False)
             uuid = state.slot.gpu.uuid
-            if self._holder.get(uuid) == cell_id:
-                del self._holder[uuid]
+            state.slot.residents.discard(cell_id)
             self._cpus.release(cell_id)
         if state.sampler is not None:
             state.sampler.stop()
         if state.injector is not None:
             state.injector.stop()
         try:
-            done = replace(state.mode.release(), released=True)
+            with state.slot.lock:
+                done = replace(state.mode.release(), released=True)
         except Exception as exc:  # noqa: BLE001 - report it; the GPU is free for the next cell either way
             done = Release(released=True, errors=(f"{state.mode.name}: {exc}",))
         if done.errors:
@@ -307,13 +308,17 @@ class Steward:
         return done
 
     def release_gpu(self, gpu_uuid: str) -> Release:
-        """The GPU's lease ends: stop what was kept between cells (its MPS daemon)."""
+        """The GPU's lease ends: its residents (a dead life's) leave, and its kept MPS daemon stops."""
         with self._lock:
-            holder = self._holder.get(gpu_uuid)
             slot = self._slots.get(gpu_uuid)
-        done = self.release(holder) if holder is not None else Release()
-        if slot is not None and slot.stop_daemon():
-            done = replace(done, mps_stopped=True)
+            residents = sorted(slot.residents) if slot is not None else []
+        done = Release()
+        for cell_id in residents:
+            done = self.release(cell_id)
+        if slot is not None:
+            with slot.lock:
+                if slot.stop_daemon():
+                    done = replace(done, mps_stopped=True)
         if slot is not None:
             for gpu_dir in list(slot.dirs):
                 # A MIG layout that could not be restored keeps its record (and the directory) for
@@ -348,7 +353,7 @@ class Steward:
             cfg.interval_ms,
             pids,
             devices,
-            on_row=self._publish,
+            on_row=self._gauges.publish,
             processes=cfg.processes,
             gi_sm_share=gi_sm_shares(state.slot.gpu.name, devices),
         )
@@ -381,27 +386,13 @@ class Steward:
         rows = sampler.stop()
         return Samples(rows=tuple(rows), errors=tuple(sampler.errors))
 
-    def _publish(self, row: TelemetryRow) -> None:
-        if not self._gauges:
-            keys = ("gpu", "cell")
-            self._gauges = {
-                "sm_active": make_gauge("raycolloc_gpu_sm_active", "SM activity of a GPU (%)", keys),
-                "mem_used_mib": make_gauge("raycolloc_gpu_mem_used_mib", "GPU memory used (MiB)", keys),
-                "power_w": make_gauge("raycolloc_gpu_power_w", "GPU power (W)", keys),
-            }
-        tags = {"gpu": row.gpu_uuid, "cell": row.cell_id}
-        # Without GPM or DCGM there is no SM activity; the gauge then shows NVML utilisation.
-        sm = row.sm_active if row.sm_active is not None else row.gpu_util
-        for key, value in (("sm_active", sm), ("mem_used_mib", row.mem_used_mib), ("power_w", row.power_w)):
-            if value is not None:
-                self._gauges[key].set(float(value), tags=tags)
-
     # --- inspection (tests, tools) -----------------------------------------------------------
     def mig_layout(self, gpu_uuid: str) -> list[Any]:
         return self.backend.gpu_instances(gpu_uuid)
 
-    def held(self) -> dict[str, str]:
-        return dict(self._holder)
+    def held(self) -> dict[str, list[str]]:  # each GPU with residents -> their cells
+        with self._lock:
+            return {uuid: sorted(slot.residents) for uuid, slot in self._slots.items() if slot.residents}
 
 
 # Passed as a mapping: ray.remote's typed overloads list task options only, and max_concurrency is an actor's.

@@ -5,8 +5,9 @@ degree 1, built by the sweeps' :func:`~raycolloc.driver.cell_specs.build_cell` f
 config: the job's workload (its ``model`` x ``dataset``, ``python`` entry or ``script``; or
 ``queue.stand_in`` for every job), the GPU's mode, its length in samples as two epochs of half, and
 ``trainer.fault=oom`` on the first attempt of a job named in ``queue.inject_oom``. The MPS daemon is
-always kept past the cell (``mode.keep_daemon``): other jobs on the GPU still use it; the runner
-stops it when the GPU empties.
+not kept past the GPU's last job (``mode.keep_daemon=false``): the mode stops it when the GPU empties
+(while other jobs live there it serves them). A queued job measures beside the others on its node
+(``cluster.isolate_measurement=false``): collocating them is the queue's point.
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ class CellMaker:
         cfg = dataclasses.replace(
             self.config,
             workload=workload,
-            mode=dataclasses.replace(self.config.mode, name=mode, keep_daemon=True),
+            mode=dataclasses.replace(self.config.mode, name=mode, keep_daemon=False),
+            cluster=dataclasses.replace(self.config.cluster, isolate_measurement=False),
             trainer=dataclasses.replace(self.config.trainer, fault=fault, fault_job=0, fault_epoch=1),
             mix=MixConfig(),
             degree=1,

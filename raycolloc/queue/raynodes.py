@@ -64,6 +64,6 @@ def leave(lane: QueueLane) -> None:
     """Let go of a lost node's GPU: its idle trainer actors killed, its lease removed (each whatever the
     other did); its steward, gone with the node, is not asked."""
     try:
-        lane.pool.close()
+        lane.lane.trainers.close()
     finally:
-        lane.lease.release()
+        lane.lane.lease.release()

@@ -1,18 +1,19 @@
 """The queue's jobs on a Ray cluster's GPUs: :class:`RayRunners`, the real :class:`~raycolloc.queue.core.Runners`.
 
-It runs each placed job through the sweeps' own code (docs/architecture.md): the GPU's lease and
-trainer pool (:mod:`raycolloc.queue.raylanes`), the node's steward preparing the GPU's mode for the
-job's cell of one (``prepare(..., shared=True)``: beside the jobs already there; under MPS its daemon,
-started by the first MPS job, serves them all), and a trainer actor that starts the job's training
-process with the steward's binding and trains it (setup, its epoch, finish) in the background: the
-three calls are queued on the actor at once and :meth:`RayRunners.poll` collects the ones that
-finished. An attempt ends ``ended`` (every state ok), ``oom`` (a state says so: the trainer returns an
-out-of-memory as ``status=oom``) or ``lost`` (an error, its actor died, or its GPU could not be
-prepared; counted in :attr:`RayRunners.failures`), with its memory peak
-(PyTorch's reserved peak or the driver's count, the larger) and its samples/s. When a GPU empties,
-its steward stops what it kept (the MPS daemon) and the GPU's mode is free again. A node lost while the
-queue runs (:mod:`raycolloc.queue.raynodes`) takes its GPUs out of the runner, and its attempts come back
-``lost`` without counting as their jobs' failures.
+Each attempt of a placed job is a cell of one job (:mod:`raycolloc.queue.rayjobs`) lived by the sweeps'
+own life of a job on a GPU (:func:`raycolloc.driver.cell_run.run_cell`) on the GPU's lane
+(:mod:`raycolloc.queue.raylanes`): it joins the GPU's residents (under MPS the daemon the first of them
+started serves them all; the mode stops it when the GPU empties), starts, sets up, trains its epochs under
+the stall watch and the time-outs, is sampled, finishes and releases, its failures kept as its job's
+state. The life blocks, and the queue's loop must not: each attempt lives on a thread of its own,
+:meth:`RayRunners.start` returns at once and :meth:`RayRunners.poll` collects the attempts whose life
+ended. An attempt ends ``ended`` (every state ok), ``oom`` (a state says so: the trainer returns an
+out-of-memory as ``status=oom``) or ``lost`` (an error, a hang, its actor died, or its GPU could not be
+prepared; counted in :attr:`RayRunners.failures`), with its memory peak (PyTorch's reserved peak or the
+driver's count, the larger), its samples/s and why it failed. :meth:`RayRunners.close` stops the lives
+still running (each releases its GPU as a sweep's interrupted cell does) and gives the GPUs back. A node
+lost while the queue runs (:mod:`raycolloc.queue.raynodes`) takes its GPUs out of the runner, and its
+attempts come back ``lost`` without counting as their jobs' failures.
 
 What a policy sees of a GPU (:meth:`RayRunners.views`): its memory in use, read through the steward
 (NVML, or the simulated GPU's count), or its residents' estimates while they are larger (a job just
@@ -25,14 +26,18 @@ A GPU with ``POOL_SIZE`` jobs shows itself full.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 import ray
 
 from raycolloc.advise.profile import Profile
-from raycolloc.mode_kinds import mode_of
+from raycolloc.driver.cell_run import run_cell
+from raycolloc.driver.lane import Lane
+from raycolloc.driver.tabulate import CellRecord
 from raycolloc.queue.core import JobStart, Report
 from raycolloc.queue.policy import GpuView, Predictor, Resident
 from raycolloc.queue.rayjobs import CellMaker
@@ -42,10 +47,14 @@ from raycolloc.queue.simcluster import MONITOR_WINDOW_S, TelemetryRow
 from raycolloc.queue.trace import TraceJob
 from raycolloc.spec import CellSpec, JobState
 
-__all__ = ["SAMPLE_S", "AttemptRow", "RayRunners", "measured"]
+__all__ = ["CLOSE_WAIT_S", "SAMPLE_S", "AttemptRow", "RayRunners", "measured"]
 
 log = logging.getLogger(__name__)
 SAMPLE_S = 1.0  # how often each GPU's memory, utilisation and power are read (one steward call each)
+# How long closing waits for the lives still running to release their GPUs once told to stop: a life looks
+# at its cancel flag every cell_run.POLL_S (2 s), then kills its trainers and releases (seconds). One that
+# has not ended by then (a steward call that hangs) is left: its GPU's release_gpu and lease go regardless.
+CLOSE_WAIT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -64,15 +73,47 @@ class AttemptRow:
     mem_peak_mib: float | None
     samples_per_s: float | None
     co_residents: str
+    error: str | None  # why it failed, as its job's state says (None: it ended)
+
+
+class _Life:
+    """One attempt's life (:func:`~raycolloc.driver.cell_run.run_cell`) on a thread of its own: the life
+    waits on the job's calls, and the queue's loop must not."""
+
+    def __init__(self, cell: CellSpec, lane: Lane) -> None:
+        self.cell, self.lane = cell, lane
+        self.record: CellRecord | None = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
+        # A daemon thread: an interpreter leaving without close() (a crash) is not held up by a life.
+        self.thread = threading.Thread(target=self._live, name=f"raycolloc-{cell.cell_id}", daemon=True)
+        self.thread.start()
+
+    def _live(self) -> None:
+        try:
+            self.record = run_cell(self.cell, self.lane, time.time())
+        except BaseException as exc:  # noqa: BLE001 - the queue's loop reads it: the attempt is lost
+            self.error = exc
+        finally:
+            self.done.set()
+
+    def states(self) -> tuple[list[JobState], str | None]:
+        """The job's states as its life ended, and why it failed (None: it did not; a life that failed
+        outside its job, e.g. its GPU could not be prepared, failed whatever its states say)."""
+        if self.error is not None or self.record is None:
+            return [], f"{type(self.error).__name__}: {self.error}"[:2000]
+        states = [self.record.states[i] for i in sorted(self.record.states)]
+        failed = next((s.error for s in states if not s.ok), None)
+        if self.record.status != "ok" or not states:
+            return states, self.record.reason or failed or f"status={self.record.status}"
+        return states, failed
 
 
 @dataclass
 class _Run:
     job_id: str
     attempt: int
-    cell: CellSpec
-    actor: Any
-    refs: list[Any]
+    life: _Life | None  # None: never started (a test's stand-in)
     profile: Profile
     estimate_mib: float
     max_slowdown: float
@@ -89,10 +130,12 @@ def measured(states: list[JobState]) -> tuple[float | None, float | None]:
     return (max(peaks) if peaks else None, rates[-1] if rates else None)
 
 
-def _outcome(states: list[JobState]) -> Literal["ended", "oom", "lost"]:
-    if all(s.ok for s in states):
-        return "ended"
-    return "oom" if any(s.status == "oom" for s in states) else "lost"
+def _outcome(states: list[JobState], why: str | None) -> Literal["ended", "oom", "lost"]:
+    """``oom`` where a state says so (re-queued with a larger estimate), ``lost`` where the life failed
+    otherwise (``why``), ``ended`` where every state is ok."""
+    if any(s.status == "oom" for s in states):
+        return "oom"
+    return "lost" if why is not None or not all(s.ok for s in states) else "ended"
 
 
 class RayRunners:
@@ -116,7 +159,7 @@ class RayRunners:
         return [self._view(lane, now) for lane in self.lanes.values()]
 
     def start(self, placed: JobStart) -> None:
-        """Prepare the job's binding on the GPU and start its trainer; returns at once (it trains on)."""
+        """Start the attempt's life on the GPU; returns at once (it lives on a thread: :class:`_Life`)."""
         job_id, attempt, gpu_id, mode, now = placed.job_id, placed.attempt, placed.gpu_id, placed.mode, placed.now
         lane, runs = self.lanes[gpu_id], self._runs[gpu_id]
         if runs and lane.mode is not None and lane.mode != mode:
@@ -130,24 +173,8 @@ class RayRunners:
             self._pending.append(Report(job_id, attempt, "lost", now, ()))
             return
         cell = self.maker.cell(self.jobs[job_id], attempt, mode, int(placed.samples))
-        try:
-            bindings = ray.get(lane.steward.prepare.remote(cell, lane.gpu.uuid, True), timeout=300)
-        except ray.exceptions.RayError as exc:
-            log.error("job=%s attempt=%d cannot start on %s: %s", job_id, attempt, gpu_id, str(exc).splitlines()[0])
-            self._pending.append(Report(job_id, attempt, "lost", now, ()))
-            if lane.node_id in self.nodes.lost([lane], now, force=True):
-                return  # its node went: the lane leaves at the next poll, and the job did not fail
-            self.failures[job_id] += 1
-            self._release_cell(lane, cell)
-            self._emptied(lane)
-            return
-        actor = lane.pool.borrow(cell)[0]
-        job = cell.jobs[0]
-        actor.start.remote(job, bindings[0], None, lane.forkserver)
-        refs = [actor.setup.remote(), actor.run_epochs.remote(1, job.epochs), actor.finish.remote()]
-        run = _Run(
-            job_id, attempt, cell, actor, refs, placed.profile, placed.estimate_mib, placed.max_slowdown, mode, now
-        )
+        life = _Life(cell, lane.lane)
+        run = _Run(job_id, attempt, life, placed.profile, placed.estimate_mib, placed.max_slowdown, mode, now)
         for other in runs:
             other.co.add(job_id)
             run.co.add(other.job_id)
@@ -159,7 +186,7 @@ class RayRunners:
 
     # --- the loop's other calls ----------------------------------------------------------------
     def poll(self, now: float) -> list[Report]:
-        """The attempts that finished since the last poll (their GPUs' places freed), sampling the
+        """The attempts whose life ended since the last poll (their GPUs' places freed), sampling the
         GPUs when due."""
         self._sample(now)
         out, self._pending = self._pending, []
@@ -186,28 +213,40 @@ class RayRunners:
         return False
 
     def close(self) -> None:
-        """Stop every running job and give every GPU back (MPS daemons stopped, leases removed);
-        whatever fails, the rest is still released."""
-        for gpu_id, lane in self.lanes.items():
-            try:
-                for run in self._runs[gpu_id]:
-                    ray.kill(run.actor, no_restart=True)
-                    self._release_cell(lane, run.cell)
+        """Stop every running life (each releases its GPU: trainers killed, the mode undone) and give
+        every GPU back (MPS daemons stopped, leases removed); whatever fails, the rest is still released."""
+        lives = [run.life for runs in self._runs.values() for run in runs if run.life is not None]
+        try:
+            for lane in self.lanes.values():
+                lane.lane.cancel.set()
+            deadline = time.monotonic() + CLOSE_WAIT_S
+            for life in lives:
+                if not life.done.wait(max(0.0, deadline - time.monotonic())):
+                    log.warning(
+                        "cell=%s still running after %.0fs: its GPU is released under it",
+                        life.cell.cell_id,
+                        CLOSE_WAIT_S,
+                    )
+        finally:
+            for gpu_id, lane in self.lanes.items():
                 self._runs[gpu_id] = []
-            finally:
-                close_lane(lane)
+                try:
+                    close_lane(lane)
+                except Exception:  # the other GPUs are still given back
+                    log.exception("gpu=%s not given back", gpu_id)
+            for board in {id(lane.lane.board): lane.lane.board for lane in self.lanes.values()}.values():
+                board.close()
 
     # --- internals -----------------------------------------------------------------------------
     def _lose_nodes(self, now: float, force: bool) -> list[Report]:
-        """The lanes of lost nodes leave the runner (leases removed, actors killed); their attempts are
+        """The lanes of lost nodes leave the runner (leases removed, idle actors killed); their attempts are
         reported ``lost`` (re-queued, not counted as failures) and recorded as ``node lost``."""
         gone = self.nodes.lost(self.lanes.values(), now, force)
         reports: list[Report] = []
         for gpu_id, lane in [(g, lane) for g, lane in self.lanes.items() if lane.node_id in gone]:
             runs = self._runs.pop(gpu_id)
             del self.lanes[gpu_id]
-            for run in runs:
-                ray.kill(run.actor, no_restart=True)
+            for run in runs:  # its life's calls fail with the node's actors: it ends unread
                 co = tuple(sorted(run.co))
                 reports.append(Report(run.job_id, run.attempt, "lost", now, co))
                 row = AttemptRow(
@@ -222,6 +261,7 @@ class RayRunners:
                     None,
                     None,
                     ",".join(co),
+                    f"node {lane.node_id[:8]} lost",
                 )
                 self.attempts.append(row)
             leave(lane)
@@ -230,47 +270,33 @@ class RayRunners:
         return reports
 
     def _settle(self, lane: QueueLane, run: _Run, now: float) -> Report:
-        states: list[JobState] = []
-        for ref in run.refs:
-            try:
-                states.append(ray.get(ref, timeout=10))
-            except ray.exceptions.RayError as exc:  # the actor died: the attempt is lost, not the queue
-                states.append(JobState().failed("error", str(exc).splitlines()[0][:300]))
-        kind = _outcome(states)
+        states, why = run.life.states() if run.life is not None else ([], "never started")
+        kind = _outcome(states, why)
         if kind == "lost":
             self.failures[run.job_id] += 1
-            log.error(
-                "job=%s attempt=%d failed: %s", run.job_id, run.attempt, next(s.error for s in states if not s.ok)
-            )
-        self._runs[lane.gpu_id].remove(run)
-        ok = kind == "ended"
-        lane.pool.give_back(run.cell, [run.actor] if ok else [], [] if ok else [run.actor])
-        self._release_cell(lane, run.cell)
-        self._emptied(lane)
+            log.error("job=%s attempt=%d failed: %s", run.job_id, run.attempt, why)
+        runs = self._runs[lane.gpu_id]
+        runs.remove(run)
+        if not runs:
+            lane.mode = None  # the GPU emptied: its last job's release undid the mode (its daemon stopped)
         peak, rate = measured(states)
         co = ",".join(sorted(run.co))
         row = AttemptRow(
-            run.job_id, run.attempt, kind, lane.gpu_id, run.mode, run.start_s, now, run.estimate_mib, peak, rate, co
+            run.job_id,
+            run.attempt,
+            kind,
+            lane.gpu_id,
+            run.mode,
+            run.start_s,
+            now,
+            run.estimate_mib,
+            peak,
+            rate,
+            co,
+            None if kind == "ended" else why,
         )
         self.attempts.append(row)
         return Report(run.job_id, run.attempt, kind, now, tuple(sorted(run.co)), peak, rate)
-
-    def _release_cell(self, lane: QueueLane, cell: CellSpec) -> None:
-        try:
-            ray.get(lane.steward.release.remote(cell.cell_id), timeout=120)
-        except ray.exceptions.RayError as exc:
-            log.warning("cell=%s release failed: %s", cell.cell_id, str(exc).splitlines()[0][:300])
-
-    def _emptied(self, lane: QueueLane) -> None:
-        """A GPU without jobs: its MPS daemon stopped (the steward's ``release_gpu``), its mode free."""
-        if self._runs[lane.gpu_id]:
-            return
-        if lane.mode is not None and mode_of(lane.mode).needs_daemon:
-            try:
-                ray.get(lane.steward.release_gpu.remote(lane.gpu.uuid), timeout=120)
-            except ray.exceptions.RayError as exc:
-                log.warning("gpu=%s release_gpu failed: %s", lane.gpu_id, str(exc).splitlines()[0][:300])
-        lane.mode = None
 
     def _sample(self, now: float) -> None:
         due = [lane for lane in self.lanes.values() if lane.sampled_at is None or now - lane.sampled_at >= SAMPLE_S]
@@ -309,8 +335,7 @@ class RayRunners:
 
 
 def _finished(run: _Run) -> bool:
-    done, _ = ray.wait(run.refs, num_returns=len(run.refs), timeout=0)
-    return len(done) == len(run.refs)
+    return run.life is not None and run.life.done.is_set()
 
 
 def _mean(values: list[float | None]) -> float | None:

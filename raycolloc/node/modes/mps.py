@@ -211,8 +211,9 @@ def daemons_serving(gpu_uuid: str, gpu_index: int, own_pipe: Path | None = None)
 class MpsMode:
     """MPS: the jobs are clients of one MPS server on the GPU, through the GPU's own daemon.
 
-    The daemon is kept in the GPU's slot after the cell, so a following MPS cell on the same GPU
-    reuses it; the next non-MPS cell, or the end of the GPU's lease, stops it.
+    The first resident of the GPU starts its daemon and the others join it. The daemon is kept in the
+    GPU's slot after the last resident leaves when ``mode.keep_daemon`` (a following MPS cell on the same
+    GPU reuses it; the next non-MPS cell, or the end of the GPU's lease, stops it), else stopped then.
     """
 
     kind: ClassVar[ModeKind] = mode_of("mps")
@@ -247,6 +248,8 @@ class MpsMode:
         ]
 
     def release(self) -> Release:
-        if not self.cell.config.mode.keep_daemon:
-            return Release(mps_stopped=self.slot.stop_daemon())
-        return Release(mps_daemon_kept=self.slot.daemon is not None)
+        # The daemon serves the GPU's other residents while there are any; once the GPU empties it goes,
+        # unless mode.keep_daemon keeps it for the lane's next MPS cell (the lease's end stops it then).
+        if self.slot.residents or self.cell.config.mode.keep_daemon:
+            return Release(mps_daemon_kept=self.slot.daemon is not None)
+        return Release(mps_stopped=self.slot.stop_daemon())
