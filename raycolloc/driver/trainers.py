@@ -111,7 +111,9 @@ class TrainerPool:
                 self._create(
                     RemoteScriptTrainer if job.workload.as_written else RemoteTrainer,
                     f"raycolloc:{cell.cell_id}/{job.name}",
-                    1.0 / cell.degree,
+                    # The pool's share, not 1/degree: a queued script job (a cell of one) joins jobs that
+                    # hold theirs; a whole GPU asked beside them is never placed (it waited for ever).
+                    1.0 / max(self.size, cell.degree),
                 )
                 for job in cell.jobs
             ]

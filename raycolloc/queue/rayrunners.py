@@ -25,6 +25,7 @@ A GPU with ``POOL_SIZE`` jobs shows itself full.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -81,7 +82,8 @@ class _Life:
     waits on the job's calls, and the queue's loop must not."""
 
     def __init__(self, cell: CellSpec, lane: Lane) -> None:
-        self.cell, self.lane = cell, lane
+        self.cancel = threading.Event()  # this life's own: a cancelled job stops, its GPU's others go on
+        self.cell, self.lane = cell, dataclasses.replace(lane, cancel=self.cancel)
         self.record: CellRecord | None = None
         self.error: BaseException | None = None
         self.done = threading.Event()
@@ -199,16 +201,19 @@ class RayRunners:
         return out
 
     def stop(self, job_id: str) -> bool:
-        """Stop ``job_id``'s running attempt (a cancel): its trainer and training process killed, its
-        cell released, the GPU emptied if it was the last; no report follows. False: it was not running."""
+        """Stop ``job_id``'s running attempt (a cancel): its life told to stop (its trainer and training
+        process killed, its cell released, the mode undone if it was the GPU's last), waited for up to
+        ``CLOSE_WAIT_S``; no report follows. False: it was not running."""
         for gpu_id, runs in self._runs.items():
             for run in runs:
                 if run.job_id == job_id:
                     runs.remove(run)
-                    lane = self.lanes[gpu_id]
-                    lane.pool.give_back(run.cell, [], [run.actor])  # killed, its process with it
-                    self._release_cell(lane, run.cell)
-                    self._emptied(lane)
+                    if run.life is not None:
+                        run.life.cancel.set()
+                        if not run.life.done.wait(CLOSE_WAIT_S):
+                            log.warning("job=%s still stopping after %.0fs", job_id, CLOSE_WAIT_S)
+                    if not runs:
+                        self.lanes[gpu_id].mode = None
                     return True
         return False
 
@@ -219,6 +224,8 @@ class RayRunners:
         try:
             for lane in self.lanes.values():
                 lane.lane.cancel.set()
+            for life in lives:
+                life.cancel.set()
             deadline = time.monotonic() + CLOSE_WAIT_S
             for life in lives:
                 if not life.done.wait(max(0.0, deadline - time.monotonic())):
