@@ -319,10 +319,14 @@ def find_actor(settings: QueueSettings) -> Any:
 def serve(settings: QueueSettings, report: Callable[[QueueStatus], None], poll_s: float = 1.0) -> Summary:
     """Start the live queue on a Ray cluster and run it until it is drained (``drain``); returns its
     summary. Ctrl-C stops it with its database kept: ``serve`` again resumes it."""
+    from raycolloc.driver.cell_specs import resolve_backend
     from raycolloc.driver.cluster import connect
     from raycolloc.queue.raylanes import POOL_SIZE
 
     ray_runner = settings.config.queue.runner == "ray"
+    # cluster.backend=auto resolved once, here (nvml with a GPU or an address, else sim): the actor's
+    # stewards and cells are told which (on an H200, serve failed with "no GPU backend 'auto'").
+    settings = replace(settings, config=resolve_backend(settings.config))
     connect(settings.config.cluster, POOL_SIZE if ray_runner else 1)  # a local instance sized for the pools
     actor = start_actor(settings)
     try:
