@@ -8,10 +8,13 @@ import argparse
 import functools
 import sys
 from collections.abc import Callable
+from typing import TypeVar
 
 from raycolloc.queue.report import format_summary
 from raycolloc.queue.settings import QueueSettings, compose_settings
 from raycolloc.queue.state import JournalModeError, StoreBusy, StoreUnusable
+
+T = TypeVar("T")
 
 __all__ = ["live_command", "logs_command", "replay_command", "trace_command"]
 
@@ -51,22 +54,13 @@ def replay_command(args: argparse.Namespace) -> int:
 
     settings = compose_settings(args.words)
     if settings.config.queue.runner == "ray":
-        from raycolloc.driver import signals
-        from raycolloc.driver.lease import LeaseError
         from raycolloc.queue.rayreplay import replay_ray
 
         print(f"replay of {args.trace} on the Ray cluster's GPUs: GPU model {settings.gpu_label}", flush=True)
-        signals.install()  # SIGTERM (timeout, Slurm) releases the GPUs as Ctrl-C does
-        try:
-            outcome = replay_ray(args.trace, settings)
-        except LeaseError as exc:  # no GPU to lease: nothing ran, the database keeps its jobs
-            print(f"error: {exc}", file=sys.stderr, flush=True)
-            return 1
-        except KeyboardInterrupt as exc:
-            print("interrupted: jobs stopped, GPUs released; the same command resumes", file=sys.stderr, flush=True)
-            return signals.exit_status(exc)
-        finally:
-            signals.uninstall()
+        ran, code = _on_gpus(lambda: replay_ray(args.trace, settings), "the same command resumes")
+        if ran is None:
+            return code
+        outcome = ran
     else:
         outcome = replay(args.trace, settings)
     print(format_summary(outcome.summary), flush=True)
@@ -74,27 +68,38 @@ def replay_command(args: argparse.Namespace) -> int:
     return 0 if outcome.summary.complete else 1  # a job not ended (cancelled ones included): 1
 
 
+def _on_gpus(run: Callable[[], T], again: str) -> tuple[T | None, int]:
+    """``run`` on the cluster's GPUs with SIGTERM (a kill, timeout, Slurm) taken as Ctrl-C: its jobs
+    stopped and its GPUs given back. Returns its result and 0, or None and the exit status: 1 where no
+    GPU could be leased (nothing ran, the database keeps its jobs), 130/143 where it was interrupted
+    (``again`` says how to resume)."""
+    from raycolloc.driver import signals
+    from raycolloc.driver.lease import LeaseError
+
+    signals.install()
+    try:
+        return run(), 0
+    except LeaseError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return None, 1
+    except KeyboardInterrupt as exc:
+        print(f"interrupted: jobs stopped, GPUs released; {again}", file=sys.stderr, flush=True)
+        return None, signals.exit_status(exc)
+    finally:
+        signals.uninstall()
+
+
 def _serve(settings: QueueSettings) -> int:
     """``serve`` until drained; Ctrl-C/SIGTERM stop its jobs and give its GPUs back (exit 130/143), and
     ``serve`` again resumes."""
-    from raycolloc.driver import signals
-    from raycolloc.driver.lease import LeaseError
     from raycolloc.queue import live
 
     queue = settings.config.queue
     where = f"runner={queue.runner}" + (f" GPU model {settings.gpu_label}" if queue.runner == "ray" else "")
     print(f"queue serving: db={live.live_db(settings)} policy={queue.policy} {where}", flush=True)
-    signals.install()  # SIGTERM (a kill, timeout, Slurm) stops the jobs and releases the GPUs as Ctrl-C does
-    try:
-        summary = live.serve(settings, _print_status)
-    except LeaseError as exc:  # no GPU to lease: nothing ran, the database keeps its jobs
-        print(f"error: {exc}", file=sys.stderr, flush=True)
-        return 1
-    except KeyboardInterrupt as exc:
-        print("interrupted: jobs stopped, GPUs released; `serve` again resumes", file=sys.stderr, flush=True)
-        return signals.exit_status(exc)
-    finally:
-        signals.uninstall()
+    summary, code = _on_gpus(lambda: live.serve(settings, _print_status), "`serve` again resumes")
+    if summary is None:
+        return code
     print(format_summary(summary), flush=True)
     return 0
 
