@@ -8,6 +8,7 @@
 #
 #   bash jobs/live_queue.sh OUT                 # on a GPU node: its real GPUs (~10 min on one H200)
 #   BACKEND=sim bash jobs/live_queue.sh OUT     # on the CPU: cluster=local's simulated GPUs, tiny jobs
+#   PHASES=2 bash jobs/live_queue.sh OUT        # the SIGTERM-and-resume phase alone (PHASES="1 2": both)
 #
 # Run from the repository's root with its environment active (python is raycolloc's). Exit 0 only if every
 # job ended or was cancelled exactly once and nothing of raycolloc is left.
@@ -15,6 +16,8 @@ set -uo pipefail
 
 OUT=${1:?usage: jobs/live_queue.sh OUT}
 BACKEND=${BACKEND:-gpu}
+PHASES=${PHASES:-1 2}
+case " $PHASES " in *" 1 "* | *" 2 "*) ;; *) echo "PHASES=$PHASES is not allowed; choose 1, 2 or \"1 2\"" >&2; exit 2 ;; esac
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -97,6 +100,7 @@ wait_serve() { # wait for serve to exit; log its tail and exit status
 
 say "live queue on $BACKEND: OUT=$OUT"
 # --- phase 1: six jobs of three kinds, one cancelled --------------------------------------------------
+if [[ " $PHASES " == *" 1 "* ]]; then
 serve_bg 1
 q submit --job-id timm-a "${TIMM_A[@]}"
 q submit --job-id timm-b "${TIMM_B[@]}"
@@ -118,8 +122,10 @@ q logs timm-long # a cancelled job's output, after serve ended
 say "\$ raycolloc queue logs no-such-job   (exit 2 expected)"
 "$PY" -m raycolloc.queue logs no-such-job "${WORDS[@]}" >>"$LOG" 2>&1
 say "exit $?"
+fi
 
 # --- phase 2: SIGTERM to serve while jobs run, serve again: it resumes -----------------------------
+if [[ " $PHASES " == *" 2 "* ]]; then
 serve_bg 2
 q submit --job-id r1 "${LONG[@]}"
 q submit --job-id r2 "${TIMM_A[@]}"
@@ -133,6 +139,7 @@ serve_bg 3
 q status # the jobs serve 2 ran are queued again
 q drain --wait
 wait_serve 3
+fi
 
 # --- every job ended or was cancelled exactly once; nothing left -------------------------------------
 say "events per job (from the queue's database):"

@@ -212,6 +212,34 @@ def test_a_jobs_estimate_is_the_carried_one_else_its_models_and_none_for_the_use
     assert job_estimate_mib(preset) is None and job_gpu_memory_mib(preset) is None
 
 
+def test_a_model_the_meta_device_cannot_run_is_tried_once_and_said_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An advice composed one such model for each of 16 jobs and printed the same warning 32 times
+    (one H200, regnetx_004): the failure is kept, and each workload's missing estimate said once."""
+    import logging
+
+    import raycolloc.job.workloads.estimate as estimate
+
+    monkeypatch.setenv("RAYCOLLOC_CACHE_DIR", str(tmp_path))
+    for name, empty in (("_CACHE", {}), ("_FAILED", {}), ("_WARNED", set())):
+        monkeypatch.setattr(estimate, name, empty)
+    tries = []
+
+    def cannot(spec, batch):  # noqa: ANN001, ANN202 - an operator without a meta kernel
+        tries.append(batch)
+        raise NotImplementedError("aten::_unique2: no meta kernel")
+
+    monkeypatch.setattr(estimate, "_estimate", cannot)
+    (preset,) = load(["workload=resnet26_cifar10"]).jobs
+    with caplog.at_level(logging.WARNING):
+        assert [job_estimate_mib(preset) for _ in range(16)] == [None] * 16
+    assert tries == [preset.batch_size]
+    said = [r.getMessage() for r in caplog.records if "no memory estimate" in r.getMessage()]
+    why = "NotImplementedError: aten::_unique2: no meta kernel"
+    assert said == [f"no memory estimate for {preset.workload.name} ({why})"]
+
+
 def test_an_estimate_is_made_once_per_composition_across_processes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -135,14 +135,15 @@ def _known(run: Profile, history: Profile | None) -> bool:
 
 
 def prior_covers(params: Params, gpu: Gpu) -> Callable[[Profile], bool]:
-    """Whether the fit's cells reach, in naive and in MPS, the largest degree a profile ranks there."""
+    """Whether the fit's cells reach, in every mode the advisor measures (naive and MPS), the largest
+    degree a profile ranks there."""
     reach = fitted_reach(params)
-    return lambda p: all(0 < max_degree(p, gpu, mode) <= reach[mode] for mode in ("naive", "mps"))
+    return lambda p: all(0 < max_degree(p, gpu, mode) <= reach[mode] for mode in reach)
 
 
 def fitted_reach(params: Params) -> dict[str, int]:
-    """Per mode, the largest degree of the cells the parameters were fitted on (0: none)."""
-    return {mode: max(params.fitted_degrees(mode), default=0) for mode in ("naive", "mps")}
+    """Per mode the advisor measures, the largest degree of the cells the parameters were fitted on (0: none)."""
+    return {mode: max(params.fitted_degrees(mode), default=0) for mode in modes_where(lambda k: k.advised)}
 
 
 class Probes(NamedTuple):

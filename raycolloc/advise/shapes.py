@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from raycolloc.advise.profile import Profile
-from raycolloc.mode_kinds import Sharing, mode_of
+from raycolloc.mode_kinds import MODE_NAMES, Sharing, mode_of
 from raycolloc.results.stats import Interval
 
 __all__ = [
@@ -123,7 +123,7 @@ DEFAULT_PARAMS = Params(
     ModeParams(0.9, 4.0),
     None,
     "defaults (no fit)",
-    unfitted_modes=("naive", "mps", "mig"),
+    unfitted_modes=MODE_NAMES,
 )
 
 

@@ -112,17 +112,13 @@ def _estimate(wc: WorkloadConfig, workload: Workload, batch: int) -> float | Non
     their estimate is made where it is needed, in a simulated GPU's training process.)"""
     if not isinstance(wc.kind, TimmKind) or not isinstance(workload, ModelWorkload):
         return None
-    from raycolloc.job.workloads.estimate import estimate_memory
+    from raycolloc.job.workloads.estimate import estimate_memory, warn_no_estimate
 
     try:
         return estimate_memory(workload, batch).total_mib
     except NotImplementedError as exc:
         # An operator without a meta kernel says nothing about the model itself: no estimate.
-        log.warning(
-            "no memory estimate for %s (the meta device cannot run it: %s)",
-            workload.name,
-            str(exc).splitlines()[0][:200],
-        )
+        warn_no_estimate(workload.name, f"the meta device cannot run it: {str(exc).splitlines()[0][:200]}")
         return None
     except Exception as exc:  # noqa: BLE001 - whatever the model raises on this input
         raise ConfigError(

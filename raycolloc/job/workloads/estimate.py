@@ -66,10 +66,24 @@ def estimate_memory(spec: ModelWorkload, batch_size: int) -> MemoryEstimate:
             not take, too few pixels for its depth): the composition cannot train.
     """
     key = (spec.model or spec.name, spec.family, spec.sample_shape, spec.num_classes, spec.table_sizes, batch_size)
+    if key in _FAILED:  # a model the meta device cannot run fails the same way every time: tried once
+        raise _FAILED[key]
     if key not in _CACHE:
         on_disk = _stored_key(key)
-        _CACHE[key] = _stored(on_disk) or _store(on_disk, _estimate(spec, batch_size))
+        try:
+            _CACHE[key] = _stored(on_disk) or _store(on_disk, _estimate(spec, batch_size))
+        except NotImplementedError as exc:
+            _FAILED[key] = exc
+            raise
     return _CACHE[key]
+
+
+def warn_no_estimate(name: str, why: str) -> None:
+    """Log that ``name`` has no memory estimate, once per workload and process (a sweep or an advice
+    composes the same workload for every cell and job: one line says it)."""
+    if name not in _WARNED:
+        _WARNED.add(name)
+        log.warning("no memory estimate for %s (%s)", name, why)
 
 
 def job_estimate_mib(job: JobSpec) -> float | None:
@@ -84,18 +98,16 @@ def job_estimate_mib(job: JobSpec) -> float | None:
     try:
         return estimate_memory(job.workload, job.batch_size).total_mib
     except Exception as exc:  # noqa: BLE001 - a preset the meta device cannot run: no estimate
-        log.warning(
-            "no memory estimate for %s: %s: %s",
-            job.workload.name,
-            type(exc).__name__,
-            str(exc).splitlines()[0][:200] if str(exc) else "",
-        )
+        first = str(exc).splitlines()[0][:200] if str(exc) else ""
+        warn_no_estimate(job.workload.name, f"{type(exc).__name__}: {first}")
         return None
 
 
 # (model, family, sample shape, classes, tables, batch) -> estimate: the same composition in many
 # cells of a sweep is estimated once.
 _CACHE: dict[tuple[object, ...], MemoryEstimate] = {}
+_FAILED: dict[tuple[object, ...], NotImplementedError] = {}  # the meta device cannot run it
+_WARNED: set[str] = set()  # workloads whose missing estimate was said
 ESTIMATES = "memory-estimates.json"  # the cache file (raycolloc.job.workloads.diskcache)
 
 
