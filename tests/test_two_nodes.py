@@ -82,11 +82,14 @@ def test_a_sweep_and_a_queue_replay_put_work_on_both_nodes(nodes: RayNodes, tmp_
             # (tests/sleepy_workload.py): a 2-core machine's CPUs stay free for the two nodes.
             "workload=python",
             "workload.entry=tests.sleepy_workload:build",
+            # The two jobs' first steps wait for each other (``meet``): the head's lane cannot run both
+            # cells one after the other, however long the second node's lane takes to open (a loaded CI
+            # box opened it after the head's two 6 s epochs had ended, and both cells ran on the head).
+            f"workload.args={{meet_dir:'{short_tmp('meet')}',meet:2}}",
             "batch_size=16",
-            # Epochs of 6 s (a time budget): a cell outlasts the other lane's start on the second node
-            # (with epochs of 0.2 s, the head's lane ran both cells before the other's first began).
+            # Epochs of 3 s (a time budget): after the meeting, each cell's two epochs.
             "epoch_samples=1000000",
-            "epoch_time_s=6",
+            "epoch_time_s=3",
             "epochs=2",
             "degree=1",
             "mode=naive",
