@@ -205,3 +205,30 @@ def test_the_fork_server_removes_its_socket_and_log_when_its_steward_ends() -> N
         time.sleep(0.1)
     assert not list(root.iterdir())
     root.rmdir()
+
+
+@pytest.mark.parametrize(("traits", "timm"), [("NVML", True), ("SIM", False)])
+def test_the_steward_has_timm_preloaded_for_real_gpus_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, traits: str, timm: bool
+) -> None:
+    """timm imports torchvision, whose ops import torch._dynamo: ~10 CPU-seconds per steward on a 2-core
+    CI VM. A real GPU's jobs are timm models (their forks find it loaded); simulated GPUs mostly train
+    tiny models, and a job that needs timm imports it at its set-up."""
+    import types
+
+    from raycolloc.job.forkserver import PRELOAD, TIMM
+    from raycolloc.node import steward
+    from raycolloc.node.gpu import kinds
+
+    started: list[list[str]] = []
+    monkeypatch.setattr(steward.subprocess, "Popen", lambda cmd, **kw: started.append(cmd))
+    fake = types.SimpleNamespace(
+        pipe_root=tmp_path,
+        backend=types.SimpleNamespace(traits=getattr(kinds, traits)),
+        _forkserver_path=str(tmp_path / "fs.sock"),
+        _forkserver_log=tmp_path / "fs.log",
+    )
+    steward.Steward._start_forkserver(fake)  # type: ignore[arg-type]
+    (cmd,) = started
+    assert cmd[1:5] == ["-m", "raycolloc.job.forkserver", str(tmp_path / "fs.sock"), str(tmp_path / "fs.log")]
+    assert ("--timm" in cmd) is timm and TIMM not in PRELOAD

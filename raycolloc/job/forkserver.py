@@ -45,17 +45,20 @@ import time
 from multiprocessing import reduction
 from multiprocessing.connection import Connection
 
-__all__ = ["PRELOAD", "main"]
+__all__ = ["PRELOAD", "TIMM", "main"]
 
 PRELOAD = (
     "torch",
-    "timm",
     "raycolloc.job.process",
     "raycolloc.job.step",
     "raycolloc.job.data.sources",
     "raycolloc.job.workloads.presets",
     "raycolloc.job.workloads.models",
 )
+# With ``--timm`` (a real GPU's steward: its jobs are timm models) timm comes first. It imports
+# torchvision, whose ops import torch._dynamo: ~10 CPU-seconds on a 2-core CI VM, where simulated GPUs
+# mostly train tiny models that never need it (a job that does imports it at its set-up).
+TIMM = "timm"
 _PR_SET_PDEATHSIG = 1
 
 
@@ -172,9 +175,11 @@ def _stand_in(server: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m raycolloc.job.forkserver SOCKET [LOG]``: preload, then fork training processes on
+    """``python -m raycolloc.job.forkserver SOCKET [LOG] [--timm]``: preload, then fork training processes on
     request until SIGTERM, which removes SOCKET and LOG."""
-    path, *log = argv or sys.argv[1:]
+    args = list(argv or sys.argv[1:])
+    preload = (TIMM, *PRELOAD) if "--timm" in args else PRELOAD
+    path, *log = [a for a in args if a != "--timm"]
     _death_signal(signal.SIGKILL)  # the stand-in goes with the steward that started it
     stand_in = os.getpid()
     if pid := os.fork():  # before any import or thread: the fork is cheap and safe
@@ -191,7 +196,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if os.getppid() != stand_in:  # it died before the signal was armed
             raise _Stopped
-        _preload_and_serve(path, group)
+        _preload_and_serve(path, group, preload)
     except _Stopped:
         if os.getpid() == server:  # a child that had not yet reset the handler removes nothing
             for leftover in (path, *log):
@@ -202,14 +207,14 @@ def main(argv: list[str] | None = None) -> None:
         os._exit(0)
 
 
-def _preload_and_serve(path: str, group: int) -> None:
+def _preload_and_serve(path: str, group: int, preload: tuple[str, ...]) -> None:
     t0 = time.perf_counter()
-    for module in PRELOAD:
+    for module in preload:
         __import__(module)
     # Preloaded objects go to the permanent generation: a child's collections never walk them, so they
     # do not touch (and copy) the pages it shares with this process.
     gc.freeze()
-    print(f"forkserver preloaded {', '.join(PRELOAD)} in {time.perf_counter() - t0:.1f}s", flush=True)
+    print(f"forkserver preloaded {', '.join(preload)} in {time.perf_counter() - t0:.1f}s", flush=True)
     try:
         os.unlink(path)
     except FileNotFoundError:

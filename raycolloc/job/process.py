@@ -361,7 +361,8 @@ def run(conn: Connection, actor_pid: int, forked: bool) -> None:
     normal_priority()
     compile_cache(job.trainer.compile_cache).mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    import timm  # noqa: F401 - while the actor waits for its first command (preloaded when forked)
+    if not forked:  # a forked process has what its warm parent preloaded (timm for real GPUs)
+        import timm  # noqa: F401 - while the actor waits for its first command
     import torch
 
     threads = os.environ.get("OMP_NUM_THREADS", "")

@@ -127,14 +127,22 @@ class Steward:
         return [item.detail for item in found if item.kind != "directory"]
 
     def _start_forkserver(self) -> None:
-        """Start the warm parent now: it imports torch and timm while the sweep leases its GPUs."""
+        """Start the warm parent now: it imports torch (and, for real GPUs, timm) while the sweep leases
+        its GPUs."""
         self.pipe_root.mkdir(parents=True, exist_ok=True)
         # OMP_NUM_THREADS=1: importing torch with more starts an OpenMP thread, which forks would lose.
         env = python_env({**os.environ, "OMP_NUM_THREADS": "1"})
         # It removes its socket and log when this steward ends (its parent-death signal is SIGTERM).
         with open(self._forkserver_log, "ab") as out:
             self._forkserver = subprocess.Popen(
-                [sys.executable, "-m", "raycolloc.job.forkserver", self._forkserver_path, str(self._forkserver_log)],
+                [
+                    sys.executable,
+                    "-m",
+                    "raycolloc.job.forkserver",
+                    self._forkserver_path,
+                    str(self._forkserver_log),
+                    *([] if self.backend.traits.trains_on_cpu else ["--timm"]),
+                ],
                 env=env,
                 stdout=out,
                 stderr=out,
