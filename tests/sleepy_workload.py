@@ -45,6 +45,32 @@ def build(ctx: JobContext) -> UserJob:
     return UserJob(model=model, step=step)
 
 
+HOLD_ENV = "RAYCOLLOC_TEST_HOLD"
+
+
+def build_held(ctx: JobContext) -> UserJob:
+    """:func:`build`, whose first step waits (up to ``MEET_WAIT_S``) until the file named by
+    ``$RAYCOLLOC_TEST_HOLD`` exists (first touching that name + ``.reached``): a job that is surely
+    running, at its first step, whenever a test
+    stops its queue, and that ends in moments once the test lets it go (the environment reaches the job
+    from the ``serve`` that started the Ray instance)."""
+    job = build(ctx)
+    gate = Path(os.environ[HOLD_ENV]) if os.environ.get(HOLD_ENV) else None
+    inner = job.step
+
+    def step() -> torch.Tensor:
+        nonlocal gate
+        if gate is not None:
+            gate.with_name(gate.name + ".reached").touch()  # the test knows the job trains
+            deadline = time.monotonic() + MEET_WAIT_S
+            while not gate.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            gate = None
+        return inner()
+
+    return UserJob(model=job.model, step=step)
+
+
 def _meet(room: Path, count: int) -> None:
     """Say this job arrived (a file named by its pid), then wait for ``count`` arrivals in all."""
     room.mkdir(parents=True, exist_ok=True)

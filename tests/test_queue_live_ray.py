@@ -22,9 +22,11 @@ from pathlib import Path
 import pytest
 
 from .conftest import ROOT, short_tmp
+from .sleepy_workload import HOLD_ENV
 
 SCRIPT = f"{sys.executable} {ROOT / 'jobs' / 'examples' / 'plain_train.py'} --epochs 3 --steps 2 --batch-size 8"
 SLEEPY = "tests.sleepy_workload:build"
+HELD = "tests.sleepy_workload:build_held"
 
 
 def _cli(args: list[str], timeout: float = 240) -> subprocess.CompletedProcess[str]:
@@ -83,6 +85,13 @@ def _wait_state(words: list[str], job_id: str, state: str, timeout: float = 600)
             return
         time.sleep(0.5)
     raise AssertionError(f"{job_id} never {state} (last {found})")
+
+
+def _wait_file(path: Path, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.2)
 
 
 def _events(db: Path) -> tuple[Counter[str], Counter[str], Counter[str]]:
@@ -192,17 +201,21 @@ def _key(kind: str) -> str:
 @pytest.mark.timeout(1800)  # a loaded 2-core machine: Ray starts in 30-130 s, each command takes 5-20 s
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_serve_stopped_while_jobs_run_and_started_again_resumes_every_job_once(
-    tmp_path: Path, sig: signal.Signals
+    tmp_path: Path, sig: signal.Signals, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pipe_root = short_tmp("rck")
     words = [f"out_dir={tmp_path}", "queue.runner=ray", "cluster=local", "cluster.num_gpus=2"]
     words += [f"mode.pipe_root={pipe_root}"]
+    # Job a's first step waits for this file: it is surely training when serve is stopped, however long
+    # its set-up took, and ends in moments once let go (it trained ~80 s of steps to be sure before).
+    gate = tmp_path / "let-a-go"
+    monkeypatch.setenv(HOLD_ENV, str(gate))
     serve = _serve(words, tmp_path / "serve.log")
     try:
-        _submit("a", words, "--kind", "python", "--entry", SLEEPY, "--samples", "200000")  # ~80 s of steps
+        _submit("a", words, "--kind", "python", "--entry", HELD, "--samples", "640")
         _submit("b", words, "--kind", "script", "--entry", SCRIPT, "--samples", "48")
         _wait_state(words, "a", "started")
-        time.sleep(5)  # training
+        _wait_file(gate.with_name(gate.name + ".reached"))  # a trains: set up, at its first step
         serve.send_signal(sig)
         serve.wait(timeout=300)
     finally:
@@ -214,6 +227,7 @@ def test_serve_stopped_while_jobs_run_and_started_again_resumes_every_job_once(
         assert serve.returncode == 143 and "GPUs released" in out, out[-3000:]
     # Nothing of the first serve runs on: its trainers and processes went with it (SIGKILL: with its Ray).
     _no_process_of(pipe_root, tmp_path)
+    gate.touch()
     again = _serve(words, tmp_path / "serve.log")
     try:
         status = _cli(["status", *words])
