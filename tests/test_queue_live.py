@@ -325,6 +325,9 @@ def test_the_live_queue_works_in_separate_shells_under_rays_default_authenticati
         assert submit.returncode == 0 and "queued a1" in submit.stdout, submit.stderr[-3000:]
         status = shell("status")
         assert status.returncode == 0 and "InvalidAuthToken" not in status.stderr, status.stderr[-3000:]
+        # Each command prints its answer, not Ray's join (issue 46, item 7: two INFO lines per command).
+        for said in (submit, status):
+            assert "Connect" not in said.stdout + said.stderr, said.stdout + said.stderr
         drain = shell("drain", "--wait")
         assert drain.returncode == 0 and "draining" in drain.stdout, drain.stderr[-3000:]
         out, _ = serve.communicate(timeout=180)

@@ -75,14 +75,18 @@ class PlainStream:
 START_ATTEMPTS = 3
 
 
-def connect(cluster: ClusterConfig, max_jobs_per_cell: int = 1) -> dict[str, Any]:
-    """Connect to Ray once per process (no-op inside a Ray worker or when already connected)."""
+def connect(cluster: ClusterConfig, max_jobs_per_cell: int = 1, quiet: bool = False) -> dict[str, Any]:
+    """Connect to Ray once per process (no-op inside a Ray worker or when already connected); ``quiet``:
+    a client that only talks to an actor (``queue submit``, ``status``...) joins without Ray's
+    "Connecting to existing Ray cluster" lines (issue 46, item 7)."""
     if ray.is_initialized():
         return ray.cluster_resources()
     plain_worker_lines()
     kwargs: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": True}
     address = cluster.address or os.environ.get("RAY_ADDRESS")  # `ray job submit` sets RAY_ADDRESS
     if address:
+        if quiet:
+            kwargs["logging_level"] = logging.WARNING
         probe(address, "cluster.address" if cluster.address else "RAY_ADDRESS")
         join_with_token_if_available()
         with signals.shielded():  # a SIGTERM during ray.init waits for our handler
