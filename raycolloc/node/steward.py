@@ -127,26 +127,15 @@ class Steward:
         return [item.detail for item in found if item.kind != "directory"]
 
     def _start_forkserver(self) -> None:
-        """Start the warm parent now: it imports torch (and, for real GPUs, timm) while the sweep leases
-        its GPUs."""
+        """Start the warm parent now: it imports torch (and timm for real GPUs) while the sweep leases."""
         self.pipe_root.mkdir(parents=True, exist_ok=True)
         # OMP_NUM_THREADS=1: importing torch with more starts an OpenMP thread, which forks would lose.
         env = python_env({**os.environ, "OMP_NUM_THREADS": "1"})
         # It removes its socket and log when this steward ends (its parent-death signal is SIGTERM).
         with open(self._forkserver_log, "ab") as out:
-            self._forkserver = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "raycolloc.job.forkserver",
-                    self._forkserver_path,
-                    str(self._forkserver_log),
-                    *([] if self.backend.traits.trains_on_cpu else ["--timm"]),
-                ],
-                env=env,
-                stdout=out,
-                stderr=out,
-            )
+            cmd = [sys.executable, "-m", "raycolloc.job.forkserver", self._forkserver_path, str(self._forkserver_log)]
+            cmd += [] if self.backend.traits.trains_on_cpu else ["--timm"]
+            self._forkserver = subprocess.Popen(cmd, env=env, stdout=out, stderr=out)
 
     def forkserver(self, timeout: float = 120.0) -> str | None:
         """The fork server's socket once it serves (restarted if it died); None if it cannot start."""
