@@ -75,3 +75,46 @@ def test_bad_arguments_are_not_tried_again(fake) -> None:  # noqa: ANN001
     with pytest.raises(ValueError, match="num_gpus"):
         cluster.connect(ClusterConfig(backend="sim", num_gpus=1))
     assert len(ray.inits) == 1 and ray.shutdowns == 0
+
+
+class FakeNode:
+    """Ray's node of a local instance: its process kinds, and the kills asked of it, in order."""
+
+    def __init__(self, raylet_pid: int) -> None:
+        proc = type("Popen", (), {"pid": raylet_pid})()
+        self.all_processes = {cluster.RAYLET: [type("Info", (), {"process": proc})()], "gcs_server": []}
+        self.kills: list[tuple[str, bool]] = []
+
+    def _kill_process_type(self, kind: str, check_alive: bool, allow_graceful: bool, wait: bool) -> None:
+        self.kills.append((kind, allow_graceful))
+
+    def kill_all_processes(self, check_alive: bool = True, allow_graceful: bool = False, wait: bool = False) -> None:
+        self.kills.append(("all", allow_graceful))
+
+
+@pytest.mark.parametrize("blocked", [True, False])
+def test_an_instance_started_with_sigterm_blocked_is_stopped_without_rays_grace(
+    blocked: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ray's processes started inside ``signals.shielded()`` cannot take SIGTERM: Ray's shutdown would wait
+    a second on each of its kinds for nothing. Such an instance is killed at once, the raylet first; one
+    started with SIGTERM free keeps Ray's grace."""
+    import os
+    import signal
+
+    from raycolloc.driver import signals
+
+    node = FakeNode(os.getpid())  # a live pid with no children: nothing to wait for
+    monkeypatch.setattr(cluster.ray_worker, "_global_node", node, raising=False)
+    context = object()
+    if blocked:
+        with signals.shielded():
+            assert cluster.stopped_at_once(context) is context
+    else:
+        assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        assert cluster.stopped_at_once(context) is context
+    node.kill_all_processes(check_alive=False, allow_graceful=True, wait=False)  # as ray.shutdown() asks
+    if blocked:
+        assert node.kills == [(cluster.RAYLET, False), ("all", False)]
+    else:
+        assert node.kills == [("all", True)]

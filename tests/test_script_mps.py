@@ -78,6 +78,7 @@ def _run_script(
     return state
 
 
+@pytest.mark.slow  # long: waits 9 s on purpose (the script's late context, then the cell's late question)
 def test_a_script_whose_context_comes_late_is_seen_though_it_ended_before_its_epochs_were_asked(
     tmp_path: Path, sim_daemon: tuple[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -87,6 +88,7 @@ def test_a_script_whose_context_comes_late_is_seen_though_it_ended_before_its_ep
     assert info.mps_server_pid is not None and info.mps_check_error is None
 
 
+@pytest.mark.slow  # long: the script lives its 7.5 s
 def test_a_script_never_seen_as_a_client_says_what_was_asked(
     tmp_path: Path, sim_daemon: tuple[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
