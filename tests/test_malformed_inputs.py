@@ -441,6 +441,49 @@ def test_a_multirun_composes_each_cell_once_and_lists_every_bad_one(
     assert len(loaded) == 3
 
 
+@pytest.mark.parametrize(
+    ("flags", "composed", "cells"),
+    [
+        ([], 1, "1 cell(s) to run"),
+        (["-m", "degree=1,2"], 1, "2 cell(s) to run"),
+        (["hydra.mode=MULTIRUN", "degree=1,2"], 2, "2 cell(s) to run"),
+    ],
+    ids=["run", "multirun", "mode-given"],
+)
+def test_a_command_composes_the_whole_config_once_unless_it_names_hydra_mode(
+    flags: list[str],
+    composed: int,
+    cells: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Hydra composed the config once only to read ``hydra.mode`` (None: ``conf/`` never sets it), then
+    again to run; now the first is skipped unless the command line names ``hydra.mode``, which still
+    decides the mode."""
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.hydra import Hydra
+
+    from raycolloc import conf_dir
+    from raycolloc.config import register_configs
+
+    register_configs()
+    with initialize_config_dir(version_base="1.3", config_dir=str(conf_dir())):
+        assert compose("config", return_hydra_config=True).hydra.mode is None
+    calls: list[str] = []
+    compose_config = Hydra.compose_config
+
+    def counted(self, config_name, overrides, run_mode, *args, **kwargs):  # noqa: ANN001, ANN202
+        calls.append(str(run_mode))
+        return compose_config(self, config_name, overrides, run_mode, *args, **kwargs)
+
+    monkeypatch.setattr(Hydra, "compose_config", counted)
+    code, text = run_main([*flags, *BASE, f"out_dir={tmp_path / 'out'}", "+dry_run=true"], capfd)
+    assert code == 0, text[-3000:]
+    assert cells in text
+    assert len(calls) == composed, calls
+
+
 def test_an_output_directory_another_sweep_holds_is_refused_naming_it(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
