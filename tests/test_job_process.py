@@ -232,3 +232,34 @@ def test_the_steward_has_timm_preloaded_for_real_gpus_only(
     (cmd,) = started
     assert cmd[1:5] == ["-m", "raycolloc.job.forkserver", str(tmp_path / "fs.sock"), str(tmp_path / "fs.log")]
     assert ("--timm" in cmd) is timm and TIMM not in PRELOAD
+
+
+@pytest.mark.slow  # a fresh interpreter imports torch: seconds
+def test_a_forked_jobs_set_up_imports_no_package_its_fork_server_did_not():
+    """What a training process forked from the fork server imports at its set-up, every job pays again: its
+    optimiser imported torch._dynamo (with sympy: 1.5-2 CPU-s a job). After the fork server's preload, a
+    study job's model, step and first steps import no package of that weight."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+from raycolloc.job.forkserver import PRELOAD
+for module in PRELOAD:
+    __import__(module)
+import torch
+from raycolloc.job.step import build_step
+from tests.conftest import load
+job = load(["workload=tiny_cnn"]).jobs[0]
+before = set(sys.modules)
+model = job.workload.build_model()
+step = build_step(job.workload, model, torch.device("cpu"), job.trainer)
+x, y = torch.randn(4, 3, 32, 32), torch.randint(0, 10, (4,))
+step((x,), y)
+step((x,), y)
+print(sorted({m.split(".")[0] + "." + m.split(".")[1] if m.count(".") else m for m in set(sys.modules) - before}))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    new = done.stdout.strip().splitlines()[-1]
+    assert "torch._dynamo" not in new and "sympy" not in new, new
