@@ -235,7 +235,7 @@ def test_the_steward_has_timm_preloaded_for_real_gpus_only(
 
 
 @pytest.mark.slow  # a fresh interpreter imports torch: seconds
-def test_a_forked_jobs_set_up_imports_no_package_its_fork_server_did_not():
+def test_a_forked_jobs_set_up_imports_no_package_its_fork_server_did_not() -> None:
     """What a training process forked from the fork server imports at its set-up, every job pays again: its
     optimiser imported torch._dynamo (with sympy: 1.5-2 CPU-s a job). After the fork server's preload, a
     study job's model, step and first steps import no package of that weight."""
