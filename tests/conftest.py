@@ -134,11 +134,24 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     _seconds[module] = _seconds.get(module, 0.0) + report.duration
 
 
+_left_by_workers: list[str] = []  # the controller's: what each xdist worker's session left
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    """An xdist worker ended: what its session left (its own exit status never reached the run's: CI
+    2026-12-03 passed beside "the test session left behind: process ... nvidia-cuda-mps-server")."""
+    _left_by_workers.extend(getattr(node, "workeroutput", {}).get("left", []))
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     # A worker's own directory, or the session's; the doctor looks at the pipe root of every run here that
     # named none (as `raycolloc doctor` does at the user's after `make test`).
     left = leave_nothing(SHORT_TMP if worker else SHORT_TMP.parent, pipe_roots=[SHORT_TMP / "mps"], stop_ray=True)
+    if worker and left:  # the controller fails the run: a worker's own status is not the run's
+        session.config.workeroutput["left"] = left
+    left += _left_by_workers
     if left:  # the run fails: a test left what its cleanup does not reach
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
         sys.stderr.write(f"\nthe test session left behind: {'; '.join(left)}\n")

@@ -1,0 +1,44 @@
+"""A process a test leaves running fails the whole run, also under xdist, where each worker's session checks
+its own directory and its own exit status never reached the run's (CI 2026-12-03: "the test session left
+behind: process ... nvidia-cuda-mps-server", and the run passed)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import ROOT, SHORT_TMP
+
+LEAVE = "RAYCOLLOC_TEST_LEAVE_A_PROCESS"
+
+if os.environ.get(LEAVE):  # collected only in the run the test below starts
+
+    def test_leaves_a_process_running_in_its_sessions_directory() -> None:
+        marker = SHORT_TMP / "left-on-purpose"
+        subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(600)", str(marker)], start_new_session=True
+        )
+
+
+@pytest.mark.slow  # a pytest run of its own, and the session's 30 s of grace for what still runs
+def test_a_process_an_xdist_worker_left_fails_the_run() -> None:
+    env = {**os.environ, LEAVE: "1"}
+    for key in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_CURRENT_TEST"):
+        env.pop(key, None)
+    test = "tests/test_session_left.py::test_leaves_a_process_running_in_its_sessions_directory"
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider", test],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    out = done.stdout + done.stderr
+    assert "1 passed" in out, out[-3000:]
+    assert done.returncode == 1, out[-3000:]
+    assert "the test session left behind: process" in out and "left-on-purpose" in out, out[-3000:]
