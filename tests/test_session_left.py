@@ -18,9 +18,7 @@ if os.environ.get(LEAVE):  # collected only in the run the test below starts
 
     def test_leaves_a_process_running_in_its_sessions_directory() -> None:
         marker = SHORT_TMP / "left-on-purpose"
-        subprocess.Popen(
-            [sys.executable, "-c", "import time; time.sleep(600)", str(marker)], start_new_session=True
-        )
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", str(marker)], start_new_session=True)
 
 
 @pytest.mark.slow  # a pytest run of its own, and the session's 30 s of grace for what still runs
