@@ -80,10 +80,11 @@ def sim_mps_connect(pid: int) -> bool:
         return False
 
 
-def _server_main() -> None:
-    # The simulated MPS server: lives until its control daemon is gone.
-    parent = os.getppid()
-    while os.getppid() == parent:
+def _server_main(daemon: int) -> None:
+    """The simulated MPS server: lives until its control daemon (``daemon``, its parent) is gone. The
+    daemon's pid comes from the daemon: read here, the parent of a server whose daemon died during its
+    start-up (its Python's imports) was already init, and the server lived on (CI 2026-12-03)."""
+    while os.getppid() == daemon:
         time.sleep(0.2)
     os._exit(0)
 
@@ -100,6 +101,7 @@ class _Daemon:
             fh.write(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {msg}\n")
 
     def start_server(self) -> int:
+        daemon = os.getpid()
         pid = os.fork()
         if pid == 0:
             os.execv(
@@ -107,7 +109,7 @@ class _Daemon:
                 [
                     sys.executable,
                     "-c",
-                    "import raycolloc.node.gpu.sim_mps as m; m._server_main()",
+                    f"import raycolloc.node.gpu.sim_mps as m; m._server_main({daemon})",
                     "nvidia-cuda-mps-server",
                 ],
             )
