@@ -257,7 +257,7 @@ step = build_step(job.workload, model, torch.device("cpu"), job.trainer)
 x, y = torch.randn(4, 3, 32, 32), torch.randint(0, 10, (4,))
 step((x,), y)
 step((x,), y)
-print(sorted({m.split(".")[0] + "." + m.split(".")[1] if m.count(".") else m for m in set(sys.modules) - before}))
+print(sorted({".".join(m.split(".")[:2]) for m in set(sys.modules) - before}))
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr[-3000:]

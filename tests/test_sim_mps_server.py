@@ -27,10 +27,17 @@ def test_a_server_whose_daemon_died_during_its_start_ends(tmp_path: Path) -> Non
     os.waitpid(daemon, 0)
     assert "Server" in (tmp_path / "control.log").read_text()
     proc = psutil.Process(server)
+
+    def alive() -> bool:
+        try:
+            return proc.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
     deadline = time.monotonic() + 60  # its Python's start-up, then one look at its parent
-    while proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+    while alive() and time.monotonic() < deadline:
         time.sleep(0.1)
-    alive = proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    if alive:
+    outlived = alive()
+    if outlived:
         proc.kill()
-    assert not alive, "the server outlived its daemon"
+    assert not outlived, "the server outlived its daemon"
