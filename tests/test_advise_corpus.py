@@ -172,3 +172,27 @@ def test_the_corpus_is_the_default_prior_on_an_h200(tmp_path: Path) -> None:
     other = measured([tmp_path, CORPUS_DIR], frozenset(), "NVIDIA A100", 16)
     assert fitted_reach(other.params) == {"naive": 0, "mps": 0}
     assert probe_words(profiled, request, dataclasses.replace(h200, name="NVIDIA A100"), {"naive": 0, "mps": 0})
+
+
+@grades
+def test_the_confirmation_rules_out_only_what_cannot_be_the_best(graded: Validation) -> None:
+    """What the advisor confirms (the contenders, in the halving's order, its default two) holds, for
+    every corpus model predicted leave one out, a configuration measured within 5% of the best measured;
+    a configuration left out by its interval measured below the best in every case."""
+    from raycolloc.advise.confirm import DEFAULT_K, contenders, plateau_order
+
+    by_model: dict[str, list] = {}
+    for c in graded.configurations:
+        p = c.predicted
+        if c.status == "ok" and c.measured_agg_samples_per_s and p.fits and p.agg_samples_per_s and c.label:
+            if p.mode in ("naive", "mps") and "+" not in p.workloads:
+                by_model.setdefault(p.workloads, []).append(c)
+    assert len(by_model) >= 8
+    for model, checks in by_model.items():
+        measured = {c.predicted.label: c.measured_agg_samples_per_s for c in checks}
+        preds = sorted((c.predicted for c in checks), key=lambda p: -(p.agg_samples_per_s or 0.0))
+        kept = contenders(preds)
+        confirmed = plateau_order(kept)[:DEFAULT_K]
+        best = max(measured.values())
+        assert max(measured[p.label] for p in confirmed) >= 0.95 * best, model
+        assert all(measured[p.label] < best for p in preds if p not in kept), model

@@ -392,3 +392,28 @@ def test_a_window_between_two_samples_takes_the_nearest_ones() -> None:
     assert _window_means(inside, tel)["sm_active"] == pytest.approx(30.0)  # 20 and 40 inside
     late = pd.Series({"measured_start_ts": 10.0, "measured_end_ts": 11.0})
     assert _window_means(late, tel)["sm_active"] == pytest.approx(90.0)  # nothing after: the last before
+
+
+def test_a_candidate_whose_interval_lies_below_the_bests_is_not_confirmed() -> None:
+    """regnetx_004 on one H200: MPS x7 predicted [29,094, 41,762] samples/s, x16 [53,265, 75,533]: only
+    x16 could be the best, so only it is measured; one reaching the best's low bound stays, as do a
+    candidate without an interval and a probed one (its cell is there already)."""
+    from raycolloc.advise.confirm import contenders
+
+    x16, x7, x14 = _row(16, 63_429.0), _row(7, 34_857.0), _row(14, 50_000.0)
+    x7 = dataclasses.replace(x7, agg_interval=Interval(34_857.0, 29_094.0, 41_762.0, 7, "fit+profile"))
+    x16 = dataclasses.replace(x16, agg_interval=Interval(63_429.0, 53_265.0, 75_533.0, 16, "fit+profile"))
+    assert [q.label for q in contenders([x16, x7])] == ["w mps x16"]
+    assert [q.label for q in contenders([x7, x16, x14])] == ["w mps x16", "w mps x14"]  # x14 reaches 53,265
+    bare = dataclasses.replace(x7, agg_interval=None)
+    assert [q.label for q in contenders([x16, bare])] == ["w mps x16", "w mps x7"]
+    assert [q.label for q in contenders([x16, x7], keep=frozenset({"w mps x7"}))] == ["w mps x16", "w mps x7"]
+    assert contenders([]) == []
+    ran: list[str] = []
+
+    def measure(batch: list[Prediction], scale: int) -> dict[str, tuple[float | None, str, bool]]:
+        ran.extend(q.label for q in batch)
+        return {q.label: (51_727.0, "/c", False) for q in batch}
+
+    assert successive_halving(plateau_order(contenders([x16, x7])), 2, 1e6, 60.0, measure).pick == "w mps x16"
+    assert ran == ["w mps x16"]
