@@ -32,9 +32,14 @@ import dataclasses
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from raycolloc.config import ConfigError
 from raycolloc.results.errors import SweepDirError
+
+if TYPE_CHECKING:
+    from raycolloc.advise.advice import Advice
+    from raycolloc.advise.run import Profiled, Request
 
 __all__ = ["main"]
 
@@ -119,14 +124,37 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _advise(args: argparse.Namespace) -> int:
-    from raycolloc.advise.advice import advise, format_advice, gpu_of, gpu_time, measured, write_json
-    from raycolloc.advise.corpus import CORPUS_DIR, is_corpus
+    from raycolloc.advise.advice import format_advice, gpu_time, write_json
     from raycolloc.advise.emit import emit_sweep
-    from raycolloc.advise.measure import confirm_rankings, fitted_reach, prior_covers, run_probes, steady_profiles
+    from raycolloc.advise.model import MPS_MAX_CLIENTS
     from raycolloc.advise.rank import DEFAULT_DEGREES
-    from raycolloc.advise.run import node_cores, parse_request, run_profiles
+    from raycolloc.advise.run import parse_request
+    from raycolloc.driver.kept_lanes import lanes_kept
 
     request = dataclasses.replace(parse_request(args.words, DEFAULT_DEGREES), confirm=not args.no_confirm)
+    # One lane for all of the advice's sweeps (solo, probes, confirmation), sized for the largest degree
+    # it ranks (those asked for, and the node's cores: raycolloc.advise.rank), opened once, not per sweep.
+    with lanes_kept(lambda cores: max(*request.degrees, min(cores, MPS_MAX_CLIENTS))):
+        advice, profiled, advice_dir = _measured_advice(args, request)
+    if args.emit_sweep:
+        advice = dataclasses.replace(
+            advice, emitted=emit_sweep(advice_dir, list(advice.rankings), profiled, request.common)
+        )
+    spent, n_cells = gpu_time(advice_dir)
+    advice = dataclasses.replace(advice, gpu_time_s=spent, gpu_cells=n_cells)
+    print(format_advice(advice), flush=True)
+    out = args.out or advice_dir / "advice.json"
+    print(f"wrote {write_json(out, advice, {'command': ['python', '-m', 'raycolloc.advise', *sys.argv[1:]]})}")
+    return 0
+
+
+def _measured_advice(args: argparse.Namespace, request: Request) -> tuple[Advice, list[Profiled], Path]:
+    """The solo profiles, the probes, the advice and its confirmation: every cell the advice runs."""
+    from raycolloc.advise.advice import advise, gpu_of, measured
+    from raycolloc.advise.corpus import CORPUS_DIR, is_corpus
+    from raycolloc.advise.measure import confirm_rankings, fitted_reach, prior_covers, run_probes, steady_profiles
+    from raycolloc.advise.run import node_cores, run_profiles
+
     profiled, advice_dir = run_profiles(request)
     out_dir = Path(profiled[0].spec.config.out_dir).absolute()
     # The committed corpus is the default prior beside out_dir: an unseen model then needs its solo
@@ -148,16 +176,7 @@ def _advise(args: argparse.Namespace) -> int:
     advice = advise(profiled, request, fit_dirs, out_dir, cores, keep=probes.dirs)
     if request.confirm:
         advice = confirm_rankings(advice, profiled, request, advice_dir, probes.labels)
-    if args.emit_sweep:
-        advice = dataclasses.replace(
-            advice, emitted=emit_sweep(advice_dir, list(advice.rankings), profiled, request.common)
-        )
-    spent, n_cells = gpu_time(advice_dir)
-    advice = dataclasses.replace(advice, gpu_time_s=spent, gpu_cells=n_cells)
-    print(format_advice(advice), flush=True)
-    out = args.out or advice_dir / "advice.json"
-    print(f"wrote {write_json(out, advice, {'command': ['python', '-m', 'raycolloc.advise', *sys.argv[1:]]})}")
-    return 0
+    return advice, profiled, advice_dir
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,6 +24,7 @@ before are intact.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -36,6 +37,7 @@ import ray
 
 from raycolloc.driver.cell_run import CellCancelled, run_cell
 from raycolloc.driver.cluster import connect
+from raycolloc.driver.kept_lanes import kept_lanes
 from raycolloc.driver.lane import Lane, LaneShape, close_lane, open_lane
 from raycolloc.driver.lease import LeaseError
 from raycolloc.driver.preflight import check_cluster, check_nodes, gpu_nodes, unfit_cells
@@ -83,6 +85,9 @@ def _record(rec: CellRecord, cell_dir: Path) -> CellResult:
     return CellResult(rec.cell, cell_dir, as_cell_status(row.status), cell_summary(row, jobs), row=row)
 
 
+_LANE_NUMBERS = itertools.count()  # the lanes' numbers in their leases' and trainers' names
+
+
 class _Sweep:
     """The shared state of one :func:`run_cells` call: the queue, the lanes and the results."""
 
@@ -93,6 +98,7 @@ class _Sweep:
         view: ProgressView,
         pins: Mapping[str, int],
         regrow: Regrow | None = None,
+        node_cpus: tuple[int, float] = (0, 0.0),
     ) -> None:
         # Repeats interleaved (every cell's repeat 0, then every repeat 1, ...), largest first within each;
         # repeats=auto: the solo baselines first (their first run at the sweep's start), and the runs
@@ -116,6 +122,11 @@ class _Sweep:
         self.lease_cpus = max(max(c.config.trainer.num_cpus * c.degree, 1.0) for c, _ in todo)
         self.pool_size = max(c.degree for c, _ in todo)  # a lane's trainers: enough for its largest cell
         self.trainer_cpus = max(c.config.trainer.num_cpus for c, _ in todo)
+        # Inside lanes_kept (the advisor): lanes sized for the process's largest cell, kept for its next sweep.
+        self.kept = kept_lanes()
+        if self.kept is not None:
+            self.pool_size = self.kept.pool_size(self.pool_size, *node_cpus, self.trainer_cpus)
+            self.lease_cpus = max(self.lease_cpus, self.trainer_cpus * self.pool_size)
 
     def next_cell(self, gpu_index: int, take: bool = True) -> tuple[CellSpec, Path] | None:
         """The next cell this lane's GPU may run (``take=False``: only look)."""
@@ -174,6 +185,7 @@ class _Sweep:
 
     def _lane(self, index: int) -> None:
         lane: Lane | None = None
+        ended = False  # the lane ran out of cells (not cancelled, nothing raised): it may be kept
         try:
             while True:
                 started_at, waits = time.time(), dict[str, float]()
@@ -181,11 +193,14 @@ class _Sweep:
                     opened = self._open(index)
                     if opened is None:
                         return
-                    lane, waits = opened
+                    lane, waits, kept_since = opened
+                    started_at = kept_since or started_at  # a kept lane's wait for this sweep is GPU time too
                     if self.next_cell(lane.gpu.index, take=False) is None:
+                        ended = True
                         return  # every cell left is pinned to another GPU: this one goes back at once
                 item = self.next_cell(lane.gpu.index)
                 if item is None:
+                    ended = True
                     return
                 cell, cell_dir = item
                 # A lane's first cell waited for the GPU and the lane's set-up (its wall time includes
@@ -200,10 +215,12 @@ class _Sweep:
         except CellCancelled:
             log.warning("lane=%d interrupted: its cell released the GPU and wrote nothing", index)
         finally:
-            if lane is not None:
+            if lane is not None and self.kept is not None and ended and not self.cancel.is_set():
+                self.kept.keep(lane, self.shape, self.cluster, self.pipe_root)
+            elif lane is not None:
                 close_lane(lane)
 
-    def _open(self, index: int) -> tuple[Lane, dict[str, float]] | None:
+    def _open(self, index: int) -> tuple[Lane, dict[str, float], float | None] | None:
         """Lease a GPU and get the lane ready on it (:func:`~raycolloc.driver.lane.open_lane`); None if
         that cannot be had (the reason is kept for the cells no lane could run)."""
 
@@ -215,8 +232,14 @@ class _Sweep:
         with self.lock:
             forks = any(c.config.trainer.spawn == "fork" for c, _ in self.queue)
             pooled = any(TrainerPool.pooled(c) for c, _ in self.queue)
-        name = f"raycolloc:lane:{os.getpid()}:{index}"
-        shape = LaneShape(name, index, self.lease_cpus, self.pool_size, self.trainer_cpus, forks, fill=pooled)
+        number = next(_LANE_NUMBERS)  # unique in the process: a kept lane lives on beside a later sweep's
+        name = f"raycolloc:lane:{os.getpid()}:{number}"
+        shape = self.shape = LaneShape(name, number, self.lease_cpus, self.pool_size, self.trainer_cpus, forks, pooled)
+        if self.kept is not None:
+            taken = self.kept.take(shape, self.cluster, self.pipe_root, self.board, self.windows, self.cancel)
+            if taken is not None:
+                lane, since = taken
+                return lane, {"lease_wait_s": 0.0, "lane_setup_s": time.time() - since}, since
         try:
             lane, setup_s = open_lane(
                 shape, self.cluster, self.pipe_root, self.board, self.cancel, self.windows, on_wait=waiting
@@ -224,7 +247,7 @@ class _Sweep:
         except LeaseError as exc:  # none granted, or its node cannot serve (LaneError): other lanes run its cells
             self.lease_errors.append(str(exc))
             return None
-        return lane, {"lease_wait_s": lane.lease.waited_s, "lane_setup_s": setup_s}
+        return lane, {"lease_wait_s": lane.lease.waited_s, "lane_setup_s": setup_s}, None
 
 
 def _skip(cell: CellSpec, cell_dir: Path, reason: str, status: CellStatus = "skipped") -> CellResult:
@@ -317,7 +340,8 @@ def _run(todo: list[tuple[CellSpec, Path]], pins: Mapping[str, int], regrow: Reg
         return results
     board = open_board(NAMESPACE)
     view = ProgressView({c.cell_id: c.label for c, _ in todo}, board)
-    sweep = _Sweep(todo, board, view, pins, regrow)
+    cpus = [n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n.get("Alive") and n["Resources"].get("GPU")]
+    sweep = _Sweep(todo, board, view, pins, regrow, (max((i.cpus for i in infos), default=0), max(cpus, default=0.0)))
     gpus = sum(nodes.values())
     # Pinned cells: a lane on every GPU, since a lease cannot ask for a GPU by index.
     lanes = gpus if pins else min(first.cluster.max_concurrent_cells or gpus, gpus, len(todo))

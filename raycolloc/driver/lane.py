@@ -126,10 +126,12 @@ def open_lane(
         node_id, ray_gpu_id = trainers.locate()
         steward = get_steward(node_id, cluster, pipe_root)
         gpu: GpuInfo = ray.get(steward.resolve_gpu.remote(ray_gpu_id), timeout=60)
-        # Waiting for the node's warm parent is worth it only to lives that fork from it.
-        forkserver = ray.get(steward.forkserver.remote(), timeout=180) if shape.forks else None
+        # Waiting for the node's warm parent is worth it only to lives that fork from it; the pool fills
+        # meanwhile (a fresh node's fork server imports torch for 10-20 s; 16 new trainers took 6.3 s).
+        warm = steward.forkserver.remote() if shape.forks else None
         if shape.fill:  # the largest cell's actors now, all at once (not as each cell grows the pool)
             trainers.fill(steward)
+        forkserver = ray.get(warm, timeout=180) if warm is not None else None
     except Exception as exc:
         trainers.close()
         lease.release()
