@@ -196,3 +196,29 @@ def test_the_confirmation_rules_out_only_what_cannot_be_the_best(graded: Validat
         best = max(measured.values())
         assert max(measured[p.label] for p in confirmed) >= 0.95 * best, model
         assert all(measured[p.label] < best for p in preds if p not in kept), model
+
+
+@grades
+def test_the_same_fit_asked_again_is_not_fitted_again_until_a_table_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The advice fits on the same cells before its probes and again to rank (2.3 s each on the H200,
+    its lane held for the confirmation meanwhile): the second is the first's; a new or rewritten
+    table under a fit directory is fitted anew."""
+    import shutil
+
+    from raycolloc.advise import advice
+
+    fits = []
+    real_fit = advice.fit
+    monkeypatch.setattr(advice, "fit", lambda *a, **k: fits.append(1) or real_fit(*a, **k))
+    prior = shutil.copytree(CORPUS, tmp_path / "corpus")
+    args = ([tmp_path / "out", prior], frozenset({"resnet26_cifar10"}), "NVIDIA H200", 16)
+    first = advice.measured(*args)
+    assert advice.measured(*args) is first and len(fits) == 1
+    assert advice.measured(*args[:3], 8) is not first and len(fits) == 2  # other arguments: another fit
+    again = advice.measured(*args)
+    assert again is not first and len(fits) == 3 and again.params == first.params
+    cells = prior / "cells.parquet"
+    pd.read_parquet(cells).head(-1).to_parquet(cells)  # a cell fewer
+    assert advice.measured(*args) is not again and len(fits) == 4
