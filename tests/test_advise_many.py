@@ -417,3 +417,27 @@ def test_a_candidate_whose_interval_lies_below_the_bests_is_not_confirmed() -> N
 
     assert successive_halving(plateau_order(contenders([x16, x7])), 2, 1e6, 60.0, measure).pick == "w mps x16"
     assert ran == ["w mps x16"]
+
+
+def test_where_the_only_contender_measures_nothing_the_ruled_out_are_measured() -> None:
+    """The one contender's cell failed (out of memory, an error): the candidates its interval ruled out
+    are measured then, so the pick is still a measured configuration (before contenders, the second
+    candidate stood beside it)."""
+    from raycolloc.advise.confirm import confirm
+
+    x16 = dataclasses.replace(
+        _row(16, 63_429.0), agg_interval=Interval(63_429.0, 53_265.0, 75_533.0, 16, "fit+profile")
+    )
+    x7 = dataclasses.replace(_row(7, 34_857.0), agg_interval=Interval(34_857.0, 29_094.0, 41_762.0, 7, "fit+profile"))
+    ran: list[str] = []
+
+    def measure(batch: list[Prediction], scale: int) -> dict[str, tuple[float | None, str, bool]]:
+        ran.extend(q.label for q in batch)
+        return {q.label: (None if q.degree == 16 else 32_269.0, "/c", False) for q in batch}
+
+    h = confirm([x16, x7], 2, 1e6, 60.0, measure)
+    assert h.pick == "w mps x7" and ran == ["w mps x16", "w mps x7"] and "ruled out" in h.stopped
+    ran.clear()
+    assert confirm([x16, x7], 2, 1e6, 60.0, lambda b, s: {q.label: (51_727.0, "/c", False) for q in b}).pick == (
+        "w mps x16"
+    )

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-import ray
 from ray.util.placement_group import placement_group_table
 
 from raycolloc.driver.engine import run_cells
@@ -33,14 +32,20 @@ def _actor_pids(result) -> set[int]:  # noqa: ANN001
     return set(pd.read_parquet(Path(result.cell_dir) / "jobs.parquet")["actor_pid"])
 
 
-def test_a_pool_is_sized_for_the_largest_cell_wanted_within_the_nodes_cpus() -> None:
+def _kept(cores: int, cpus_per_gpu: float) -> KeptLanes:
     kept = KeptLanes(lambda cores: max(7, min(cores, 48)))
-    assert kept.pool_size(1, 16, 16.0, 1.0) == 16  # an H200 node: its 16 cores
-    assert kept.pool_size(1, 2, 8.0, 1.0) == 7  # 2 cores: the degrees asked for (7) still ranked
-    assert kept.pool_size(1, 16, 8.0, 1.0) == 8  # no more than the node's CPUs lease
-    assert kept.pool_size(1, 64, 64.0, 2.0) == 32  # at 2 CPUs a trainer
-    assert kept.pool_size(20, 16, 16.0, 1.0) == 20  # never below what the sweep itself needs
-    assert kept.pool_size(1, 16, 16.0, 0.0) == 16
+    kept.cores, kept.cpus_per_gpu = cores, cpus_per_gpu
+    return kept
+
+
+def test_a_pool_is_sized_for_the_largest_cell_wanted_within_the_nodes_cpus_per_gpu() -> None:
+    assert _kept(16, 16.0).pool_size(1, 1.0) == 16  # one H200 on a 16-core node: its 16 cores
+    assert _kept(2, 8.0).pool_size(1, 1.0) == 7  # 2 cores: the degrees asked for (7) are still ranked
+    assert _kept(64, 16.0).pool_size(1, 1.0) == 16  # 4 GPUs on 64 cores: a GPU's share of the CPUs
+    assert _kept(64, 64.0).pool_size(1, 2.0) == 32  # at 2 CPUs a trainer
+    assert _kept(16, 16.0).pool_size(20, 1.0) == 20  # never below what the sweep itself needs
+    assert _kept(16, 0.0).pool_size(3, 1.0) == 3  # no CPUs known: what the sweep needs
+    assert _kept(16, 16.0).pool_size(1, 0.0) == 16
 
 
 @pytest.mark.slow
@@ -69,6 +74,25 @@ def test_the_next_sweep_takes_the_kept_lane_and_its_wait_counts_as_gpu_time(tmp_
     assert two.lease_wait_s == 0.0 and two.lane_setup_s >= 1.0  # the wait between the sweeps
     assert two.started_at <= one.finished_at + 0.5  # its wall time holds the wait: from when the lane was kept
     assert _actor_pids(first) < _actor_pids(second)  # the solo's trainer lent again to the pair
-    third_row = third.row
-    assert third_row is not None and third_row.lease_wait_s >= 0.0 and not _actor_pids(third) & _actor_pids(second)
-    ray.get(ray.put(0))  # the session's Ray instance still serves
+    assert not _actor_pids(third) & _actor_pids(second)  # new trainers: the kept lane was closed
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("ray_local")
+def test_a_sweep_of_two_lanes_or_a_failed_cell_keeps_no_lane(tmp_path: Path) -> None:
+    """A sweep over both of the session's GPUs closes the kept lane first (a GPU it holds would keep one of
+    the sweep's lanes waiting) and keeps none; a lane whose cell failed is not kept either."""
+    words = ["epoch_samples=64", "repeats=1", "mode=naive"]
+    solo = load([*words, "degree=1"], out_dir=tmp_path)
+    two = [load([*words, f"degree={d}"], out_dir=tmp_path) for d in (1, 2)]
+    failing = load([*words, "degree=1", "trainer.fault=error", "trainer.fault_job=0"], out_dir=tmp_path)
+    with lanes_kept(lambda cores: 2):
+        run_cells([(solo, tmp_path / "solo")], rerun=True)
+        assert len(_lane_groups()) == 1
+        both = run_cells([(c, tmp_path / f"two-{i}") for i, c in enumerate(two)], rerun=True)
+        assert {r.status for r in both} == {"ok"} and not _lane_groups()
+        (failed,) = run_cells([(failing, tmp_path / "failing")], rerun=True)
+        assert failed.status != "ok" and not _lane_groups()
+    assert not _lane_groups()
+    with pytest.raises(RuntimeError, match="already inside"), lanes_kept(lambda cores: 1), lanes_kept(lambda c: 1):
+        pass

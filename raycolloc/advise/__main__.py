@@ -132,9 +132,9 @@ def _advise(args: argparse.Namespace) -> int:
     from raycolloc.driver.kept_lanes import lanes_kept
 
     request = dataclasses.replace(parse_request(args.words, DEFAULT_DEGREES), confirm=not args.no_confirm)
-    # One lane for all of the advice's sweeps (solo, probes, confirmation), sized for the largest degree
-    # it ranks (those asked for, and the node's cores: raycolloc.advise.rank), opened once, not per sweep.
-    with lanes_kept(lambda cores: max(*request.degrees, min(cores, MPS_MAX_CLIENTS))):
+    # One lane for the advice's sweeps (solo, probes, confirmation) on one GPU, sized for the largest
+    # degree it ranks (those asked for, and the node's cores: raycolloc.advise.rank), opened once.
+    with lanes_kept(lambda cores: max(*request.degrees, min(request.cores or cores, MPS_MAX_CLIENTS))):
         advice, profiled, advice_dir = _measured_advice(args, request)
     if args.emit_sweep:
         advice = dataclasses.replace(
@@ -157,8 +157,8 @@ def _measured_advice(args: argparse.Namespace, request: Request) -> tuple[Advice
 
     profiled, advice_dir = run_profiles(request)
     out_dir = Path(profiled[0].spec.config.out_dir).absolute()
-    # The committed corpus is the default prior beside out_dir: an unseen model then needs its solo
-    # and two short confirmation cells, no probes (the corpus covers naive and MPS up to x16 on an H200).
+    # The committed corpus is the default prior beside out_dir: an unseen model then needs its solo and
+    # one or two short confirmation cells, no probes (the corpus covers naive and MPS up to x16 on an H200).
     fit_dirs = [Path(d) for d in args.fit] or [out_dir, *([CORPUS_DIR] if is_corpus(CORPUS_DIR) else [])]
     backend = next((p.profile.backend for p in profiled if p.profile is not None), "nvml")
     cores = node_cores(request.cores, backend)

@@ -19,6 +19,7 @@ from raycolloc.advise.observe import observations_in
 from raycolloc.advise.profile import Profile, combine, gpu_costs_in, load_costs, profile_key, profiles_in
 from raycolloc.advise.rank import Ranking, format_ranking, mix_candidates, rank, uniform_candidates
 from raycolloc.advise.run import Profiled, Request
+from raycolloc.results.index import REFERENCE, read_reference
 
 __all__ = [
     "Advice",
@@ -82,7 +83,7 @@ def measured(
     with the same cells (before its probes, then to rank), and on one H200 each fit on the corpus took
     2.3 s while the advice's lane, kept for its confirmation, held the GPU idle."""
     dirs = [Path(d) for d in fit_dirs if Path(d).is_dir()]
-    key = (_tables(dirs), exclude, gpu_name, cores, keep)
+    key = (tuple(str(d.resolve()) for d in dirs), _tables(dirs), exclude, gpu_name, cores, keep)
     if key not in _MEASURED:
         _MEASURED.clear()  # one advice at a time: the last fit is the one asked again
         _MEASURED[key] = _measured(dirs, exclude, gpu_name, cores, keep)
@@ -93,15 +94,23 @@ _MEASURED: dict[tuple[object, ...], Measured] = {}
 
 
 def _tables(dirs: list[Path]) -> tuple[tuple[str, int, int], ...]:
-    """Every table file under ``dirs``, with its modification time and size: what a fit reads."""
+    """Every table file under ``dirs``, and every reference to a cell elsewhere with the tables of
+    the cell it names, with their modification times and sizes: what a fit reads."""
+    paths = [path for d in dirs for name in ("*.parquet", REFERENCE) for path in d.rglob(name)]
+    for ref in [p for p in paths if p.name == REFERENCE]:
+        try:
+            target = read_reference(ref.parent)
+        except (OSError, ValueError, KeyError):  # unreadable: the loader says so, a fit reads nothing there
+            continue
+        if target is not None:
+            paths.extend(target.glob("*.parquet"))
     found = []
-    for d in dirs:
-        for path in d.rglob("*.parquet"):
-            try:
-                st = path.stat()
-            except OSError:  # gone between the listing and the look: not read either
-                continue
-            found.append((str(path), st.st_mtime_ns, st.st_size))
+    for path in paths:
+        try:
+            st = path.stat()
+        except OSError:  # gone between the listing and the look: not read either
+            continue
+        found.append((str(path), st.st_mtime_ns, st.st_size))
     return tuple(sorted(found))
 
 

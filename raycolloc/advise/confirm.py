@@ -32,8 +32,9 @@ __all__ = [
     "KNEE_BAND",
     "TIE_BAND",
     "Halving",
-    "contenders",
     "Rung",
+    "confirm",
+    "contenders",
     "plateau_order",
     "schedule",
     "successive_halving",
@@ -163,6 +164,29 @@ def plateau_order(candidates: Sequence[Prediction]) -> list[Prediction]:
     else:
         return [*distinct, *variants]
     return [best, second, *(p for p in distinct[1:] if p is not second), *variants]
+
+
+def confirm(
+    candidates: Sequence[Prediction],
+    k: int,
+    budget_s: float,
+    unit_s: float,
+    measure: Measure,
+    free: frozenset[str] = frozenset(),
+) -> Halving:
+    """The halving over the :func:`contenders` of ``candidates`` (best predicted first), in
+    :func:`plateau_order`; where they measured nothing (their cells failed: out of memory, an error),
+    over the candidates they ruled out, within what is left of the budget, so that the pick is a
+    measured configuration whenever one could be measured."""
+    kept = contenders(candidates, keep=free)
+    h = successive_halving(plateau_order(kept), k, budget_s, unit_s, measure, free=free)
+    labels = {p.label for p in kept}
+    rest = [p for p in candidates if p.label not in labels]
+    if h.pick is not None or not rest:
+        return h
+    more = successive_halving(plateau_order(rest), k, budget_s - h.spent_s, unit_s, measure)
+    stopped = f"{h.stopped}; then the candidates ruled out: {more.stopped}"
+    return Halving(h.measured + more.measured, more.pick, stopped, h.spent_s + more.spent_s)
 
 
 def _keep(rows: Sequence[Prediction], got: dict[str, float | None], size: int) -> list[Prediction]:

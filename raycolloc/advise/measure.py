@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from raycolloc.advise.advice import Advice, with_history
-from raycolloc.advise.confirm import contenders, plateau_order, successive_halving
+from raycolloc.advise.confirm import confirm
 from raycolloc.advise.model import Candidate, Gpu, Params, Prediction, Slot, max_degree
 from raycolloc.advise.profile import Profile, combine, profile_key
 from raycolloc.advise.rank import Ranking
@@ -197,8 +197,7 @@ def _confirm(
         runs = run_cells(advice_dir / f"confirm-x{scale}", cells, scaled)
         return {x.key: (x.samples_per_s, x.cell_dir, x.reused) for x in runs}
 
-    order = plateau_order(contenders(candidates, keep=probed))
-    h = successive_halving(order, request.confirm_k, request.confirm_budget_s, UNIT_S, measure, free=probed)
+    h = confirm(candidates, request.confirm_k, request.confirm_budget_s, UNIT_S, measure, free=probed)
     note = f"{h.stopped}; {len(h.measured)} measurement(s) in {h.spent_s:.0f} s of {request.confirm_budget_s:g} s"
     return dataclasses.replace(r, confirmed=h.pick, measured=h.measured, confirm_note=note)
 

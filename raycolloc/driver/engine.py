@@ -12,7 +12,8 @@ each cell's result goes to. In order:
 3. one *lane* per GPU the sweep may use (``cluster.max_concurrent_cells`` fewer): a driver thread
    that leases one whole GPU once and runs cells on it one after the other, largest first; a cell
    *pinned* to a GPU index (a radT plan's ``Devices``) runs only in a lane whose GPU has that index
-   on its node, so then every GPU gets a lane, and a lane with no cell for its GPU ends at once;
+   on its node, so then every GPU gets a lane, and a lane with no cell for its GPU ends at once
+   (inside :func:`~raycolloc.driver.kept_lanes.lanes_kept`, a sweep of one lane keeps it for the next);
 4. each finished cell's rows are written at once (atomically), so a later crash loses nothing.
 
 Ctrl-C (and SIGTERM: :mod:`raycolloc.driver.signals`) sets a flag every lane polls: running cells
@@ -37,7 +38,7 @@ import ray
 
 from raycolloc.driver.cell_run import CellCancelled, run_cell
 from raycolloc.driver.cluster import connect
-from raycolloc.driver.kept_lanes import kept_lanes
+from raycolloc.driver.kept_lanes import KeptLanes, kept_for_sweep
 from raycolloc.driver.lane import Lane, LaneShape, close_lane, open_lane
 from raycolloc.driver.lease import LeaseError
 from raycolloc.driver.preflight import check_cluster, check_nodes, gpu_nodes, unfit_cells
@@ -98,7 +99,7 @@ class _Sweep:
         view: ProgressView,
         pins: Mapping[str, int],
         regrow: Regrow | None = None,
-        node_cpus: tuple[int, float] = (0, 0.0),
+        kept: KeptLanes | None = None,
     ) -> None:
         # Repeats interleaved (every cell's repeat 0, then every repeat 1, ...), largest first within each;
         # repeats=auto: the solo baselines first (their first run at the sweep's start), and the runs
@@ -122,10 +123,10 @@ class _Sweep:
         self.lease_cpus = max(max(c.config.trainer.num_cpus * c.degree, 1.0) for c, _ in todo)
         self.pool_size = max(c.degree for c, _ in todo)  # a lane's trainers: enough for its largest cell
         self.trainer_cpus = max(c.config.trainer.num_cpus for c, _ in todo)
-        # Inside lanes_kept (the advisor): lanes sized for the process's largest cell, kept for its next sweep.
-        self.kept = kept_lanes()
+        # Inside lanes_kept (the advisor), a one-lane sweep's lane: sized for the process's largest cell, kept.
+        self.kept = kept
         if self.kept is not None:
-            self.pool_size = self.kept.pool_size(self.pool_size, *node_cpus, self.trainer_cpus)
+            self.pool_size = self.kept.pool_size(self.pool_size, self.trainer_cpus)
             self.lease_cpus = max(self.lease_cpus, self.trainer_cpus * self.pool_size)
 
     def next_cell(self, gpu_index: int, take: bool = True) -> tuple[CellSpec, Path] | None:
@@ -185,7 +186,8 @@ class _Sweep:
 
     def _lane(self, index: int) -> None:
         lane: Lane | None = None
-        ended = False  # the lane ran out of cells (not cancelled, nothing raised): it may be kept
+        # The lane ran out of cells (not cancelled, nothing raised), and each it ran ended ok: it may be kept.
+        ended, healthy, ran, kept_since = False, True, False, None
         try:
             while True:
                 started_at, waits = time.time(), dict[str, float]()
@@ -193,10 +195,9 @@ class _Sweep:
                     opened = self._open(index)
                     if opened is None:
                         return
-                    lane, waits, kept_since = opened
+                    lane, waits, kept_since, shape = opened
                     started_at = kept_since or started_at  # a kept lane's wait for this sweep is GPU time too
                     if self.next_cell(lane.gpu.index, take=False) is None:
-                        ended = True
                         return  # every cell left is pinned to another GPU: this one goes back at once
                 item = self.next_cell(lane.gpu.index)
                 if item is None:
@@ -206,7 +207,9 @@ class _Sweep:
                 # A lane's first cell waited for the GPU and the lane's set-up (its wall time includes
                 # both); the lane's next cells find the GPU held and wait for nothing.
                 try:
+                    ran = True
                     self.finish(cell_dir, run_cell(cell, lane, started_at, **waits))
+                    healthy = healthy and self.results[cell.cell_id].status == "ok"
                 finally:
                     self.done()
                 if not self.cluster.reuse_lease:  # a lease per cell, as before lanes kept theirs
@@ -215,12 +218,12 @@ class _Sweep:
         except CellCancelled:
             log.warning("lane=%d interrupted: its cell released the GPU and wrote nothing", index)
         finally:
-            if lane is not None and self.kept is not None and ended and not self.cancel.is_set():
-                self.kept.keep(lane, self.shape, self.cluster, self.pipe_root)
+            if lane is not None and self.kept is not None and ended and healthy and not self.cancel.is_set():
+                self.kept.keep(lane, shape, self.cluster, self.pipe_root, None if ran else kept_since)
             elif lane is not None:
                 close_lane(lane)
 
-    def _open(self, index: int) -> tuple[Lane, dict[str, float], float | None] | None:
+    def _open(self, index: int) -> tuple[Lane, dict[str, float], float | None, LaneShape] | None:
         """Lease a GPU and get the lane ready on it (:func:`~raycolloc.driver.lane.open_lane`); None if
         that cannot be had (the reason is kept for the cells no lane could run)."""
 
@@ -234,12 +237,12 @@ class _Sweep:
             pooled = any(TrainerPool.pooled(c) for c, _ in self.queue)
         number = next(_LANE_NUMBERS)  # unique in the process: a kept lane lives on beside a later sweep's
         name = f"raycolloc:lane:{os.getpid()}:{number}"
-        shape = self.shape = LaneShape(name, number, self.lease_cpus, self.pool_size, self.trainer_cpus, forks, pooled)
+        shape = LaneShape(name, number, self.lease_cpus, self.pool_size, self.trainer_cpus, forks, pooled)
         if self.kept is not None:
             taken = self.kept.take(shape, self.cluster, self.pipe_root, self.board, self.windows, self.cancel)
             if taken is not None:
-                lane, since = taken
-                return lane, {"lease_wait_s": 0.0, "lane_setup_s": time.time() - since}, since
+                lane, since, shape = taken
+                return lane, {"lease_wait_s": 0.0, "lane_setup_s": time.time() - since}, since, shape
         try:
             lane, setup_s = open_lane(
                 shape, self.cluster, self.pipe_root, self.board, self.cancel, self.windows, on_wait=waiting
@@ -247,7 +250,7 @@ class _Sweep:
         except LeaseError as exc:  # none granted, or its node cannot serve (LaneError): other lanes run its cells
             self.lease_errors.append(str(exc))
             return None
-        return lane, {"lease_wait_s": lane.lease.waited_s, "lane_setup_s": setup_s}, None
+        return lane, {"lease_wait_s": lane.lease.waited_s, "lane_setup_s": setup_s}, None, shape
 
 
 def _skip(cell: CellSpec, cell_dir: Path, reason: str, status: CellStatus = "skipped") -> CellResult:
@@ -340,11 +343,11 @@ def _run(todo: list[tuple[CellSpec, Path]], pins: Mapping[str, int], regrow: Reg
         return results
     board = open_board(NAMESPACE)
     view = ProgressView({c.cell_id: c.label for c, _ in todo}, board)
-    cpus = [n["Resources"].get("CPU", 0.0) for n in ray.nodes() if n.get("Alive") and n["Resources"].get("GPU")]
-    sweep = _Sweep(todo, board, view, pins, regrow, (max((i.cpus for i in infos), default=0), max(cpus, default=0.0)))
     gpus = sum(nodes.values())
     # Pinned cells: a lane on every GPU, since a lease cannot ask for a GPU by index.
     lanes = gpus if pins else min(first.cluster.max_concurrent_cells or gpus, gpus, len(todo))
+    kept = kept_for_sweep(lanes, first.cluster.reuse_lease, max((i.cpus for i in infos), default=0))
+    sweep = _Sweep(todo, board, view, pins, regrow, kept)
     log.info("cells=%d lanes=%d gpus=%d", len(todo), lanes, gpus)
     sweep.finished = [threading.Event() for _ in range(lanes)]
     for i in range(lanes):

@@ -1,6 +1,7 @@
 """A lane: one whole GPU held for a while, and what every job's life on it needs; opened and closed here.
 
-A sweep opens one lane per GPU it may use and runs its cells there one after the other
+A sweep opens one lane per GPU it may use (or takes over the one a sweep before kept:
+:mod:`raycolloc.driver.kept_lanes`) and runs its cells there one after the other
 (:mod:`raycolloc.driver.engine`); a queue opens one per GPU of the cluster for its whole run and lives its
 jobs there side by side (:mod:`raycolloc.queue.raylanes`). Either way the lane is: the GPU's lease (a
 placement group, :func:`~raycolloc.driver.lease.acquire_gpu`), the trainer actors lent to the lives on it

@@ -3,7 +3,8 @@
 Creating a trainer actor means Ray starting a worker process for it: about 2 s of every cell's
 set-up on the H200 with the training processes forked (setup_s 2.5-2.8 s of which the jobs' own
 0.6 s; docs/measurements.md, sixth session). A lane therefore keeps its actors: each holds
-``1/size`` of the lane's GPU lease (``size`` = the largest cell of the sweep), so any cell of the
+``1/size`` of the lane's GPU lease (``size`` = the largest cell of the sweep, or of the process for a
+lane kept between sweeps: :mod:`raycolloc.driver.kept_lanes`), so any cell of the
 lane can borrow as many as it has jobs, and they go back to the pool when it ends. A borrowed
 actor carries nothing from the previous cell: it never imports torch or touches CUDA (its training
 process does), never changes its own environment (the binding goes to the training process), and
