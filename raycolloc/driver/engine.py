@@ -187,7 +187,7 @@ class _Sweep:
     def _lane(self, index: int) -> None:
         lane: Lane | None = None
         # The lane ran out of cells (not cancelled, nothing raised), and each it ran ended ok: it may be kept.
-        ended, healthy, ran, kept_since = False, True, False, None
+        ended, healthy = False, True
         try:
             while True:
                 started_at, waits = time.time(), dict[str, float]()
@@ -207,7 +207,6 @@ class _Sweep:
                 # A lane's first cell waited for the GPU and the lane's set-up (its wall time includes
                 # both); the lane's next cells find the GPU held and wait for nothing.
                 try:
-                    ran = True
                     self.finish(cell_dir, run_cell(cell, lane, started_at, **waits))
                     healthy = healthy and self.results[cell.cell_id].status == "ok"
                 finally:
@@ -219,7 +218,7 @@ class _Sweep:
             log.warning("lane=%d interrupted: its cell released the GPU and wrote nothing", index)
         finally:
             if lane is not None and self.kept is not None and ended and healthy and not self.cancel.is_set():
-                self.kept.keep(lane, shape, self.cluster, self.pipe_root, None if ran else kept_since)
+                self.kept.keep(lane, shape, self.cluster, self.pipe_root)
             elif lane is not None:
                 close_lane(lane)
 

@@ -107,13 +107,10 @@ class KeptLanes:
             and not idle.lane.residents
         )
 
-    def keep(
-        self, lane: Lane, shape: LaneShape, cluster: ClusterConfig, pipe_root: str, since: float | None = None
-    ) -> None:
-        """The sweep that had ``lane`` ended with its cells ok: keep it for the next (``since``: when it
-        was kept before, if it ran no cell since)."""
+    def keep(self, lane: Lane, shape: LaneShape, cluster: ClusterConfig, pipe_root: str) -> None:
+        """The sweep that had ``lane`` ended with its cells ok: keep it for the next."""
         with self._lock:
-            before, self._idle = self._idle, _Idle(lane, shape, cluster, pipe_root, since or time.time())
+            before, self._idle = self._idle, _Idle(lane, shape, cluster, pipe_root, time.time())
         if before is not None:  # never two: the one kept before holds a GPU nobody waits for
             _close(before, "another lane is kept")
 
