@@ -8,6 +8,7 @@ its rate alone in the cell, its peak memory). It resumes: a configuration the co
 this GPU model is not measured again, so a device call cut short by its time limit goes on in the next.
 
     python jobs/corpus.py measure corpus/ [--only NAME,...] [--limit-s 540] [--work DIR]
+    python jobs/corpus.py measure corpus/ --pass 2026-12-03 ...     # measure again: runs of its own
     python jobs/corpus.py measure corpus-sim/ --backend sim        # simulated GPUs, tiny workloads: plumbing
     python jobs/corpus.py show corpus/                              # what it holds, per entry and mode
 
@@ -109,17 +110,23 @@ def read_table(corpus: Path, name: str) -> pd.DataFrame:
     return pd.read_parquet(path) if path.exists() else pd.DataFrame()
 
 
-def measured(corpus: Path, gpu: str) -> set[tuple[str, str, int]]:
+def measured(corpus: Path, gpu: str, again: str | None = None) -> set[tuple[str, str, int]]:
     """(entry, mode, degree) the corpus holds a result for on this GPU model (a failed cell counts:
-    an OOM at x16 is a measurement, and running it again gives the same)."""
+    an OOM at x16 is a measurement, and running it again gives the same); with ``again``, only the
+    results of that pass (a pass measures every configuration once more, on another day or machine:
+    runs far apart in time show the host's drift that runs of one sweep do not)."""
     cells = read_table(corpus, "cells")
     if cells.empty:
         return set()
     mine = cells[(cells["gpu_name"] == gpu) & cells["status"].isin(["ok", "partial", "oom", "unfit"])]
+    if again is not None:
+        mine = mine[mine["pass"] == again] if "pass" in mine else mine.iloc[:0]
     return {(str(e), str(m), int(d)) for e, m, d in zip(mine["entry"], mine["mode"], mine["degree"], strict=True)}
 
 
-def sweep_words(entry: Entry, modes: str, degrees: list[int], backend: str, work: Path, epoch_s: float) -> list[str]:
+def sweep_words(
+    entry: Entry, modes: str, degrees: list[int], backend: str, work: Path, epoch_s: float, again: str | None = None
+) -> list[str]:
     words = ["-m", *shlex.split(entry.words), f"mode={modes}"]
     if not entry.mix:
         words.append("degree=" + ",".join(str(d) for d in degrees))
@@ -127,8 +134,8 @@ def sweep_words(entry: Entry, modes: str, degrees: list[int], backend: str, work
         f"epoch_time_s={epoch_s}",
         "measure.target_ci=0.05",  # repeats where the interval is wider than ±5%
         "measure.budget=0.5",  # ... within half the first pass's GPU time again
-        f"out_dir={work / 'res'}",
-        f"hydra.sweep.dir={sweep_dir(work, entry, modes)}",
+        f"out_dir={work / (f'res-{again}' if again else 'res')}",  # a pass reuses no earlier run
+        f"hydra.sweep.dir={sweep_dir(work, entry, modes, again)}",
     ]
     if backend == "sim":
         words += ["cluster=local", "cluster.num_gpus=1"]
@@ -137,16 +144,25 @@ def sweep_words(entry: Entry, modes: str, degrees: list[int], backend: str, work
     return words
 
 
-def sweep_dir(work: Path, entry: Entry, modes: str) -> Path:
-    return work / "res" / entry.name / modes.replace(",", "-")
+def sweep_dir(work: Path, entry: Entry, modes: str, again: str | None = None) -> Path:
+    return work / (f"res-{again}" if again else "res") / entry.name / modes.replace(",", "-")
 
 
-def export(corpus: Path, entry: Entry, sweep_dir: Path, gpu: str, command: str) -> int:
+def export(corpus: Path, entry: Entry, sweep_dir: Path, gpu: str, command: str, again: str | None = None) -> int:
     """Add the cells measured under ``sweep_dir`` (every run, repeats included) to the corpus."""
     try:
         data = load_sweeps([sweep_dir], all_results=True)
     except SweepDirError:
         return 0
+    if again is not None:  # a run of another pass has the same config, so the same cell id: named apart
+        data = dataclasses.replace(
+            data,
+            **{
+                name: getattr(data, name).assign(cell_id=lambda t: t["cell_id"] + f"@{again}")
+                for name in TABLES
+                if not getattr(data, name).empty
+            },
+        )
     cells = data.cells.copy()
     old = {name: read_table(corpus, name) for name in TABLES}
     if not old["cells"].empty:
@@ -157,6 +173,7 @@ def export(corpus: Path, entry: Entry, sweep_dir: Path, gpu: str, command: str) 
     cells["commit"] = os.environ.get("RAYCOLLOC_COMMIT", "unknown")
     cells["measured_on"] = datetime.now(UTC).strftime("%Y-%m-%d")
     cells["command"] = command
+    cells["pass"] = again if again is not None else "first"
     ids = cells["cell_id"]
     windows = cells.set_index("cell_id")[["measured_start_ts", "measured_end_ts"]]
     tele = data.telemetry[(data.telemetry["scope"] == "gpu") & data.telemetry["cell_id"].isin(ids)]
@@ -225,7 +242,7 @@ def measure(args: argparse.Namespace) -> int:
     if backend != "sim":  # raycolloc gives every training process a core of its own
         degrees = [d for d in degrees if d <= (os.cpu_count() or 1)]
     gpu = gpu_name(backend)
-    done = measured(corpus, gpu)
+    done = measured(corpus, gpu, args.again)
     start = time.monotonic()
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     if backend == "sim":
@@ -237,14 +254,14 @@ def measure(args: argparse.Namespace) -> int:
         if left < 45:
             print(f"time limit: {len(plan) - i + 1} sweeps left for the next call", flush=True)
             return 3
-        words = sweep_words(entry, modes, todo, backend, work, args.epoch_s)
+        words = sweep_words(entry, modes, todo, backend, work, args.epoch_s, args.again)
         command = "python -m raycolloc.sweep " + shlex.join(words)
         print(f"[{i}/{len(plan)}] {entry.name} {modes} x{','.join(map(str, todo))} ({left:.0f} s left)", flush=True)
         log = work / f"{entry.name}-{modes.replace(',', '-')}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("a") as out:
             rc = run_sweep(words, env, out, left - 40)
-        added = export(corpus, entry, sweep_dir(work, entry, modes), gpu, command)
+        added = export(corpus, entry, sweep_dir(work, entry, modes, args.again), gpu, command, args.again)
         print(f"    exit {rc}, {added} cells added; log {log}", flush=True)
     return 0
 
@@ -272,6 +289,11 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--backend", choices=("gpu", "sim"), default="gpu")
     m.add_argument("--degrees", help="degrees to measure (default: 1,2,3,7,14,16 on a GPU, 1,2,3 simulated)")
     m.add_argument("--epoch-s", type=float, default=3.0, help="every epoch's length (s)")
+    m.add_argument(
+        "--pass",
+        dest="again",
+        help="measure every configuration once more, as runs of this pass (a name, e.g. the date); resumes",
+    )
     s = sub.add_parser("show", help="what the corpus holds")
     s.add_argument("corpus")
     args = parser.parse_args(argv)

@@ -3,16 +3,26 @@ the measuring script resumes from what the corpus holds."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import pandas as pd
+import pytest
 
 from .conftest import ROOT
 
 CORPUS = ROOT / "corpus"
+
+
+@dataclasses.dataclass(frozen=True)
+class Tables:  # what analysis.load gives the export: one frame per table
+    cells: pd.DataFrame
+    jobs: pd.DataFrame
+    epochs: pd.DataFrame
+    telemetry: pd.DataFrame
 
 
 def _script() -> ModuleType:  # jobs/ is no package: load the script as a module
@@ -65,3 +75,32 @@ def test_measure_plans_only_what_the_corpus_lacks(tmp_path: Path) -> None:
         }
     ).to_parquet(tmp_path / "cells.parquet")
     assert corpus.measured(tmp_path, "sim") == {("tiny_cnn", "naive", 1), ("tiny_cnn", "mps", 3)}
+    # a second pass measures again what the first holds, and resumes from its own runs alone
+    assert corpus.measured(tmp_path, "sim", again="p2") == set()
+    cells = pd.read_parquet(tmp_path / "cells.parquet").assign(**{"pass": ["first", "p2", "p2"]})
+    cells.to_parquet(tmp_path / "cells.parquet")
+    assert corpus.measured(tmp_path, "sim", again="p2") == {("tiny_cnn", "mps", 3)}
+
+
+def test_a_second_pass_adds_its_runs_under_ids_of_their_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    corpus = _script()
+    entry = next(e for e in corpus.SIM_ENTRIES if e.name == "tiny_cnn")
+    sweep = tmp_path / "sweep"
+    run = sweep / "0"
+    cell = pd.DataFrame(
+        {"cell_id": ["tiny_cnn-naive-x1-abc"], "cell_dir": [str(run)], "gpu_name": ["sim"], "status": ["ok"]}
+    )
+    frames = {"cells": cell, "jobs": cell[["cell_id"]].assign(job_index=[0]), "epochs": cell[["cell_id"]].iloc[:0]}
+    frames["telemetry"] = pd.DataFrame({"cell_id": ["tiny_cnn-naive-x1-abc"], "ts": [1.0], "scope": ["gpu"]})
+    frames["cells"] = frames["cells"].assign(measured_start_ts=[0.0], measured_end_ts=[2.0])
+
+    data = Tables(**frames)
+    monkeypatch.setattr(corpus, "load_sweeps", lambda dirs, all_results: data)  # the sweep's tables
+    out = tmp_path / "corpus"
+    assert corpus.export(out, entry, sweep, "sim", "python -m raycolloc.sweep x") == 1
+    assert corpus.export(out, entry, sweep, "sim", "python -m raycolloc.sweep x") == 0  # held already
+    assert corpus.export(out, entry, sweep, "sim", "python -m raycolloc.sweep x", again="p2") == 1
+    cells = pd.read_parquet(out / "cells.parquet")
+    assert list(cells["cell_id"]) == ["tiny_cnn-naive-x1-abc", "tiny_cnn-naive-x1-abc@p2"]
+    assert list(cells["pass"]) == ["first", "p2"]
+    assert set(pd.read_parquet(out / "jobs.parquet")["cell_id"]) == set(cells["cell_id"])
