@@ -53,7 +53,7 @@ from raycolloc.driver.teardown import note_pipe_root
 from raycolloc.driver.trainers import TrainerPool
 from raycolloc.mode_kinds import mode_rank
 from raycolloc.node.reserve import confine_process, widen
-from raycolloc.node.steward_handles import NAMESPACE, start_stewards
+from raycolloc.node.steward_handles import NAMESPACE, start_stewards, warm_forkservers
 from raycolloc.results.index import REFERENCE, register_sweeps, sweep_root
 from raycolloc.results.rows import CellRow
 from raycolloc.results.store import ResultWriteError, write_cell
@@ -340,6 +340,8 @@ def _run(todo: list[tuple[CellSpec, Path]], pins: Mapping[str, int], regrow: Reg
         results.update({r.cell.cell_id: r for r in growth.reused})
     if not todo:
         return results
+    if any(c.config.trainer.spawn == "fork" for c, _ in todo):  # torch's import before any GPU is held
+        log.info("fork servers up in %.1f s", warm_forkservers(nodes, first.cluster, first.mode.pipe_root))
     board = open_board(NAMESPACE)
     view = ProgressView({c.cell_id: c.label for c, _ in todo}, board)
     gpus = sum(nodes.values())
@@ -351,8 +353,7 @@ def _run(todo: list[tuple[CellSpec, Path]], pins: Mapping[str, int], regrow: Reg
     sweep.finished = [threading.Event() for _ in range(lanes)]
     for i in range(lanes):
         threading.Thread(target=sweep.lane, args=(i,), name=f"raycolloc-lane-{i}").start()
-    # Wait on events, never Thread.join: a KeyboardInterrupt inside join() corrupts the thread's
-    # state in CPython 3.11 (is_alive() turns False while it runs), and the lanes must outlive it.
+    # Events, never Thread.join: a KeyboardInterrupt in join() corrupts a running thread's state (CPython 3.11).
     try:
         for done in sweep.finished:
             while not done.wait(timeout=view.every_s):  # returns the moment the lane ends (a poll would lag)

@@ -4,6 +4,7 @@ node) before a sweep's first cells. The actor itself is :mod:`raycolloc.node.ste
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import ray
@@ -14,7 +15,7 @@ from raycolloc.node.gpu.kinds import backend_traits
 from raycolloc.node.steward import NAMESPACE, RemoteSteward
 from raycolloc.spec import NodeInfo
 
-__all__ = ["NAMESPACE", "get_steward", "start_stewards", "steward_name"]
+__all__ = ["NAMESPACE", "get_steward", "start_stewards", "steward_name", "warm_forkservers"]
 
 log = logging.getLogger(__name__)
 
@@ -59,3 +60,17 @@ def start_stewards(
     if len(ready) < len(refs):
         log.warning("%d of %d stewards did not start within %gs", len(refs) - len(ready), len(refs), timeout)
     return ray.get(ready, timeout=timeout)
+
+
+def warm_forkservers(nodes: dict[str, int], cluster: ClusterConfig, pipe_root: str, timeout: float = 180.0) -> float:
+    """Wait until the fork server of every GPU node (node id -> GPU count) serves, before a sweep's
+    lanes lease their GPUs: its import of torch (and timm), 10-20 s on a fresh node, then holds no
+    GPU (a lane waited for it inside its lease). Returns the seconds waited; a node whose fork server
+    does not come up within ``timeout`` is left to its lanes, which exec their jobs' processes."""
+    t0 = time.monotonic()
+    handles = [_steward_actor(node, cluster, count, pipe_root) for node, count in nodes.items()]
+    refs = [h.forkserver.remote() for h in handles]
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+    if len(ready) < len(refs):
+        log.warning("%d of %d fork servers not up within %gs", len(refs) - len(ready), len(refs), timeout)
+    return time.monotonic() - t0
