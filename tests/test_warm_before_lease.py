@@ -25,7 +25,7 @@ def test_the_fork_servers_serve_before_any_gpu_is_leased(tmp_path: Path, monkeyp
         events.append(f"served:{bool(list(Path(pipe_root).glob('forkserver-*.sock')))}")
         return waited
 
-    def acquire(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+    def acquire(*args, **kwargs):  # noqa: ANN202
         events.append("lease")
         return real_acquire(*args, **kwargs)
 
