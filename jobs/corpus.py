@@ -11,6 +11,7 @@ this GPU model is not measured again, so a device call cut short by its time lim
     python jobs/corpus.py measure corpus/ --pass 2026-12-03 ...     # measure again: runs of its own
     python jobs/corpus.py measure corpus-sim/ --backend sim        # simulated GPUs, tiny workloads: plumbing
     python jobs/corpus.py show corpus/                              # what it holds, per entry and mode
+    python jobs/corpus.py pool OUT corpus/ corpus/passes/2026-12-03/  # one corpus of several passes' rows
 
 Provenance: each row carries the GPU's name, driver, host, the date, the command and the commit
 (``RAYCOLLOC_COMMIT`` in the environment: the device machine's copy of the tree has no git).
@@ -278,6 +279,26 @@ def show(args: argparse.Namespace) -> int:
     return 0
 
 
+def pool(args: argparse.Namespace) -> int:
+    """Write one corpus at ``args.out`` holding every row of the corpora given (their passes pooled: a
+    configuration's runs of every pass are its repeats); the first's rows that name no pass are ``first``."""
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in TABLES:
+        frames = [f for c in args.corpora if not (f := read_table(Path(c), name)).empty]
+        if not frames:  # a table none of them has (an old corpus: no epochs, no telemetry)
+            continue
+        both = pd.concat(frames, ignore_index=True)
+        if name == "cells":
+            both["pass"] = both["pass"].fillna("first") if "pass" in both else "first"
+            if both["cell_id"].duplicated().any():
+                print(f"error: {args.corpora}: a cell id held twice (the same pass given twice?)")
+                return 2
+        both.to_parquet(out / f"{name}.parquet", index=False)
+    print(f"wrote {out}: {len(read_table(out, 'cells'))} cell runs from {len(args.corpora)} corpora")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -296,8 +317,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     s = sub.add_parser("show", help="what the corpus holds")
     s.add_argument("corpus")
+    p = sub.add_parser("pool", help="one corpus of the rows of several (passes pooled)")
+    p.add_argument("out")
+    p.add_argument("corpora", nargs="+")
     args = parser.parse_args(argv)
-    return measure(args) if args.command == "measure" else show(args)
+    return {"measure": measure, "show": show, "pool": pool}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -104,3 +104,30 @@ def test_a_second_pass_adds_its_runs_under_ids_of_their_own(tmp_path: Path, monk
     assert list(cells["cell_id"]) == ["tiny_cnn-naive-x1-abc", "tiny_cnn-naive-x1-abc@p2"]
     assert list(cells["pass"]) == ["first", "p2"]
     assert set(pd.read_parquet(out / "jobs.parquet")["cell_id"]) == set(cells["cell_id"])
+
+
+def test_pool_makes_one_corpus_of_the_passes_and_refuses_one_given_twice(tmp_path: Path) -> None:
+    corpus = _script()
+    first, second = tmp_path / "first", tmp_path / "second"
+    for folder, ids, passes in ((first, ["a", "b"], None), (second, ["a@p2"], ["p2"])):
+        folder.mkdir()
+        cells = pd.DataFrame({"cell_id": ids, "entry": ["tiny_cnn"] * len(ids)})
+        (cells.assign(**{"pass": passes}) if passes else cells).to_parquet(folder / "cells.parquet")
+        pd.DataFrame({"cell_id": ids, "job_index": [0] * len(ids)}).to_parquet(folder / "jobs.parquet")
+    assert corpus.main(["pool", str(tmp_path / "out"), str(first), str(second)]) == 0
+    cells = pd.read_parquet(tmp_path / "out" / "cells.parquet")
+    assert list(cells["cell_id"]) == ["a", "b", "a@p2"] and list(cells["pass"]) == ["first", "first", "p2"]
+    assert len(pd.read_parquet(tmp_path / "out" / "jobs.parquet")) == 3
+    assert corpus.main(["pool", str(tmp_path / "twice"), str(first), str(first)]) == 2
+
+
+def test_the_committed_passes_name_their_pass_in_every_row() -> None:
+    for folder in sorted((CORPUS / "passes").iterdir()):
+        cells = pd.read_parquet(folder / "cells.parquet")
+        assert (cells["pass"] == folder.name).all() and cells["cell_id"].str.endswith(f"@{folder.name}").all()
+        assert (cells["backend"] == "nvml").all() and cells["command"].str.startswith(
+            "python -m raycolloc.sweep "
+        ).all()
+        jobs = pd.read_parquet(folder / "jobs.parquet")
+        assert set(jobs["cell_id"]) <= set(cells["cell_id"])
+        assert (folder / "README.md").read_text().count(folder.name) >= 1
