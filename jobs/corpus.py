@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -242,6 +243,9 @@ def measure(args: argparse.Namespace) -> int:
     )
     if backend != "sim":  # raycolloc gives every training process a core of its own
         degrees = [d for d in degrees if d <= (os.cpu_count() or 1)]
+    if args.again is not None and (args.again == "first" or not re.fullmatch(r"[A-Za-z0-9._-]+", args.again)):
+        print(f"error: --pass {args.again!r}: a name of letters, digits, '.', '_' or '-', other than 'first'")
+        return 2
     gpu = gpu_name(backend)
     done = measured(corpus, gpu, args.again)
     start = time.monotonic()
@@ -294,7 +298,9 @@ def pool(args: argparse.Namespace) -> int:
             if both["cell_id"].duplicated().any():
                 print(f"error: {args.corpora}: a cell id held twice (the same pass given twice?)")
                 return 2
-        both.to_parquet(out / f"{name}.parquet", index=False)
+        tmp = out / f".{name}.parquet.tmp"
+        both.to_parquet(tmp, index=False)
+        tmp.replace(out / f"{name}.parquet")
     print(f"wrote {out}: {len(read_table(out, 'cells'))} cell runs from {len(args.corpora)} corpora")
     return 0
 

@@ -131,3 +131,11 @@ def test_the_committed_passes_name_their_pass_in_every_row() -> None:
         jobs = pd.read_parquet(folder / "jobs.parquet")
         assert set(jobs["cell_id"]) <= set(cells["cell_id"])
         assert (folder / "README.md").read_text().count(folder.name) >= 1
+
+
+def test_a_pass_name_that_would_break_a_path_or_an_override_is_refused(tmp_path: Path) -> None:
+    corpus = _script()
+    for name in ("first", "a,b", "x/y", "k=v", ""):
+        args = ["measure", str(tmp_path), "--backend", "sim", "--pass", name]
+        assert corpus.main(args) == 2, name
+    assert not list(tmp_path.iterdir())  # refused before anything ran or was written

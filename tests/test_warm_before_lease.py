@@ -3,6 +3,7 @@ up before a sweep's lanes lease their GPUs, so that wait holds no GPU (issue 44:
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,15 @@ from raycolloc.driver import engine, lane
 from raycolloc.driver.engine import run_cells
 
 from .conftest import load
+
+
+def _alive(sock: Path) -> bool:
+    """Whether the steward that named ``forkserver-<pid>.sock`` still runs."""
+    try:
+        os.kill(int(sock.stem.rsplit("-", 1)[1]), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    return True
 
 
 @pytest.mark.slow
@@ -22,7 +32,8 @@ def test_the_fork_servers_serve_before_any_gpu_is_leased(tmp_path: Path, monkeyp
     def warm(nodes, cluster, pipe_root, *args, **kwargs):  # noqa: ANN001, ANN202
         events.append("warm")
         waited = real_warm(nodes, cluster, pipe_root, *args, **kwargs)
-        events.append(f"served:{bool(list(Path(pipe_root).glob('forkserver-*.sock')))}")
+        # served by a live steward's fork server (its socket is named after the steward's pid), not a stale file
+        events.append(f"served:{any(_alive(sock) for sock in Path(pipe_root).glob('forkserver-*.sock'))}")
         return waited
 
     def acquire(*args, **kwargs):  # noqa: ANN202

@@ -341,7 +341,7 @@ def _run(todo: list[tuple[CellSpec, Path]], pins: Mapping[str, int], regrow: Reg
     if not todo:
         return results
     if any(c.config.trainer.spawn == "fork" for c, _ in todo):  # torch's import before any GPU is held
-        log.info("fork servers up in %.1f s", warm_forkservers(nodes, first.cluster, first.mode.pipe_root))
+        log.info(warm_forkservers({i.node_id: nodes[i.node_id] for i in infos}, first.cluster, first.mode.pipe_root))
     board = open_board(NAMESPACE)
     view = ProgressView({c.cell_id: c.label for c, _ in todo}, board)
     gpus = sum(nodes.values())

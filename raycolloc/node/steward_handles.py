@@ -62,15 +62,21 @@ def start_stewards(
     return ray.get(ready, timeout=timeout)
 
 
-def warm_forkservers(nodes: dict[str, int], cluster: ClusterConfig, pipe_root: str, timeout: float = 180.0) -> float:
+def warm_forkservers(nodes: dict[str, int], cluster: ClusterConfig, pipe_root: str, timeout: float = 180.0) -> str:
     """Wait until the fork server of every GPU node (node id -> GPU count) serves, before a sweep's
     lanes lease their GPUs: its import of torch (and timm), 10-20 s on a fresh node, then holds no
-    GPU (a lane waited for it inside its lease). Returns the seconds waited; a node whose fork server
-    does not come up within ``timeout`` is left to its lanes, which exec their jobs' processes."""
+    GPU (a lane waited for it inside its lease). The sweep passes the nodes whose steward answered
+    (:func:`start_stewards`): one that did not is its lanes' to find out. Returns what it waited for,
+    as logged. A node whose fork server does not come up within ``timeout`` (or cannot start) is left
+    to its lanes: each asks again as it opens, and execs its jobs' processes if it still has none."""
     t0 = time.monotonic()
     handles = [_steward_actor(node, cluster, count, pipe_root) for node, count in nodes.items()]
     refs = [h.forkserver.remote() for h in handles]
     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
-    if len(ready) < len(refs):
-        log.warning("%d of %d fork servers not up within %gs", len(refs) - len(ready), len(refs), timeout)
-    return time.monotonic() - t0
+    up = 0
+    for ref in ready:
+        try:
+            up += ray.get(ref, timeout=0) is not None
+        except Exception:  # noqa: BLE001 - a dead steward: its lanes find out and record it
+            continue
+    return f"{up} of {len(refs)} fork server(s) up in {time.monotonic() - t0:.1f} s"
