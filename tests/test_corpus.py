@@ -139,3 +139,16 @@ def test_a_pass_name_that_would_break_a_path_or_an_override_is_refused(tmp_path:
         args = ["measure", str(tmp_path), "--backend", "sim", "--pass", name]
         assert corpus.main(args) == 2, name
     assert not list(tmp_path.iterdir())  # refused before anything ran or was written
+
+
+def test_a_pass_runs_its_sweeps_in_an_output_of_its_own() -> None:
+    """A pass's sweeps reuse no earlier run: a cell of the same config in the first pass's output would be
+    reused (resume by config hash) instead of measured again."""
+    corpus = _script()
+    entry = next(e for e in corpus.SIM_ENTRIES if e.name == "tiny_cnn")
+    work = Path("/w")
+    first = corpus.sweep_words(entry, "naive", [1], "sim", work, 3.0)
+    again = corpus.sweep_words(entry, "naive", [1], "sim", work, 3.0, "p2")
+    assert "out_dir=/w/res" in first and "out_dir=/w/res-p2" in again
+    assert "hydra.sweep.dir=/w/res-p2/tiny_cnn/naive" in again
+    assert corpus.sweep_dir(work, entry, "naive", "p2") == Path("/w/res-p2/tiny_cnn/naive")
