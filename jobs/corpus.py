@@ -91,6 +91,7 @@ MODES = modes_where(lambda k: k.advised)  # what the advisor ranks and the queue
 # memory columns, the telemetry means); its epochs whole; its telemetry at GPU scope inside each cell's
 # measured window (what a profile averages), not the per-process samples that make it large.
 TABLES = ("cells", "jobs", "epochs", "telemetry")
+FIRST_PASS = "first"  # the ``pass`` of rows measured without --pass (and of rows older than the column)
 
 
 def gpu_name(backend: str) -> str:
@@ -136,7 +137,7 @@ def sweep_words(
         f"epoch_time_s={epoch_s}",
         "measure.target_ci=0.05",  # repeats where the interval is wider than ±5%
         "measure.budget=0.5",  # ... within half the first pass's GPU time again
-        f"out_dir={work / (f'res-{again}' if again else 'res')}",  # a pass reuses no earlier run
+        f"out_dir={sweeps_out(work, again)}",  # a pass reuses no earlier run
         f"hydra.sweep.dir={sweep_dir(work, entry, modes, again)}",
     ]
     if backend == "sim":
@@ -146,8 +147,13 @@ def sweep_words(
     return words
 
 
+def sweeps_out(work: Path, again: str | None = None) -> Path:
+    """The sweeps' ``out_dir``: a pass's own, so that none of its cells is reused from another pass."""
+    return work / (f"res-{again}" if again else "res")
+
+
 def sweep_dir(work: Path, entry: Entry, modes: str, again: str | None = None) -> Path:
-    return work / (f"res-{again}" if again else "res") / entry.name / modes.replace(",", "-")
+    return sweeps_out(work, again) / entry.name / modes.replace(",", "-")
 
 
 def export(corpus: Path, entry: Entry, sweep_dir: Path, gpu: str, command: str, again: str | None = None) -> int:
@@ -175,7 +181,7 @@ def export(corpus: Path, entry: Entry, sweep_dir: Path, gpu: str, command: str, 
     cells["commit"] = os.environ.get("RAYCOLLOC_COMMIT", "unknown")
     cells["measured_on"] = datetime.now(UTC).strftime("%Y-%m-%d")
     cells["command"] = command
-    cells["pass"] = again if again is not None else "first"
+    cells["pass"] = again if again is not None else FIRST_PASS
     ids = cells["cell_id"]
     windows = cells.set_index("cell_id")[["measured_start_ts", "measured_end_ts"]]
     tele = data.telemetry[(data.telemetry["scope"] == "gpu") & data.telemetry["cell_id"].isin(ids)]
@@ -243,8 +249,8 @@ def measure(args: argparse.Namespace) -> int:
     )
     if backend != "sim":  # raycolloc gives every training process a core of its own
         degrees = [d for d in degrees if d <= (os.cpu_count() or 1)]
-    if args.again is not None and (args.again == "first" or not re.fullmatch(r"[A-Za-z0-9._-]+", args.again)):
-        print(f"error: --pass {args.again!r}: a name of letters, digits, '.', '_' or '-', other than 'first'")
+    if args.again is not None and (args.again == FIRST_PASS or not re.fullmatch(r"[A-Za-z0-9._-]+", args.again)):
+        print(f"error: --pass {args.again!r}: a name of letters, digits, '.', '_' or '-', other than {FIRST_PASS!r}")
         return 2
     gpu = gpu_name(backend)
     done = measured(corpus, gpu, args.again)
@@ -294,7 +300,7 @@ def pool(args: argparse.Namespace) -> int:
             continue
         both = pd.concat(frames, ignore_index=True)
         if name == "cells":
-            both["pass"] = both["pass"].fillna("first") if "pass" in both else "first"
+            both["pass"] = both["pass"].fillna(FIRST_PASS) if "pass" in both else FIRST_PASS
             if both["cell_id"].duplicated().any():
                 print(f"error: {args.corpora}: a cell id held twice (the same pass given twice?)")
                 return 2
