@@ -163,15 +163,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 def compose(overrides: list[str] | None = None):  # noqa: ANN201 - returns a DictConfig
-    """Compose the real config tree with ``overrides`` (no Hydra run, no output dir)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
+    """Compose the real config tree with ``overrides`` (no Hydra run, no output dir), as the queue and the
+    advisor do (``raycolloc.config_compose``: Hydra's composition, once per list of group choices)."""
+    from raycolloc.config_compose import compose_config
 
-    from raycolloc.config import register_configs
-
-    register_configs()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return hydra_compose(config_name="config", overrides=overrides or [])
+    return compose_config(overrides or [])
 
 
 def load(overrides: list[str] | None = None, out_dir: Path | None = None):  # noqa: ANN201

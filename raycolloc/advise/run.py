@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
 
-from raycolloc import conf_dir
 from raycolloc.advise.confirm import DEFAULT_BUDGET_S, DEFAULT_K
 from raycolloc.advise.profile import (
     GpuCosts,
@@ -31,7 +30,7 @@ from raycolloc.advise.profile import (
     profile_of,
     save_costs,
 )
-from raycolloc.config import ConfigError, register_configs
+from raycolloc.config import ConfigError
 from raycolloc.config_checks import (
     MAX_CORES,
     MAX_DEGREE,
@@ -211,16 +210,13 @@ def compose_profile(
     Raises:
         ConfigError: Hydra cannot compose the words (unknown group option, bad override).
     """
-    from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
 
+    from raycolloc.config_compose import compose_config
     from raycolloc.driver.hydra_errors import as_config_error
 
-    overrides = [*words, *common, *cell]
-    register_configs()  # the base_<group> schemas the YAML files start from
     try:
-        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-            return compose(config_name="config", overrides=overrides)
+        return compose_config([*words, *common, *cell])
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
         if isinstance(exc, ValueError) and (group_error := as_config_error(exc)) is not None:
             raise group_error from None  # workload=null: Hydra's message names no group

@@ -19,9 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from raycolloc import conf_dir
 from raycolloc.advise.model import Gpu
-from raycolloc.config import Config, ConfigError, load_config, register_configs
+from raycolloc.config import Config, ConfigError, load_config
 from raycolloc.node.mig.placement import gpu_model_of
 from raycolloc.node.mig.profiles import UnknownGpuModel
 from raycolloc.queue.catalog import sim_gpu
@@ -58,14 +57,13 @@ def compose_settings(words: Sequence[str]) -> QueueSettings:
     Raises:
         ConfigError: an override Hydra cannot compose, a bad value (named), an unknown GPU model.
     """
-    from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    register_configs()
+    from raycolloc.config_compose import compose_config
+
     try:
-        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-            composed = compose(config_name="config", overrides=list(words))
+        composed = compose_config(words)
     except (HydraException, OmegaConfBaseException, ValueError) as exc:
         lines = str(exc).splitlines()
         options = [x.strip() for x in lines[1:] if x.startswith("\t") and not x.strip().startswith("base_")]
