@@ -10,8 +10,9 @@ its plain values set as Hydra sets them (``OmegaConf.update`` with merge, on the
 every group is merged; Hydra's messages where a key is unknown or a value does not fit): about 6 ms.
 
 Anything else goes to Hydra whole, as before: a ``+``/``++``/``~`` override, a ``group@package``, a
-sweep (``a=1,2``), a ``hydra.`` key, an override Hydra's parser refuses. ``tests/test_config_compose.py``
-holds the two ways equal, on good and bad overrides.
+sweep (``a=1,2``), a ``hydra.`` key, a group given a dict or an interpolation, an override Hydra's
+parser refuses. Each copy's resolver cache is cleared, so ``${now:}`` is its own call's time.
+``tests/test_config_compose.py`` holds the two ways equal, on good and bad overrides.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
         hydra.errors.HydraException: as Hydra raises it (an unknown group option, a key the config
             does not have, a value its schema refuses).
     """
+    from omegaconf import OmegaConf
+
     from raycolloc.config import register_configs
 
     register_configs()  # the base_<group> schemas the YAML files start from
@@ -60,6 +63,7 @@ def compose_config(overrides: Sequence[str] = ()) -> DictConfig:
         else:
             _BASES.move_to_end(groups)
         cfg = copy.deepcopy(held[1])
+    OmegaConf.clear_cache(cfg)  # resolved ${now:} and the like: this composition's own, as Hydra's would be
     for line, key, value in values:
         _set(cfg, line, key, value)
     return cfg
@@ -98,6 +102,11 @@ def _split(overrides: list[str]) -> tuple[tuple[str, ...], tuple[tuple[str, str,
         if not plain or o.package is not None or key == "hydra" or key.startswith(("hydra.", "hydra/")):
             return None
         if _is_group(key):
+            choice = o.value()
+            # Hydra reads a dict on a group key as a value (applied in order with the others), and a
+            # choice with an interpolation may read the environment: both go to Hydra whole.
+            if not isinstance(choice, str) or "${" in choice:
+                return None
             groups.append(o.input_line or "")
         else:
             values.append((o.input_line or "", key, o.value()))

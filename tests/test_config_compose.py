@@ -3,9 +3,12 @@ same errors, for every kind of override a command is given."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from omegaconf import OmegaConf
 
+import raycolloc.config_compose as config_compose
 from raycolloc import conf_dir
 from raycolloc.config_compose import _BASES, compose_config
 
@@ -22,6 +25,8 @@ GOOD = [
     ["+dry_run=true", "degree=2"],  # an addition: Hydra composes it whole
     ["++seed=3", "degree=1"],  # a forced addition: Hydra composes it whole
     ["hydra.job.name=x", "degree=1"],  # a hydra key: Hydra composes it whole
+    ["mode.name=naive", "mode={name:mps}"],  # a dict on a group key is a value, applied in order
+    ["workload.name=a", "workload={name:b}"],
 ]
 
 BAD = [
@@ -33,6 +38,7 @@ BAD = [
     ["degree=["],  # Hydra's parser refuses it
     ["cluster.num_gpus=abc", "cluster=local"],
     ["mode=mps", "mode.pipe_root=[1,2]"],
+    ["degree=two", "workload={no_such:1}"],  # Hydra names the first bad value in order
 ]
 
 
@@ -74,3 +80,27 @@ def test_a_copy_changed_by_its_caller_leaves_the_next_one_as_composed() -> None:
     again = compose_config(["workload=tiny_cnn", "degree=3"])
     assert again.degree == 3 and again.workload.name == "tiny_cnn"
     assert ("workload=tiny_cnn",) in _BASES  # one Hydra composition for both
+
+
+def test_hydra_composes_once_per_group_list_and_each_copy_resolves_now_and_the_environment_afresh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[list[str]] = []
+    real = config_compose._hydra_compose
+    monkeypatch.setattr(config_compose, "_hydra_compose", lambda o: calls.append(o) or real(o))
+    _BASES.clear()
+    for degree in (1, 2, 3):
+        assert compose_config(["workload=tiny_cnn", "cluster=local", f"degree={degree}"]).degree == degree
+    assert calls == [["workload=tiny_cnn", "cluster=local"]]
+    # ${now:} is each call's own time, not the first composition's.
+    stamps = []
+    for _ in range(2):
+        stamps.append(compose_config(["out_dir=/tmp/r/${now:%H-%M-%S-%f}"]).out_dir)
+        time.sleep(0.01)
+    assert stamps[0] != stamps[1]
+    # A group chosen through the environment is chosen again by Hydra every time.
+    choice = "workload=${oc.env:RAYCOLLOC_TEST_WL,tiny_cnn}"
+    monkeypatch.setenv("RAYCOLLOC_TEST_WL", "tiny_cnn")
+    assert compose_config([choice]).workload.name == _hydra([choice]).workload.name == "tiny_cnn"
+    monkeypatch.setenv("RAYCOLLOC_TEST_WL", "tiny_dlrm")
+    assert compose_config([choice]).workload.name == _hydra([choice]).workload.name == "tiny_dlrm"
