@@ -100,8 +100,12 @@ def test_advise_emits_a_sweep_that_runs_unchanged(tmp_path: Path) -> None:
     # And the advice checks itself against what the sweep measured.
     result = validate([out / "multirun", out / "advise"])
     # The solo, and its further runs where the advisor measured it until steady (simulated GPUs move).
-    solos = [c.label for c in result.checks if c.profile_cell]
+    inputs = [c.label for c in result.checks if c.profile_cell]
+    solos = [label for label in inputs if label.startswith("tiny_cnn-naive-x1")]
     assert "tiny_cnn-naive-x1" in solos and set(solos) <= {f"tiny_cnn-naive-x1{r}" for r in ("", "-r1", "-r2")}
+    # Beside the solo, the input is the workload's MPS cell of the largest degree measured: its probe.
+    top = max(d for d, m in zip(cells["degree"], cells["mode"], strict=True) if m == "mps")
+    assert set(inputs) - set(solos) == {f"tiny_cnn-mps-x{top}"}
     # The sweep's cells (its solo is a reference) and the profile's runs.
     assert len(result.checks) == len(cells) + len(solos)
     assert not result.unsafe_fits

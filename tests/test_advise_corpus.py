@@ -2,11 +2,14 @@
 real one-H200 cells of nine timm models, naive and MPS at degrees 1-16, and two mixes; one of them,
 cait_xxs24, so far only alone and at x16, where it ran out of memory: described, not graded).
 
-Each workload is profiled from its own degree-1 runs only (what a user has for an unseen model) and
-its other configurations are predicted with parameters fitted on the other workloads' cells; the
-errors are the corpus's, not fixtures made by the model. The bounds below are the level the model
-reaches today (docs/advise.md, "Validated on the corpus"), so a regression fails; they are not the
-issue's targets (median 5%, max 12%), which the printed summary judges and the max misses.
+Each workload is profiled from what the advisor measures of an unseen model by default -- its own
+degree-1 runs and one MPS probe at its largest degree (the calibration of its course past
+saturation) -- and its other configurations are predicted with parameters fitted on the other
+workloads' cells; the errors are the corpus's, not fixtures made by the model. The corpus is read
+with its later pass (``corpus/passes/``): a configuration is graded by the median of its runs on
+both days, and its measured interval is over them. The bounds below are the level the model reaches
+today (docs/advise.md, "Validated on the corpus"), so a regression fails; the issue's targets
+(median 5%, max 12%) are met.
 """
 
 from __future__ import annotations
@@ -23,16 +26,16 @@ from raycolloc.advise.validate import BOTH, TIGHT_REL, Validation, format_valida
 
 CORPUS = Path(__file__).resolve().parents[1] / "corpus"
 
-# The level reached on 2026-12-02's corpus, extended (nine models: median 3.1%, max 28.2% over 68
-# configurations, convnext_atto naive x3; before MPS's SM capacity counted what a job fills alone,
-# 3.5% and 28.2%), with a little room for the grid's ties; tighten them when the model improves.
-MEDIAN_BOUND = 0.035
-MAX_BOUND = 0.29
+# The level reached on the corpus with its second pass and each model's MPS probe (median 1.9%, max
+# 9.7% over 43 configurations measured within +-5% across both days: resnet50 naive x3), with a
+# little room for the grid's ties; tighten them when the model improves. Before the probe (the solo
+# alone): median 2.5%, max 15.3% over the same 43; on the first pass alone, 3.1% and 28.2% over 68.
+MEDIAN_BOUND = 0.025
+MAX_BOUND = 0.105
 # The second grading (validate.BOTH: measured within +-5% and predicted from a solo whose interval moves
-# the prediction by no more than 5%): median 2.8%, max 16.9% over 53 (resnet26 MPS x16; every
-# configuration above 12% there is MPS past saturation: resnet26, mobilenetv3, resnet50).
-BOTH_MEDIAN_BOUND = 0.03
-BOTH_MAX_BOUND = 0.175
+# the prediction by no more than 5%): median 1.9%, max 9.7% over 39.
+BOTH_MEDIAN_BOUND = 0.025
+BOTH_MAX_BOUND = 0.105
 
 
 @pytest.fixture(scope="module")
@@ -72,10 +75,31 @@ def test_the_throughput_error_holds_the_level_reached(graded: Validation) -> Non
         f"corpus LOWO throughput error, {median.n} configurations: "
         f"median {median.median_abs:.1%}, max {top.max_abs:.1%}"
     )
-    assert median.n >= 60
+    assert median.n >= 40
     assert median.median_abs is not None and median.median_abs <= MEDIAN_BOUND
     assert top.max_abs is not None and top.max_abs <= MAX_BOUND
-    assert median.passed is True  # the issue's median (5%); its max (12%) is missed today, printed FAIL
+    assert median.passed is True and top.passed is True  # the issue's median (5%) and max (12%)
+
+
+@grades
+def test_each_models_mps_probe_is_input_and_the_solo_alone_is_printed_beside(graded: Validation) -> None:
+    """A workload's MPS configuration of the largest degree measured is its probe: input, never graded;
+    the other configurations are graded with it. The same configurations from the solo alone are
+    printed beside (no target), and the probe is what takes the largest error down."""
+    inputs = {c.label for c in graded.configurations} & {c.label for c in graded.checks if c.profile_cell}
+    assert not inputs  # configurations graded are never inputs
+    probes = {c.label for c in graded.checks if c.profile_cell and "-mps-x" in c.label}
+    for model in ("resnet26_cifar10", "mobilenetv3_large_100_cifar10", "vit_tiny_patch16_224_imagenet"):
+        assert f"{model}-mps-x16" in probes, sorted(probes)
+    assert "resnet152_imagenet-mps-x7" in probes  # its x14 and x16 do not fit: x7 is its largest
+    (with_probe,) = [
+        m for m in graded.metrics if m.name == f"throughput, measured ±{TIGHT_REL:.0%}" and "max" in m.target
+    ]
+    (solo_alone,) = [m for m in graded.metrics if m.name == f"throughput, measured ±{TIGHT_REL:.0%}, no probe"]
+    assert solo_alone.n == with_probe.n and solo_alone.target == "-"
+    assert with_probe.max_abs is not None and solo_alone.max_abs is not None
+    assert with_probe.max_abs < 0.12 < solo_alone.max_abs
+    assert "no probe" in format_validation(graded)
 
 
 @grades
@@ -86,13 +110,14 @@ def test_the_second_grading_leaves_out_only_what_the_solo_moves(graded: Validati
     print(f"corpus LOWO, measured and solo ±5%, {median.n}: median {median.median_abs:.1%}, max {top.max_abs:.1%}")
     assert median.median_abs is not None and median.median_abs <= BOTH_MEDIAN_BOUND
     assert top.max_abs is not None and top.max_abs <= BOTH_MAX_BOUND
-    assert median.n >= 50
+    assert median.n >= 36
     tight = [c for c in graded.configurations if c.throughput_error is not None and c.tight]
     apart = [c for c in tight if not c.tight_both]
     assert len(apart) == len(tight) - median.n
-    for c in apart:  # left out by the solo's interval, carried by a prediction below saturation
+    for c in apart:  # left out by the solo's interval, carried by a prediction below or near saturation
         assert c.solo_rel_hw is not None and c.solo_rel_hw > TIGHT_REL, c.label
-        assert c.predicted.baseline_share > 0.3, c.label
+        # (resnet18 mps x7, near saturation, carries 0.24 of a solo whose runs spread by +-18%.)
+        assert c.predicted.baseline_share > 0.2, c.label
     # Past saturation the solo's rate barely moves a prediction: what is graded there is the model.
     saturated = [c for c in tight if c.predicted.degree >= 14]
     assert saturated and all(c.tight_both and c.predicted.baseline_share < 0.15 for c in saturated)
@@ -148,7 +173,8 @@ def test_the_errors_are_printed_and_written(graded: Validation, tmp_path: Path) 
 
 def test_the_corpus_is_the_default_prior_on_an_h200(tmp_path: Path) -> None:
     """The advisor's default fit reads the corpus beside an empty out_dir (issue 44's cheaper advice):
-    other workloads' cells up to x16 in both modes, so nothing is probed and the solo runs once."""
+    other workloads' cells up to x16 in both modes, so the solo runs once and the one probe is MPS at the
+    largest degree (its course past saturation is the workload's own)."""
     import dataclasses
 
     from raycolloc.advise.advice import measured
@@ -167,7 +193,10 @@ def test_the_corpus_is_the_default_prior_on_an_h200(tmp_path: Path) -> None:
     assert prior_covers(found.params, h200)(solo)
     profiled = [_profiled(solo)]
     request = parse_request(["workload=resnet26_cifar10"], (1, 2, 3, 7))
-    assert probe_words(profiled, request, h200, fitted_reach(found.params)) == []
+    # One probe: MPS at the largest degree ranked, the calibration past saturation (the corpus covers the rest).
+    assert [label for label, _ in probe_words(profiled, request, h200, fitted_reach(found.params))] == [
+        "resnet26_cifar10 mps x16"
+    ]
     # Another GPU model finds nothing of the corpus to fit on: the defaults, and every probe.
     other = measured([tmp_path, CORPUS_DIR], frozenset(), "NVIDIA A100", 16)
     assert fitted_reach(other.params) == {"naive": 0, "mps": 0}

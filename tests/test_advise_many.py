@@ -302,9 +302,9 @@ def test_default_probes_skip_the_degrees_the_fit_covers() -> None:
         "tiny_cnn mps x8",
         "tiny_cnn mps x32",
     }
-    # Covered in both modes up to the largest ranked (the corpus as the prior): nothing is probed; MPS
-    # at the largest ranked is probed while the fit's MPS cells stop below it.
-    assert probe_words(profiled, req, gpu, {"naive": 32, "mps": 32}) == []
+    # Covered in both modes up to the largest ranked (the corpus as the prior): MPS at the largest ranked
+    # alone is probed (the calibration past saturation), as where the fit's MPS cells stop below it.
+    assert [label for label, _ in probe_words(profiled, req, gpu, {"naive": 32, "mps": 32})] == ["tiny_cnn mps x32"]
     assert [label for label, _ in probe_words(profiled, req, gpu, {"naive": 32, "mps": 28})] == ["tiny_cnn mps x32"]
     # The probes are labelled as the ranking labels its candidates (the confirmation finds them by label).
     ranked = {c.label for c in uniform_candidates(profiled[0].profile, gpu, (8, 32))}

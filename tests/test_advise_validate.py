@@ -219,7 +219,11 @@ def test_validate_reads_and_fits_leave_one_out(sweep: Path, tmp_path: Path, caps
     a parameter down less well: the naive sharpness, from workloads that saturate at degree 2 already)."""
     result = validate([sweep])
     scored = [c for c in result.checks if not c.profile_cell and c.status == "ok"]
-    assert len(scored) == 3 * 6 - 1  # every ok cell but the solos (naive and MPS: the profiles)
+    # Every ok cell but the solos (naive and MPS: the profiles) and each workload's MPS cell of the
+    # largest degree (its probe, the calibration of its course past saturation: input too).
+    assert len(scored) == 3 * 6 - 1 - 3
+    probes = {c.label for c in result.checks if c.profile_cell and not c.label.endswith("-x1")}
+    assert len(probes) == 3 and all("-mps-x" in label for label in probes)
     tput = sorted(abs(c.throughput_error or 0.0) for c in scored)
     # small's naive x2: 5.6%, its sharpness fitted 6 for 4 on the two others (saturated from x2 on).
     assert tput[len(tput) // 2] < 0.01 and tput[-1] < 0.06

@@ -173,7 +173,8 @@ def _measured_advice(args: argparse.Namespace, request: Request) -> tuple[Advice
     probes = run_probes(profiled, request, gpu, advice_dir, covered)
     if probes.dirs and not any(advice_dir.is_relative_to(d.absolute()) for d in fit_dirs):
         fit_dirs.append(advice_dir / "probe")  # the probes are fitted on wherever the other cells are
-    advice = advise(profiled, request, fit_dirs, out_dir, cores, keep=probes.dirs)
+    keep = probes.fitted(covered)
+    advice = advise(profiled, request, fit_dirs, out_dir, cores, keep=keep, calibration=probes.calibration())
     if request.confirm:
         advice = confirm_rankings(advice, profiled, request, advice_dir, probes.labels)
     return advice, profiled, advice_dir

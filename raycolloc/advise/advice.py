@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,7 +14,7 @@ from typing import Any
 from raycolloc.advise.corpus import load_measured
 from raycolloc.advise.emit import Emitted
 from raycolloc.advise.fit import fit
-from raycolloc.advise.model import ASSUMPTIONS, DEFAULT_PARAMS, Gpu, Params
+from raycolloc.advise.model import ASSUMPTIONS, DEFAULT_PARAMS, Gpu, Params, calibrate_mps
 from raycolloc.advise.observe import observations_in
 from raycolloc.advise.profile import Profile, combine, gpu_costs_in, load_costs, profile_key, profiles_in
 from raycolloc.advise.rank import Ranking, format_ranking, mix_candidates, rank, uniform_candidates
@@ -163,9 +163,11 @@ def advise(
     out_dir: Path,
     cores: int,
     keep: frozenset[str] = frozenset(),
+    calibration: Mapping[str, tuple[int, float]] | None = None,
 ) -> Advice:
     """Fit (on other workloads' cells, and the probe cells in ``keep``), predict and rank for the
-    profiled workloads (and their mix, when there are several).
+    profiled workloads (and their mix, when there are several); a workload in ``calibration`` (its
+    MPS probe's degree and measured samples/s) has its course past MPS saturation calibrated by it.
 
     Raises:
         NothingProfiled: no workload could be profiled.
@@ -174,8 +176,8 @@ def advise(
     new = [p.profile for p in profiled if p.profile is not None]
     missing = {p.spec.jobs[0].workload.name: str(p.reason) for p in profiled if p.profile is None}
     history = measured(fit_dirs, frozenset(p.workload for p in new), gpu.name, cores, keep)
-    profiles = [with_history(p, history.profiles) for p in new]
     params = history.params
+    profiles = [_calibrated(with_history(p, history.profiles), calibration or {}, gpu, params) for p in new]
     rankings = [
         rank(p.workload, uniform_candidates(p, gpu, request.degrees), gpu, params, request.max_slowdown)
         for p in dict.fromkeys(profiles)
@@ -195,6 +197,21 @@ def advise(
     )
 
 
+def _calibrated(p: Profile, calibration: Mapping[str, tuple[int, float]], gpu: Gpu, params: Params) -> Profile:
+    probe = calibration.get(p.workload)
+    return p if probe is None else calibrate_mps(p, probe[0], probe[1], gpu, params)
+
+
+def _past_line(p: Profile) -> str:
+    """The calibration past MPS saturation, where a probe made one."""
+    if p.mps_probe is None or p.mps_past is None:
+        return ""
+    degree, rate = p.mps_probe
+    return (
+        f"; past MPS saturation as its mps x{degree} probe measured ({rate:,.0f} samples/s): exponent {p.mps_past:+.2f}"
+    )
+
+
 def format_advice(a: Advice) -> str:
     """The advice as printed: profiles, parameters, one ranked table per group, the picks, the assumptions."""
     lines = [
@@ -207,7 +224,7 @@ def format_advice(a: Advice) -> str:
             f"{p.samples_per_s:,.0f} samples/s, "
             f"SM activity {100 * p.sm_active:.1f}%, busy {100 * p.busy:.1f}% ({p.busy_source}), "
             f"DRAM {_pct(p.dram_active)}, occupancy {_pct(p.sm_occupancy)}, launching thread "
-            f"{100 * p.cpu_busy:.0f}% of a core, memory {p.job_mem_mib:,.0f} MiB/job ({p.mem_source})"
+            f"{100 * p.cpu_busy:.0f}% of a core, memory {p.job_mem_mib:,.0f} MiB/job ({p.mem_source})" + _past_line(p)
         )
     for name, why in a.not_profiled.items():
         lines.append(f"no profile for {name}: {why}")

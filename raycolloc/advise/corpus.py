@@ -23,7 +23,7 @@ import pandas as pd
 if TYPE_CHECKING:
     from analysis.load import SweepData
 
-__all__ = ["CORPUS_DIR", "CORPUS_TABLES", "is_corpus", "load_corpus", "load_measured"]
+__all__ = ["CORPUS_DIR", "CORPUS_TABLES", "corpus_passes", "is_corpus", "load_corpus", "load_measured"]
 
 CORPUS_TABLES = ("cells.parquet", "jobs.parquet")
 # The committed corpus: the advisor's prior (its default fit reads it beside ``out_dir``; the fit keeps
@@ -54,14 +54,24 @@ def _entry_as_sweep(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.drop(columns=[c for c in ("sweep", "repeat_group") if c in frame]).rename(columns={"entry": "sweep"})
 
 
-def load_corpus(path: str | Path) -> SweepData:
+def corpus_passes(path: str | Path) -> list[Path]:
+    """The later passes kept beside a corpus (``passes/<date>/``, each a corpus of its own), oldest first."""
+    return sorted(p for p in (Path(path) / "passes").glob("*") if is_corpus(p))
+
+
+def load_corpus(path: str | Path, passes: bool = False) -> SweepData:
     """The corpus at ``path`` as :class:`analysis.load.SweepData`: ``sweep`` = the entry, ``cell_dir``
-    = the cell run's id, ``repeat_group`` = entry, mode and degree (its repeats)."""
+    = the cell run's id, ``repeat_group`` = entry, mode and degree (its repeats). With ``passes``, the
+    runs of its later passes (:func:`corpus_passes`) join it as further repeats of the same
+    configurations: a configuration's interval is then over the runs of every day it was measured."""
     from analysis.load import SweepData  # here: analysis loads pyarrow
 
     root = Path(path)
-    cells = _entry_as_sweep(pd.read_parquet(root / "cells.parquet"))
-    jobs = _entry_as_sweep(pd.read_parquet(root / "jobs.parquet"))
+    roots = [root, *(corpus_passes(root) if passes else [])]
+    cells = pd.concat([_entry_as_sweep(pd.read_parquet(r / "cells.parquet")) for r in roots], ignore_index=True)
+    jobs = pd.concat([_entry_as_sweep(pd.read_parquet(r / "jobs.parquet")) for r in roots], ignore_index=True)
+    if cells["cell_id"].duplicated().any():
+        raise ValueError(f"{root}: a cell id is held twice among the corpus and its passes")
     cells["cell_dir"] = cells["cell_id"]
     cells["repeat_group"] = cells["sweep"] + ":" + cells["mode"] + ":x" + cells["degree"].astype(str)
     # A corpus run refused before it leased the GPU (``unfit``) records no GPU memory: its GPU model's,
@@ -71,8 +81,8 @@ def load_corpus(path: str | Path) -> SweepData:
     return SweepData(
         cells=cells,
         jobs=jobs,
-        epochs=_optional(root, "epochs", _EPOCH_COLUMNS),
-        telemetry=_optional(root, "telemetry", _TELEMETRY_COLUMNS),
+        epochs=pd.concat([_optional(r, "epochs", _EPOCH_COLUMNS) for r in roots], ignore_index=True),
+        telemetry=pd.concat([_optional(r, "telemetry", _TELEMETRY_COLUMNS) for r in roots], ignore_index=True),
         sweeps=tuple(str(s) for s in dict.fromkeys(cells["sweep"])),
     )
 

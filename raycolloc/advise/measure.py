@@ -52,12 +52,12 @@ def probe_words(
     default a degree the fit already covers in that mode (``covered``: the largest degree of the
     other workloads' cells it is fitted on) is not probed: a probe is there to take the ranking out
     of extrapolation, and one inside the fitted range spends GPU time on what the fit knows. The
-    exception is MPS at the largest degree ranked, probed unless the fit covers it too: past
-    saturation MPS goes where the workload takes it, not where the others went (on one H200, fitted
-    on two other models up to x14, resnet26's MPS x14 was predicted 29% high and mobilenetv3's 16%
-    low; with their own x14 in the fit, 0.4% high and 10% low: docs/measurements.md, twenty-third
-    session). Its cell is the confirmation's rung-0 cell of that configuration, reused if the halving
-    measures it."""
+    exception is MPS at the largest degree ranked, probed always: past saturation MPS goes where the
+    workload takes it, not where the others went (corpus, one H200, x7 -> x16: resnet26's aggregate
+    fell 11%, mobilenetv3's and convnext_atto's rose 13-22%, and no term of the solo profile told them
+    apart). Its measurement calibrates the workload's course past saturation
+    (:func:`raycolloc.advise.model.calibrate_mps`), and its cell is the confirmation's rung-0 cell of
+    that configuration, reused if the halving measures it (the pick of a small model is usually there)."""
     covered = covered or {}
     out = []
     for p in profiled:
@@ -69,11 +69,9 @@ def probe_words(
             if wanted is None:
                 # The largest degree ranked is the largest that fits (``max_degree``): the ranking adds it.
                 wanted, reach = (PROBE_DEGREE, top), covered.get(mode, 0)
-                # MPS at the largest ranked degree was probed always while the fit stood on two or
-                # three other models; fitted on the corpus's eight (leave-one-out: resnet26's MPS x16
-                # +21%, mobilenetv3's -11%, the rest within 13%), the confirmation of the pick measures
-                # it where the pick lies there, and a probe of it costs the most GPU time of any cell.
-                always = top if mode_of(mode).sharing is Sharing.CONCURRENT and reach < top else 0
+                # MPS at the largest ranked degree: the calibration past saturation (leave one workload
+                # out on the corpus, the largest error fell from 15.3% to 9.7% with it).
+                always = top if mode_of(mode).sharing is Sharing.CONCURRENT else 0
             for d in sorted({min(d, top) for d in wanted} - {0, 1}):
                 if d <= reach and d != always:
                     continue
@@ -147,20 +145,54 @@ def fitted_reach(params: Params) -> dict[str, int]:
 
 
 class Probes(NamedTuple):
-    """The probe cells that ran ok: their directories (the fit keeps them) and their configurations'
-    labels, as the rankings label them (the confirmation's rung 0 has them at no cost)."""
+    """The probe cells that ran ok: their directories and their configurations' labels, as the
+    rankings label them (the confirmation's rung 0 has them at no cost); per workload, its MPS probe of
+    the largest degree (degree, measured samples/s, cell directory): the calibration past saturation."""
 
     dirs: frozenset[str]
     labels: frozenset[str]
+    mps: Mapping[str, tuple[int, float, str]] = {}
+
+    def fitted(self, covered: Mapping[str, int] | None) -> frozenset[str]:
+        """The probe cells the fit keeps: all, but an MPS calibration probe at a degree the fit's other
+        workloads already cover (``covered``: the corpus on its GPU model), which calibrates alone, as
+        the validation on the corpus grades it."""
+        mps = max(
+            (covered or {}).get(m, 0) for m in modes_where(lambda k: k.sharing is Sharing.CONCURRENT and k.advised)
+        )
+        alone = {d for degree, _, d in self.mps.values() if covered is not None and degree <= mps}
+        return self.dirs - alone
+
+    def calibration(self) -> dict[str, tuple[int, float]]:
+        return {w: (degree, rate) for w, (degree, rate, _) in self.mps.items()}
 
 
 def run_probes(
     profiled: list[Profiled], request: Request, gpu: Gpu, advice_dir: Path, covered: Mapping[str, int] | None = None
 ) -> Probes:
     """Run the probe cells (short: the profile's length)."""
-    runs = run_cells(advice_dir / "probe", probe_words(profiled, request, gpu, covered), request)
-    ok = [r for r in runs if r.status == "ok"]
-    return Probes(frozenset(r.cell_dir for r in ok), frozenset(r.key for r in ok))
+    cells = probe_words(profiled, request, gpu, covered)
+    runs = run_cells(advice_dir / "probe", cells, request)
+    ok = [(words, r) for (_, words), r in zip(cells, runs, strict=True) if r.status == "ok"]
+    mps: dict[str, tuple[int, float, str]] = {}
+    for p in profiled:
+        if p.profile is None:
+            continue
+        for words, r in ok:
+            mode, degree = _word(words, "mode"), int(_word(words, "degree") or 0)
+            if (
+                words[: len(p.words)] == p.words
+                and mode_of(mode).sharing is Sharing.CONCURRENT
+                and r.samples_per_s
+                and degree > mps.get(p.profile.workload, (0, 0.0, ""))[0]
+            ):
+                mps[p.profile.workload] = (degree, r.samples_per_s, r.cell_dir)
+    return Probes(frozenset(r.cell_dir for _, r in ok), frozenset(r.key for _, r in ok), mps)
+
+
+def _word(words: tuple[str, ...], key: str) -> str:
+    """The value of the last ``key=value`` among ``words`` ("" if none)."""
+    return next((w.split("=", 1)[1] for w in reversed(words) if w.startswith(f"{key}=")), "")
 
 
 def scaled_common(common: tuple[str, ...], scale: int) -> tuple[str, ...]:

@@ -68,6 +68,7 @@ __all__ = [
     "Prediction",
     "Slot",
     "baseline_share",
+    "calibrate_mps",
     "job_rates",
     "max_degree",
     "memory_need",
@@ -94,7 +95,9 @@ ASSUMPTIONS = (
     "is bound by its tightest resource, and the jobs sharing a resource slow down in proportion",
     "mps past saturation: each client loses 1 / (1 + thrash x DRAM activity x (offered SM activity / C - 1)) "
     "(thrash fitted; the many-clients limit seen on an H200); a workload with over 1.5x the DRAM activity of "
-    "those the fit saw past saturation is extrapolated there (marked *, its interval widened)",
+    "those the fit saw past saturation is extrapolated there (marked *, its interval widened); where the advice "
+    "measured the workload under MPS at a high degree (its probe), each client's rate past saturation is "
+    "also scaled by (offered SM activity / capacity) ^ e, e set so that the probe's aggregate is met",
     "samples per unit of SM activity stay as alone; power is linear in SM activity (slope fitted); "
     "energy per sample = predicted power / predicted throughput",
     "memory: each job's measured memory (NVML per process, or PyTorch's reserved peak + the GPU model's "
@@ -300,7 +303,53 @@ def _rates(c: Candidate, gpu: Gpu, params: Params) -> _Rates:
     rates.hard([(j.pcie_rx_bytes_s or 0.0) for j in jobs], gpu.pcie_bytes_s, "PCIe")
     if sharing is Sharing.CONCURRENT:  # a loss on top of whatever binds (the CPU, PCIe): applied last
         _thrash(rates, jobs, sm_capacity(p.capacity, jobs), params.mps_thrash)
+        _past_saturation(rates, jobs, sm_capacity(p.capacity, jobs))
     return rates
+
+
+# A probe calibrates the course past saturation only where its SMs were offered at least this many
+# times what they serve (closer to saturation the exponent is a ratio of two small numbers), and the
+# exponent stays within +-PAST_LIMIT (the corpus's eight models: -0.13 to +0.15).
+PAST_MIN_LOAD = 1.5
+PAST_LIMIT = 1.0
+
+
+def _load(jobs: tuple[Profile, ...], capacity: float) -> float:
+    """The SM activity the jobs offer over what the SMs serve (as :func:`_thrash` counts it; 1 = saturated)."""
+    return sum(min(j.sm_active, 0.98 * capacity) for j in jobs) / capacity if capacity > 0 else 0.0
+
+
+def _past_saturation(rates: _Rates, jobs: tuple[Profile, ...], capacity: float) -> None:
+    """MPS past saturation as the workload's own probe measured it (:func:`calibrate_mps`): each job
+    with ``mps_past`` runs at its rate times load ** mps_past, where the load (offered SM activity over
+    capacity) exceeds 1; a job's rate never exceeds its solo's. The corpus (one H200, x7 -> x16): the
+    aggregate fell 11% for resnet26 and rose 13-22% for mobilenetv3 and convnext_atto, which no term of
+    the solo profile told apart (DRAM activity, SM occupancy: docs/measurements.md)."""
+    if len(jobs) < 2 or not any(j.mps_past for j in jobs):
+        return
+    load = _load(jobs, capacity)
+    if load <= 1.0:
+        return
+    for i, j in enumerate(jobs):
+        if j.mps_past:
+            rates.ratio[i] = min(1.0, rates.ratio[i] * load**j.mps_past)
+
+
+def calibrate_mps(profile: Profile, degree: int, measured: float, gpu: Gpu, params: Params) -> Profile:
+    """The profile with its own course past MPS saturation, from one measured cell of ``degree`` of its
+    jobs under MPS (``measured`` samples/s, the aggregate): the exponent that makes the model's
+    aggregate there the measured one (:func:`_past_saturation`). Unchanged where that cell's SMs were
+    not past ``PAST_MIN_LOAD`` times their capacity (before saturation the fit already rests on the
+    solo) or nothing was measured."""
+    base = dataclasses.replace(profile, mps_past=None, mps_probe=None)
+    c = Candidate("mps", (base,) * degree, (Slot(),) * degree)
+    load = _load(c.jobs, sm_capacity(params.mode("mps").capacity, c.jobs))
+    predicted = sum(job_rates(c, gpu, params))
+    if degree < 2 or load < PAST_MIN_LOAD or predicted <= 0 or not measured or measured <= 0:
+        return base
+    exponent = math.log(measured / predicted) / math.log(load)
+    bounded = max(-PAST_LIMIT, min(PAST_LIMIT, exponent))
+    return dataclasses.replace(base, mps_past=bounded, mps_probe=(degree, measured))
 
 
 def job_rates(c: Candidate, gpu: Gpu, params: Params) -> tuple[float, ...]:
@@ -333,8 +382,13 @@ def baseline_share(c: Candidate, gpu: Gpu, params: Params) -> float:
     if c.degree < 2:
         return 1.0
 
+    def faster(p: Profile, f: float) -> Profile:
+        # A probe's measurement stays what it was: the course past saturation is fitted to it again.
+        q = _as_if_faster(p, f)
+        return q if p.mps_probe is None else calibrate_mps(q, *p.mps_probe, gpu, params)
+
     def total(f: float) -> float:
-        return sum(job_rates(dataclasses.replace(c, jobs=tuple(_as_if_faster(p, f) for p in c.jobs)), gpu, params))
+        return sum(job_rates(dataclasses.replace(c, jobs=tuple(faster(p, f) for p in c.jobs)), gpu, params))
 
     low, high = total(1 / 1.05), total(1.05)
     if low <= 0 or high <= 0:

@@ -108,6 +108,11 @@ class Profile:
     # where a resource saturates rests on it, not on the rate (model.baseline_share).
     run_activity: tuple[float, ...] = ()
     activity_rel_hw: float | None = None
+    # Under MPS past saturation, the workload's own course, measured by one probe cell at a high degree
+    # (``model.calibrate_mps``): each client's rate times (offered SM activity / capacity) ** this.
+    # None: no probe (the fitted model alone, its thrash term included).
+    mps_past: float | None = None
+    mps_probe: tuple[int, float] | None = None  # the probe: its degree and measured aggregate samples/s
 
     @property
     def runs(self) -> tuple[float, ...]:

@@ -15,15 +15,15 @@ from __future__ import annotations
 import os
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from raycolloc.advise.corpus import is_corpus, load_corpus
 from raycolloc.advise.fit import fit
-from raycolloc.advise.model import ASSUMPTIONS, Params, Prediction, predict
+from raycolloc.advise.model import ASSUMPTIONS, Params, Prediction, calibrate_mps, predict
 from raycolloc.advise.observe import Observation, by_configuration, observations_in
 from raycolloc.advise.profile import Profile, gpu_costs_in, profiles_in
-from raycolloc.mode_kinds import mode_of
+from raycolloc.mode_kinds import Sharing, mode_of
 from raycolloc.node.gpu.kinds import recorded_traits
 
 __all__ = ["BOTH", "CellCheck", "Metric", "Targets", "Validation", "format_validation", "validate"]
@@ -179,6 +179,7 @@ def validate(
     fit_paths: Sequence[str | Path] = (),
     cores: int | None = None,
     targets: Targets = Targets(),
+    calibrate: bool = True,
 ) -> Validation:
     """Predict every describable cell of the sweeps at ``paths`` and compare (see the module docstring).
 
@@ -187,7 +188,9 @@ def validate(
     """
     from analysis.load import load_sweeps
 
-    data = load_corpus(paths[0]) if len(paths) == 1 and is_corpus(paths[0]) else load_sweeps(list(paths))
+    # A corpus with its later passes: each configuration graded by the median of all its runs, its
+    # interval over them (the day-to-day spread of the host is part of what was measured).
+    data = load_corpus(paths[0], passes=True) if len(paths) == 1 and is_corpus(paths[0]) else load_sweeps(list(paths))
     extra = load_sweeps(list(fit_paths)) if fit_paths else None
     costs = gpu_costs_in(data.cells, data.jobs)
     profiles = profiles_in(data.cells, data.jobs, data.epochs, data.telemetry, costs)
@@ -195,25 +198,30 @@ def validate(
     backends = set(data.cells["backend"].dropna())
     if cores is None and backends and all(recorded_traits(b).trains_on_cpu for b in backends):
         cores = len(os.sched_getaffinity(0))
-    checked = observations_in(data.cells, data.jobs, profiles, costs, cores)
-    fit_on = list(checked)
+    measured = observations_in(data.cells, data.jobs, profiles, costs, cores)
+    fit_on = list(measured)
+    # As the advisor measures by default: each workload's solo and one MPS probe at its largest degree
+    # measured, which calibrates its course past saturation and, like the solo, is input, not graded.
+    probes = mps_probes(by_configuration(measured)) if calibrate else {}
+    checked = [replace(o, profile_cell=True) if _probe_of(o, probes) else o for o in measured]
     if extra is not None:
         extra_costs = gpu_costs_in(extra.cells, extra.jobs)
         extra_profiles = profiles_in(extra.cells, extra.jobs, extra.epochs, extra.telemetry, extra_costs)
         fit_on += observations_in(extra.cells, extra.jobs, extra_profiles, extra_costs, cores)
     by_workloads: dict[tuple[frozenset[str], str], Params] = {}
-    checks = []
-    for o in checked:
+    calibrated: dict[tuple[object, ...], Profile] = {}
+
+    def check(o: Observation) -> CellCheck:
         key = (o.workloads, o.gpu.name)
         if key not in by_workloads:
             by_workloads[key] = fit(fit_on, exclude=o.workloads, gpu_name=o.gpu.name)
-        checks.append(_check(o, by_workloads[key]))
+        return _check(_with_probes(o, probes, by_workloads[key], calibrated), by_workloads[key])
+
+    checks = [check(o) for o in checked]
     scored = [c for c in checks if not c.profile_cell]
     # The targets judge each configuration by the median of its runs (the sweep's default headline
     # statistic); run by run, the same errors are listed too (a run's own noise is in them).
-    configs = [
-        _check(o, by_workloads[(o.workloads, o.gpu.name)]) for o in by_configuration(checked) if not o.profile_cell
-    ]
+    configs = [check(o) for o in by_configuration(checked) if not o.profile_cell]
     throughput = [c.throughput_error for c in configs if c.throughput_error is not None]
     tight = [c.throughput_error for c in configs if c.throughput_error is not None and c.tight]
     both = [c.throughput_error for c in configs if c.throughput_error is not None and c.tight_both]
@@ -224,7 +232,7 @@ def validate(
     # Listed apart (no target): where the fit had evidence, and where the advice marks its rows `*`.
     inside = [c.throughput_error for c in configs if c.throughput_error is not None and not c.predicted.extrapolated]
     beyond = [c.throughput_error for c in configs if c.throughput_error is not None and c.predicted.extrapolated]
-    metrics = (
+    metrics: tuple[Metric, ...] = (
         _metric(f"throughput, measured ±{TIGHT_REL:.0%}", tight, targets.throughput_median),
         _metric(f"throughput, measured ±{TIGHT_REL:.0%}", tight, targets.throughput_max, of="max"),
         _metric(f"{BOTH}", both, targets.throughput_median),
@@ -237,6 +245,17 @@ def validate(
         _metric("memory (expected vs used)", memory),
         _metric("energy per sample", energy),
     )
+    if probes:
+        # The same configurations from the solo alone (no probe: the fitted model's course past
+        # saturation), for comparison; no target.
+        solo_only = [
+            c.throughput_error
+            for o in by_configuration(checked)
+            if not o.profile_cell
+            for c in [_check(o, by_workloads[(o.workloads, o.gpu.name)])]
+            if c.throughput_error is not None and c.tight
+        ]
+        metrics += (_metric(f"throughput, measured ±{TIGHT_REL:.0%}, no probe", solo_only),)
     unsafe = tuple(c.label for c in checks if c.unsafe_fit)
     return Validation(
         sweeps=data.sweeps,
@@ -249,6 +268,61 @@ def validate(
         per_workload=_per_workload(configs),
         interval_coverage=_coverage(configs),
     )
+
+
+# (workload, GPU model) -> (degree, measured samples/s) of its MPS probe
+Probes = dict[tuple[str, str], tuple[int, float]]
+
+
+def mps_probes(configurations: list[Observation]) -> Probes:
+    """Each workload's MPS probe as the advisor's default plan measures it: its uniform MPS
+    configuration of the largest degree measured ok (no thread limit), the median of every sweep's
+    measurement of it."""
+    found: dict[tuple[str, str], dict[int, list[float]]] = {}
+    for o in configurations:
+        c = o.candidate
+        if (
+            o.status == "ok"
+            and c.uniform
+            and c.degree > 1
+            and mode_of(c.mode).sharing is Sharing.CONCURRENT
+            and c.active_thread_percentage is None
+            and o.agg_samples_per_s
+        ):
+            found.setdefault((c.jobs[0].workload, o.gpu.name), {}).setdefault(c.degree, []).append(o.agg_samples_per_s)
+    return {key: (top, statistics.median(by[top])) for key, by in found.items() for top in [max(by)]}
+
+
+def _probe_of(o: Observation, probes: Probes) -> bool:
+    """Whether the observation is of a workload's probe configuration (in any sweep)."""
+    c = o.candidate
+    probe = probes.get((c.jobs[0].workload, o.gpu.name)) if c.uniform else None
+    return (
+        probe is not None
+        and c.degree == probe[0]
+        and mode_of(c.mode).sharing is Sharing.CONCURRENT
+        and c.active_thread_percentage is None
+    )
+
+
+def _with_probes(
+    o: Observation, probes: Probes, params: Params, cache: dict[tuple[object, ...], Profile]
+) -> Observation:
+    """The observation with each job's profile calibrated by its workload's probe (:func:`calibrate_mps`)
+    under the parameters of this fold."""
+    if not probes:
+        return o
+    jobs = []
+    for p in o.candidate.jobs:
+        probe = probes.get((p.workload, o.gpu.name))
+        if probe is None:
+            jobs.append(p)
+            continue
+        key = (id(params), p, o.gpu)
+        if key not in cache:
+            cache[key] = calibrate_mps(p, probe[0], probe[1], o.gpu, params)
+        jobs.append(cache[key])
+    return replace(o, candidate=replace(o.candidate, jobs=tuple(jobs)))
 
 
 def _coverage(configs: list[CellCheck]) -> tuple[int, int]:
