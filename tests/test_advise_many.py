@@ -409,6 +409,12 @@ def test_a_candidate_whose_interval_lies_below_the_bests_is_not_confirmed() -> N
     assert [q.label for q in contenders([x16, bare])] == ["w mps x16", "w mps x7"]
     assert [q.label for q in contenders([x16, x7], keep=frozenset({"w mps x7"}))] == ["w mps x16", "w mps x7"]
     assert contenders([]) == []
+    # A probe measured x16 above x14's predicted 95% upper bound: x14 is ruled out by the measurement
+    # (and a probe's own label stays a contender whatever it measured).
+    x14 = dataclasses.replace(x14, agg_interval=Interval(50_000.0, 42_000.0, 60_000.0, 14, "fit+profile"))
+    assert [q.label for q in contenders([x16, x14])] == ["w mps x16", "w mps x14"]
+    assert [q.label for q in contenders([x16, x14], measured={"w mps x16": 61_000.0})] == ["w mps x16"]
+    assert [q.label for q in contenders([x16, x14], measured={"w mps x16": 59_000.0})] == ["w mps x16", "w mps x14"]
     ran: list[str] = []
 
     def measure(batch: list[Prediction], scale: int) -> dict[str, tuple[float | None, str, bool]]:

@@ -176,7 +176,7 @@ def _measured_advice(args: argparse.Namespace, request: Request) -> tuple[Advice
     keep = probes.fitted(covered)
     advice = advise(profiled, request, fit_dirs, out_dir, cores, keep=keep, calibration=probes.calibration())
     if request.confirm:
-        advice = confirm_rankings(advice, profiled, request, advice_dir, probes.labels)
+        advice = confirm_rankings(advice, profiled, request, advice_dir, probes.labels, probes.rates)
     return advice, profiled, advice_dir
 
 

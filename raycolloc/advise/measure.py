@@ -152,6 +152,7 @@ class Probes(NamedTuple):
     dirs: frozenset[str]
     labels: frozenset[str]
     mps: Mapping[str, tuple[int, float, str]] = {}
+    rates: Mapping[str, float] = {}  # each probe's measured samples/s, by label
 
     def fitted(self, covered: Mapping[str, int] | None) -> frozenset[str]:
         """The probe cells the fit keeps: all, but an MPS calibration probe at a degree the fit's other
@@ -187,7 +188,8 @@ def run_probes(
                 and degree > mps.get(p.profile.workload, (0, 0.0, ""))[0]
             ):
                 mps[p.profile.workload] = (degree, r.samples_per_s, r.cell_dir)
-    return Probes(frozenset(r.cell_dir for _, r in ok), frozenset(r.key for _, r in ok), mps)
+    rates = {r.key: r.samples_per_s for _, r in ok if r.samples_per_s}
+    return Probes(frozenset(r.cell_dir for _, r in ok), frozenset(r.key for _, r in ok), mps, rates)
 
 
 def _word(words: tuple[str, ...], key: str) -> str:
@@ -216,7 +218,12 @@ def _words(p: Prediction, profiled: list[Profiled]) -> tuple[str, ...]:
 
 
 def _confirm(
-    r: Ranking, profiled: list[Profiled], request: Request, advice_dir: Path, probed: frozenset[str]
+    r: Ranking,
+    profiled: list[Profiled],
+    request: Request,
+    advice_dir: Path,
+    probed: frozenset[str],
+    known: Mapping[str, float],
 ) -> Ranking:
     if r.mix:
         return dataclasses.replace(r, confirm_note="a mix is not confirmed (its cells are in sweep.txt)")
@@ -229,7 +236,7 @@ def _confirm(
         runs = run_cells(advice_dir / f"confirm-x{scale}", cells, scaled)
         return {x.key: (x.samples_per_s, x.cell_dir, x.reused) for x in runs}
 
-    h = confirm(candidates, request.confirm_k, request.confirm_budget_s, UNIT_S, measure, free=probed)
+    h = confirm(candidates, request.confirm_k, request.confirm_budget_s, UNIT_S, measure, free=probed, known=known)
     note = f"{h.stopped}; {len(h.measured)} measurement(s) in {h.spent_s:.0f} s of {request.confirm_budget_s:g} s"
     return dataclasses.replace(r, confirmed=h.pick, measured=h.measured, confirm_note=note)
 
@@ -240,8 +247,10 @@ def confirm_rankings(
     request: Request,
     advice_dir: Path,
     probed: frozenset[str] = frozenset(),
+    known: Mapping[str, float] | None = None,
 ) -> Advice:
     """The advice with each workload's top candidates measured by successive halving; the configurations
-    probed (``probed``: their labels) join its first rung at no cost (their cells are reused)."""
-    rankings = tuple(_confirm(r, profiled, request, advice_dir, probed) for r in advice.rankings)
+    probed (``probed``: their labels; ``known``: what they measured) join its first rung at no cost
+    (their cells are reused), and a candidate predicted below what a probe measured is not a contender."""
+    rankings = tuple(_confirm(r, profiled, request, advice_dir, probed, known or {}) for r in advice.rankings)
     return dataclasses.replace(advice, rankings=rankings)
