@@ -13,17 +13,15 @@ from pathlib import Path
 import pytest
 
 from raycolloc.advise.fit import fit
+from raycolloc.advise.memory import MPS_MAX_CLIENTS, max_degree, memory_need
 from raycolloc.advise.model import (
     DEFAULT_PARAMS,
-    MPS_MAX_CLIENTS,
     Candidate,
     Gpu,
     ModeParams,
     Params,
     Slot,
     baseline_share,
-    max_degree,
-    memory_need,
     predict,
     sm_capacity,
 )

@@ -64,8 +64,8 @@ SKIPPED = {
     "raycolloc doctor --fix": "stops what other runs left on this machine (the suite's own MPS daemons among them); "
     "`python -m raycolloc.doctor` runs above",
     "python -m raycolloc.advise --validate corpus --out /tmp/validation.json": "docs/advise.md's grade on the "
-    "committed corpus, run from the repository's root; it exits 1 while the issue's max target is missed "
-    "(tests/test_advise_corpus.py runs it and holds its errors)",
+    "committed corpus, run from the repository's root (tests/test_advise_corpus.py runs the same validation "
+    "and holds its errors)",
     # Needs what a test machine has not.
     "python -m analysis.export_mlflow results/multirun/<date>/<time> --tracking-uri http://mlflow:5000": (
         "needs a live MLflow server at http://mlflow:5000 (tests/test_export_mlflow.py exports to local stores)"

@@ -126,7 +126,7 @@ def _validate(args: argparse.Namespace) -> int:
 def _advise(args: argparse.Namespace) -> int:
     from raycolloc.advise.advice import format_advice, gpu_time, write_json
     from raycolloc.advise.emit import emit_sweep
-    from raycolloc.advise.model import MPS_MAX_CLIENTS
+    from raycolloc.advise.memory import MPS_MAX_CLIENTS
     from raycolloc.advise.rank import DEFAULT_DEGREES
     from raycolloc.advise.run import parse_request
     from raycolloc.driver.kept_lanes import lanes_kept

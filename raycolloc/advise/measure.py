@@ -13,7 +13,8 @@ from typing import NamedTuple
 
 from raycolloc.advise.advice import Advice, with_history
 from raycolloc.advise.confirm import confirm
-from raycolloc.advise.model import Candidate, Gpu, Params, Prediction, Slot, max_degree
+from raycolloc.advise.memory import max_degree
+from raycolloc.advise.model import Candidate, Gpu, Params, Prediction, Slot
 from raycolloc.advise.profile import Profile, combine, profile_key
 from raycolloc.advise.rank import Ranking
 from raycolloc.advise.run import Profiled, Request, profile_in, run_cells

@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from raycolloc.advise.model import Candidate, Gpu, Params, Prediction, Slot, max_degree, predict
+from raycolloc.advise.memory import max_degree
+from raycolloc.advise.model import Candidate, Gpu, Params, Prediction, Slot, predict
 from raycolloc.advise.profile import Profile
 from raycolloc.advise.shapes import Measurement
 from raycolloc.advise.slots import equal_share, mig_slots, mps_slots

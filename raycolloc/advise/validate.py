@@ -20,10 +20,11 @@ from pathlib import Path
 
 from raycolloc.advise.corpus import is_corpus, load_corpus
 from raycolloc.advise.fit import fit
-from raycolloc.advise.model import ASSUMPTIONS, Params, Prediction, calibrate_mps, predict
+from raycolloc.advise.model import ASSUMPTIONS, Params, Prediction, predict
 from raycolloc.advise.observe import Observation, by_configuration, observations_in
 from raycolloc.advise.profile import Profile, gpu_costs_in, profiles_in
-from raycolloc.mode_kinds import Sharing, mode_of
+from raycolloc.advise.validate_probes import mps_probes, probe_of, with_probes
+from raycolloc.mode_kinds import mode_of
 from raycolloc.node.gpu.kinds import recorded_traits
 
 __all__ = ["BOTH", "CellCheck", "Metric", "Targets", "Validation", "format_validation", "validate"]
@@ -203,7 +204,7 @@ def validate(
     # As the advisor measures by default: each workload's solo and one MPS probe at its largest degree
     # measured, which calibrates its course past saturation and, like the solo, is input, not graded.
     probes = mps_probes(by_configuration(measured)) if calibrate else {}
-    checked = [replace(o, profile_cell=True) if _probe_of(o, probes) else o for o in measured]
+    checked = [replace(o, profile_cell=True) if probe_of(o, probes) else o for o in measured]
     if extra is not None:
         extra_costs = gpu_costs_in(extra.cells, extra.jobs)
         extra_profiles = profiles_in(extra.cells, extra.jobs, extra.epochs, extra.telemetry, extra_costs)
@@ -215,7 +216,7 @@ def validate(
         key = (o.workloads, o.gpu.name)
         if key not in by_workloads:
             by_workloads[key] = fit(fit_on, exclude=o.workloads, gpu_name=o.gpu.name)
-        return _check(_with_probes(o, probes, by_workloads[key], calibrated), by_workloads[key])
+        return _check(with_probes(o, probes, by_workloads[key], calibrated), by_workloads[key])
 
     checks = [check(o) for o in checked]
     scored = [c for c in checks if not c.profile_cell]
@@ -268,61 +269,6 @@ def validate(
         per_workload=_per_workload(configs),
         interval_coverage=_coverage(configs),
     )
-
-
-# (workload, GPU model) -> (degree, measured samples/s) of its MPS probe
-Probes = dict[tuple[str, str], tuple[int, float]]
-
-
-def mps_probes(configurations: list[Observation]) -> Probes:
-    """Each workload's MPS probe as the advisor's default plan measures it: its uniform MPS
-    configuration of the largest degree measured ok (no thread limit), the median of every sweep's
-    measurement of it."""
-    found: dict[tuple[str, str], dict[int, list[float]]] = {}
-    for o in configurations:
-        c = o.candidate
-        if (
-            o.status == "ok"
-            and c.uniform
-            and c.degree > 1
-            and mode_of(c.mode).sharing is Sharing.CONCURRENT
-            and c.active_thread_percentage is None
-            and o.agg_samples_per_s
-        ):
-            found.setdefault((c.jobs[0].workload, o.gpu.name), {}).setdefault(c.degree, []).append(o.agg_samples_per_s)
-    return {key: (top, statistics.median(by[top])) for key, by in found.items() for top in [max(by)]}
-
-
-def _probe_of(o: Observation, probes: Probes) -> bool:
-    """Whether the observation is of a workload's probe configuration (in any sweep)."""
-    c = o.candidate
-    probe = probes.get((c.jobs[0].workload, o.gpu.name)) if c.uniform else None
-    return (
-        probe is not None
-        and c.degree == probe[0]
-        and mode_of(c.mode).sharing is Sharing.CONCURRENT
-        and c.active_thread_percentage is None
-    )
-
-
-def _with_probes(
-    o: Observation, probes: Probes, params: Params, cache: dict[tuple[object, ...], Profile]
-) -> Observation:
-    """The observation with each job's profile calibrated by its workload's probe (:func:`calibrate_mps`)
-    under the parameters of this fold."""
-    if not probes:
-        return o
-    jobs = []
-    for p in o.candidate.jobs:
-        probe = probes.get((p.workload, o.gpu.name))
-        if probe is None:
-            jobs.append(p)
-            continue
-        key = (id(params), p, o.gpu)
-        if key not in cache:
-            cache[key] = calibrate_mps(p, probe[0], probe[1], o.gpu, params)
-        jobs.append(cache[key])
-    return replace(o, candidate=replace(o.candidate, jobs=tuple(jobs)))
 
 
 def _coverage(configs: list[CellCheck]) -> tuple[int, int]:

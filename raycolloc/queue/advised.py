@@ -1,7 +1,7 @@
 """The ``raycolloc`` policy: placements the advisor's model predicts are safe and worth it.
 
 A job may join a GPU only where the advisor predicts that its memory fits with the advisor's safety
-margin (each job's estimate + 8%, the MPS server, headroom: :func:`raycolloc.advise.model.memory_need`)
+margin (each job's estimate + 8%, the MPS server, headroom: :func:`raycolloc.advise.memory.memory_need`)
 and that every job on it, the newcomer included, stays within its slowdown bound with
 ``queue.slowdown_margin`` to spare (the predicted slowdown times 1 + the margin: on H200s, two
 saturating jobs time-sliced ran 12% slower than the model said). A busy GPU is taken only where the
@@ -33,7 +33,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from raycolloc.advise.model import Candidate, Gpu, Slot, memory_need
+from raycolloc.advise.memory import memory_need
+from raycolloc.advise.model import Candidate, Gpu, Slot
 from raycolloc.advise.profile import Profile
 from raycolloc.config_groups import QueueConfig
 from raycolloc.queue.policy import Decision, GpuView, Placement, Predictor, QueuedJob, register_policy

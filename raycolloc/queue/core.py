@@ -13,7 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from raycolloc.advise.model import MEM_HEADROOM_MIB, MEM_MARGIN, MPS_SERVER_MIB, Gpu
+from raycolloc.advise.memory import MEM_HEADROOM_MIB, MEM_MARGIN, MPS_SERVER_MIB
+from raycolloc.advise.model import Gpu
 from raycolloc.advise.profile import Profile
 from raycolloc.config_groups import QueueConfig
 from raycolloc.queue.policy import GpuView, Policy, QueuedJob

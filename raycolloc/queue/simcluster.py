@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from raycolloc.advise.model import MPS_SERVER_MIB, Gpu
+from raycolloc.advise.memory import MPS_SERVER_MIB
+from raycolloc.advise.model import Gpu
 from raycolloc.advise.profile import Profile
 from raycolloc.config_groups import QueueConfig
 from raycolloc.mode_kinds import mode_of
