@@ -48,6 +48,11 @@ def test_the_calibrated_model_meets_the_probe_and_leaves_what_is_below_saturatio
     if factor != 1.0:
         moved = [abs(_agg(cal, d) / _agg(SMALL, d) - 1.0) for d in (7, 14, 16)]
         assert 0 < moved[0] < moved[1] < moved[2]
+    # An MPS thread limit is its own ceiling (no probe measured that course): not touched either.
+    limited = Candidate("mps", (cal,) * 7, (Slot(sm_fraction=1 / 7),) * 7, active_thread_percentage=(14,) * 7)
+    assert predict(limited, H200, TRUTH).agg_samples_per_s == pytest.approx(
+        predict(dataclasses.replace(limited, jobs=(SMALL,) * 7), H200, TRUTH).agg_samples_per_s
+    )
     # Naive cells are not touched: the calibration is of MPS's concurrent kernels.
     naive = Candidate("naive", (cal,) * 7, (Slot(),) * 7)
     assert predict(naive, H200, TRUTH).agg_samples_per_s == pytest.approx(
@@ -63,6 +68,7 @@ def test_a_probe_short_of_saturation_calibrates_nothing_and_the_exponent_is_boun
     wild = calibrate_mps(SMALL, 16, 1000 * _agg(SMALL, 16), H200, TRUTH)
     assert wild.mps_past == PAST_LIMIT
     assert calibrate_mps(SMALL, 16, 0.0, H200, TRUTH).mps_past is None  # nothing measured
+    assert calibrate_mps(SMALL, 1, 9_999.0, H200, TRUTH).mps_past is None  # alone: no company to calibrate
 
 
 def test_near_the_probe_the_solos_noise_barely_moves_the_prediction() -> None:
@@ -94,3 +100,42 @@ def test_the_advice_prints_the_calibration_it_made() -> None:
     text = format_advice(Advice(gpu=H200, params=TRUTH, profiles=(cal,), not_profiled={}, rankings=(), fit_sweeps=()))
     assert f"past MPS saturation as its mps x16 probe measured ({0.8 * _agg(SMALL, 16):,.0f} samples/s)" in text
     assert f"exponent {cal.mps_past:+.2f}" in text
+
+
+def test_the_validations_probes_are_each_workloads_and_settings_own() -> None:
+    """One workload at two batch sizes: each setting's largest MPS degree is its own probe, and a profile
+    is calibrated by its own setting's probe, never by the other's."""
+    from raycolloc.advise.observe import Observation
+    from raycolloc.advise.validate_probes import mps_probes, probe_of, with_probes
+
+    small64 = dataclasses.replace(SMALL, settings="batch_size=64")
+
+    def obs(p: object, degree: int, rate: float) -> Observation:
+        c = Candidate("mps", (p,) * degree, (Slot(),) * degree)  # type: ignore[arg-type]
+        return Observation(
+            "s",
+            f"c{degree}{rate}",
+            c.label,
+            "ok",
+            c,
+            H200,
+            (rate / degree,) * degree,
+            rate,
+            None,
+            None,
+            None,
+            None,
+            False,
+        )
+
+    seen = [obs(SMALL, 7, 40_000.0), obs(SMALL, 16, 50_000.0), obs(small64, 14, 30_000.0), obs(small64, 7, 29_000.0)]
+    probes = mps_probes(seen)
+    assert probes == {
+        ("small", SMALL.settings, H200.name): (16, 50_000.0),
+        ("small", "batch_size=64", H200.name): (14, 30_000.0),
+    }
+    assert [probe_of(o, probes) for o in seen] == [False, True, True, False]
+    cache: dict[tuple[object, ...], object] = {}
+    (p128,) = set(with_probes(seen[0], probes, TRUTH, cache).candidate.jobs)  # type: ignore[arg-type]
+    (p64,) = set(with_probes(seen[3], probes, TRUTH, cache).candidate.jobs)  # type: ignore[arg-type]
+    assert p128.mps_probe == (16, 50_000.0) and p64.mps_probe == (14, 30_000.0)

@@ -243,7 +243,7 @@ def _rates(c: Candidate, gpu: Gpu, params: Params) -> _Rates:
     rates.hard([(j.pcie_rx_bytes_s or 0.0) for j in jobs], gpu.pcie_bytes_s, "PCIe")
     if sharing is Sharing.CONCURRENT:  # a loss on top of whatever binds (the CPU, PCIe): applied last
         _thrash(rates, jobs, sm_capacity(p.capacity, jobs), params.mps_thrash)
-        _past_saturation(rates, jobs, sm_capacity(p.capacity, jobs))
+        _past_saturation(rates, jobs, c.slots, sm_capacity(p.capacity, jobs))
     return rates
 
 
@@ -259,14 +259,14 @@ def _load(jobs: tuple[Profile, ...], capacity: float) -> float:
     return sum(min(j.sm_active, 0.98 * capacity) for j in jobs) / capacity if capacity > 0 else 0.0
 
 
-def _past_saturation(rates: _Rates, jobs: tuple[Profile, ...], capacity: float) -> None:
+def _past_saturation(rates: _Rates, jobs: tuple[Profile, ...], slots: tuple[Slot, ...], capacity: float) -> None:
     """MPS past saturation as the workload's own probe measured it (:func:`calibrate_mps`): each job
     with ``mps_past`` runs at its rate times load ** mps_past, where the load (offered SM activity over
     capacity) exceeds 1; a job's rate never exceeds its solo's. The corpus (one H200, x7 -> x16): the
     aggregate fell 11% for resnet26 and rose 13-22% for mobilenetv3 and convnext_atto, which no term of
     the solo profile told apart (DRAM activity, SM occupancy: docs/measurements.md)."""
-    if len(jobs) < 2 or not any(j.mps_past for j in jobs):
-        return
+    if len(jobs) < 2 or not any(j.mps_past for j in jobs) or any(s.sm_fraction < 1.0 for s in slots):
+        return  # (a thread limit's SM share is its own ceiling: no probe measured that course)
     load = _load(jobs, capacity)
     if load <= 1.0:
         return
@@ -282,10 +282,12 @@ def calibrate_mps(profile: Profile, degree: int, measured: float, gpu: Gpu, para
     not past ``PAST_MIN_LOAD`` times their capacity (before saturation the fit already rests on the
     solo) or nothing was measured."""
     base = dataclasses.replace(profile, mps_past=None, mps_probe=None)
+    if degree < 2 or not measured or measured <= 0:
+        return base
     c = Candidate("mps", (base,) * degree, (Slot(),) * degree)
     load = _load(c.jobs, sm_capacity(params.mode("mps").capacity, c.jobs))
     predicted = sum(job_rates(c, gpu, params))
-    if degree < 2 or load < PAST_MIN_LOAD or predicted <= 0 or not measured or measured <= 0:
+    if load < PAST_MIN_LOAD or predicted <= 0:
         return base
     exponent = math.log(measured / predicted) / math.log(load)
     bounded = max(-PAST_LIMIT, min(PAST_LIMIT, exponent))
