@@ -45,9 +45,27 @@ PROFILE_RUNS = 3
 _EPOCH_KEYS = ("epoch_time_s", "epoch_samples")
 
 
+class _Probe(NamedTuple):
+    """One probe cell: the workload it probes, its mode and degree, its label (as the ranking labels
+    it) and the words it runs with."""
+
+    workload: str
+    mode: str
+    degree: int
+    label: str
+    words: tuple[str, ...]
+
+
 def probe_words(
     profiled: list[Profiled], request: Request, gpu: Gpu, covered: Mapping[str, int] | None = None
 ) -> list[tuple[str, tuple[str, ...]]]:
+    """The probe cells as ``(label, words)``: see :func:`_probes`."""
+    return [(c.label, c.words) for c in _probes(profiled, request, gpu, covered)]
+
+
+def _probes(
+    profiled: list[Profiled], request: Request, gpu: Gpu, covered: Mapping[str, int] | None = None
+) -> list[_Probe]:
     """The probe cells: each profiled workload in naive and MPS at ``probe_degrees`` (default: 8 and
     the largest degree the advice ranks), each capped at the largest that fits; degree 1 never. By
     default a degree the fit already covers in that mode (``covered``: the largest degree of the
@@ -77,7 +95,7 @@ def probe_words(
                 if d <= reach and d != always:
                     continue
                 label = Candidate(mode, (p.profile,) * d, (Slot(),) * d).label  # as the ranking labels it
-                out.append((label, (*p.words, f"mode={mode}", f"degree={d}")))
+                out.append(_Probe(p.profile.workload, mode, d, label, (*p.words, f"mode={mode}", f"degree={d}")))
     return list(dict.fromkeys(out))
 
 
@@ -173,29 +191,19 @@ def run_probes(
     profiled: list[Profiled], request: Request, gpu: Gpu, advice_dir: Path, covered: Mapping[str, int] | None = None
 ) -> Probes:
     """Run the probe cells (short: the profile's length)."""
-    cells = probe_words(profiled, request, gpu, covered)
-    runs = run_cells(advice_dir / "probe", cells, request)
-    ok = [(words, r) for (_, words), r in zip(cells, runs, strict=True) if r.status == "ok"]
+    cells = _probes(profiled, request, gpu, covered)
+    runs = run_cells(advice_dir / "probe", [(c.label, c.words) for c in cells], request)
+    ok = [(c, r) for c, r in zip(cells, runs, strict=True) if r.status == "ok"]
     mps: dict[str, tuple[int, float, str]] = {}
-    for p in profiled:
-        if p.profile is None:
-            continue
-        for words, r in ok:
-            mode, degree = _word(words, "mode"), int(_word(words, "degree") or 0)
-            if (
-                words[: len(p.words)] == p.words
-                and mode_of(mode).sharing is Sharing.CONCURRENT
-                and r.samples_per_s
-                and degree > mps.get(p.profile.workload, (0, 0.0, ""))[0]
-            ):
-                mps[p.profile.workload] = (degree, r.samples_per_s, r.cell_dir)
+    for c, r in ok:  # each workload's concurrent probe of the largest degree that measured a rate
+        if (
+            mode_of(c.mode).sharing is Sharing.CONCURRENT
+            and r.samples_per_s
+            and c.degree > mps.get(c.workload, (0,))[0]
+        ):
+            mps[c.workload] = (c.degree, r.samples_per_s, r.cell_dir)
     rates = {r.key: r.samples_per_s for _, r in ok if r.samples_per_s}
     return Probes(frozenset(r.cell_dir for _, r in ok), frozenset(r.key for _, r in ok), mps, rates)
-
-
-def _word(words: tuple[str, ...], key: str) -> str:
-    """The value of the last ``key=value`` among ``words`` ("" if none)."""
-    return next((w.split("=", 1)[1] for w in reversed(words) if w.startswith(f"{key}=")), "")
 
 
 def scaled_common(common: tuple[str, ...], scale: int) -> tuple[str, ...]:

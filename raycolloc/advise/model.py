@@ -186,7 +186,7 @@ def _thrash(rates: _Rates, jobs: tuple[Profile, ...], capacity: float, thrash: f
     DRAM activity x (offered SM activity / capacity - 1), after every other bound (it compounds)."""
     if len(jobs) < 2 or thrash <= 0:  # alone, a job is its profile
         return
-    offered = sum(min(j.sm_active, 0.98 * capacity) for j in jobs) / capacity - 1.0
+    offered = _load(jobs, capacity) - 1.0
     dram = sum(j.dram_active or 0.0 for j in jobs) / len(jobs)
     if thrash <= 0 or offered <= 0 or dram <= 0:
         return
@@ -242,8 +242,9 @@ def _rates(c: Candidate, gpu: Gpu, params: Params) -> _Rates:
         rates.hard([j.cpu_busy for j in jobs], cpu_pool, "CPU cores")
     rates.hard([(j.pcie_rx_bytes_s or 0.0) for j in jobs], gpu.pcie_bytes_s, "PCIe")
     if sharing is Sharing.CONCURRENT:  # a loss on top of whatever binds (the CPU, PCIe): applied last
-        _thrash(rates, jobs, sm_capacity(p.capacity, jobs), params.mps_thrash)
-        _past_saturation(rates, jobs, c.slots, sm_capacity(p.capacity, jobs))
+        sms = sm_capacity(p.capacity, jobs)
+        _thrash(rates, jobs, sms, params.mps_thrash)
+        _past_saturation(rates, jobs, c.slots, sms)
     return rates
 
 
@@ -255,7 +256,8 @@ PAST_LIMIT = 1.0
 
 
 def _load(jobs: tuple[Profile, ...], capacity: float) -> float:
-    """The SM activity the jobs offer over what the SMs serve (as :func:`_thrash` counts it; 1 = saturated)."""
+    """The SM activity the jobs offer over what the SMs serve (1 = saturated; a solo counts at most just
+    below capacity), as :func:`_thrash` and :func:`_past_saturation` count it."""
     return sum(min(j.sm_active, 0.98 * capacity) for j in jobs) / capacity if capacity > 0 else 0.0
 
 

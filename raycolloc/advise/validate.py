@@ -180,7 +180,6 @@ def validate(
     fit_paths: Sequence[str | Path] = (),
     cores: int | None = None,
     targets: Targets = Targets(),
-    calibrate: bool = True,
 ) -> Validation:
     """Predict every describable cell of the sweeps at ``paths`` and compare (see the module docstring).
 
@@ -203,7 +202,7 @@ def validate(
     fit_on = list(measured)
     # As the advisor measures by default: each workload's solo and one MPS probe at its largest degree
     # measured, which calibrates its course past saturation and, like the solo, is input, not graded.
-    probes = mps_probes(by_configuration(measured)) if calibrate else {}
+    probes = mps_probes(by_configuration(measured))
     checked = [replace(o, profile_cell=True) if probe_of(o, probes) else o for o in measured]
     if extra is not None:
         extra_costs = gpu_costs_in(extra.cells, extra.jobs)
@@ -222,7 +221,8 @@ def validate(
     scored = [c for c in checks if not c.profile_cell]
     # The targets judge each configuration by the median of its runs (the sweep's default headline
     # statistic); run by run, the same errors are listed too (a run's own noise is in them).
-    configs = [check(o) for o in by_configuration(checked) if not o.profile_cell]
+    graded = [o for o in by_configuration(checked) if not o.profile_cell]
+    configs = [check(o) for o in graded]
     throughput = [c.throughput_error for c in configs if c.throughput_error is not None]
     tight = [c.throughput_error for c in configs if c.throughput_error is not None and c.tight]
     both = [c.throughput_error for c in configs if c.throughput_error is not None and c.tight_both]
@@ -251,8 +251,7 @@ def validate(
         # saturation), for comparison; no target.
         solo_only = [
             c.throughput_error
-            for o in by_configuration(checked)
-            if not o.profile_cell
+            for o in graded
             for c in [_check(o, by_workloads[(o.workloads, o.gpu.name)])]
             if c.throughput_error is not None and c.tight
         ]
