@@ -36,6 +36,11 @@ from raycolloc.results.store import read_cell
 from .conftest import ROOT, load, run_cli, run_one, short_tmp, sweep_command
 
 _counter = itertools.count()
+# Where a test only needs jobs that run for a while (a time budget holds each epoch open for a fault to land
+# in), their steps sleep instead of computing (tests/sleepy_workload.py): a 5 s epoch of tiny_cnn keeps a
+# core busy for 5 s, on a 2-core machine whose suite is bound by its CPU.
+SLEEPY = ["workload=python", "workload.entry=tests.sleepy_workload:build", "workload.args={step_ms:10,busy_ms:1}"]
+SLEEPY_JOB = "sleepy_workload.build"
 
 
 def short_root(tag: str) -> Path:
@@ -210,8 +215,8 @@ def test_a_killed_trainer_actor_is_an_error_row(tmp_path: Path) -> None:
     # is up, lands in job 1's set-up or warm-up, and job 0 trains on to the end.
     _, outcome, t = _cell(
         tmp_path,
-        ["degree=2", "epoch_samples=1000000", "epoch_time_s=5", f"mode.pipe_root={root}"],
-        during=_kill_actor_when_up("raycolloc:{cell}/1-tiny_cnn", 4.0),
+        [*SLEEPY, "degree=2", "epoch_samples=1000000", "epoch_time_s=5", f"mode.pipe_root={root}"],
+        during=_kill_actor_when_up(f"raycolloc:{{cell}}/1-{SLEEPY_JOB}", 4.0),
     )
     jobs = t["jobs"].set_index("job_index")
     assert jobs.loc[1, "status"] == "error" and "died" in jobs.loc[1, "error"], jobs.loc[1, "error"]
@@ -228,14 +233,14 @@ def test_an_mps_daemon_killed_mid_cell_is_cleaned_and_the_next_cell_gets_a_new_o
         record = wait_for(lambda: next(root.glob("GPU-*/daemon.json"), None), 120, "the MPS daemon")
         pid = json.loads(record.read_text())["pid"]
         modes.append(record.parent.stat().st_mode & 0o777)  # owner-only: nobody else joins or steers it
-        wait_for(lambda: _actor(f"raycolloc:{spec.cell_id}/0-tiny_cnn"), 120, "the trainer")
+        wait_for(lambda: _actor(f"raycolloc:{spec.cell_id}/0-{SLEEPY_JOB}"), 120, "the trainer")
         time.sleep(2)
         os.kill(pid, signal.SIGKILL)
 
     modes: list[int] = []
     # Epochs of 5 s (a time budget): the kill, 2 s after the trainer is up, lands while the cell runs
     # (a 4096-sample cell once ended first on CI in the steward's test below, its daemon stopped).
-    words = ["degree=2", "epoch_samples=1000000", "epoch_time_s=5", "mode=mps", f"mode.pipe_root={root}"]
+    words = [*SLEEPY, "degree=2", "epoch_samples=1000000", "epoch_time_s=5", "mode=mps", f"mode.pipe_root={root}"]
     _, outcome, t = _cell(tmp_path, words, during=kill_daemon)
     assert modes == [0o700]
     assert len(t["cells"]) == 1 and outcome.status in ("ok", "partial", "error")
@@ -256,12 +261,12 @@ def test_a_killed_steward_leaves_a_daemon_the_next_steward_stops(tmp_path: Path)
         # At once, while the cell is surely running: a cell that ends first has its lane stop the
         # daemon (CI once lost that race with a 3 s pause and a 4096-sample cell).
         wait_for(lambda: next(root.glob("GPU-*/daemon.json"), None), 120, "the MPS daemon")
-        wait_for(lambda: _actor(f"raycolloc:{spec.cell_id}/0-tiny_cnn"), 120, "the trainer")
+        wait_for(lambda: _actor(f"raycolloc:{spec.cell_id}/0-{SLEEPY_JOB}"), 120, "the trainer")
         node = ray.get_runtime_context().get_node_id()
         ray.kill(ray.get_actor(steward_name(node, spec.config.cluster), namespace=NAMESPACE), no_restart=True)
 
     _, outcome, t = _cell(
-        tmp_path, ["degree=1", "epoch_samples=1000000", "epoch_time_s=4", "mode=mps", *own], during=kill_steward
+        tmp_path, [*SLEEPY, "degree=1", "epoch_samples=1000000", "epoch_time_s=4", "mode=mps", *own], during=kill_steward
     )
     assert len(t["cells"]) == 1  # the cell is a row, whatever its steward's death cost it
     assert "steward" in str(t["cells"].loc[0, "reason"]).lower() or outcome.status == "ok"
@@ -321,7 +326,7 @@ def test_driver_sigkill_then_rerun_stops_the_daemon_and_completes_each_cell_once
     root, out, env = short_root("kill"), tmp_path / "out", _env(tmp_path)
     args = [
         "-m",
-        "workload=tiny_cnn",
+        *SLEEPY,
         "cluster=local",
         "repeats=1",
         "degree=1,2",
@@ -378,7 +383,7 @@ def test_driver_sigint_releases_everything_and_a_rerun_completes(tmp_path: Path)
     # lands inside that cell however fast this machine trains.
     args = [
         "-m",
-        "workload=tiny_cnn",
+        *SLEEPY,
         "cluster=local",
         "degree=2",
         "mode=mps,mig",
@@ -399,7 +404,7 @@ def test_driver_sigint_releases_everything_and_a_rerun_completes(tmp_path: Path)
         _ray_gone(proc)
     output = (tmp_path / "first.log").read_text()
     assert "cancelling" in output, output[-3000:]
-    assert not list(out.rglob("tiny_cnn-mps-x2/cells.parquet"))  # the interrupted cell is not a result
+    assert not list(out.rglob(f"{SLEEPY_JOB}-mps-x2/cells.parquet"))  # the interrupted cell is not a result
     assert_clean(root, tmp_path / "sim")
     # Nothing is left to find, so the re-run may join the session's instance (its steward and GPUs).
     rerun = run_cli(args, cwd=ROOT, env=env, timeout=600)
@@ -416,7 +421,7 @@ def test_two_sweeps_on_one_output_run_each_cell_once(tmp_path: Path) -> None:
     sweep_dir = out / "multirun" / "same-second"
     args = [
         "-m",
-        "workload=tiny_cnn",
+        *SLEEPY,
         "cluster=local",
         "repeats=1",
         "degree=1,2",
