@@ -332,7 +332,9 @@ def test_the_default_plan_spends_less_gpu_time_than_before(tmp_path: Path) -> No
         # plan: 5 cells in all against 3).
         own = [d for d in advice_dir.rglob("*") if d.name == "probe" or d.name.startswith("confirm-x")]
         spent[plan], cells[plan] = map(sum, zip(*(gpu_time(d) for d in own), strict=True))
-        print(f"plan={plan} gpu_time_s={advice['gpu_time_s']:.1f} cells={advice['gpu_cells']} "
-              f"probes and confirmation: {spent[plan]:.1f} s in {cells[plan]} cells pick={ranking['confirmed']}")
+        print(
+            f"plan={plan} gpu_time_s={advice['gpu_time_s']:.1f} cells={advice['gpu_cells']} "
+            f"probes and confirmation: {spent[plan]:.1f} s in {cells[plan]} cells pick={ranking['confirmed']}"
+        )
     # Fewer cells, less GPU time: the order, not a ratio, as a loaded machine moves each cell's start.
     assert cells["now"] <= cells["before"] and 0 < spent["now"] < spent["before"], (spent, cells)

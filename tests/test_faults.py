@@ -266,7 +266,9 @@ def test_a_killed_steward_leaves_a_daemon_the_next_steward_stops(tmp_path: Path)
         ray.kill(ray.get_actor(steward_name(node, spec.config.cluster), namespace=NAMESPACE), no_restart=True)
 
     _, outcome, t = _cell(
-        tmp_path, [*SLEEPY, "degree=1", "epoch_samples=1000000", "epoch_time_s=4", "mode=mps", *own], during=kill_steward
+        tmp_path,
+        [*SLEEPY, "degree=1", "epoch_samples=1000000", "epoch_time_s=4", "mode=mps", *own],
+        during=kill_steward,
     )
     assert len(t["cells"]) == 1  # the cell is a row, whatever its steward's death cost it
     assert "steward" in str(t["cells"].loc[0, "reason"]).lower() or outcome.status == "ok"
