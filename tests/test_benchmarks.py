@@ -84,8 +84,12 @@ def test_bench_collocation_runs_raw_and_raycolloc_side_by_side_and_writes_its_ta
 
 def test_bench_fanout_runs_the_sweep_on_every_gpu_then_on_one_and_accounts_each_cells_time(tmp_path: Path) -> None:
     out = tmp_path / "fanout.json"
-    # Epochs of 2 s (a time budget): a cell outlasts a lane's set-up, so both lanes take one.
-    sweep = "degree=1,2 mode=naive workload=tiny_cnn epoch_samples=1000000 epoch_time_s=2 batch_size=16"
+    # Epochs of 2 s (a time budget): a cell outlasts a lane's set-up, so both lanes take one. Its jobs'
+    # steps sleep (tests/sleepy_workload.py): cells side by side on 2 cores do not slow each other.
+    sweep = (
+        "degree=1,2 mode=naive workload=python workload.entry=tests.sleepy_workload:build"
+        " workload.args={step_ms:10,busy_ms:1} epoch_samples=1000000 epoch_time_s=2 batch_size=16"
+    )
     # Both runs join the session's Ray instance (2 GPUs); the one-GPU run is one lane, which keeps its GPU.
     proc = _run(
         "bench_fanout.py",
