@@ -13,6 +13,11 @@ from torch import nn
 
 from raycolloc.job.workloads.user import JobContext, UserJob
 
+# The words of a cell whose jobs run this workload, 1 ms of each 10 ms step computing: for tests whose
+# time-budgeted epochs only hold a cell open (a 5 s epoch of tiny_cnn keeps a core busy for 5 s, on a
+# 2-core machine whose suite is bound by its CPU), and the name its jobs get (``<index>-<NAME>``).
+WORDS = ("workload=python", "workload.entry=tests.sleepy_workload:build", "workload.args={step_ms:10,busy_ms:1}")
+NAME = "sleepy_workload.build"
 MEET_WAIT_S = 600.0  # a bound, not a pause: the jobs of a test's cells arrive within its set-up time
 
 

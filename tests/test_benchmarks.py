@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from . import sleepy_workload
 from .conftest import session_ray
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,8 +88,7 @@ def test_bench_fanout_runs_the_sweep_on_every_gpu_then_on_one_and_accounts_each_
     # Epochs of 2 s (a time budget): a cell outlasts a lane's set-up, so both lanes take one. Its jobs'
     # steps sleep (tests/sleepy_workload.py): cells side by side on 2 cores do not slow each other.
     sweep = (
-        "degree=1,2 mode=naive workload=python workload.entry=tests.sleepy_workload:build"
-        " workload.args={step_ms:10,busy_ms:1} epoch_samples=1000000 epoch_time_s=2 batch_size=16"
+        f"degree=1,2 mode=naive {' '.join(sleepy_workload.WORDS)} epoch_samples=1000000 epoch_time_s=2 batch_size=16"
     )
     # Both runs join the session's Ray instance (2 GPUs); the one-GPU run is one lane, which keeps its GPU.
     proc = _run(

@@ -33,14 +33,13 @@ from raycolloc.node.modes.mps import find_control_daemons
 from raycolloc.node.steward_handles import NAMESPACE, steward_name
 from raycolloc.results.store import read_cell
 
+from . import sleepy_workload
 from .conftest import ROOT, load, run_cli, run_one, short_tmp, sweep_command
 
 _counter = itertools.count()
-# Where a test only needs jobs that run for a while (a time budget holds each epoch open for a fault to land
-# in), their steps sleep instead of computing (tests/sleepy_workload.py): a 5 s epoch of tiny_cnn keeps a
-# core busy for 5 s, on a 2-core machine whose suite is bound by its CPU.
-SLEEPY = ["workload=python", "workload.entry=tests.sleepy_workload:build", "workload.args={step_ms:10,busy_ms:1}"]
-SLEEPY_JOB = "sleepy_workload.build"
+# Where a test only needs jobs that run for a while (a time budget holds each epoch open for a fault to
+# land in), their steps sleep instead of computing.
+SLEEPY, SLEEPY_JOB = list(sleepy_workload.WORDS), sleepy_workload.NAME
 
 
 def short_root(tag: str) -> Path:
