@@ -23,7 +23,8 @@ from raycolloc.advise.validate import validate
 from raycolloc.driver.cell_specs import validate_cell
 from raycolloc.driver.radt import read_plan
 
-from .conftest import load, run_cli, run_one, session_ray, write_fixture_cell
+from . import sleepy_workload
+from .conftest import ROOT, load, run_cli, run_one, session_ray, write_fixture_cell
 
 A100 = "A100-SXM4-40GB"
 # A composition whose estimate (25 GiB at batch 9600, on the meta device) fits an A100-40GB alone but not
@@ -310,15 +311,18 @@ def test_the_default_plan_spends_less_gpu_time_than_before(tmp_path: Path) -> No
     Both windows are scaled by 0.2 (2 s and 0.6 s) to keep the test short, and ``epoch_samples`` is
     set far past what a window trains, so that each epoch ends by its window as a real model's does.
     (With tiny_cnn's 1,024 samples its epochs ended by samples in either plan, both plans cost the
-    same per cell, and a loaded machine could put either first.)"""
+    same per cell, and a loaded machine could put either first.) The jobs' steps sleep
+    (tests/sleepy_workload.py): the plans' cost is their cells' time on the GPU, and tiny_cnn's kept a
+    core busy for all of it (~38 CPU-seconds of a 2-core machine's suite)."""
     from raycolloc.advise.advice import gpu_time
 
     spent, cells = {}, {}
     for plan, extra in (("before", ["epoch_time_s=2", "confirm_k=4"]), ("now", ["epoch_time_s=0.6"])):
         out = tmp_path / plan
-        words = ["workload=tiny_cnn", "cluster=local", f"cluster.address={session_ray()}", f"out_dir={out}"]
+        words = [*sleepy_workload.WORDS, "cluster=local", f"cluster.address={session_ray()}", f"out_dir={out}"]
         words += ["epoch_samples=10000000"]  # each epoch ends by its window, not by its samples
-        proc = subprocess_advise([*words, "degrees=1,2", *extra, "--out", str(tmp_path / f"{plan}.json")], tmp_path)
+        # (Run from the checkout, where the jobs find tests.sleepy_workload.)
+        proc = subprocess_advise([*words, "degrees=1,2", *extra, "--out", str(tmp_path / f"{plan}.json")], ROOT)
         assert proc.returncode == 0, proc.stderr[-4000:]
         advice = json.loads((tmp_path / f"{plan}.json").read_text())
         (advice_dir,) = {p.parent for p in out.glob("advise/*/*/")}

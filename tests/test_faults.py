@@ -330,7 +330,9 @@ def test_driver_sigkill_then_rerun_stops_the_daemon_and_completes_each_cell_once
         *SLEEPY,
         "cluster=local",
         "repeats=1",
-        "degree=1,2",
+        # Two cells, one at a time: the MPS one's daemon is what the kill leaves (with degree=1,2 the
+        # re-run trained three cells of four, ~20 s more of a 2-core machine's suite for the same claims).
+        "degree=2",
         "mode=naive,mps",
         f"mode.pipe_root={root}",
         f"out_dir={out}",
@@ -366,7 +368,7 @@ def test_driver_sigkill_then_rerun_stops_the_daemon_and_completes_each_cell_once
     wait_for(doctor, 60, "the doctor to report the daemon as left behind")
     rerun = run_cli(args, cwd=ROOT, env=env, timeout=600, own_ray=True)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
-    assert "4 of 4 cells have a result" in rerun.stdout
+    assert "2 of 2 cells have a result" in rerun.stdout
     assert rerun.stdout.count("reused; +rerun=true runs it again") == done_before  # the rest trained again
     assert not any(
         psutil.pid_exists(d["pid"])
@@ -374,7 +376,7 @@ def test_driver_sigkill_then_rerun_stops_the_daemon_and_completes_each_cell_once
         if psutil.pid_exists(d["pid"]) and psutil.Process(d["pid"]).status() != psutil.STATUS_ZOMBIE
     )
     cells = one_result_per_cell(out)
-    assert len(cells) == 4 and set(cells["status"]) == {"ok"}
+    assert len(cells) == 2 and set(cells["status"]) == {"ok"}
     assert_clean(root, tmp_path / "sim")
 
 
@@ -387,7 +389,9 @@ def test_driver_sigint_releases_everything_and_a_rerun_completes(tmp_path: Path)
         *SLEEPY,
         "cluster=local",
         "degree=2",
-        "mode=mps,mig",
+        # One cell (an MPS one, with a daemon to release): a MIG cell beside it cost the re-run ~10 s more,
+        # and MIG layouts restored after a cell are tests/test_mig_cells.py's.
+        "mode=mps",
         f"mode.pipe_root={root}",
         f"out_dir={out}",
         "epoch_samples=1000000",
@@ -411,9 +415,8 @@ def test_driver_sigint_releases_everything_and_a_rerun_completes(tmp_path: Path)
     rerun = run_cli(args, cwd=ROOT, env=env, timeout=600)
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     cells = one_result_per_cell(out)
-    assert sorted(cells["mode"]) == ["mig", "mps"] and set(cells["status"]) == {"ok"}
+    assert list(cells["mode"]) == ["mps"] and set(cells["status"]) == {"ok"}
     assert_clean(root)
-    # (assert_clean: the MIG cell restored the layout it found, none.)
 
 
 def test_two_sweeps_on_one_output_run_each_cell_once(tmp_path: Path) -> None:

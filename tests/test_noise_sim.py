@@ -22,7 +22,9 @@ from .conftest import ROOT, run_cli
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory: pytest.TempPathFactory) -> SweepData:
     out = tmp_path_factory.mktemp("noise")
-    args = ["-m", "cluster=local", "workload=tiny_cnn", "telemetry.interval_ms=50", "epoch_samples=4096"]
+    # One run of each cell: repeats=auto ran each of these degree-1 cells three to five times (they are
+    # baselines), ~20 CPU-seconds more of a 2-core machine's suite, for the same four cells' causes.
+    args = ["-m", "cluster=local", "workload=tiny_cnn", "telemetry.interval_ms=50", "epoch_samples=4096", "repeats=1"]
     proc = run_cli([*args, "cluster.sim_inject=none,clock_drop,cpu_hog,foreign_process", f"out_dir={out}"], cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return load_sweeps([out])

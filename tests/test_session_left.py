@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from .conftest import ROOT, SHORT_TMP
+from .session_dirs import GRACE_ENV
 
 LEAVE = "RAYCOLLOC_TEST_LEAVE_A_PROCESS"
 
@@ -21,9 +22,10 @@ if os.environ.get(LEAVE):  # collected only in the run the test below starts
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", str(marker)], start_new_session=True)
 
 
-@pytest.mark.slow  # a pytest run of its own, and the session's 30 s of grace for what still runs
+@pytest.mark.slow  # a pytest run of its own
 def test_a_process_an_xdist_worker_left_fails_the_run() -> None:
-    env = {**os.environ, LEAVE: "1"}
+    # The session's grace for what still runs, shortened: the process left here never ends (it waited 30 s).
+    env = {**os.environ, LEAVE: "1", GRACE_ENV: "2"}
     for key in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_CURRENT_TEST"):
         env.pop(key, None)
     test = "tests/test_session_left.py::test_leaves_a_process_running_in_its_sessions_directory"

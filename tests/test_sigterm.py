@@ -20,15 +20,19 @@ import pytest
 
 from raycolloc.results.store import read_cell
 
+from . import sleepy_workload
 from .conftest import ROOT, run_cli, sweep_command
 from .test_faults import assert_clean, daemons_under, one_result_per_cell, short_root, wait_for
 from .test_malformed_inputs import run_main
 
 # Epochs of 4 s (a time budget, however fast this machine trains): a signal sent once the second cell
-# warms up lands inside it, after the first (the larger, run first) was written.
+# warms up lands inside it, after the first (the larger, run first) was written. The jobs' steps sleep
+# (tests/sleepy_workload.py): a budget only holds the cell open, and a tiny_cnn epoch of 4 s kept a core
+# busy for 4 s on a 2-core machine whose suite is bound by its CPU.
+SLEEPY = sleepy_workload.NAME
 ISSUE_ARGS = [
     "-m",
-    "workload=tiny_cnn",
+    *sleepy_workload.WORDS,
     "cluster=local",
     "repeats=1",
     "degree=1,2",
@@ -93,7 +97,7 @@ def test_sigterm_mid_mps_cell_exits_143_leaves_nothing_and_a_rerun_completes(tmp
     args = [*ISSUE_ARGS, f"mode.pipe_root={root}", f"out_dir={out}"]
     proc = _start(args, tmp_path, log)
     try:
-        wait_for(lambda: "tiny_cnn-mps-x1: warm-up" in log.read_text(), 400, "the second MPS cell's warm-up")
+        wait_for(lambda: f"{SLEEPY}-mps-x1: warm-up" in log.read_text(), 400, "the second MPS cell's warm-up")
         started = _started_by(proc)
         assert daemons_under(root)  # the MPS cell's daemon serves
         # As GNU `timeout` does: SIGTERM to the command, then to its process group (the command again,
@@ -110,9 +114,9 @@ def test_sigterm_mid_mps_cell_exits_143_leaves_nothing_and_a_rerun_completes(tmp
     assert "SIGTERM received" not in output  # Ray's native handler (abort, exit 134) did not run
     assert not _alive(started), _alive(started)  # no process of its Ray instance is left
     # The cell written before the signal is whole; the interrupted one left no table, not even a temp file.
-    (written,) = out.rglob("tiny_cnn-mps-x2/cells.parquet")
+    (written,) = out.rglob(f"{SLEEPY}-mps-x2/cells.parquet")
     read_cell(written.parent)
-    assert not list(out.rglob("tiny_cnn-mps-x1/*.parquet")), list(out.rglob("tiny_cnn-mps-x1/*"))
+    assert not list(out.rglob(f"{SLEEPY}-mps-x1/*.parquet")), list(out.rglob(f"{SLEEPY}-mps-x1/*"))
     assert not [p for p in out.rglob("*") if ".tmp" in p.name], list(out.rglob("*"))
     assert_clean(root, tmp_path / "sim")  # the simulated MPS daemon stopped, nothing of the GPU left
     # Nothing is left to find, so the re-run joins the session's instance, its steward and fork server
@@ -133,7 +137,7 @@ def test_a_second_signal_ends_the_sweep_at_once(tmp_path: Path) -> None:
     args = [*ISSUE_ARGS, f"mode.pipe_root={root}", f"out_dir={tmp_path / 'out'}"]
     proc = _start(args, tmp_path, log)
     try:
-        wait_for(lambda: "tiny_cnn-mps-x2: warm-up" in log.read_text(), 400, "the MPS cell's warm-up")
+        wait_for(lambda: f"{SLEEPY}-mps-x2: warm-up" in log.read_text(), 400, "the MPS cell's warm-up")
         os.kill(proc.pid, signal.SIGTERM)
         # Inside the first signal's cancelling (about a second here): once the driver says it began,
         # not after a fixed pause (a loaded box that has not yet run the SIGTERM handler would take the
@@ -175,7 +179,7 @@ def test_a_second_signal_ends_the_sweep_at_once(tmp_path: Path) -> None:
 def test_a_steward_killed_during_an_mps_cell_leaves_no_daemon_and_no_traceback(tmp_path: Path) -> None:
     root, log = short_root("stew"), tmp_path / "run.log"
     args = [
-        "workload=tiny_cnn",
+        *sleepy_workload.WORDS,
         "cluster=local",
         "mode=mps",
         "degree=1",
