@@ -10,9 +10,7 @@ import json
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from raycolloc.advise.model import Candidate, Gpu, Slot
 from raycolloc.advise.profile import GpuCosts, Profile, finite, profile_key, settings_of
@@ -20,6 +18,9 @@ from raycolloc.advise.slots import mig_slots, mps_slots
 from raycolloc.config_checks import parse_cpu_list
 from raycolloc.mode_kinds import MODE_KINDS, Sharing
 from raycolloc.results.stats import mean_interval
+
+if TYPE_CHECKING:  # tables only in annotations: the queue's commands import this module, and pandas costs 0.4 s
+    import pandas as pd
 
 __all__ = ["Observation", "by_configuration", "given_cores", "observations_in"]
 

@@ -19,12 +19,13 @@ import re
 import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from raycolloc.mode_kinds import is_baseline, modes_where
 from raycolloc.results.stats import Interval, bounds, mean_interval
+
+if TYPE_CHECKING:  # pandas at run time only where tables are read: the queue's commands import this module
+    import pandas as pd
 
 __all__ = [
     "GpuCosts",
@@ -165,6 +166,8 @@ def _window_means(cell: pd.Series, telemetry: pd.DataFrame) -> dict[str, float |
     gpu = scoped[(scoped["ts"] >= start) & (scoped["ts"] <= end)]
     if gpu.empty:
         before, after = scoped[scoped["ts"] < start], scoped[scoped["ts"] > end]
+        import pandas as pd
+
         gpu = pd.concat([before.nlargest(1, "ts"), after.nsmallest(1, "ts")])
     return {
         c: finite(gpu[c].mean())

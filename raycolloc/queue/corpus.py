@@ -20,8 +20,7 @@ import functools
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from raycolloc.advise.model import Candidate, Gpu, Slot
 from raycolloc.advise.observe import Observation
@@ -31,6 +30,9 @@ from raycolloc.config_groups import QueueConfig
 from raycolloc.mode_kinds import BASELINE_MODE, is_baseline
 from raycolloc.node.mig.placement import gpu_model_of
 from raycolloc.node.mig.profiles import UnknownGpuModel
+
+if TYPE_CHECKING:  # pandas is imported where the corpus is read: the queue's commands import this module
+    import pandas as pd
 
 __all__ = ["CLASS_OF_DATASET", "Corpus", "CorpusError", "Curve", "MeasuredMix", "corpus_dir", "load_corpus"]
 
@@ -119,6 +121,8 @@ def _median(values: pd.Series) -> float:
 
 
 def _read(path: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    import pandas as pd
+
     try:
         cells = pd.read_parquet(path / "cells.parquet")
         jobs = pd.read_parquet(path / "jobs.parquet")
