@@ -7,8 +7,8 @@
 #   bash jobs/readme_queue.sh OUT cluster=local          # the CPU machine: simulated GPUs (README's words)
 #   bash jobs/readme_queue.sh OUT queue.runner=ray       # a GPU node: the job trains on its GPU
 #
-# The words after OUT go to `serve` and to every command of the second shell (the queue's settings are
-# the same in both, as README's `out_dir` is). Exit 0 if every command did and the job ended.
+# The words after OUT go to `serve` only, as in README: the second shell's commands find the queue through
+# the address `serve` writes under the default out_dir. Exit 0 if every command did and the job ended.
 set -uo pipefail
 OUT=${1:?usage: jobs/readme_queue.sh OUT [WORDS...]}
 shift
@@ -33,9 +33,9 @@ start=$(date +%s)
 serve=$!
 # A user types in the second shell once the first says it serves.
 for _ in $(seq 600); do grep -q "^queue serving:" "$shell1" && break; kill -0 "$serve" 2>/dev/null || break; sleep 0.5; done
-run queue submit --job-id a1 --model resnet18 --dataset cifar10 --samples 200000 "$@"
-run queue status "$@"
-run queue drain "$@"
+run queue submit --job-id a1 --model resnet18 --dataset cifar10 --samples 200000
+run queue status
+run queue drain
 wait "$serve"
 code=$?
 echo "(exit $code after $(($(date +%s) - start)) s)" >>"$shell1"

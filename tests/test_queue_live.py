@@ -5,6 +5,7 @@ no job; and the same through a detached Ray actor and the command line (slow).""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -17,6 +18,8 @@ import pytest
 from raycolloc.queue.service import QueueClosed, QueueService
 from raycolloc.queue.settings import compose_settings
 from raycolloc.queue.trace import TraceError
+
+from .test_readme import _form, _sample
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -258,10 +261,14 @@ def test_the_live_queue_works_in_separate_shells_under_rays_default_authenticati
     )
     try:
         address = tmp_path / "out" / "queue" / "live" / "ray-address"
-        deadline = time.monotonic() + 240
-        while not address.exists() and serve.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert address.exists(), serve.stdout.read() if serve.stdout else ""
+        # A user types in the second shell once serve says it serves: by then another process finds it.
+        assert serve.stdout is not None
+        head = []
+        for line in serve.stdout:  # until that line, or serve's end (the test's timeout bounds it)
+            head.append(line)
+            if line.startswith("queue serving:"):
+                break
+        assert address.exists(), "".join(head)
         served_at = address.read_text()
         assert (tmp_path / "home" / ".ray" / "auth_token").is_file()  # Ray's default: token authentication
         job = ["--job-id", "a1", "--model", "resnet18", "--dataset", "cifar10", "--samples", "2000"]
@@ -285,8 +292,14 @@ def test_the_live_queue_works_in_separate_shells_under_rays_default_authenticati
         assert shell("cancel", "a").returncode == 1
         drain = shell("drain", "--wait")
         assert drain.returncode == 0 and "draining" in drain.stdout, drain.stderr[-3000:]
-        out, _ = serve.communicate(timeout=180)
+        out = "".join(head) + serve.communicate(timeout=180)[0]
         assert serve.returncode == 0 and "1/2 jobs ended" in out, out[-3000:]
+        # README's sample of serve's output has this run's form, numbers and paths aside: the line a user
+        # waits for before typing in the other shell among them. (Not the summary's first line, which
+        # names this run's cancel; nor a status line's "(draining)", which only a change after drain shows.)
+        real = {_serve_form(line) for line in out.splitlines()}
+        shown = [line for line in _sample("queue starting:") if "jobs ended" not in line]
+        assert not [line for line in shown if _serve_form(line) not in real], out
     finally:
         if serve.poll() is None:
             serve.kill()
@@ -297,3 +310,9 @@ def test_the_live_queue_works_in_separate_shells_under_rays_default_authenticati
     late = shell("submit", "--job-id", "c", "--model", "resnet50", "--dataset", "imagenet64", "--samples", "9")
     assert late.returncode == 1 and f"no live queue: nothing answers at {served_at}" in late.stderr, late.stderr
     assert time.monotonic() - start < 30
+
+
+def _serve_form(line: str) -> str:
+    """A line of serve's output as README's sample is compared with it: numbers as N (``_form``), the
+    database's path as PATH, no "(draining)"."""
+    return _form(re.sub(r"db=\S+", "db=PATH", line).replace(" (draining)", ""))

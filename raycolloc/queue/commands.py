@@ -96,8 +96,12 @@ def _serve(settings: QueueSettings) -> int:
 
     queue = settings.config.queue
     where = f"runner={queue.runner}" + (f" GPU model {settings.gpu_label}" if queue.runner == "ray" else "")
-    print(f"queue serving: db={live.live_db(settings)} policy={queue.policy} {where}", flush=True)
-    summary, code = _on_gpus(lambda: live.serve(settings, _print_status), "`serve` again resumes")
+    print(f"queue starting: db={live.live_db(settings)} policy={queue.policy} {where}", flush=True)
+
+    def ready() -> None:  # what a user in another shell waits for: before it, `submit` finds no queue
+        print("queue serving: submit, status and drain from another shell with the same out_dir", flush=True)
+
+    summary, code = _on_gpus(lambda: live.serve(settings, _print_status, ready=ready), "`serve` again resumes")
     if summary is None:
         return code
     print(format_summary(summary), flush=True)

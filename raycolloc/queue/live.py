@@ -317,9 +317,15 @@ def find_actor(settings: QueueSettings) -> Any:
         raise NoLiveQueue(f"no live queue at {address}: {type(exc).__name__}: {exc}") from None
 
 
-def serve(settings: QueueSettings, report: Callable[[QueueStatus], None], poll_s: float = 1.0) -> Summary:
+def serve(
+    settings: QueueSettings,
+    report: Callable[[QueueStatus], None],
+    poll_s: float = 1.0,
+    ready: Callable[[], None] | None = None,
+) -> Summary:
     """Start the live queue on a Ray cluster and run it until it is drained (``drain``); returns its
-    summary. Ctrl-C stops it with its database kept: ``serve`` again resumes it."""
+    summary. ``ready`` is called once other processes can reach it (its address written). Ctrl-C stops
+    it with its database kept: ``serve`` again resumes it."""
     from raycolloc.driver.cell_specs import resolve_backend
     from raycolloc.driver.cluster import connect
     from raycolloc.queue.raylanes import POOL_SIZE
@@ -330,6 +336,8 @@ def serve(settings: QueueSettings, report: Callable[[QueueStatus], None], poll_s
     settings = replace(settings, config=resolve_backend(settings.config))
     connect(settings.config.cluster, POOL_SIZE if ray_runner else 1)  # a local instance sized for the pools
     actor = start_actor(settings)
+    if ready is not None:
+        ready()
     try:
         wait_drained(actor, poll_s, report=report)
         summary: Summary = ray.get(actor.summary.remote(), timeout=60)
