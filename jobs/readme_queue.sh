@@ -14,6 +14,12 @@ OUT=${1:?usage: jobs/readme_queue.sh OUT [WORDS...]}
 shift
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
+# README's words name no out_dir: the queue's database is results/queue/live/ here. One left by an earlier
+# run would be served again (a1 refused as a duplicate): move it aside rather than have it overwritten.
+if [ -e results/queue/live/queue.sqlite ]; then
+    echo "results/queue/live/queue.sqlite exists (an earlier live queue): move results/queue/live aside first" >&2
+    exit 2
+fi
 if command -v raycolloc >/dev/null; then rc=(raycolloc); else rc=("${PYTHON:-python3}" -m raycolloc.cli); fi  # the same program
 shell1="$OUT/shell1.log" shell2="$OUT/shell2.log"
 : >"$shell2"
@@ -31,13 +37,21 @@ echo "\$ raycolloc queue serve $*" >"$shell1"
 start=$(date +%s)
 "${rc[@]}" queue serve "$@" >>"$shell1" 2>&1 &
 serve=$!
-# A user types in the second shell once the first says it serves.
-for _ in $(seq 600); do grep -q "^queue serving:" "$shell1" && break; kill -0 "$serve" 2>/dev/null || break; sleep 0.5; done
+trap 'kill -TERM "$serve" 2>/dev/null; wait "$serve"' EXIT  # stopped early: serve stops too (SIGTERM: its jobs and GPUs released)
+# A user types in the second shell once the first says it serves (a GPU node may lease for minutes).
+for _ in $(seq 1200); do grep -q "^queue serving:" "$shell1" && break; kill -0 "$serve" 2>/dev/null || break; sleep 0.5; done
+if ! grep -q "^queue serving:" "$shell1"; then
+    echo "serve never said it serves (see $shell1)" >&2
+    cat "$shell1" >&2
+    exit 1
+fi
 run queue submit --job-id a1 --model resnet18 --dataset cifar10 --samples 200000
 run queue status
 run queue drain
+[ "$status" = 0 ] || { cat "$shell1" "$shell2" >&2; exit 1; }  # nothing drains it: the trap stops serve
 wait "$serve"
 code=$?
+trap - EXIT
 echo "(exit $code after $(($(date +%s) - start)) s)" >>"$shell1"
 [ "$code" = 0 ] || status=1
 grep -q "1/1 jobs ended" "$shell1" || status=1

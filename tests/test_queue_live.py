@@ -262,13 +262,21 @@ def test_the_live_queue_works_in_separate_shells_under_rays_default_authenticati
     try:
         address = tmp_path / "out" / "queue" / "live" / "ray-address"
         # A user types in the second shell once serve says it serves: by then another process finds it.
-        assert serve.stdout is not None
-        head = []
-        for line in serve.stdout:  # until that line, or serve's end (the test's timeout bounds it)
-            head.append(line)
-            if line.startswith("queue serving:"):
-                break
-        assert address.exists(), "".join(head)
+        lines: list[str] = []
+        serving = threading.Event()
+
+        def read() -> None:  # every line serve prints, as it prints it
+            assert serve.stdout is not None
+            for line in serve.stdout:
+                lines.append(line)
+                if line.startswith("queue serving:"):
+                    serving.set()
+            serving.set()  # serve ended without saying it: the assertion below says what it printed
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        serving.wait(timeout=240)
+        assert address.exists() and any(line.startswith("queue serving:") for line in lines), "".join(lines)
         served_at = address.read_text()
         assert (tmp_path / "home" / ".ray" / "auth_token").is_file()  # Ray's default: token authentication
         job = ["--job-id", "a1", "--model", "resnet18", "--dataset", "cifar10", "--samples", "2000"]
@@ -292,7 +300,9 @@ def test_the_live_queue_works_in_separate_shells_under_rays_default_authenticati
         assert shell("cancel", "a").returncode == 1
         drain = shell("drain", "--wait")
         assert drain.returncode == 0 and "draining" in drain.stdout, drain.stderr[-3000:]
-        out = "".join(head) + serve.communicate(timeout=180)[0]
+        serve.wait(timeout=180)
+        reader.join(timeout=30)
+        out = "".join(lines)
         assert serve.returncode == 0 and "1/2 jobs ended" in out, out[-3000:]
         # README's sample of serve's output has this run's form, numbers and paths aside: the line a user
         # waits for before typing in the other shell among them. (Not the summary's first line, which

@@ -253,7 +253,7 @@ def test_cells_side_by_side_are_counted_and_isolation_stops_it(tmp_path: Path) -
     # windows overlap by that order whatever the set-ups' skew on a loaded machine; one at a time they
     # need not meet (and a measurement held for one cell must not wait on the other's).
     args = ["-m", "workload=python", "workload.entry=tests.sleepy_workload:build", "cluster=local", "seed=0,1"]
-    args += ["epoch_samples=100000000", "repeats=1", "epoch_time_s=1.5", "cluster.num_gpus=2", f"out_dir={tmp_path}"]
+    args += ["epoch_samples=100000000", "repeats=1", "epoch_time_s=3", "cluster.num_gpus=2", f"out_dir={tmp_path}"]
 
     def cells(sweep: Path, *extra: str) -> pd.DataFrame:
         proc = run_cli([*args, f"hydra.sweep.dir={sweep}", *extra], cwd=ROOT)

@@ -336,9 +336,9 @@ def serve(
     settings = replace(settings, config=resolve_backend(settings.config))
     connect(settings.config.cluster, POOL_SIZE if ray_runner else 1)  # a local instance sized for the pools
     actor = start_actor(settings)
-    if ready is not None:
-        ready()
     try:
+        if ready is not None:  # inside: a print that fails (a closed pipe, Ctrl-C) still shuts the actor down
+            ready()
         wait_drained(actor, poll_s, report=report)
         summary: Summary = ray.get(actor.summary.remote(), timeout=60)
         return summary
