@@ -31,6 +31,7 @@ from raycolloc.mode_kinds import QUEUE_MODES
 __all__ = [
     "COMPILE_CACHE_VAR",
     "STATISTICS",
+    "WARMUPS",
     "DataConfig",
     "MeasureConfig",
     "QueueConfig",
@@ -72,6 +73,7 @@ MAX_TRACE_S = 86_400.0  # the trace generator's mean gap and job length: a day (
 MAX_SHARE = 1_000_000  # a trace_mix weight (only their ratio counts; three of them sum without overflow)
 # How a configuration's headline rate is formed from its runs (the analysis reads it from the config).
 STATISTICS = ("mean", "median", "fastest")
+WARMUPS = ("learned", "epoch")  # measure.warmup: a repeat's warm-up (raycolloc.driver.warmup)
 
 
 def queue_policies() -> tuple[str, ...]:
@@ -188,7 +190,10 @@ class MeasureConfig:
     over the sweep (start, middle, end). ``budget``: the GPU time the added runs may take, as a share
     of the first pass's (0.3: the sweep takes at most 1.3 times its first pass). ``statistic``: how the
     analysis forms a configuration's headline rate from its runs (``median``, ``mean`` or
-    ``fastest``). None of it changes what a cell measures, so none of it is in the config hash.
+    ``fastest``). ``warmup``: how long a repeat warms up: ``learned`` (as long as its first run's
+    warm-up windows took to settle, :mod:`raycolloc.driver.warmup`) or ``epoch`` (a whole epoch, as
+    every first run). None of it changes what a cell measures (its measured epochs), so none of it is
+    in the config hash.
     """
 
     target_ci: float = 0.03
@@ -196,6 +201,7 @@ class MeasureConfig:
     min_solo_repeats: int = 3
     budget: float = 0.3
     statistic: str = "median"
+    warmup: str = "learned"
 
     def __post_init__(self) -> None:
         if not is_number(self.target_ci) or not 0 < self.target_ci < 1:
@@ -218,6 +224,7 @@ class MeasureConfig:
                 f"1..measure.max_repeats ({self.max_repeats})"
             )
         _check_choice("measure.statistic", self.statistic, STATISTICS)
+        _check_choice("measure.warmup", self.warmup, WARMUPS)
 
 
 def check_repeats(value: object) -> None:

@@ -87,6 +87,9 @@ class JobSpec:
     epoch_time_s: float | None = None
     min_epoch_s: float | None = None  # a measured epoch's floor (s): config.measured_floor, resolved
     mem_estimate_mib: float | None = None  # from the model (driver, for compositions); None: not yet
+    # The warm-up epoch's steps where a repeat learned them from its first run (driver/warmup.py);
+    # None: a whole epoch of warm-up.
+    warmup_steps: int | None = None
     # A file the job's training process (or script) writes its stdout and stderr to, appended (a queued
     # job's, kept beside the queue's database for ``logs``); None: the actor's log, as a sweep's cell.
     log_path: str | None = None
@@ -111,6 +114,13 @@ class JobSpec:
     @property
     def steps_per_epoch(self) -> int:
         return max(1, self.epoch_samples // max(1, self.batch_size))
+
+    def epoch_steps(self, epoch: int) -> int:
+        """The steps epoch ``epoch`` takes (before its floor or time budget): the warm-up's learned
+        steps where a repeat has them, else the epoch's samples in batches."""
+        if epoch == 1 and self.warmup_steps:
+            return min(self.warmup_steps, self.steps_per_epoch)
+        return self.steps_per_epoch
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,9 @@ anything runs, only the protocol's own lengths are known: a time-budgeted epoch 
 about ``SETUP_S``. An epoch's own length (its samples at a rate not yet measured: the warm-up epoch,
 any epoch without a floor or budget) is not counted, so the GPU time said is a floor of what the
 sweep takes, and the line says so where such epochs exist. ``repeats=N`` runs are cells of the plan
-already; ``repeats=auto`` adds each solo baseline's runs (``measure.min_solo_repeats``), and at most
-``measure.budget`` times the first pass in all (solos' runs included), which is the line's upper bound.
+already; ``repeats=auto`` adds each solo baseline's runs (``measure.min_solo_repeats``: never refused),
+and re-runs for intervals up to ``measure.budget`` times the first pass in all (solos' runs included):
+the line's upper bound.
 """
 
 from __future__ import annotations
@@ -120,30 +121,20 @@ def plan_cost(cells: Sequence[CellSpec], gpus: int | None) -> PlanCost:
         if is_solo(cell):
             solos.append((cfg.measure.min_solo_repeats - 1, seconds))
     budget = max(budgets, default=0.0)
-    added, added_s = _solo_runs(solos, budget * auto)
+    added = sum(extra for extra, _ in solos)
+    added_s = sum(extra * seconds for extra, seconds in solos)
     gpu_s = fixed + auto + added_s
     return PlanCost(
         cells=len(cells),
         runs=len(cells) + added,
         gpu_s=gpu_s,
-        max_gpu_s=fixed + auto * (1 + budget),
+        max_gpu_s=fixed + max(auto + added_s, auto * (1 + budget)),
         gpus=gpus,
         timed=timed,
         floors=tuple(sorted(floors)),
         budgets=tuple(sorted(budgets)),
         epoch_times=tuple(sorted(epoch_times)),
     )
-
-
-def _solo_runs(solos: list[tuple[int, float]], allowed_s: float) -> tuple[int, float]:
-    """The solo baselines' added runs the budget holds, granted as :mod:`raycolloc.driver.repeats` does:
-    every solo's second run (mid-sweep) before any third; the count and their seconds."""
-    added, spent = 0, 0.0
-    for k in range(1, max((n for n, _ in solos), default=0) + 1):
-        for extra, seconds in solos:
-            if extra >= k and spent + seconds <= allowed_s + 1e-9:
-                added, spent = added + 1, spent + seconds
-    return added, spent
 
 
 def plan_gpus(cells: Sequence[CellSpec]) -> int | None:

@@ -14,8 +14,9 @@ from types import SimpleNamespace
 from typing import Any
 
 from raycolloc.driver.cell_specs import validate_cell
-from raycolloc.driver.repeats import RepeatPolicy
+from raycolloc.driver.repeats import RepeatPolicy, group_key
 from raycolloc.driver.resume import CellResult, resume
+from raycolloc.driver.warmup import Learned, learn_from, with_warmup
 from raycolloc.results.index import ResultIndex
 from raycolloc.spec import CellSpec
 
@@ -55,10 +56,27 @@ class Regrow:
     """
 
     def __init__(self, cells: Sequence[CellSpec], place: Callable[[CellSpec], Path], rerun: bool) -> None:
-        self.policy = RepeatPolicy(cells, on_disk=self._on_disk)
+        self.policy = RepeatPolicy(cells, on_disk=self._on_disk, saving=self._saving)
         self.place, self.rerun = place, rerun
         self.reused = 0
         self._lock = threading.Lock()
+        self._learned: dict[str, Learned] = {}  # by configuration: what its first run taught its repeats
+
+    def _first_run(self, result: CellResult) -> None:
+        """A configuration's first run recorded (ok): what its warm-up teaches its repeats
+        (``measure.warmup=learned``, :mod:`raycolloc.driver.warmup`)."""
+        cell = result.cell
+        key = group_key(cell)
+        group = self.policy.groups.get(key)
+        if group is None or key in self._learned or cell.config.repeat != group.base.config.repeat:
+            return
+        if result.status == "ok" and cell.config.measure.warmup == "learned":
+            self._learned[key] = learn_from(result.reused_from or result.cell_dir)
+
+    def _saving(self, base: CellSpec) -> float:
+        """GPU seconds a repeat of ``base``'s configuration saves by its learned warm-up."""
+        learned = self._learned.get(group_key(base))
+        return learned.saved_s if learned else 0.0
 
     def _on_disk(self, base: CellSpec, repeat: int) -> bool:
         """Whether run ``repeat`` of ``base``'s configuration has a valid result (``out_dir``'s index)."""
@@ -74,8 +92,12 @@ class Regrow:
             work = list(results)
             while work:
                 result = work.pop(0)
+                self._first_run(result)
                 for add in self.policy.recorded(result.cell, _row(result)):
                     spec = validate_cell(dataclasses.replace(add.base.config, repeat=add.repeat))
+                    learned = self._learned.get(group_key(add.base))
+                    if learned is not None:
+                        spec = with_warmup(spec, learned)
                     todo, found = resume([(spec, self.place(spec))], self.rerun)
                     self.reused += len(found)
                     growth.reused.extend(found)

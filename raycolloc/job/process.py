@@ -246,7 +246,7 @@ class JobProcess:
     def _run_epoch(self, epoch: int) -> None:
         import torch
 
-        job, steps, info = self.job, self.job.steps_per_epoch, self.state.info
+        job, steps, info = self.job, self.job.epoch_steps(epoch), self.state.info
         if self.device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
         if self.compiled and info.compile_s is None:
@@ -314,7 +314,7 @@ class JobProcess:
         elapsed = max(time.perf_counter() - t0, 1e-9)
         rate = step * self.job.batch_size / elapsed
         # Past the epoch's steps (its floor, min_epoch_s), the progress line's total grows with it.
-        total = max(self.job.steps_per_epoch, step)
+        total = max(self.job.epoch_steps(epoch), step)
         self._progress = replace(self._progress, epoch=epoch, step=step, steps=total, samples_per_s=rate)
         self.conn.send(("progress", self._progress))
         # A simulated GPU's PCIe counters add up what the jobs copy to their devices (NVML sees a real one's).
