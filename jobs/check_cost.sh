@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Issue 46's H200 acceptances of the headline's cost and of script jobs under MPS, in one device call:
-#   1. the quick matrix before (measure.budget=1.0, the default until db553d2) and after (today's
-#      defaults): GPU time of each, against the same cells measured once (each sweep's first runs),
-#      and each configuration's interval (the sweeps' own tables, in the logs);
+#   1. the quick matrix before (measure.budget=1.0 measure.warmup=epoch: the defaults until db553d2)
+#      and after (today's defaults): GPU time of each, against the same cells measured once (each
+#      sweep's first runs), each configuration's interval (the sweeps' own tables, in the logs), and
+#      each run's warm-up steps beside its measured rate (a learned warm-up must not move the rate);
 #   2. an unmodified PyTorch script (jobs/examples/plain_train.py, README's command) under MPS at
 #      degrees 3 and 7, twice: how many of its jobs were seen as MPS clients.
 # Usage (repo root, on a GPU machine): bash jobs/check_cost.sh OUT_DIR [cost|script|all]
@@ -16,8 +17,8 @@ read -ra extra <<< "${EXTRA:-}"  # e.g. EXTRA=cluster=local: the simulated backe
 quick=(-m degree=1,2,3,7 mode=naive,mps,mig workload=resnet26_cifar10 epoch_samples=25600)
 log() { echo "=== $* ($(date +%T))"; }
 if [ "$what" != script ]; then
-  log "quick matrix, before: measure.budget=1.0"
-  $py -m raycolloc.sweep "${quick[@]}" measure.budget=1.0 "${extra[@]}" out_dir="$out/before" > "$out/before.log" 2>&1
+  log "quick matrix, before: measure.budget=1.0 measure.warmup=epoch"
+  $py -m raycolloc.sweep "${quick[@]}" measure.budget=1.0 measure.warmup=epoch "${extra[@]}" out_dir="$out/before" > "$out/before.log" 2>&1
   echo "exit $?"; grep -E "^(plan|time:|repeats auto)" "$out/before.log"
   log "quick matrix, after: defaults"
   $py -m raycolloc.sweep "${quick[@]}" "${extra[@]}" out_dir="$out/after" > "$out/after.log" 2>&1
@@ -33,6 +34,15 @@ for name in ("before", "after"):
     once = c[c["repeat"] == 0]["total_s"].sum()
     total = c["total_s"].sum()
     print(f"{name}: {len(c)} cell runs, GPU time {total:.1f} s; the same cells once {once:.1f} s; ratio {total / once:.2f}x")
+    wall = (c["finished_at"] - c["started_at"]).sum()
+    wall_once = (c["finished_at"] - c["started_at"])[c["repeat"] == 0].sum()
+    print(f"  with set-up (cell wall): {wall:.1f} s against {wall_once:.1f} s once; ratio {wall / wall_once:.2f}x")
+    e = pd.concat([pd.read_parquet(f.replace("cells.parquet", "epochs.parquet")) for f in files])
+    e = e.merge(c[["cell_id", "label", "repeat"]])
+    warm = e[e["epoch"] == 1].groupby(["label", "repeat"])["steps"].max()
+    rate = e[e["epoch"] == 2].groupby(["label", "repeat"])["samples_per_s"].sum()
+    for (label, repeat), steps in warm.items():
+        print(f"  {label} r{repeat}: warm-up {steps} steps, measured {rate[(label, repeat)]:,.0f} samples/s")
 PY
 fi
 if [ "$what" != cost ]; then
