@@ -9,7 +9,7 @@ import pytest
 
 from raycolloc.driver import engine
 from raycolloc.driver.cell_specs import sweep_cells
-from raycolloc.driver.cost import SETUP_S, plan_cost, plan_gpus
+from raycolloc.driver.cost import SETUP_S, plan_cost, plan_gpus, plan_mig
 from raycolloc.driver.plan import PlannedCell, Step, SweepPlan, run
 
 from .conftest import load
@@ -73,3 +73,34 @@ def test_the_plan_line_is_printed_once_before_the_first_cell_of_a_sweep_of_sever
     planned = [i for i, line in enumerate(lines) if line.startswith("plan: ")]
     assert len(planned) == 1 and lines[planned[0]].startswith("plan: 4 cells (8 runs")
     assert planned[0] < lines.index("group 1") < lines.index("ran 2 cell(s)")
+
+
+def test_mig_cells_a_machine_with_mig_off_cannot_run_are_counted_skipped_not_as_runs() -> None:
+    # One H200 with MIG disabled, 2026-12-04: the quick matrix's plan counted its four MIG cells (and the
+    # MIG solo's repeats) as GPU time, though the sweep skipped them at once.
+    cells = sweep_cells(
+        [load([f"degree={d}", f"mode={m}", "min_epoch_s=5"]) for d in (1, 2, 3, 7) for m in ("naive", "mps", "mig")]
+    )
+    unknown, off = plan_cost(cells, gpus=1), plan_cost(cells, gpus=1, mig=False)
+    assert (unknown.cells, unknown.runs, unknown.skipped) == (12, 18, 0)
+    assert (off.cells, off.runs, off.skipped) == (12, 12, 4)
+    assert off.gpu_s == pytest.approx(12 * (SETUP_S + 5.0)) and off.wall_s == off.gpu_s
+    assert off.line().startswith(
+        "plan: 12 cells (4 MIG cells skipped: MIG mode is off on this machine's GPUs; 12 runs with the solo "
+        "baselines' repeats) on 1 GPU, at least 1.7 min of GPU time (12 runs x "
+    )
+    assert plan_cost(cells, gpus=1, mig=True) == unknown
+    # Known only for this machine's real GPUs: simulated ones (their administrator may switch MIG per
+    # cell), a cluster at an address, or a plan without a MIG cell say nothing.
+    assert plan_mig(cells) is None  # load() composes cluster=local: simulated GPUs
+    assert plan_mig([c for c in cells if c.mode != "mig"]) is None
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_with_mig_disabled_the_plan_knows_it() -> None:
+    from raycolloc.node.gpu.names import local_mig_enabled, nvml_mig_enabled
+
+    modes = nvml_mig_enabled()
+    assert modes, "NVML sees no GPU"
+    cluster = load(["cluster=gpu"]).config.cluster
+    assert local_mig_enabled(cluster) is any(modes)

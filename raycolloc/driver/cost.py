@@ -17,9 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from raycolloc.config import Config, measured_floor
+from raycolloc.mode_kinds import mode_of
 from raycolloc.spec import CellSpec
 
-__all__ = ["SETUP_S", "PlanCost", "plan_cost", "plan_gpus", "run_seconds"]
+__all__ = ["SETUP_S", "PlanCost", "plan_cost", "plan_gpus", "plan_mig", "run_seconds"]
 
 # A run's set-up and release, an allowance: the quick matrix before the floor (resnet26_cifar10,
 # epoch_samples=25600, degrees 1-7, naive and MPS) took 65.8 s of GPU time in 8 cells on 2 x H200,
@@ -52,6 +53,8 @@ class PlanCost:
         floors: the measured epochs' floors, seconds (empty: none).
         budgets: ``measure.budget`` of the ``repeats=auto`` cells (empty: none is auto).
         epoch_times: the epochs' time budgets, seconds (``epoch_time_s``; empty: none).
+        skipped: MIG cells this machine's GPUs cannot run (MIG mode off on all of them): counted in
+            ``cells``, not in the runs (the sweep records them ``skipped`` at once).
     """
 
     cells: int
@@ -63,15 +66,19 @@ class PlanCost:
     floors: tuple[float, ...] = ()
     budgets: tuple[float, ...] = ()
     epoch_times: tuple[float, ...] = ()
+    skipped: int = 0
 
     @property
     def wall_s(self) -> float | None:
         """The plan's wall time with its cells spread evenly over its GPUs (None: GPUs not known)."""
-        return None if self.gpus is None else self.gpu_s / max(1, min(self.gpus, self.cells))
+        return None if self.gpus is None else self.gpu_s / max(1, min(self.gpus, self.cells - self.skipped))
 
     def line(self) -> str:
         """``plan: 12 cells (18 runs) on 1 GPU, at least 2.9 min of GPU time (...), ...``: one line."""
-        runs = f" ({self.runs} runs with the solo baselines' repeats)" if self.runs != self.cells else ""
+        notes = [f"{self.skipped} MIG cells skipped: MIG mode is off on this machine's GPUs"] if self.skipped else []
+        if self.runs != self.cells - self.skipped:
+            notes.append(f"{self.runs} runs with the solo baselines' repeats")
+        runs = f" ({'; '.join(notes)})" if notes else ""
         on = f"{self.gpus} GPU{'s' if self.gpus != 1 else ''}" if self.gpus else "the cluster's GPUs"
         how = [f"{self.runs} runs x ({SETUP_S:g} s set-up"]
         if self.epoch_times:
@@ -95,10 +102,14 @@ def _minutes(seconds: float) -> str:
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 
-def plan_cost(cells: Sequence[CellSpec], gpus: int | None) -> PlanCost:
-    """The cost of running ``cells`` (a plan's, in order) on ``gpus`` GPUs."""
+def plan_cost(cells: Sequence[CellSpec], gpus: int | None, mig: bool | None = None) -> PlanCost:
+    """The cost of running ``cells`` (a plan's, in order) on ``gpus`` GPUs; ``mig`` False: MIG mode is
+    off on every GPU (:func:`plan_mig`), so MIG cells are skipped and cost nothing."""
     from raycolloc.driver.repeats import is_solo  # the results' statistics: with the engine
 
+    everything = len(cells)
+    if mig is False:
+        cells = [c for c in cells if not mode_of(c.mode).partitioned]
     fixed = auto = 0.0
     timed = True
     floors: set[float] = set()
@@ -125,7 +136,7 @@ def plan_cost(cells: Sequence[CellSpec], gpus: int | None) -> PlanCost:
     added_s = sum(extra * seconds for extra, seconds in solos)
     gpu_s = fixed + auto + added_s
     return PlanCost(
-        cells=len(cells),
+        cells=everything,
         runs=len(cells) + added,
         gpu_s=gpu_s,
         max_gpu_s=fixed + max(auto + added_s, auto * (1 + budget)),
@@ -134,6 +145,7 @@ def plan_cost(cells: Sequence[CellSpec], gpus: int | None) -> PlanCost:
         floors=tuple(sorted(floors)),
         budgets=tuple(sorted(budgets)),
         epoch_times=tuple(sorted(epoch_times)),
+        skipped=everything - len(cells),
     )
 
 
@@ -147,3 +159,14 @@ def plan_gpus(cells: Sequence[CellSpec]) -> int | None:
         return None
     found = len(local_gpu_names(cluster))
     return min(found, cluster.max_concurrent_cells or found) or None
+
+
+def plan_mig(cells: Sequence[CellSpec]) -> bool | None:
+    """Whether this machine's GPUs can run the plan's MIG cells: False where MIG mode is off on all of
+    them (NVML's word, read only), None where that is not known before Ray is asked (no MIG cell,
+    simulated GPUs, a cluster at an address)."""
+    from raycolloc.node.gpu.names import local_mig_enabled
+
+    if not any(mode_of(c.mode).partitioned for c in cells):
+        return None
+    return local_mig_enabled(cells[0].config.cluster)

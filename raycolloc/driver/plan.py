@@ -174,10 +174,11 @@ def run(plan: SweepPlan) -> Outcome:
         raise CellsRefused(plan.errors)
     results: list[CellResult] = []
     if plan.cells:
-        from raycolloc.driver.cost import plan_cost, plan_gpus
+        from raycolloc.driver.cost import plan_cost, plan_gpus, plan_mig
         from raycolloc.driver.engine import run_cells
 
-        print(plan_cost([c.spec for c in plan.cells], plan_gpus([c.spec for c in plan.cells])).line(), flush=True)
+        specs = [c.spec for c in plan.cells]
+        print(plan_cost(specs, plan_gpus(specs), plan_mig(specs)).line(), flush=True)
 
         with contextlib.ExitStack() as held:
             # Before anything is written there, until the last cell is: the plan's output directory,

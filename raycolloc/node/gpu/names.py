@@ -12,7 +12,7 @@ from raycolloc.node.gpu.kinds import backend_traits
 from raycolloc.node.mig.placement import SIM_PREFIX
 from raycolloc.node.mig.profiles import get_gpu_model
 
-__all__ = ["local_gpu_names", "nvml_gpu_names"]
+__all__ = ["local_gpu_names", "local_mig_enabled", "nvml_gpu_names", "nvml_mig_enabled"]
 
 
 def local_gpu_names(cluster: ClusterConfig) -> list[str]:
@@ -40,5 +40,37 @@ def nvml_gpu_names() -> list[str]:
         count = int(pynvml.nvmlDeviceGetCount())
         names = [pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(count)]
         return [n.decode() if isinstance(n, bytes) else str(n) for n in names]
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def local_mig_enabled(cluster: ClusterConfig) -> bool | None:
+    """Whether any GPU of this machine has MIG mode on, for a cluster of this machine's real GPUs
+    (``nvml``, no address); None where that is not known here (simulated GPUs, whose administrator
+    may switch it per cell; a cluster at an address; no NVML GPU)."""
+    if backend_traits(cluster.backend).declared_gpus or cluster.address:
+        return None
+    modes = nvml_mig_enabled()
+    return any(modes) if modes else None
+
+
+def nvml_mig_enabled() -> list[bool]:
+    """Whether NVML says each GPU of this machine runs in MIG mode now (a GPU without MIG: False);
+    [] when NVML or the driver is missing. It only reads the mode; raycolloc never changes it."""
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return []
+    try:
+        modes = []
+        for i in range(int(pynvml.nvmlDeviceGetCount())):
+            try:
+                current, _pending = pynvml.nvmlDeviceGetMigMode(pynvml.nvmlDeviceGetHandleByIndex(i))
+            except pynvml.NVMLError:  # NOT_SUPPORTED: a GPU without MIG
+                current = pynvml.NVML_DEVICE_MIG_DISABLE
+            modes.append(current == pynvml.NVML_DEVICE_MIG_ENABLE)
+        return modes
     finally:
         pynvml.nvmlShutdown()
