@@ -35,9 +35,14 @@ def _job_peak(frame: pd.DataFrame) -> pd.Series:
     return frame["peak_mem_allocated_mib"].fillna(frame["peak_device_mem_mib"])
 
 
-def _solo_refs(cells: pd.DataFrame, joined: pd.DataFrame) -> pd.DataFrame:
+def _solo_refs(cells: pd.DataFrame, joined: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
     """Per solo configuration (:data:`_MATCH`): medians over its ok runs of time and energy per
-    sample (every epoch, warm-up included), SM activity and memory."""
+    sample (every epoch, warm-up included), SM activity and memory. A repeat that warmed up less than
+    a whole epoch (``measure.warmup=learned``) is left out: its time per sample lacks the warm-up's tail."""
+    warm = epochs[epochs["warmup"].astype(bool)].groupby([*CELL_KEY, "job_index"])["samples"].sum()
+    joined = joined.merge(warm.rename("warmup_samples").reset_index(), on=[*CELL_KEY, "job_index"], how="left")
+    whole = joined["warmup_samples"].isna() | joined["epoch_samples"].isna()
+    whole |= joined["warmup_samples"] >= joined["epoch_samples"]
     solo = joined[
         joined["mix"].isna()
         & (joined["degree"] == 1)
@@ -45,6 +50,7 @@ def _solo_refs(cells: pd.DataFrame, joined: pd.DataFrame) -> pd.DataFrame:
         & (joined["status"] == "ok")
         & joined["total_s"].notna()
         & (joined["samples"] > 0)
+        & whole
     ]
     solo = solo.merge(
         cells[[*CELL_KEY, "total_energy_j", "sm_active_mean", "mem_used_max_mib"]], on=CELL_KEY, how="left"
@@ -130,7 +136,7 @@ def mixed_table(cells: pd.DataFrame, jobs: pd.DataFrame, epochs: pd.DataFrame) -
     if mixed.empty:
         return pd.DataFrame(columns=cols)
     joined = jobs_with_cells(cells, jobs)
-    out = joined[joined["mix"].notna()].merge(_solo_refs(cells, joined), on=_MATCH, how="left")
+    out = joined[joined["mix"].notna()].merge(_solo_refs(cells, joined, epochs), on=_MATCH, how="left")
     out = out.rename(
         columns={
             "workload": "job_workload",

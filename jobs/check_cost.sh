@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 46's H200 acceptances of the headline's cost and of script jobs under MPS, in one device call:
-#   1. the quick matrix before (measure.budget=1.0 measure.warmup=epoch: the defaults until db553d2)
-#      and after (today's defaults): GPU time of each, against the same cells measured once (each
+#   1. the quick matrix before (measure.budget=1.0, the default until db553d2, with whole warm-ups:
+#      measure.warmup=epoch, every run's before 4fd961f) and after (today's defaults): GPU time of each, against the same cells measured once (each
 #      sweep's first runs), each configuration's interval (the sweeps' own tables, in the logs), and
 #      each run's warm-up steps beside its measured rate (a learned warm-up must not move the rate);
 #   2. an unmodified PyTorch script (jobs/examples/plain_train.py, README's command) under MPS at

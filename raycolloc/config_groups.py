@@ -187,8 +187,9 @@ class MeasureConfig:
     ``target_ci``: the relative half-width of the 95% interval a configuration's rate should reach
     (0.03 = ±3%); one wider is run again, interleaved, up to ``max_repeats`` runs.
     ``min_solo_repeats``: runs of every degree-1 cell (the baselines every gain divides by), spread
-    over the sweep (start, middle, end). ``budget``: the GPU time the added runs may take, as a share
-    of the first pass's (0.3: the sweep takes at most 1.3 times its first pass). ``statistic``: how the
+    over the sweep (start, middle, end), never refused by the budget. ``budget``: the GPU time the added
+    runs may take, as a share of the first pass's: re-runs for intervals get what the solos' repeats
+    leave of it (0.3: at most 1.3 times the first pass, where the solos' repeats take less). ``statistic``: how the
     analysis forms a configuration's headline rate from its runs (``median``, ``mean`` or
     ``fastest``). ``warmup``: how long a repeat warms up: ``learned`` (as long as its first run's
     warm-up windows took to settle, :mod:`raycolloc.driver.warmup`) or ``epoch`` (a whole epoch, as

@@ -61,6 +61,9 @@ class Regrow:
         self.reused = 0
         self._lock = threading.Lock()
         self._learned: dict[str, Learned] = {}  # by configuration: what its first run taught its repeats
+        # A sweep with a mix warms every run up whole: a mix's headline is its total time, warm-up
+        # included, set against its solos' time per sample over every epoch (driver/warmup.py).
+        self._whole = any(c.mix_name is not None for c in cells)
 
     def _first_run(self, result: CellResult) -> None:
         """A configuration's first run recorded (ok): what its warm-up teaches its repeats
@@ -70,8 +73,13 @@ class Regrow:
         group = self.policy.groups.get(key)
         if group is None or key in self._learned or cell.config.repeat != group.base.config.repeat:
             return
-        if result.status == "ok" and cell.config.measure.warmup == "learned":
-            self._learned[key] = learn_from(result.reused_from or result.cell_dir)
+        if result.status != "ok" or cell.config.measure.warmup != "learned" or self._whole:
+            return
+        learned = learn_from(result.reused_from or result.cell_dir)
+        if any(job.warmup_steps is None for job in with_warmup(cell, learned).jobs):
+            # A job that warms up whole holds the cell at the barrier after the warm-up: nothing saved.
+            learned = dataclasses.replace(learned, saved_s=0.0)
+        self._learned[key] = learned
 
     def _saving(self, base: CellSpec) -> float:
         """GPU seconds a repeat of ``base``'s configuration saves by its learned warm-up."""

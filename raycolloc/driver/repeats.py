@@ -16,20 +16,19 @@ the engine asks :class:`RepeatPolicy` which runs to add:
   the row has one (:func:`observe`); unknown, only a solo baseline is run again;
 - a failed, skipped or unfit run ends its configuration's repeats; runs found on disk (resume) count;
 - **a budget**: the re-runs for intervals may take what the solo baselines' repeats leave of
-  ``measure.budget`` times the first pass's GPU time (a run's GPU time: its cell's wall time; the first
-  pass's is estimated from the first runs recorded so far). On a noisy host every interval is wider
-  than the target and the re-runs would go to the cap (3.2x the first pass on 2 x H200,
-  docs/measurements.md, sixteenth session); the budget keeps the
-  re-runs for intervals within 0.3 of the first pass by default (issue 46: at 1.0 the quick matrix took
-  157 s of GPU time against 66 s). **The solo baselines' runs are never refused**: every gain divides
-  by them, and a solo left at two runs has a wider interval than its one run had (a t-interval of two
-  runs spans 12.7 standard errors: ±81% and ±199% on an H200 where the budget held each solo to two
-  runs, 2026-12-04, ``jobs/check_cost.sh``). They spend the budget first; a re-run for an interval
-  gets what they leave. Their repeats are made cheap instead: a repeat warms up only as long as its
-  first run took to settle (``measure.warmup=learned``, :mod:`raycolloc.driver.warmup`), and its
-  estimate here is its first run's GPU time less that saving. Cells that never held a GPU
-  (``skipped``, ``unfit``) are no part of the first pass's GPU time: the quick matrix's four skipped
-  MIG cells, recorded first at 0 s, once held its estimate to a third (one H200, 2026-12-02);
+  ``measure.budget`` times the first pass's GPU time (a run's GPU time: its cell's wall time; the first pass's
+  is estimated from the first runs recorded so far). On a noisy host every interval is wider than the target
+  and the re-runs would go to the cap (3.2x the first pass on 2 x H200, docs/measurements.md, sixteenth
+  session); the budget (0.3 by default; issue 46: at 1.0 the quick matrix took 157 s of GPU time against 66 s)
+  holds them to what the solos leave. **The solo baselines' runs are never refused**: every gain divides by
+  them, and a solo left at two runs has a wider interval than its one run had (a t-interval of two runs spans
+  12.7 standard errors: ±81% and ±199% on an H200 where the budget held each solo to two runs, 2026-12-04,
+  ``jobs/check_cost.sh``). They spend the budget first; a re-run for an interval gets what they leave. Their
+  repeats are made cheap instead: a repeat warms up only as long as its first run took to settle
+  (``measure.warmup=learned``, :mod:`raycolloc.driver.warmup`), and its estimate here is its first run's GPU
+  time less that saving. Cells that never held a GPU (``skipped``, ``unfit``) are no part of the first pass's
+  GPU time: the quick matrix's four skipped MIG cells, recorded first at 0 s, once held its estimate to a
+  third (one H200, 2026-12-02);
 - **never two runs where three are due**: a configuration gets a second run for its interval only if
   the budget holds a third as well, and that third is kept for it (two runs' t-interval is wider
   than one run's own; :meth:`RepeatPolicy._grant`).
@@ -213,7 +212,8 @@ class RepeatPolicy:
 
     def _estimate(self, group: _Group) -> float:
         """What one more run of ``group`` should take: its first run's GPU time, less what its learned
-        warm-up saves (else the mean first run's)."""
+        warm-up saves, never less than half of it (the saving is the first run's warm-up windows' time,
+        an estimate; set-up and the measured epochs remain); else the mean first run's."""
         own = next((r.gpu_s for r in group.runs if r.gpu_s is not None), None)
         if own is not None:
             saved = self.saving(group.base) if self.saving is not None else 0.0
@@ -234,8 +234,9 @@ class RepeatPolicy:
         that was granted a second for its interval. A re-run for an interval leaves them room."""
         owed = 0.0
         for g in self.groups.values():
-            if g.solo and g.ok:
-                missing = self._solo_runs(g) - len(g.runs) - g.pending
+            # A solo whose first run is still to come is owed its repeats too (results arrive in any order).
+            if g.solo and (g.ok or not g.first_done):
+                missing = self._solo_runs(g) - max(1, len(g.runs)) - g.pending
                 owed += max(0, missing) * self._estimate(g)
             if g.third_owed and g is not asking:
                 owed += self._estimate(g)
@@ -256,12 +257,12 @@ class RepeatPolicy:
         second = reason == "ci" and len(group.runs) + group.pending == 1 and group.base.config.measure.max_repeats >= 3
         owed_third = reason == "ci" and group.third_owed and len(group.runs) + group.pending == 2
         need = cost * (2 if second else 1)
-        reserved = self._owed(group) if reason == "ci" else 0.0
-        found = owed_third or (self.on_disk is not None and self.on_disk(group.base, group.next_repeat))
-        if reason == "ci" and not found and need > self._budget_left(group) - reserved:
-            self.refused += 1
-            group.third_owed = False
-            return []
+        if reason == "ci":
+            found = owed_third or (self.on_disk is not None and self.on_disk(group.base, group.next_repeat))
+            if not found and need > self._budget_left(group) - self._owed(group):
+                self.refused += 1
+                group.third_owed = False
+                return []
         self._spent_gpu_s += cost
         group.third_owed = second
         return [self._add(group, front, reason)]

@@ -1,32 +1,40 @@
 """A repeat's warm-up, learned from its configuration's first run (``measure.warmup=learned``).
 
-Epoch 1 is warm-up: the study times epoch 2 only. A whole warm-up epoch is what a first run needs, as
-nothing is known of its job yet; but that run's warm-up windows (:mod:`raycolloc.job.windows`) show
-where its steps settled, and a repeat of the same configuration on the same GPU model settles there
-too. So a repeat warms up through the window where its first run's warm-up rate had reached the
-slowest of its measured windows (and stayed there), and one window more, never less than two windows
-nor more than the epoch: on an H200 a degree-1 cell of the quick matrix spent ~3.4 s of its ~10 s
-warming up (2026-12-04, ``jobs/check_cost.sh``), and its repeats are what ``repeats=auto`` adds.
+Epoch 1 is warm-up: the study times epoch 2 only. A whole warm-up epoch is what a first run needs, as nothing
+is known of its job yet; but that run's warm-up windows (:mod:`raycolloc.job.windows`) show where its steps
+settled, and a repeat of the same configuration on the same GPU model settles there too. So a repeat warms up
+through the window from which its first run's warm-up ran as its measured epoch did (no later window slower
+than the slowest measured one, their mean within 3% of the measured windows' median), and one window more,
+never less than two windows nor more than 80% of the epoch: on an H200 a degree-1 cell of the quick matrix
+spent ~3.4 s of its ~10 s warming up (2026-12-04, ``jobs/check_cost.sh``), and its repeats are what
+``repeats=auto`` adds.
 
 The measured epochs are unchanged (same floor, same samples), so a repeat measures what its first
-run measured; the warm-up row of its epochs table says how many steps it warmed up. Script jobs run
-as written (no step of theirs is raycolloc's) and a first run without windows teaches nothing: they
-warm up a whole epoch.
+run measured; the warm-up row of its epochs table says how many steps it warmed up (its ``samples``
+fewer than the job's ``epoch_samples``). Whole warm-ups remain where the warm-up's length is part of
+what is reported or set: script jobs (they run as written), time-budgeted epochs (``epoch_time_s``: the
+budget is the user's) and every run of a sweep with a mix (a mix's headline is its total time, warm-up
+included, compared with its solos' time per sample, every epoch). A first run without windows, or one
+whose warm-up never settled early, teaches nothing.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
+import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from raycolloc.spec import CellSpec
 
+log = logging.getLogger(__name__)
+
 __all__ = ["MIN_WINDOWS", "Learned", "learn", "learn_from", "with_warmup"]
 
 MIN_WINDOWS = 2  # a learned warm-up covers at least two of its first run's windows (one after the first step's costs)
-SLACK = 0.02  # a warm-up window within 2% of the slowest measured window has settled (rates move that much)
+SLACK = 0.03  # a settled warm-up tail's mean rate is within 3% of the measured windows' median
 MOST = 0.8  # a learned warm-up of more than 80% of the epoch saves too little to differ from a whole one
 
 
@@ -49,6 +57,18 @@ def _rates(steps: list[Any], seconds: list[Any]) -> list[float]:
     return [int(n) / float(t) if float(t) > 0 else 0.0 for n, t in zip(steps, seconds, strict=True)]
 
 
+def _settled(warm: list[float], measured: list[float]) -> int:
+    """The first warm-up window from which the warm-up ran as its measured epoch did: no window after it
+    slower than the slowest measured window, and their mean within ``SLACK`` of the measured windows'
+    median (a tail still climbing towards the rate fails the second); ``len(warm)``: never."""
+    slowest, typical = min(measured), statistics.median(measured)
+    for i in range(len(warm)):
+        tail = warm[i:]
+        if min(tail) >= slowest and statistics.fmean(tail) >= (1 - SLACK) * typical:
+            return i
+    return len(warm)
+
+
 def learn(epochs: Sequence[Mapping[str, Any]]) -> Learned:
     """Each job's warm-up steps from a first run's epochs table (rows as dicts); jobs it teaches
     nothing (no windows, never settled, or settled late) are left out: they warm up a whole epoch."""
@@ -68,11 +88,7 @@ def learn(epochs: Sequence[Mapping[str, Any]]) -> Learned:
         ]
         if len(warm_rates) <= MIN_WINDOWS or not measured_rates:
             continue
-        floor = min(measured_rates) * (1 - SLACK)
-        # The first window from which every warm-up window ran at least as fast as the slowest measured one.
-        settled = len(warm_rates)
-        while settled > 0 and warm_rates[settled - 1] >= floor:
-            settled -= 1
+        settled = _settled(warm_rates, measured_rates)
         upto = max(MIN_WINDOWS, settled + 2)  # through the settled window, and one more
         learned = sum(window_steps[:upto])
         if settled == len(warm_rates) or learned > MOST * sum(window_steps):
@@ -88,10 +104,10 @@ def learn_from(cell_dir: Path) -> Learned:
     from raycolloc.results.store import read_table
 
     try:
-        rows = read_table(cell_dir, "epochs").to_pylist()
-    except Exception:  # noqa: BLE001 - a first run's unreadable table teaches nothing; its repeat warms up whole
+        return learn(read_table(cell_dir, "epochs").to_pylist())
+    except Exception as exc:  # noqa: BLE001 - a first run's unreadable table teaches nothing; its repeats warm up whole
+        log.warning("cell_dir=%s warm-up not learned: %s", cell_dir, exc)
         return Learned({}, 0.0)
-    return learn(rows)
 
 
 def with_warmup(spec: CellSpec, learned: Learned) -> CellSpec:
@@ -99,7 +115,10 @@ def with_warmup(spec: CellSpec, learned: Learned) -> CellSpec:
     out, warm up a whole epoch); its config hash is unchanged (the measured epochs are the same)."""
     jobs = tuple(
         dataclasses.replace(job, warmup_steps=learned.steps[job.index])
-        if job.index in learned.steps and not job.workload.as_written and job.steps_per_epoch > learned.steps[job.index]
+        if job.index in learned.steps
+        and not job.workload.as_written
+        and not job.epoch_time_s
+        and job.steps_per_epoch > learned.steps[job.index]
         else job
         for job in spec.jobs
     )

@@ -1,13 +1,12 @@
 """The sweep summary's tables, from the rows the sweep wrote: no pandas, no ``analysis`` package
 (the runtime keeps to its edges, issue 31), every number with its 95% interval (issue 30).
 
-The rows are read back from each cell's directory with pyarrow (a reused cell's result lives in
-another sweep's directory; a job's settings and a mix's epochs are only on disk). The rules are the
-report's, in one place (:mod:`raycolloc.results.ratios`): a configuration's runs summarised by its
-``measure.statistic`` with the runs' t-interval; one run with its within-run interval; each run
-against the solo run of the same repeat where there is one, else against the solo configuration; a
-gain of one run propagates both intervals. :func:`gain_rows` and :func:`mix_rows` are the numbers
-(a test holds them equal to the report's), :func:`gain_lines` and :func:`mix_lines` their text.
+The rows are read back from each cell's directory with pyarrow (a reused cell's result lives in another sweep's
+directory; a job's settings and a mix's epochs are only on disk). The rules are the report's, in one place
+(:mod:`raycolloc.results.ratios`): a configuration's runs summarised by its ``measure.statistic`` with the runs'
+t-interval; one run with its within-run interval; each run against the solo run of the same repeat where there
+is one, else against the solo configuration; a gain of one run propagates both intervals. :func:`gain_rows` and
+:func:`mix_rows` are the numbers (held equal to the report's by a test), the ``*_lines`` their text.
 """
 
 from __future__ import annotations
@@ -307,14 +306,20 @@ def _span(run: Run) -> float | None:
     return max(ends) - min(starts) if starts and ends else run.cell.get("total_s")
 
 
+def _whole_warmup(job: Row, run: Run) -> bool:
+    """Whether the job warmed up a whole epoch (a repeat's learned warm-up, ``measure.warmup``, is shorter)."""
+    warm = sum(e.get("samples") or 0 for e in run.epochs if e.get("job_index") == job["job_index"] and e.get("warmup"))
+    return not (warm and job.get("epoch_samples")) or warm >= job["epoch_samples"]
+
+
 def _alone(runs: Sequence[Run]) -> dict[tuple[Any, ...], Interval]:
-    """Per solo job configuration: its time per sample (every epoch), over its ok runs."""
+    """Per solo job configuration: its time per sample (every epoch), over its ok runs' whole warm-ups."""
     per: dict[tuple[Any, ...], list[Interval]] = defaultdict(list)
     for run in runs:
         if run.cell.get("mix") is None and run.cell["degree"] == 1 and run.ok:
             for job in run.jobs:
                 samples = _samples(job, run)
-                if job.get("status") == "ok" and job.get("total_s") and samples > 0:
+                if job.get("status") == "ok" and job.get("total_s") and samples > 0 and _whole_warmup(job, run):
                     per[_job_key(run, job)].append(point(job["total_s"] / samples))
     return {k: s for k, v in per.items() if (s := _summary(v, "median")) is not None}
 
