@@ -20,7 +20,7 @@ from raycolloc.results.ratios import as_change, best, configuration, over_sequen
 from raycolloc.results.stats import Interval, point
 from raycolloc.results.summary_tables import gain_rows, mix_rows, read_runs
 
-from .test_analysis import cell, job, make_sweep
+from .test_analysis import cell, epochs_of, job, make_sweep
 
 MEAN = {"measure": {"statistic": "mean"}}
 
@@ -121,3 +121,30 @@ def test_the_rules_on_their_own() -> None:
     unsure = over_sequential(point(25.0), [alone[0], point(18.0)])  # one solo without a spread
     assert unsure is not None and not unsure.known
     assert over_sequential(point(25.0), []) is None
+
+
+def _mix_numbers(root: Path) -> list[tuple[Any, ...]]:
+    """Each mix's change against sequential, the summary's then the report's."""
+    data = load_sweeps([root])
+    report = table2(mixed_table(data.cells, data.jobs, data.epochs))
+    summary = mix_rows(read_runs(sorted(p for p in root.iterdir() if p.is_dir())))
+    mine = [(m.mix, m.mode, m.change.value if m.change else None) for m in summary]
+    theirs = [
+        (r["mix"], r["mode"], None if pd.isna(v := r["change_vs_sequential_pct"]) else v) for _, r in report.iterrows()
+    ]
+    return sorted(mine, key=lambda t: t[:2]) + sorted(theirs, key=lambda t: t[:2])
+
+
+@pytest.mark.parametrize("whole", [False, True])
+def test_a_solo_run_that_warmed_up_less_than_an_epoch_is_no_reference_for_a_mix(tmp_path: Path, whole: bool) -> None:
+    """A repeat's learned warm-up (``measure.warmup=learned``) keeps the slow start and drops the tail:
+    its time per sample, warm-up included, is no measure of the job alone for a mix's sequential sum."""
+    root = make_sweep(tmp_path / "sweep")
+    before = _mix_numbers(root)
+    slow = job(0, "cnn", 1.5, total_s=100.0)  # the mix's cnn solo again, far slower over its whole life
+    eps = epochs_of(slow)
+    if not whole:
+        eps[0] = {**eps[0], "samples": 60}  # warmed up 60 of its 300 samples
+    cell(root, "0r", "cnn", "naive", [slow], agg=200.0, epochs=eps, repeat=1)
+    after = _mix_numbers(root)
+    assert (after != before) is whole  # a whole warm-up's run counts (the test can tell); a short one does not
