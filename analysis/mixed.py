@@ -41,8 +41,8 @@ def _solo_refs(cells: pd.DataFrame, joined: pd.DataFrame, epochs: pd.DataFrame) 
     a whole epoch (``measure.warmup=learned``) is left out: its time per sample lacks the warm-up's tail."""
     warm = epochs[epochs["warmup"].astype(bool)].groupby([*CELL_KEY, "job_index"])["samples"].sum()
     joined = joined.merge(warm.rename("warmup_samples").reset_index(), on=[*CELL_KEY, "job_index"], how="left")
-    whole = joined["warmup_samples"].isna() | joined["epoch_samples"].isna()
-    whole |= joined["warmup_samples"] >= joined["epoch_samples"]
+    whole = joined["warmup_samples"].isna() | joined["epoch_samples"].isna() | joined["epoch_time_s"].fillna(0).gt(0)
+    whole |= joined["warmup_samples"] >= joined["epoch_samples"]  # a time budget's warm-up is never shortened
     solo = joined[
         joined["mix"].isna()
         & (joined["degree"] == 1)

@@ -309,7 +309,7 @@ def _span(run: Run) -> float | None:
 def _whole_warmup(job: Row, run: Run) -> bool:
     """Whether the job warmed up a whole epoch (a repeat's learned warm-up, ``measure.warmup``, is shorter)."""
     warm = sum(e.get("samples") or 0 for e in run.epochs if e.get("job_index") == job["job_index"] and e.get("warmup"))
-    return not (warm and job.get("epoch_samples")) or warm >= job["epoch_samples"]
+    return not (warm and job.get("epoch_samples")) or bool(job.get("epoch_time_s")) or warm >= job["epoch_samples"]
 
 
 def _alone(runs: Sequence[Run]) -> dict[tuple[Any, ...], Interval]:
