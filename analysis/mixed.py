@@ -22,7 +22,7 @@ from analysis.intervals import at_floor, bounds_of, cell_statistic, group_interv
 from analysis.run_spread import crosses, spread_columns
 from analysis.tables import CELL_KEY, epoch_span, jobs_with_cells
 from raycolloc.mode_kinds import mode_rank
-from raycolloc.results.ratios import as_change, over_sequential
+from raycolloc.results.ratios import as_change, over_sequential, whole_warmup
 from raycolloc.results.stats import Interval, scaled
 
 __all__ = ["mixed_table", "table2"]
@@ -39,10 +39,10 @@ def _solo_refs(cells: pd.DataFrame, joined: pd.DataFrame, epochs: pd.DataFrame) 
     """Per solo configuration (:data:`_MATCH`): medians over its ok runs of time and energy per
     sample (every epoch, warm-up included), SM activity and memory. A repeat that warmed up less than
     a whole epoch (``measure.warmup=learned``) is left out: its time per sample lacks the warm-up's tail."""
-    warm = epochs[epochs["warmup"].astype(bool)].groupby([*CELL_KEY, "job_index"])["samples"].sum()
+    warm = epochs[epochs["warmup"].astype(bool)].groupby([*CELL_KEY, "job_index"])["samples"].sum(min_count=1)
     joined = joined.merge(warm.rename("warmup_samples").reset_index(), on=[*CELL_KEY, "job_index"], how="left")
-    whole = joined["warmup_samples"].isna() | joined["epoch_samples"].isna() | joined["epoch_time_s"].fillna(0).gt(0)
-    whole |= joined["warmup_samples"] >= joined["epoch_samples"]  # a time budget's warm-up is never shortened
+    columns = zip(joined["warmup_samples"], joined["epoch_samples"], joined["epoch_time_s"], strict=True)
+    whole = pd.Series([whole_warmup(*c) for c in columns], index=joined.index, dtype=bool)
     solo = joined[
         joined["mix"].isna()
         & (joined["degree"] == 1)

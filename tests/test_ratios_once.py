@@ -123,8 +123,8 @@ def test_the_rules_on_their_own() -> None:
     assert over_sequential(point(25.0), []) is None
 
 
-def _mix_numbers(root: Path) -> list[tuple[Any, ...]]:
-    """Each mix's change against sequential, the summary's then the report's."""
+def _mix_numbers(root: Path) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """Each mix's change against sequential: the summary's, and the report's."""
     data = load_sweeps([root])
     report = table2(mixed_table(data.cells, data.jobs, data.epochs))
     summary = mix_rows(read_runs(sorted(p for p in root.iterdir() if p.is_dir())))
@@ -132,19 +132,22 @@ def _mix_numbers(root: Path) -> list[tuple[Any, ...]]:
     theirs = [
         (r["mix"], r["mode"], None if pd.isna(v := r["change_vs_sequential_pct"]) else v) for _, r in report.iterrows()
     ]
-    return sorted(mine, key=lambda t: t[:2]) + sorted(theirs, key=lambda t: t[:2])
+    return sorted(mine, key=lambda t: t[:2]), sorted(theirs, key=lambda t: t[:2])
 
 
-@pytest.mark.parametrize("whole", [False, True])
-def test_a_solo_run_that_warmed_up_less_than_an_epoch_is_no_reference_for_a_mix(tmp_path: Path, whole: bool) -> None:
+@pytest.mark.parametrize(("warmup_samples", "counts"), [(60, False), (300, True), (None, True), (0, True)])
+def test_a_solo_run_that_warmed_up_less_than_an_epoch_is_no_reference_for_a_mix(
+    tmp_path: Path, warmup_samples: int | None, counts: bool
+) -> None:
     """A repeat's learned warm-up (``measure.warmup=learned``) keeps the slow start and drops the tail:
-    its time per sample, warm-up included, is no measure of the job alone for a mix's sequential sum."""
+    its time per sample, warm-up included, is no measure of the job alone for a mix's sequential sum.
+    A warm-up of unknown samples counts as whole; the report and the summary agree on each."""
     root = make_sweep(tmp_path / "sweep")
     before = _mix_numbers(root)
     slow = job(0, "cnn", 1.5, total_s=100.0)  # the mix's cnn solo again, far slower over its whole life
     eps = epochs_of(slow)
-    if not whole:
-        eps[0] = {**eps[0], "samples": 60}  # warmed up 60 of its 300 samples
+    eps[0] = {**eps[0], "samples": warmup_samples}  # of its 300 samples per epoch
     cell(root, "0r", "cnn", "naive", [slow], agg=200.0, epochs=eps, repeat=1)
-    after = _mix_numbers(root)
-    assert (after != before) is whole  # a whole warm-up's run counts (the test can tell); a short one does not
+    summary, report = _mix_numbers(root)
+    assert (summary != before[0], report != before[1]) == (counts, counts)
+    assert [t[2] for t in summary] == pytest.approx([t[2] for t in report], nan_ok=True)

@@ -213,11 +213,18 @@ class RepeatPolicy:
     def _estimate(self, group: _Group) -> float:
         """What one more run of ``group`` should take: its first run's GPU time, less what its learned
         warm-up saves, never less than half of it (the saving is the first run's warm-up windows' time,
-        an estimate; set-up and the measured epochs remain); else the mean first run's."""
+        an estimate; set-up and the measured epochs remain). Before its first run is in: a solo's, the
+        mean of the other solos' estimates (its kind of cell), else the mean first run's."""
         own = next((r.gpu_s for r in group.runs if r.gpu_s is not None), None)
         if own is not None:
             saved = self.saving(group.base) if self.saving is not None else 0.0
             return max(own - saved, 0.5 * own)
+        if group.solo:
+            like = [
+                self._estimate(g) for g in self.groups.values() if g.solo and any(r.gpu_s is not None for r in g.runs)
+            ]
+            if like:
+                return sum(like) / len(like)
         return sum(self._first_gpu_s) / len(self._first_gpu_s) if self._first_gpu_s else 0.0
 
     def _budget_left(self, group: _Group) -> float:

@@ -59,12 +59,12 @@ def _rates(steps: list[Any], seconds: list[Any]) -> list[float]:
 
 def _settled(warm: list[float], measured: list[float]) -> int:
     """The first warm-up window from which the warm-up ran as its measured epoch did: no window after it
-    slower than the slowest measured window, and their mean within ``SLACK`` of the measured windows'
-    median (a tail still climbing towards the rate fails the second); ``len(warm)``: never."""
+    more than ``SLACK`` slower than the slowest measured window, and their mean within ``SLACK`` of the
+    measured windows' median (a tail still climbing towards the rate fails the second); ``len(warm)``: never."""
     slowest, typical = min(measured), statistics.median(measured)
     for i in range(len(warm)):
         tail = warm[i:]
-        if min(tail) >= slowest and statistics.fmean(tail) >= (1 - SLACK) * typical:
+        if min(tail) >= (1 - SLACK) * slowest and statistics.fmean(tail) >= (1 - SLACK) * typical:
             return i
     return len(warm)
 

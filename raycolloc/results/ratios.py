@@ -21,13 +21,14 @@ twice and no test compared them).
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Hashable, Mapping, Sequence
 from typing import TypeVar
 
 from raycolloc.results.stats import Interval, point, ratio_interval, scaled, sum_interval, summarise
 
-__all__ = ["as_change", "best", "configuration", "over_sequential", "paired_value", "run_ratio"]
+__all__ = ["as_change", "best", "configuration", "over_sequential", "paired_value", "run_ratio", "whole_warmup"]
 
 K = TypeVar("K", bound=Hashable)
 
@@ -81,3 +82,20 @@ def over_sequential(total: Interval, alone: Sequence[Interval]) -> Interval | No
 def as_change(ratio: Interval) -> Interval:
     """A ratio to sequential as a change in percent (``-12``: collocated is 12% faster)."""
     return Interval(100 * (ratio.value - 1), 100 * (ratio.low - 1), 100 * (ratio.high - 1), ratio.n, ratio.method)
+
+
+def _known(value: object) -> float | None:
+    """A positive number, or None (absent, null, NaN, zero)."""
+    if value is None or isinstance(value, str | bool):
+        return None
+    number = float(value)  # type: ignore[arg-type]
+    return number if number > 0 and not math.isnan(number) else None
+
+
+def whole_warmup(warmup_samples: object, epoch_samples: object, epoch_time_s: object) -> bool:
+    """Whether a job warmed up a whole epoch, as every first run does; a repeat's learned warm-up
+    (``measure.warmup=learned``) ran fewer than its ``epoch_samples``. A time-budgeted epoch's warm-up is
+    never shortened, and a job whose counts are unknown counts as whole. The mix tables' solo time per
+    sample (warm-up included) is taken from whole warm-ups only, in the report and the summary alike."""
+    warm, samples = _known(warmup_samples), _known(epoch_samples)
+    return warm is None or samples is None or _known(epoch_time_s) is not None or warm >= samples

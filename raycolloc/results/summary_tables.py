@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from raycolloc.mode_kinds import mode_rank
+from raycolloc.results import ratios
 from raycolloc.results.index import read_reference
 from raycolloc.results.ratios import as_change, best, configuration, over_sequential, paired_value, run_ratio
 from raycolloc.results.stats import CV_UNSTABLE, Interval, bounds, cv, fmt_pm, point, scaled
@@ -306,12 +307,6 @@ def _span(run: Run) -> float | None:
     return max(ends) - min(starts) if starts and ends else run.cell.get("total_s")
 
 
-def _whole_warmup(job: Row, run: Run) -> bool:
-    """Whether the job warmed up a whole epoch (a repeat's learned warm-up, ``measure.warmup``, is shorter)."""
-    warm = sum(e.get("samples") or 0 for e in run.epochs if e.get("job_index") == job["job_index"] and e.get("warmup"))
-    return not (warm and job.get("epoch_samples")) or bool(job.get("epoch_time_s")) or warm >= job["epoch_samples"]
-
-
 def _alone(runs: Sequence[Run]) -> dict[tuple[Any, ...], Interval]:
     """Per solo job configuration: its time per sample (every epoch), over its ok runs' whole warm-ups."""
     per: dict[tuple[Any, ...], list[Interval]] = defaultdict(list)
@@ -319,7 +314,10 @@ def _alone(runs: Sequence[Run]) -> dict[tuple[Any, ...], Interval]:
         if run.cell.get("mix") is None and run.cell["degree"] == 1 and run.ok:
             for job in run.jobs:
                 samples = _samples(job, run)
-                if job.get("status") == "ok" and job.get("total_s") and samples > 0 and _whole_warmup(job, run):
+                mine = [e for e in run.epochs if e.get("job_index") == job["job_index"]]
+                warm = sum(e.get("samples") or 0 for e in mine if e.get("warmup"))
+                whole = ratios.whole_warmup(warm, job.get("epoch_samples"), job.get("epoch_time_s"))
+                if job.get("status") == "ok" and job.get("total_s") and samples > 0 and whole:
                     per[_job_key(run, job)].append(point(job["total_s"] / samples))
     return {k: s for k, v in per.items() if (s := _summary(v, "median")) is not None}
 
