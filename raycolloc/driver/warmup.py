@@ -3,7 +3,7 @@
 Epoch 1 is warm-up: the study times epoch 2 only. A whole warm-up epoch is what a first run needs, as nothing
 is known of its job yet; but that run's warm-up windows (:mod:`raycolloc.job.windows`) show where its steps
 settled, and a repeat of the same configuration on the same GPU model settles there too. So a repeat warms up
-through the window from which its first run's warm-up ran as its measured epoch did (no later window slower
+through the window from which its first run's warm-up ran as its measured epoch did (no later window 3% slower
 than the slowest measured one, their mean within 3% of the measured windows' median), and one window more,
 never less than two windows nor more than 80% of the epoch: on an H200 a degree-1 cell of the quick matrix
 spent ~3.4 s of its ~10 s warming up (2026-12-04, ``jobs/check_cost.sh``), and its repeats are what
