@@ -59,18 +59,13 @@ def nvml_mig_enabled() -> list[bool]:
     [] when NVML or the driver is missing. It only reads the mode; raycolloc never changes it."""
     import pynvml
 
+    from raycolloc.node.gpu.nvml import mig_mode  # the steward's backend reads a GPU's mode the same way
+
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError:
         return []
     try:
-        modes = []
-        for i in range(int(pynvml.nvmlDeviceGetCount())):
-            try:
-                current, _pending = pynvml.nvmlDeviceGetMigMode(pynvml.nvmlDeviceGetHandleByIndex(i))
-            except pynvml.NVMLError:  # NOT_SUPPORTED: a GPU without MIG
-                current = pynvml.NVML_DEVICE_MIG_DISABLE
-            modes.append(current == pynvml.NVML_DEVICE_MIG_ENABLE)
-        return modes
+        return [mig_mode(pynvml.nvmlDeviceGetHandleByIndex(i))[1] for i in range(int(pynvml.nvmlDeviceGetCount()))]
     finally:
         pynvml.nvmlShutdown()

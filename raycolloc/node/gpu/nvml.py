@@ -26,7 +26,7 @@ from raycolloc.node.gpu.backend import (
 from raycolloc.node.gpu.clock_events import reason_names
 from raycolloc.node.gpu.kinds import NVML
 
-__all__ = ["GPM_METRICS", "NvmlBackend", "nvml_gpu_count", "nvml_instances"]
+__all__ = ["GPM_METRICS", "NvmlBackend", "mig_mode", "nvml_gpu_count", "nvml_instances"]
 
 # GPM metric ids (NVML_GPM_METRIC_*) and the telemetry column each one fills.
 GPM_METRICS: dict[str, int] = {
@@ -84,6 +84,16 @@ def nvml_gpu_count() -> int:
         pynvml.nvmlShutdown()
 
 
+def mig_mode(handle: Any) -> tuple[bool, bool]:
+    """A GPU's ``(supported, enabled)`` MIG mode, as NVML reads it now (read only; a GPU without MIG:
+    ``(False, False)``)."""
+    try:
+        current, _pending = pynvml.nvmlDeviceGetMigMode(handle)
+    except pynvml.NVMLError:
+        return False, False
+    return True, bool(current)
+
+
 def _str(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
@@ -118,12 +128,7 @@ class NvmlBackend:
 
     def gpu(self, uuid: str) -> GpuInfo:
         h = self._h(uuid)
-        mig_supported, mig_enabled = True, False
-        try:
-            current, _pending = pynvml.nvmlDeviceGetMigMode(h)
-            mig_enabled = bool(current)
-        except pynvml.NVMLError:
-            mig_supported = False
+        mig_supported, mig_enabled = mig_mode(h)
         try:
             sm_count: int | None = int(pynvml.nvmlDeviceGetAttributes(h).multiprocessorCount)
         except pynvml.NVMLError:
