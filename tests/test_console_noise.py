@@ -16,6 +16,7 @@ import pytest
 from ray._private.ray_logging import DedupState, _warn_once
 from ray.util.debug import reset_log_once
 
+from raycolloc.config import ClusterConfig
 from raycolloc.driver import cell_run
 from raycolloc.driver.cluster import DEDUP_NOTICE, plain_worker_lines
 from raycolloc.procs import quiet_exit_in_finalizers
@@ -92,6 +93,30 @@ def test_a_sweep_prints_no_repr_no_colour_codes_and_not_pinned_once(tmp_path: Pa
     assert "Release(" not in out
     assert out.count("not pinned") == 1, [line for line in out.splitlines() if "not pinned" in line]
     assert "RAY_DEDUP_LOGS" not in out
+    assert "Connecting to existing Ray cluster" not in out  # Ray's own INFO line: hydra.verbose=true shows it
+
+
+def test_rays_info_lines_are_said_only_at_debug(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``ray.init``'s "Started a local Ray instance" on every sweep: said only under ``hydra.verbose``."""
+    from raycolloc.driver import cluster as cluster_mod
+
+    seen: list[object] = []
+
+    def fake_start(**kwargs: object) -> None:
+        seen.append(kwargs.get("logging_level"))
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(cluster_mod, "start_local_ray", fake_start)
+    monkeypatch.setattr(cluster_mod.ray, "is_initialized", lambda: False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    config = ClusterConfig(backend="sim")
+    for level, expected in ((logging.INFO, logging.WARNING), (logging.DEBUG, None)):
+        caplog.set_level(level, logger=cluster_mod.__name__)
+        with pytest.raises(RuntimeError, match="stop here"):
+            cluster_mod.connect(config)
+        assert seen.pop() == expected
 
 
 def test_an_exit_inside_a_finalizer_is_not_printed_other_errors_are(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -78,18 +78,21 @@ class PlainStream:
 START_ATTEMPTS = 3
 
 
-def connect(cluster: ClusterConfig, max_jobs_per_cell: int = 1, quiet: bool = False) -> dict[str, Any]:
-    """Connect to Ray once per process (no-op inside a Ray worker or when already connected); ``quiet``:
-    a client that only talks to an actor (``queue submit``, ``status``...) joins without Ray's
-    "Connecting to existing Ray cluster" lines (issue 46, item 7)."""
+def connect(cluster: ClusterConfig, max_jobs_per_cell: int = 1) -> dict[str, Any]:
+    """Connect to Ray once per process (no-op inside a Ray worker or when already connected).
+
+    Ray's own INFO lines on the driver ("Started a local Ray instance", "Connecting to existing Ray
+    cluster at address ...") are said only where this module logs at DEBUG (``hydra.verbose=true``):
+    a sweep, an advice and a queue print their own lines (issue 46, item 7). Ray's warnings stay.
+    """
     if ray.is_initialized():
         return ray.cluster_resources()
     plain_worker_lines()
     kwargs: dict[str, Any] = {"namespace": NAMESPACE, "log_to_driver": True}
+    if not log.isEnabledFor(logging.DEBUG):
+        kwargs["logging_level"] = logging.WARNING
     address = cluster.address or os.environ.get("RAY_ADDRESS")  # `ray job submit` sets RAY_ADDRESS
     if address:
-        if quiet:
-            kwargs["logging_level"] = logging.WARNING
         probe(address, "cluster.address" if cluster.address else "RAY_ADDRESS")
         join_with_token_if_available()
         with signals.shielded():  # a SIGTERM during ray.init waits for our handler

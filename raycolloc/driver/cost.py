@@ -88,7 +88,7 @@ class PlanCost:
         how[0] += ")"
         if not self.timed:
             how.append("epochs' own time not counted")
-        said = f"plan: {self.cells} cells{runs} on {on}, "
+        said = f"plan: {self.cells} cell{'s' if self.cells != 1 else ''}{runs} on {on}, "
         said += f"{'about' if self.timed else 'at least'} {_minutes(self.gpu_s)} of GPU time ({'; '.join(how)})"
         if self.budgets and self.max_gpu_s > self.gpu_s:
             budget = "/".join(f"{b:g}" for b in self.budgets)
