@@ -20,7 +20,7 @@ from raycolloc.config import Config, measured_floor
 from raycolloc.mode_kinds import mode_of
 from raycolloc.spec import CellSpec
 
-__all__ = ["SETUP_S", "PlanCost", "plan_cost", "plan_gpus", "plan_mig", "run_seconds"]
+__all__ = ["SETUP_S", "PlanCost", "minutes", "plan_cost", "plan_gpus", "plan_mig", "run_seconds"]
 
 # A run's set-up and release, an allowance: the quick matrix before the floor (resnet26_cifar10,
 # epoch_samples=25600, degrees 1-7, naive and MPS) took 65.8 s of GPU time in 8 cells on 2 x H200,
@@ -89,16 +89,17 @@ class PlanCost:
         if not self.timed:
             how.append("epochs' own time not counted")
         said = f"plan: {self.cells} cell{'s' if self.cells != 1 else ''}{runs} on {on}, "
-        said += f"{'about' if self.timed else 'at least'} {_minutes(self.gpu_s)} of GPU time ({'; '.join(how)})"
+        said += f"{'about' if self.timed else 'at least'} {minutes(self.gpu_s)} of GPU time ({'; '.join(how)})"
         if self.budgets and self.max_gpu_s > self.gpu_s:
             budget = "/".join(f"{b:g}" for b in self.budgets)
-            said += f", up to {_minutes(self.max_gpu_s)} with re-runs for intervals (measure.budget={budget})"
+            said += f", up to {minutes(self.max_gpu_s)} with re-runs for intervals (measure.budget={budget})"
         if self.wall_s is not None:
-            said += f", {'about' if self.timed else 'at least'} {_minutes(self.wall_s)} wall"
+            said += f", {'about' if self.timed else 'at least'} {minutes(self.wall_s)} wall"
         return said
 
 
-def _minutes(seconds: float) -> str:
+def minutes(seconds: float) -> str:
+    """``40 s`` or ``1.5 min``: a duration as the plan line and the progress lines say it."""
     return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
 
 

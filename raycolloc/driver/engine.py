@@ -157,7 +157,7 @@ class _Sweep:
             self.results[result.cell.cell_id] = result
             self.view.write(result.summary)
         added = [*growth.front, *growth.back]
-        self.view.add({c.cell_id: c.label for c, _ in added})
+        self.view.add([c for c, _ in added])
         with self.lock:
             self.queue[:0] = growth.front
             self.queue.extend(growth.back)
@@ -343,10 +343,10 @@ def _run(todo: list[tuple[CellSpec, Path]], pins: Mapping[str, int], regrow: Reg
     if any(c.config.trainer.spawn == "fork" for c, _ in todo):  # torch's import before any GPU is held
         log.info(warm_forkservers({i.node_id: nodes[i.node_id] for i in infos}, first.cluster, first.mode.pipe_root))
     board = open_board(NAMESPACE)
-    view = ProgressView({c.cell_id: c.label for c, _ in todo}, board)
     gpus = sum(nodes.values())
     # Pinned cells: a lane on every GPU, since a lease cannot ask for a GPU by index.
     lanes = gpus if pins else min(first.cluster.max_concurrent_cells or gpus, gpus, len(todo))
+    view = ProgressView([c for c, _ in todo], board, lanes)
     kept = kept_for_sweep(lanes, first.cluster.reuse_lease, max((i.cpus for i in infos), default=0))
     sweep = _Sweep(todo, board, view, pins, regrow, kept)
     log.info("cells=%d lanes=%d gpus=%d", len(todo), lanes, gpus)

@@ -15,12 +15,14 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
 import ray
 
-from raycolloc.spec import CellProgress, JobProgress
+from raycolloc.driver.cost import minutes, plan_cost, run_seconds
+from raycolloc.spec import CellProgress, CellSpec, JobProgress
 
 if TYPE_CHECKING:
     from ray.actor import ActorClass
@@ -108,10 +110,14 @@ def _job_fraction(jobs: dict[int, JobProgress]) -> float:
 
 
 class ProgressView:
-    """Draws the board: a bar for the sweep and one per running cell (tqdm), or log lines."""
+    """Draws the board: a bar for the sweep and one per running cell (tqdm), or log lines; both say
+    about how long is left (:meth:`left_s`)."""
 
-    def __init__(self, labels: dict[str, str], board: Board) -> None:
-        self.labels, self.board = labels, board
+    def __init__(self, cells: Sequence[CellSpec], board: Board, lanes: int = 1) -> None:
+        self.labels: dict[str, str] = {}
+        self.plan_s: dict[str, float] = {}  # each cell's run as the plan line counts it (cost.run_seconds)
+        self.board, self.lanes = board, max(1, lanes)
+        self.started = time.monotonic()
         self.tty = sys.stderr.isatty()
         # How often the driver redraws: each redraw is a call to the board (issue 30: the driver's own
         # CPU time is taken from the node's cores while jobs measure; it was 0.5 s). Not slower: a log
@@ -120,17 +126,53 @@ class ProgressView:
         self._last: dict[str, str] = {}
         self._bars: dict[str, Any] = {}
         self._main: Any = None
+        # Runs the plan line counts that are not cells yet: the solo baselines' repeats, which
+        # repeats=auto adds as their first runs end (each at the plan's seconds of one of them).
+        plan = plan_cost(cells, lanes)
+        self.pending = plan.runs - len(cells)
+        self.pending_s = (plan.gpu_s - sum(run_seconds(c.config)[0] for c in cells)) / max(1, self.pending)
+        self.add(cells, planned=False)
         if self.tty:
             from tqdm import tqdm
 
             self._tqdm = tqdm
-            self._main = tqdm(total=len(labels), desc="cells", unit="cell", position=0, dynamic_ncols=True)
+            # tqdm's own "<remaining" is left out: the postfix says the estimate below, the plan's at first.
+            self._main = tqdm(
+                total=len(self.labels),
+                desc="cells",
+                unit="cell",
+                position=0,
+                dynamic_ncols=True,
+                bar_format="{desc} {bar} {n_fmt}/{total_fmt} [{elapsed}] {postfix}",
+            )
 
-    def add(self, labels: dict[str, str]) -> None:
-        """Cells added while the sweep runs (``repeats=auto``): the sweep's total grows."""
-        self.labels = {**self.labels, **labels}  # a new dict: refresh() may be reading the old one
-        if self._main is not None and labels:
+    def add(self, cells: Sequence[CellSpec], planned: bool = True) -> None:
+        """Cells added while the sweep runs (``repeats=auto``): the sweep's total grows; ``planned``:
+        they are runs the plan counted (the solo baselines' repeats come first)."""
+        if planned:
+            self.pending = max(0, self.pending - len(cells))
+        # New dicts: refresh() may be reading the old ones.
+        self.labels = {**self.labels, **{c.cell_id: c.label for c in cells}}
+        self.plan_s = {**self.plan_s, **{c.cell_id: run_seconds(c.config)[0] for c in cells}}
+        if self._main is not None and cells:
             self._main.total = len(self.labels)
+
+    def left_s(self, snap: dict[str, CellProgress], now: float | None = None) -> float:
+        """About how many seconds the sweep has left. Before any cell is done: the plan's seconds of the
+        cells not done (the running ones' less what they trained) and of the runs it counts that are not
+        cells yet, over the lanes. Then: the sweep's pace so far (seconds since it started per cell
+        done) times the cells left, the running ones in part. Re-runs for intervals are not foreseen."""
+        elapsed = (time.monotonic() if now is None else now) - self.started
+        left: dict[str, float] = {}
+        for key in self.labels:
+            cell = snap.get(key, CellProgress())
+            if cell.state != "done":
+                left[key] = 1.0 - (_job_fraction(cell.jobs) if cell.state not in ("queued", "leasing") else 0.0)
+        done = len(self.labels) - len(left)
+        if done == 0:
+            planned = sum(self.plan_s[k] * f for k, f in left.items()) + self.pending * self.pending_s
+            return max(0.0, planned / self.lanes)
+        return elapsed / done * (sum(left.values()) + self.pending)
 
     def refresh(self) -> None:
         try:
@@ -142,6 +184,7 @@ class ProgressView:
         done = sum(1 for s in states.values() if s == "done")
         running = sum(1 for s in states.values() if s not in ("queued", "leasing", "done"))
         leasing = sum(1 for s in states.values() if s == "leasing")
+        left = f"about {minutes(self.left_s(snap))} left" if done < len(labels) else "all done"
         if not self.tty:
             for key, state in states.items():
                 line = f"{state}" + (f" status={snap[key].status}" if state == "done" else "")
@@ -149,14 +192,14 @@ class ProgressView:
                     self._last[key] = line
                     print(
                         f"[sweep] cell {labels[key]}: {line}  (done {done}/{len(labels)}, "
-                        f"running {running}, waiting for a GPU {leasing})",
+                        f"running {running}, waiting for a GPU {leasing}; {left})",
                         file=sys.stderr,
                         flush=True,
                     )
             return
         self._main.n = done
         queued = len(labels) - done - running - leasing
-        self._main.set_postfix_str(f"running={running} waiting_gpu={leasing} queued={queued}")
+        self._main.set_postfix_str(f"running={running} waiting_gpu={leasing} queued={queued}; {left}")
         self._main.refresh()
         for key, state in states.items():
             bar = self._bars.get(key)

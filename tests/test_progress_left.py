@@ -1,0 +1,68 @@
+"""The sweep's progress says about how long is left (issue 46: "a progress bar with an estimate of the
+time left from the plan"): the plan's seconds until a cell is done, then the sweep's own pace."""
+
+from __future__ import annotations
+
+import pytest
+
+from raycolloc.driver.cost import run_seconds
+from raycolloc.driver.progress import ProgressView
+from raycolloc.spec import CellProgress, JobProgress
+
+from .conftest import load
+
+
+class _Board:
+    def __init__(self, snap: dict[str, CellProgress]) -> None:
+        self.snap = snap
+
+    def snapshot(self) -> dict[str, CellProgress]:
+        return self.snap
+
+
+def _cells() -> list:
+    # A floor on the measured epoch: the plan counts it (set-up + (epochs - 1) x floor per run).
+    return [load([f"degree={d}", "min_epoch_s=4"]) for d in (1, 2, 3)]
+
+
+def _half(spec: object) -> CellProgress:
+    jobs = {0: JobProgress(epoch=2, step=0, steps=10, epochs=2)}  # one epoch of two trained: half
+    return CellProgress(state="measuring", jobs=jobs)
+
+
+def test_before_any_cell_is_done_the_plan_says_what_is_left() -> None:
+    cells = _cells()
+    view = ProgressView(cells, _Board({}), lanes=2)  # type: ignore[arg-type]
+    plan = [run_seconds(c.config)[0] for c in cells]
+    assert plan[0] == pytest.approx(3.5 + 4.0)  # the plan line's own count of a run
+    assert view.pending == 2  # the solo baseline's two repeats, not cells yet
+    assert view.left_s({}) == pytest.approx((sum(plan) + 2 * plan[0]) / 2)
+    running = {cells[0].cell_id: _half(cells[0])}
+    assert view.left_s(running) == pytest.approx((plan[0] / 2 + plan[1] + plan[2] + 2 * plan[0]) / 2)
+
+
+def test_once_cells_are_done_the_sweeps_own_pace_says_it() -> None:
+    cells = _cells()
+    view = ProgressView(cells, _Board({}), lanes=1)  # type: ignore[arg-type]
+    snap = {cells[0].cell_id: CellProgress(state="done", status="ok"), cells[1].cell_id: _half(cells[1])}
+    # 30 s for one cell: one and a half cells and two planned repeats left take 105 s, whatever the plan said
+    assert view.left_s(snap, now=view.started + 30.0) == pytest.approx(105.0)
+    view.add([load(["degree=1", "min_epoch_s=4", "seed=1"])])  # a planned repeat became a cell: the same
+    assert view.pending == 1
+    assert view.left_s(snap, now=view.started + 30.0) == pytest.approx(105.0)
+    view.add([load(["degree=7", "min_epoch_s=4"])], planned=False)  # a re-run for an interval: more is left
+    assert view.left_s(snap, now=view.started + 30.0) == pytest.approx(135.0)
+
+
+def test_a_log_line_says_it(capsys: pytest.CaptureFixture[str]) -> None:
+    cells = _cells()
+    board = _Board({cells[0].cell_id: _half(cells[0])})
+    view = ProgressView(cells, board, lanes=1)  # type: ignore[arg-type]
+    view.refresh()
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 3
+    assert err[0].startswith(f"[sweep] cell {cells[0].label}: measuring  (done 0/3, running 1")
+    assert all(line.endswith("about 34 s left)") for line in err), err  # 7.5 / 2 + 7.5 + 7.5 + 2 x 7.5 = 33.75 s
+    board.snap = {c.cell_id: CellProgress(state="done", status="ok") for c in cells}
+    view.refresh()
+    assert capsys.readouterr().err.splitlines()[-1].endswith("(done 3/3, running 0, waiting for a GPU 0; all done)")
