@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -297,9 +298,10 @@ def _stop_session_ray() -> Iterator[None]:
 
 
 def used_ray(proc: subprocess.CompletedProcess[str]) -> bool:
-    """Whether a command-line run started a Ray instance or joined one (a run that trains nothing need not)."""
+    """Whether a command-line run started a Ray instance or joined one (a run that trains nothing need not):
+    the driver's own line on it (``driver/cluster.py``: ``ray=local ...`` or ``ray=joined ...``)."""
     out = proc.stdout + proc.stderr
-    return "Started a local Ray instance" in out or "Connected to Ray cluster" in out
+    return re.search(r"\] ray=(local|joined) ", out) is not None
 
 
 def run_cli(

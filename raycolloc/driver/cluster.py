@@ -98,6 +98,7 @@ def connect(cluster: ClusterConfig, max_jobs_per_cell: int = 1) -> dict[str, Any
         with signals.shielded():  # a SIGTERM during ray.init waits for our handler
             ray.init(address=address, **kwargs)
             signals.reinstall()  # ray.init took SIGTERM (its native handler aborts the driver)
+        log.info("ray=joined address=%s gpus=%s", address, ray.cluster_resources().get("GPU"))
         return ray.cluster_resources()
     cpus = cluster.num_cpus or os.cpu_count() or 1
     if backend_traits(cluster.backend).declared_gpus:
