@@ -3,7 +3,7 @@
 #   1. the quick matrix before (measure.budget=1.0, the default until db553d2, with whole warm-ups:
 #      measure.warmup=epoch, every run's before 4fd961f) and after (today's defaults): GPU time of each, against the same cells measured once (each
 #      sweep's first runs), each configuration's interval (the sweeps' own tables, in the logs), and
-#      each run's warm-up steps beside its measured rate (a learned warm-up must not move the rate);
+#      each run's warm-up steps and measured seconds beside its rate (a learned warm-up or a halved floor must not move it);
 #   2. an unmodified PyTorch script (jobs/examples/plain_train.py, README's command) under MPS at
 #      degrees 3 and 7, twice: how many of its jobs were seen as MPS clients.
 # Usage (repo root, on a GPU machine): bash jobs/check_cost.sh OUT_DIR [cost|script|all]
@@ -41,8 +41,10 @@ for name in ("before", "after"):
     e = e.merge(c[["cell_id", "label", "repeat"]])
     warm = e[e["epoch"] == 1].groupby(["label", "repeat"])["steps"].max()
     rate = e[e["epoch"] == 2].groupby(["label", "repeat"])["samples_per_s"].sum()
+    measured_s = e[e["epoch"] == 2].groupby(["label", "repeat"])["wall_s"].max()
     for (label, repeat), steps in warm.items():
-        print(f"  {label} r{repeat}: warm-up {steps} steps, measured {rate[(label, repeat)]:,.0f} samples/s")
+        key = (label, repeat)
+        print(f"  {label} r{repeat}: warm-up {steps} steps, measured {measured_s[key]:.1f} s at {rate[key]:,.0f} samples/s")
 PY
 fi
 if [ "$what" != cost ]; then
