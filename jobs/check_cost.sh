@@ -6,7 +6,7 @@
 #      each run's warm-up steps and measured seconds beside its rate (a learned warm-up or a halved floor must not move it);
 #   2. an unmodified PyTorch script (jobs/examples/plain_train.py, README's command) under MPS at
 #      degrees 3 and 7, twice: how many of its jobs were seen as MPS clients.
-# Usage (repo root, on a GPU machine): bash jobs/check_cost.sh OUT_DIR [cost|script|all]
+# Usage (repo root, on a GPU machine): bash jobs/check_cost.sh OUT_DIR [cost|after|script|all]
 set -uo pipefail
 out=$(realpath -m "${1:-${OUT:-/tmp/out}}")
 what=${2:-all}
@@ -17,9 +17,11 @@ read -ra extra <<< "${EXTRA:-}"  # e.g. EXTRA=cluster=local: the simulated backe
 quick=(-m degree=1,2,3,7 mode=naive,mps,mig workload=resnet26_cifar10 epoch_samples=25600)
 log() { echo "=== $* ($(date +%T))"; }
 if [ "$what" != script ]; then
-  log "quick matrix, before: measure.budget=1.0 measure.warmup=epoch"
-  $py -m raycolloc.sweep "${quick[@]}" measure.budget=1.0 measure.warmup=epoch "${extra[@]}" out_dir="$out/before" > "$out/before.log" 2>&1
-  echo "exit $?"; grep -E "^(plan|time:|repeats auto)" "$out/before.log"
+  if [ "$what" != after ]; then  # after: today's defaults alone
+    log "quick matrix, before: measure.budget=1.0 measure.warmup=epoch"
+    $py -m raycolloc.sweep "${quick[@]}" measure.budget=1.0 measure.warmup=epoch "${extra[@]}" out_dir="$out/before" > "$out/before.log" 2>&1
+    echo "exit $?"; grep -E "^(plan|time:|repeats auto)" "$out/before.log"
+  fi
   log "quick matrix, after: defaults"
   $py -m raycolloc.sweep "${quick[@]}" "${extra[@]}" out_dir="$out/after" > "$out/after.log" 2>&1
   echo "exit $?"; grep -E "^(plan|time:|repeats auto)" "$out/after.log"
@@ -29,6 +31,8 @@ import pandas as pd
 out = sys.argv[1]
 for name in ("before", "after"):
     files = glob.glob(f"{out}/{name}/multirun/*/*/*/cells.parquet")
+    if not files:
+        continue
     c = pd.concat([pd.read_parquet(f) for f in files])
     c = c[c["status"] == "ok"]
     once = c[c["repeat"] == 0]["total_s"].sum()
@@ -47,7 +51,7 @@ for name in ("before", "after"):
         print(f"  {label} r{repeat}: warm-up {steps} steps, measured {measured_s[key]:.1f} s at {rate[key]:,.0f} samples/s")
 PY
 fi
-if [ "$what" != cost ]; then
+if [ "$what" = script ] || [ "$what" = all ]; then
   regex='workload.epoch_regex="^epoch (?P<epoch>\d+) done samples=(?P<samples>\d+)"'
   for run in 1 2; do
     log "script under MPS x3 and x7, run $run"
