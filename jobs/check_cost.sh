@@ -3,7 +3,7 @@
 #   1. the quick matrix before (measure.budget=1.0, the default until db553d2, with whole warm-ups:
 #      measure.warmup=epoch, every run's before 4fd961f) and after (today's defaults): GPU time of each, against the same cells measured once (each
 #      sweep's first runs), each configuration's interval (the sweeps' own tables, in the logs), and
-#      each run's warm-up steps and measured seconds beside its rate (a learned warm-up or a halved floor must not move it);
+#      each run's warm-up steps and measured seconds beside its rate (a learned warm-up must not move it);
 #   2. an unmodified PyTorch script (jobs/examples/plain_train.py, README's command) under MPS at
 #      degrees 3 and 7, twice: how many of its jobs were seen as MPS clients.
 # Usage (repo root, on a GPU machine): bash jobs/check_cost.sh OUT_DIR [cost|after|script|all]

@@ -192,10 +192,9 @@ class MeasureConfig:
     leave of it (0.3: at most 1.3 times the first pass, where the solos' repeats take less). ``statistic``: how the
     analysis forms a configuration's headline rate from its runs (``median``, ``mean`` or
     ``fastest``). ``warmup``: how long a repeat warms up: ``learned`` (as long as its first run's
-    warm-up windows took to settle, and half the measured epochs' floor where its first run's windows
-    agreed, :mod:`raycolloc.driver.warmup`) or ``epoch`` (a whole epoch and the whole floor, as every
-    first run). None of it changes what a cell measures (its measured samples), so none of it is in the
-    config hash.
+    warm-up windows took to settle, :mod:`raycolloc.driver.warmup`) or ``epoch`` (a whole epoch, as
+    every first run). None of it changes what a cell measures (its measured epochs), so none of it is
+    in the config hash.
     """
 
     target_ci: float = 0.03

@@ -301,7 +301,7 @@ def used_ray(proc: subprocess.CompletedProcess[str]) -> bool:
     """Whether a command-line run started a Ray instance or joined one (a run that trains nothing need not):
     the driver's own line on it (``driver/cluster.py``: ``ray=local ...`` or ``ray=joined ...``)."""
     out = proc.stdout + proc.stderr
-    return re.search(r"\] ray=(local|joined) ", out) is not None
+    return re.search(r"\bray=(local|joined) ", out) is not None
 
 
 def run_cli(

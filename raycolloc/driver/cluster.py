@@ -78,12 +78,14 @@ class PlainStream:
 START_ATTEMPTS = 3
 
 
-def connect(cluster: ClusterConfig, max_jobs_per_cell: int = 1) -> dict[str, Any]:
+def connect(cluster: ClusterConfig, max_jobs_per_cell: int = 1, quiet: bool = False) -> dict[str, Any]:
     """Connect to Ray once per process (no-op inside a Ray worker or when already connected).
 
     Ray's own INFO lines on the driver ("Started a local Ray instance", "Connecting to existing Ray
     cluster at address ...") are said only where this module logs at DEBUG (``hydra.verbose=true``):
     a sweep, an advice and a queue print their own lines (issue 46, item 7). Ray's warnings stay.
+    ``quiet``: a client that only talks to an actor (``queue submit``, ``status``...) does not say its
+    own ``ray=joined`` line either (at DEBUG).
     """
     if ray.is_initialized():
         return ray.cluster_resources()
@@ -98,7 +100,12 @@ def connect(cluster: ClusterConfig, max_jobs_per_cell: int = 1) -> dict[str, Any
         with signals.shielded():  # a SIGTERM during ray.init waits for our handler
             ray.init(address=address, **kwargs)
             signals.reinstall()  # ray.init took SIGTERM (its native handler aborts the driver)
-        log.info("ray=joined address=%s gpus=%s", address, ray.cluster_resources().get("GPU"))
+        log.log(
+            logging.DEBUG if quiet else logging.INFO,
+            "ray=joined address=%s gpus=%s",
+            address,
+            ray.cluster_resources().get("GPU"),
+        )
         return ray.cluster_resources()
     cpus = cluster.num_cpus or os.cpu_count() or 1
     if backend_traits(cluster.backend).declared_gpus:

@@ -29,15 +29,14 @@ __all__ = ["SETUP_S", "PlanCost", "minutes", "plan_cost", "plan_gpus", "plan_mig
 SETUP_S = 3.5
 
 
-def run_seconds(cfg: Config, floor_share: float = 1.0) -> tuple[float, bool]:
+def run_seconds(cfg: Config) -> tuple[float, bool]:
     """One run's GPU time as far as the protocol sets it, and whether every epoch's length is known:
     ``SETUP_S``, plus ``epochs x epoch_time_s`` where each epoch has a time budget, else
-    ``(epochs - 1) x floor`` (the warm-up epoch's own length unknown); ``floor_share``: a repeat's
-    share of the floor (``driver/warmup.py``: half, where its first run's windows agreed)."""
+    ``(epochs - 1) x floor`` (the warm-up epoch's own length unknown)."""
     if cfg.epoch_time_s:
         return SETUP_S + cfg.epochs * cfg.epoch_time_s, True
     floor = measured_floor(cfg)
-    return SETUP_S + (cfg.epochs - 1) * (floor or 0.0) * floor_share, False
+    return SETUP_S + (cfg.epochs - 1) * (floor or 0.0), False
 
 
 @dataclass(frozen=True)
@@ -108,10 +107,8 @@ def plan_cost(cells: Sequence[CellSpec], gpus: int | None, mig: bool | None = No
     """The cost of running ``cells`` (a plan's, in order) on ``gpus`` GPUs; ``mig`` False: MIG mode is
     off on every GPU (:func:`plan_mig`), so MIG cells are skipped and cost nothing."""
     from raycolloc.driver.repeats import is_solo  # the results' statistics: with the engine
-    from raycolloc.driver.warmup import SHORT_FLOOR
 
     everything = len(cells)
-    mixed = any(c.mix_name is not None for c in cells)  # a sweep with a mix: whole repeats (driver/regrow.py)
     if mig is False:
         cells = [c for c in cells if not mode_of(c.mode).partitioned]
     fixed = auto = 0.0
@@ -133,9 +130,8 @@ def plan_cost(cells: Sequence[CellSpec], gpus: int | None, mig: bool | None = No
             continue
         auto += seconds
         budgets.add(cfg.measure.budget)
-        if is_solo(cell):  # a repeat may measure half the floor (measure.warmup=learned): at least that
-            share = SHORT_FLOOR if cfg.measure.warmup == "learned" and not mixed else 1.0
-            solos.append((cfg.measure.min_solo_repeats - 1, run_seconds(cfg, share)[0]))
+        if is_solo(cell):
+            solos.append((cfg.measure.min_solo_repeats - 1, seconds))
     budget = max(budgets, default=0.0)
     added = sum(extra for extra, _ in solos)
     added_s = sum(extra * seconds for extra, seconds in solos)

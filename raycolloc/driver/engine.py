@@ -157,7 +157,7 @@ class _Sweep:
             self.results[result.cell.cell_id] = result
             self.view.write(result.summary)
         added = [*growth.front, *growth.back]
-        self.view.add([c for c, _ in added])
+        self.view.add([c for c, _ in added], [r.cell for r in growth.reused])
         with self.lock:
             self.queue[:0] = growth.front
             self.queue.extend(growth.back)

@@ -129,9 +129,11 @@ class ProgressView:
         # Runs the plan line counts that are not cells yet: the solo baselines' repeats, which
         # repeats=auto adds as their first runs end (each at the plan's seconds of one of them).
         plan = plan_cost(cells, lanes)
-        self.pending = plan.runs - len(cells)
-        self.pending_s = (plan.gpu_s - sum(run_seconds(c.config)[0] for c in cells)) / max(1, self.pending)
-        self.add(cells, planned=False)
+        self.pending = 0
+        self.add(cells)
+        self.pending = plan.runs - len(cells)  # set after add: the first pass's solos are not their repeats
+        self.pending_s = (plan.gpu_s - sum(self.plan_s.values())) / max(1, self.pending)
+        self.timed = plan.timed  # every epoch's length known: else the plan's seconds are a floor
         if self.tty:
             from tqdm import tqdm
 
@@ -146,11 +148,12 @@ class ProgressView:
                 bar_format="{desc} {bar} {n_fmt}/{total_fmt} [{elapsed}] {postfix}",
             )
 
-    def add(self, cells: Sequence[CellSpec], planned: bool = True) -> None:
-        """Cells added while the sweep runs (``repeats=auto``): the sweep's total grows; ``planned``:
-        they are runs the plan counted (the solo baselines' repeats come first)."""
-        if planned:
-            self.pending = max(0, self.pending - len(cells))
+    def add(self, cells: Sequence[CellSpec], reused: Sequence[CellSpec] = ()) -> None:
+        """Cells added while the sweep runs (``repeats=auto``): the sweep's total grows. The solo
+        baselines' repeats among them, and those found on disk (``reused``), are runs the plan counted."""
+        from raycolloc.driver.repeats import is_solo
+
+        self.pending = max(0, self.pending - sum(1 for c in [*cells, *reused] if is_solo(c)))
         # New dicts: refresh() may be reading the old ones.
         self.labels = {**self.labels, **{c.cell_id: c.label for c in cells}}
         self.plan_s = {**self.plan_s, **{c.cell_id: run_seconds(c.config)[0] for c in cells}}
@@ -161,7 +164,8 @@ class ProgressView:
         """About how many seconds the sweep has left. Before any cell is done: the plan's seconds of the
         cells not done (the running ones' less what they trained) and of the runs it counts that are not
         cells yet, over the lanes. Then: the sweep's pace so far (seconds since it started per cell
-        done) times the cells left, the running ones in part. Re-runs for intervals are not foreseen."""
+        finished, the running ones in part) times the cells and planned runs left. Re-runs for intervals
+        are not foreseen."""
         elapsed = (time.monotonic() if now is None else now) - self.started
         left: dict[str, float] = {}
         for key in self.labels:
@@ -172,7 +176,8 @@ class ProgressView:
         if done == 0:
             planned = sum(self.plan_s[k] * f for k, f in left.items()) + self.pending * self.pending_s
             return max(0.0, planned / self.lanes)
-        return elapsed / done * (sum(left.values()) + self.pending)
+        finished = len(self.labels) - sum(left.values())  # the done cells, and the running ones' part
+        return elapsed / finished * (sum(left.values()) + self.pending)
 
     def refresh(self) -> None:
         try:
@@ -184,7 +189,8 @@ class ProgressView:
         done = sum(1 for s in states.values() if s == "done")
         running = sum(1 for s in states.values() if s not in ("queued", "leasing", "done"))
         leasing = sum(1 for s in states.values() if s == "leasing")
-        left = f"about {minutes(self.left_s(snap))} left" if done < len(labels) else "all done"
+        said = "at least" if done == 0 and not self.timed else "about"  # the plan's seconds, or the pace
+        left = f"{said} {minutes(self.left_s(snap))} left" if done < len(labels) or self.pending else "all done"
         if not self.tty:
             for key, state in states.items():
                 line = f"{state}" + (f" status={snap[key].status}" if state == "done" else "")

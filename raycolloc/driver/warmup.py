@@ -9,18 +9,12 @@ never less than two windows nor more than 80% of the epoch: on an H200 a degree-
 spent ~3.4 s of its ~10 s warming up (2026-12-04, ``jobs/check_cost.sh``), and its repeats are what
 ``repeats=auto`` adds.
 
-The measured epochs are the same samples, and the same floor unless the first run's measured windows
-already agreed: where every job's measured epoch read within ±5% (its windows' 95% interval), a repeat's
-measured epochs run at least half the floor (``min_epoch_s``), as the epoch's own steps allow. The floor
-is there for runs that drift inside an epoch (docs/measurements.md, "Degree 1: how long a measured epoch
-should be"); one that did not drift measures its rate in half the time, and a repeat's job is the run-to-run
-spread. On an H200 the quick matrix's four solo repeats spent ~26 s of its ~88 s, mostly at the 5 s floor
-(2026-12-05). The warm-up row of a repeat's epochs table says how many steps it warmed up (its ``samples``
-fewer than the job's ``epoch_samples``), its measured rows how long it measured. Whole warm-ups (and
-whole floors) remain where the warm-up's length is part of what is reported or set: script jobs (they
-run as written), time-budgeted epochs (``epoch_time_s``: the budget is the user's) and every run of a
-sweep with a mix (a mix's headline is its total time, warm-up included, compared with its solos' time
-per sample, every epoch). A first run without windows, or one
+The measured epochs are unchanged (same floor, same samples), so a repeat measures what its first
+run measured; the warm-up row of its epochs table says how many steps it warmed up (its ``samples``
+fewer than the job's ``epoch_samples``). Whole warm-ups remain where the warm-up's length is part of
+what is reported or set: script jobs (they run as written), time-budgeted epochs (``epoch_time_s``: the
+budget is the user's) and every run of a sweep with a mix (a mix's headline is its total time, warm-up
+included, compared with its solos' time per sample, every epoch). A first run without windows, or one
 whose warm-up never settled early, teaches nothing.
 """
 
@@ -33,28 +27,23 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from raycolloc.results.stats import window_interval
 from raycolloc.spec import CellSpec
 
 log = logging.getLogger(__name__)
 
-__all__ = ["AGREE", "MIN_WINDOWS", "SHORT_FLOOR", "Learned", "learn", "learn_from", "with_warmup"]
+__all__ = ["MIN_WINDOWS", "Learned", "learn", "learn_from", "with_warmup"]
 
 MIN_WINDOWS = 2  # a learned warm-up covers at least two of its first run's windows (one after the first step's costs)
 SLACK = 0.03  # a settled warm-up tail's mean rate is within 3% of the measured windows' median
 MOST = 0.8  # a learned warm-up of more than 80% of the epoch saves too little to differ from a whole one
-AGREE = 0.05  # a first run's measured windows agree: their 95% interval within ±5% of the rate ...
-SHORT_FLOOR = 0.5  # ... and its repeats' measured epochs run at least this share of the floor
 
 
 @dataclasses.dataclass(frozen=True)
 class Learned:
-    """What a first run teaches its repeats: each job's warm-up steps, the seconds a cell saves by them,
-    and whether every job's measured windows agreed (its repeats' measured epochs: half the floor)."""
+    """What a first run teaches its repeats: each job's warm-up steps, and the seconds a cell saves."""
 
     steps: Mapping[int, int]
     saved_s: float
-    short_floor: bool = False
 
 
 def _seq(value: Any) -> list[Any]:
@@ -88,10 +77,8 @@ def learn(epochs: Sequence[Mapping[str, Any]]) -> Learned:
         by_job.setdefault(int(row["job_index"]), {})[int(row["epoch"])] = row
     steps: dict[int, int] = {}
     spent: list[float] = []  # each learning job's warm-up seconds past its learned steps (its first run's)
-    agreed = bool(by_job)
     for job, rows in sorted(by_job.items()):
         warm, measured = rows.get(1), rows.get(2)
-        agreed = agreed and measured is not None and _agree(measured)
         if warm is None or measured is None:
             continue
         window_steps, window_s = [int(n) for n in _seq(warm.get("window_steps"))], _seq(warm.get("window_s"))
@@ -109,16 +96,7 @@ def learn(epochs: Sequence[Mapping[str, Any]]) -> Learned:
         steps[job] = learned
         spent.append(sum(float(t) for t in window_s[upto:]))
     # The cell waits for its slowest job at the barrier after the warm-up: it saves what every job saves.
-    return Learned(steps, min(spent) if spent and len(steps) == len(by_job) else 0.0, agreed)
-
-
-def _agree(measured: Mapping[str, Any]) -> bool:
-    """Whether a measured epoch's windows agree: at least two, their 95% interval within ``AGREE``."""
-    window_steps, window_s = _seq(measured.get("window_steps")), _seq(measured.get("window_s"))
-    if len(window_steps) < 2 or len(window_steps) != len(window_s) or min(float(t) for t in window_s) <= 0:
-        return False
-    rate = window_interval([float(n) for n in window_steps], [float(t) for t in window_s])
-    return rate.value > 0 and rate.half_width <= AGREE * rate.value
+    return Learned(steps, min(spent) if spent and len(steps) == len(by_job) else 0.0)
 
 
 def learn_from(cell_dir: Path) -> Learned:
@@ -134,16 +112,14 @@ def learn_from(cell_dir: Path) -> Learned:
 
 def with_warmup(spec: CellSpec, learned: Learned) -> CellSpec:
     """``spec`` with each job's learned warm-up (jobs that run as written, and those ``learned`` leaves
-    out, warm up a whole epoch) and, where its first run's windows agreed, half the measured epochs'
-    floor; its config hash is unchanged (the same samples, the same configuration)."""
-    jobs = []
-    for job in spec.jobs:
-        if job.workload.as_written or job.epoch_time_s:
-            jobs.append(job)
-            continue
-        if job.index in learned.steps and job.steps_per_epoch > learned.steps[job.index]:
-            job = dataclasses.replace(job, warmup_steps=learned.steps[job.index])
-        if learned.short_floor and job.min_epoch_s:
-            job = dataclasses.replace(job, min_epoch_s=SHORT_FLOOR * job.min_epoch_s)
-        jobs.append(job)
-    return dataclasses.replace(spec, jobs=tuple(jobs))
+    out, warm up a whole epoch); its config hash is unchanged (the measured epochs are the same)."""
+    jobs = tuple(
+        dataclasses.replace(job, warmup_steps=learned.steps[job.index])
+        if job.index in learned.steps
+        and not job.workload.as_written
+        and not job.epoch_time_s
+        and job.steps_per_epoch > learned.steps[job.index]
+        else job
+        for job in spec.jobs
+    )
+    return dataclasses.replace(spec, jobs=jobs)

@@ -305,7 +305,7 @@ def find_actor(settings: QueueSettings) -> Any:
         raise NoLiveQueue(f"no live queue: {path} does not exist (start one with `serve`, same out_dir)")
     try:
         # Probed first: a dead address fails at once. Quiet: the command prints its answer, not Ray's join.
-        connect(replace(settings.config.cluster, address=address))
+        connect(replace(settings.config.cluster, address=address), quiet=True)
         return ray.get_actor(ACTOR_NAME, namespace=NAMESPACE)
     except RayUnreachable:
         given = "cluster.address" if settings.config.cluster.address else f"the address in {path}"
