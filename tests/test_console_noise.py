@@ -49,14 +49,16 @@ def test_ray_worker_lines_come_without_colour_codes_or_the_dedup_notice(monkeypa
 def test_rays_coloured_repeat_marks_reach_a_pipe_plain(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # Ray colours "[repeated 2x across cluster]" whatever RAY_COLOR_PREFIX says (CI's log, 2026-12-02)
-    folded = DedupState(timestamp=0, count=2, line="(Trainer pid=1) a line", metadata={}, sources=set()).formatted()
-    assert "\x1b[" in folded
     monkeypatch.delenv("RAY_COLOR_PREFIX", raising=False)
     monkeypatch.setattr(sys, "stdout", sys.stdout)  # put back after the test
     monkeypatch.setattr(sys, "stderr", sys.stderr)
+    reset_log_once(DEDUP_NOTICE)  # whichever test ran before in this process: connect marks the notice said
     plain_worker_lines()
     plain_worker_lines()  # a second connect wraps nothing twice
+    # Ray colours "[repeated 2x across cluster]" whatever RAY_COLOR_PREFIX says (CI's log, 2026-12-02); the
+    # line is formed after connect, as Ray's log monitor forms it
+    folded = DedupState(timestamp=0, count=2, line="(Trainer pid=1) a line", metadata={}, sources=set()).formatted()
+    assert "\x1b[" in folded
     print(folded)
     print(folded, file=sys.stderr)
     out, err = capsys.readouterr()
