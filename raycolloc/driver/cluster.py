@@ -100,13 +100,11 @@ def connect(cluster: ClusterConfig, max_jobs_per_cell: int = 1, quiet: bool = Fa
         with signals.shielded():  # a SIGTERM during ray.init waits for our handler
             ray.init(address=address, **kwargs)
             signals.reinstall()  # ray.init took SIGTERM (its native handler aborts the driver)
+        resources = ray.cluster_resources()
         log.log(
-            logging.DEBUG if quiet else logging.INFO,
-            "ray=joined address=%s gpus=%s",
-            address,
-            ray.cluster_resources().get("GPU"),
+            logging.DEBUG if quiet else logging.INFO, "ray=joined address=%s gpus=%s", address, resources.get("GPU")
         )
-        return ray.cluster_resources()
+        return resources
     cpus = cluster.num_cpus or os.cpu_count() or 1
     if backend_traits(cluster.backend).declared_gpus:
         # Simulated GPUs: logical CPUs for a degree-7 cell on every fake GPU (the jobs are tiny).

@@ -129,9 +129,8 @@ class ProgressView:
         # Runs the plan line counts that are not cells yet: the solo baselines' repeats, which
         # repeats=auto adds as their first runs end (each at the plan's seconds of one of them).
         plan = plan_cost(cells, lanes)
-        self.pending = 0
-        self.add(cells)
-        self.pending = plan.runs - len(cells)  # set after add: the first pass's solos are not their repeats
+        self._take(cells)
+        self.pending = plan.runs - len(cells)
         self.pending_s = (plan.gpu_s - sum(self.plan_s.values())) / max(1, self.pending)
         self.timed = plan.timed  # every epoch's length known: else the plan's seconds are a floor
         if self.tty:
@@ -154,11 +153,15 @@ class ProgressView:
         from raycolloc.driver.repeats import is_solo
 
         self.pending = max(0, self.pending - sum(1 for c in [*cells, *reused] if is_solo(c)))
-        # New dicts: refresh() may be reading the old ones.
-        self.labels = {**self.labels, **{c.cell_id: c.label for c in cells}}
-        self.plan_s = {**self.plan_s, **{c.cell_id: run_seconds(c.config)[0] for c in cells}}
+        self._take(cells)
         if self._main is not None and cells:
             self._main.total = len(self.labels)
+
+    def _take(self, cells: Sequence[CellSpec]) -> None:
+        """``cells``' labels and their runs' seconds as the plan counts them (new dicts: refresh() may be
+        reading the old ones)."""
+        self.labels = {**self.labels, **{c.cell_id: c.label for c in cells}}
+        self.plan_s = {**self.plan_s, **{c.cell_id: run_seconds(c.config)[0] for c in cells}}
 
     def left_s(self, snap: dict[str, CellProgress], now: float | None = None) -> float:
         """About how many seconds the sweep has left. Before any cell is done: the plan's seconds of the
