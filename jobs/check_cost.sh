@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 46's H200 acceptances of the headline's cost and of script jobs under MPS, in one device call:
 #   1. the quick matrix before (measure.budget=1.0, the default until db553d2, with whole warm-ups:
-#      measure.warmup=epoch, every run's before 4fd961f) and after (today's defaults): GPU time of each, against the same cells measured once (each
+#      measure.warmup=epoch, every run's before 4fd961f, and whole floors: measure.repeat_floor=1) and after (today's defaults): GPU time of each, against the same cells measured once (each
 #      sweep's first runs), each configuration's interval (the sweeps' own tables, in the logs), and
 #      each run's warm-up steps and measured seconds beside its rate (a learned warm-up must not move it);
 #   2. an unmodified PyTorch script (jobs/examples/plain_train.py, README's command) under MPS at
@@ -18,8 +18,8 @@ quick=(-m degree=1,2,3,7 mode=naive,mps,mig workload=resnet26_cifar10 epoch_samp
 log() { echo "=== $* ($(date +%T))"; }
 if [ "$what" != script ]; then
   if [ "$what" != after ]; then  # after: today's defaults alone
-    log "quick matrix, before: measure.budget=1.0 measure.warmup=epoch"
-    $py -m raycolloc.sweep "${quick[@]}" measure.budget=1.0 measure.warmup=epoch "${extra[@]}" out_dir="$out/before" > "$out/before.log" 2>&1
+    log "quick matrix, before: measure.budget=1.0 measure.warmup=epoch measure.repeat_floor=1"
+    $py -m raycolloc.sweep "${quick[@]}" measure.budget=1.0 measure.warmup=epoch measure.repeat_floor=1 "${extra[@]}" out_dir="$out/before" > "$out/before.log" 2>&1
     echo "exit $?"; grep -E "^(plan|time:|repeats auto)" "$out/before.log"
   fi
   log "quick matrix, after: defaults"
@@ -28,6 +28,7 @@ if [ "$what" != script ]; then
   $py - "$out" <<'PY'
 import glob, sys
 import pandas as pd
+from raycolloc.driver.floor import drift
 out = sys.argv[1]
 for name in ("before", "after"):
     files = glob.glob(f"{out}/{name}/multirun/*/*/*/cells.parquet")
@@ -46,9 +47,17 @@ for name in ("before", "after"):
     warm = e[e["epoch"] == 1].groupby(["label", "repeat"])["steps"].max()
     rate = e[e["epoch"] == 2].groupby(["label", "repeat"])["samples_per_s"].sum()
     measured_s = e[e["epoch"] == 2].groupby(["label", "repeat"])["wall_s"].max()
+    # Each run's measured epoch's drift (its later half's rate over its earlier half's: driver/floor.py) and floor.
+    moved = e[e["epoch"] == 2].groupby(["label", "repeat"]).apply(
+        lambda g: max((abs(d) for d in (drift(s, t) for s, t in zip(g["window_steps"], g["window_s"])) if d is not None), default=float("nan"))
+    )
+    j = pd.concat([pd.read_parquet(f.replace("cells.parquet", "jobs.parquet")) for f in files]).merge(c[["cell_id", "label", "repeat"]])
+    floor = j.groupby(["label", "repeat"])["min_epoch_s"].max() if "min_epoch_s" in j else None
     for (label, repeat), steps in warm.items():
         key = (label, repeat)
-        print(f"  {label} r{repeat}: warm-up {steps} steps, measured {measured_s[key]:.1f} s at {rate[key]:,.0f} samples/s")
+        said = f", floor {floor[key]:g} s" if floor is not None and pd.notna(floor[key]) else ""
+        print(f"  {label} r{repeat}: warm-up {steps} steps, measured {measured_s[key]:.1f} s at {rate[key]:,.0f} samples/s,"
+              f" drift {100 * moved[key]:.1f}%{said}")
 PY
 fi
 if [ "$what" = script ] || [ "$what" = all ]; then

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from raycolloc import config_checks as limits  # the bounds of numbers: limits.MAX_*
-from raycolloc.config_checks import MIN_EPOCH_AUTO_S, ConfigError, as_list, check_min_epoch, check_mode_only
+from raycolloc.config_checks import MIN_EPOCH_AUTO_S, ConfigError, as_list, check_floor, check_floor_share
+from raycolloc.config_checks import check_min_epoch, check_mode_only
 from raycolloc.config_checks import check_percentage, check_port, check_reserved_cpus, check_seconds
 from raycolloc.mode_kinds import MODE_NAMES, mode_of, modes_where
 from raycolloc.config_checks import check_sim_inject, is_mem_limit
@@ -58,6 +59,7 @@ __all__ = [
     "ModeConfig",
     "QueueConfig",
     "TelemetryConfig",
+    "first_run_hash",
     "measured_floor",
     "TrainerConfig",
     "WorkloadConfig",
@@ -186,6 +188,7 @@ class Config:
     seed: int = 0
     repeats: Any = "auto"  # an integer >= 1 (exactly that many runs) or "auto" (driver/repeats.py)
     repeat: int = 0
+    floor_share: float = 1.0  # the share of its floor a solo's repeat measures (set by repeats=auto: driver/floor.py)
     out_dir: str = "results"
     tags: dict[str, str] = field(default_factory=dict)
 
@@ -196,7 +199,8 @@ class Config:
         _check_int("epoch_samples", self.epoch_samples, 1, optional=True, maximum=limits.MAX_SAMPLES)
         check_seconds("epoch_time_s", self.epoch_time_s, 0.001, optional=True)
         check_min_epoch(self.min_epoch_s)
-        self._check_floor()
+        check_floor(self.min_epoch_s, self.epoch_time_s, self.epochs, self.trainer.epoch_timeout_s)
+        check_floor_share(self.floor_share, self.repeat)
         check_repeats(self.repeats)
         _check_int("repeat", self.repeat, 0, maximum=limits.MAX_REPEATS - 1)
         _check_int("batch_size", self.batch_size, 1, optional=True, maximum=limits.MAX_SAMPLES)
@@ -241,24 +245,6 @@ class Config:
         )
         return f"{base}-r{self.repeat}" if self.repeat else base
 
-    def _check_floor(self) -> None:
-        """A number given as ``min_epoch_s`` must mean something: not beside a time budget (which ends
-        the epoch first), not longer than the cap on a call's epochs."""
-        floor = self.min_epoch_s
-        if floor is None or floor == "auto" or not floor:
-            return
-        if self.epoch_time_s:
-            raise ConfigError(
-                f"min_epoch_s={floor} conflicts with epoch_time_s={self.epoch_time_s}: a time-budgeted epoch "
-                "has no floor; give one of them (min_epoch_s=auto or null beside a budget)"
-            )
-        cap = self.trainer.epoch_timeout_s
-        if cap is not None and floor * (self.epochs - 1) >= cap:
-            raise ConfigError(
-                f"min_epoch_s={floor} makes the {self.epochs - 1} measured epochs last at least "
-                f"{floor * (self.epochs - 1):g} s, past trainer.epoch_timeout_s={cap}: lower the floor or raise the cap"
-            )
-
 
 # Keys that do not change what a cell measures: excluded from the config hash used for resume.
 # ``repeats`` and ``measure`` say how many runs a sweep makes; each run's index (``repeat``) is hashed.
@@ -293,7 +279,7 @@ _HASHED_AS_DEFAULT = {
 
 # Keys added after results existed: left out of the hash while at their default, so every config
 # written before them keeps its hash (and its results are still found on resume).
-_LATER_KEYS: dict[str, Any] = {"repeat": 0, "epoch_time_s": None, "min_epoch_s": None}
+_LATER_KEYS: dict[str, Any] = {"repeat": 0, "epoch_time_s": None, "min_epoch_s": None, "floor_share": 1.0}
 _LATER_MIX_JOB_KEYS: dict[str, Any] = {"epoch_time_s": None}
 _LATER_CLUSTER_KEYS: dict[str, Any] = {"sim_inject": []}
 
@@ -301,12 +287,19 @@ _LATER_CLUSTER_KEYS: dict[str, Any] = {"sim_inject": []}
 def measured_floor(cfg: Config) -> float | None:
     """The least seconds a measured epoch of ``cfg``'s jobs runs (``min_epoch_s`` resolved; None: no
     floor): ``auto`` is :data:`MIN_EPOCH_AUTO_S` on a real GPU (``cluster.backend=nvml``), none on
-    simulated GPUs; a mix and a time-budgeted epoch have none."""
+    simulated GPUs; a mix and a time-budgeted epoch have none. A solo's repeat measures ``floor_share`` of it
+    (:mod:`raycolloc.driver.floor`)."""
     if cfg.mix.jobs or cfg.epoch_time_s or cfg.min_epoch_s is None:
         return None
     if cfg.min_epoch_s == "auto":
-        return MIN_EPOCH_AUTO_S if cfg.cluster.backend == "nvml" else None
-    return float(cfg.min_epoch_s) or None
+        return MIN_EPOCH_AUTO_S * cfg.floor_share if cfg.cluster.backend == "nvml" else None
+    return float(cfg.min_epoch_s) * cfg.floor_share or None
+
+
+def first_run_hash(cfg: Config) -> str:
+    """The config hash of ``cfg``'s configuration: its first run's (the rows' ``repeat_group``); a
+    repeat differs from it in its index and, a solo's, perhaps its floor (``floor_share``)."""
+    return config_hash(dataclasses.replace(cfg, repeat=0, floor_share=1.0)) if cfg.repeat else config_hash(cfg)
 
 
 def config_hash(cfg: Config) -> str:

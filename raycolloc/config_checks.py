@@ -215,6 +215,35 @@ def check_min_epoch(value: Any) -> None:
         )
 
 
+def check_floor(floor: Any, epoch_time_s: float | None, epochs: int, cap: float | None) -> None:
+    """A number given as ``min_epoch_s`` must mean something: not beside a time budget (which ends the
+    epoch first), not longer than the cap on a call's epochs (``trainer.epoch_timeout_s``)."""
+    if floor is None or floor == "auto" or not floor:
+        return
+    if epoch_time_s:
+        raise ConfigError(
+            f"min_epoch_s={floor} conflicts with epoch_time_s={epoch_time_s}: a time-budgeted epoch "
+            "has no floor; give one of them (min_epoch_s=auto or null beside a budget)"
+        )
+    if cap is not None and floor * (epochs - 1) >= cap:
+        raise ConfigError(
+            f"min_epoch_s={floor} makes the {epochs - 1} measured epochs last at least "
+            f"{floor * (epochs - 1):g} s, past trainer.epoch_timeout_s={cap}: lower the floor or raise the cap"
+        )
+
+
+def check_floor_share(share: Any, repeat: int) -> None:
+    """``floor_share``: a number in (0, 1], below 1 only on a repeat (``repeat`` >= 1): repeats=auto sets
+    it on a solo's repeats (measure.repeat_floor); a configuration's first run measures its whole floor."""
+    if not is_number(share) or not 0 < share <= 1:
+        raise ConfigError(f"floor_share={share!r} is not allowed; it must be a number in (0, 1] (1: the whole floor)")
+    if share < 1 and repeat == 0:
+        raise ConfigError(
+            f"floor_share={share} is not allowed on a first run (repeat=0); a configuration's first run measures "
+            "its whole floor (repeats=auto sets a solo's repeats' share: measure.repeat_floor)"
+        )
+
+
 def check_reserved_cpus(key: str, value: Any) -> None:
     """``auto``, ``none``, a count of cores (``2``) or a cpu list (``0-1``, ``"0,2"``)."""
     text = str(value).strip()

@@ -193,8 +193,10 @@ class MeasureConfig:
     analysis forms a configuration's headline rate from its runs (``median``, ``mean`` or
     ``fastest``). ``warmup``: how long a repeat warms up: ``learned`` (as long as its first run's
     warm-up windows took to settle, :mod:`raycolloc.driver.warmup`) or ``epoch`` (a whole epoch, as
-    every first run). None of it changes what a cell measures (its measured epochs), so none of it is
-    in the config hash.
+    every first run). ``repeat_floor``: the share of the floor (``min_epoch_s``) a solo baseline's
+    repeats measure where its first run's measured epoch held steady (:mod:`raycolloc.driver.floor`; 1:
+    the whole floor). None of it is in the config hash: a repeat it shortens says so in its own config
+    (``floor_share``), so that run is hashed apart.
     """
 
     target_ci: float = 0.03
@@ -203,6 +205,7 @@ class MeasureConfig:
     budget: float = 0.3
     statistic: str = "median"
     warmup: str = "learned"
+    repeat_floor: float = 0.5
 
     def __post_init__(self) -> None:
         if not is_number(self.target_ci) or not 0 < self.target_ci < 1:
@@ -226,6 +229,9 @@ class MeasureConfig:
             )
         _check_choice("measure.statistic", self.statistic, STATISTICS)
         _check_choice("measure.warmup", self.warmup, WARMUPS)
+        _check_min(
+            "measure.repeat_floor", self.repeat_floor, 0.1, maximum=1, note=" (a solo repeat's share of the floor)"
+        )
 
 
 def check_repeats(value: object) -> None:

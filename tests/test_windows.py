@@ -190,6 +190,7 @@ def test_a_measured_epoch_runs_at_least_its_floor_with_more_steps_than_its_sampl
     assert epochs.loc[2, "samples"] == epochs.loc[2, "steps"] * 8
     assert epochs.loc[2, "windows"] >= 2  # the windows follow the steps it ran
     assert t["cells"].iloc[0]["agg_samples_per_s"] == pytest.approx(epochs.loc[2, "samples_per_s"])
+    assert t["jobs"].iloc[0]["min_epoch_s"] == 0.6  # the floor the job ran, in its row
 
 
 def test_a_mix_has_no_floor_its_headline_is_the_time_of_fixed_work() -> None:

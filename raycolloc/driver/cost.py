@@ -6,13 +6,15 @@ anything runs, only the protocol's own lengths are known: a time-budgeted epoch 
 about ``SETUP_S``. An epoch's own length (its samples at a rate not yet measured: the warm-up epoch,
 any epoch without a floor or budget) is not counted, so the GPU time said is a floor of what the
 sweep takes, and the line says so where such epochs exist. ``repeats=N`` runs are cells of the plan
-already; ``repeats=auto`` adds each solo baseline's runs (``measure.min_solo_repeats``: never refused),
+already; ``repeats=auto`` adds each solo baseline's runs (``measure.min_solo_repeats``: never refused,
+each counted over ``measure.repeat_floor`` of the floor, the least it may measure: :mod:`raycolloc.driver.floor`),
 and re-runs for intervals up to ``measure.budget`` times the first pass in all (solos' runs included):
 the line's upper bound.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -53,6 +55,8 @@ class PlanCost:
         floors: the measured epochs' floors, seconds (empty: none).
         budgets: ``measure.budget`` of the ``repeats=auto`` cells (empty: none is auto).
         epoch_times: the epochs' time budgets, seconds (``epoch_time_s``; empty: none).
+        repeat_floors: the share of the floor solo repeats are counted at (``measure.repeat_floor``;
+            empty: none is shorter).
         skipped: MIG cells this machine's GPUs cannot run (MIG mode off on all of them): counted in
             ``cells``, not in the runs (the sweep records them ``skipped`` at once).
     """
@@ -66,6 +70,7 @@ class PlanCost:
     floors: tuple[float, ...] = ()
     budgets: tuple[float, ...] = ()
     epoch_times: tuple[float, ...] = ()
+    repeat_floors: tuple[float, ...] = ()
     skipped: int = 0
 
     @property
@@ -85,6 +90,8 @@ class PlanCost:
             how[0] += f" + epochs at their {'/'.join(f'{t:g}' for t in self.epoch_times)} s budget"
         if self.floors:
             how[0] += f" + measured epochs at their {'/'.join(f'{f:g}' for f in self.floors)} s floor"
+        if self.repeat_floors:
+            how[0] += f", solo repeats' at {'/'.join(f'{f:g}' for f in self.repeat_floors)} of it"
         how[0] += ")"
         if not self.timed:
             how.append("epochs' own time not counted")
@@ -116,7 +123,9 @@ def plan_cost(cells: Sequence[CellSpec], gpus: int | None, mig: bool | None = No
     floors: set[float] = set()
     budgets: set[float] = set()
     epoch_times: set[float] = set()
+    shares: set[float] = set()  # measure.repeat_floor where a solo's repeats may measure less than its floor
     solos: list[tuple[int, float]] = []  # each solo baseline's runs to add, and one run's seconds
+    mixed = any(c.mix_name is not None for c in cells)  # a sweep with a mix: every floor whole
     for cell in cells:
         cfg = cell.config
         seconds, known = run_seconds(cfg)
@@ -131,7 +140,10 @@ def plan_cost(cells: Sequence[CellSpec], gpus: int | None, mig: bool | None = No
         auto += seconds
         budgets.add(cfg.measure.budget)
         if is_solo(cell):
-            solos.append((cfg.measure.min_solo_repeats - 1, seconds))
+            repeat_s = seconds if mixed else _repeat_seconds(cell)
+            solos.append((cfg.measure.min_solo_repeats - 1, repeat_s))
+            if repeat_s < seconds and cfg.measure.min_solo_repeats > 1:
+                shares.add(cfg.measure.repeat_floor)
     budget = max(budgets, default=0.0)
     added = sum(extra for extra, _ in solos)
     added_s = sum(extra * seconds for extra, seconds in solos)
@@ -146,8 +158,18 @@ def plan_cost(cells: Sequence[CellSpec], gpus: int | None, mig: bool | None = No
         floors=tuple(sorted(floors)),
         budgets=tuple(sorted(budgets)),
         epoch_times=tuple(sorted(epoch_times)),
+        repeat_floors=tuple(sorted(shares)),
         skipped=everything - len(cells),
     )
+
+
+def _repeat_seconds(cell: CellSpec) -> float:
+    """A solo's repeat's seconds at the least: over ``measure.repeat_floor`` of its floor (a script's
+    whole: it runs as written)."""
+    cfg = cell.config
+    if cell.scripted or cfg.repeats != "auto" or cfg.measure.repeat_floor >= 1:
+        return run_seconds(cfg)[0]
+    return run_seconds(dataclasses.replace(cfg, repeat=1, floor_share=cfg.measure.repeat_floor))[0]
 
 
 def plan_gpus(cells: Sequence[CellSpec]) -> int | None:

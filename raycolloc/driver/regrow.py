@@ -1,7 +1,9 @@
 """The engine's side of ``repeats=auto``: each recorded result goes to the sweep's
 :class:`~raycolloc.driver.repeats.RepeatPolicy`, and each run it adds becomes a cell of the sweep
 (validated, in its own directory) — or, where a valid result of that repeat exists (resume), a
-reused one, which the policy reads at once as it reads a run.
+reused one, which the policy reads at once as it reads a run. A configuration's first run teaches its
+repeats: how long to warm up (:mod:`raycolloc.driver.warmup`) and, a solo's, how long a floor to measure
+(:mod:`raycolloc.driver.floor`).
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ from types import SimpleNamespace
 from typing import Any
 
 from raycolloc.driver.cell_specs import validate_cell
+from raycolloc.driver.floor import Floor, judge
 from raycolloc.driver.repeats import RepeatPolicy, group_key
 from raycolloc.driver.resume import CellResult, resume
-from raycolloc.driver.warmup import Learned, learn_from, with_warmup
+from raycolloc.driver.warmup import Learned, first_epochs, learn, with_warmup
 from raycolloc.results.index import ResultIndex
 from raycolloc.spec import CellSpec
 
@@ -60,37 +63,52 @@ class Regrow:
         self.place, self.rerun = place, rerun
         self.reused = 0
         self._lock = threading.Lock()
-        self._learned: dict[str, Learned] = {}  # by configuration: what its first run taught its repeats
+        # By configuration: what its first run taught its repeats (a warm-up, a floor).
+        self._learned: dict[str, Learned] = {}
+        self._floors: dict[str, Floor] = {}
         # A sweep with a mix warms every run up whole: a mix's headline is its total time, warm-up
         # included, set against its solos' time per sample over every epoch (driver/warmup.py).
         self._whole = any(c.mix_name is not None for c in cells)
 
     def _first_run(self, result: CellResult) -> None:
-        """A configuration's first run recorded (ok): what its warm-up teaches its repeats
-        (``measure.warmup=learned``, :mod:`raycolloc.driver.warmup`)."""
+        """A configuration's first run recorded (ok): what it teaches its repeats."""
         cell = result.cell
         key = group_key(cell)
         group = self.policy.groups.get(key)
-        if group is None or key in self._learned or cell.config.repeat != group.base.config.repeat:
+        if group is None or key in self._floors or cell.config.repeat != group.base.config.repeat:
             return
-        if result.status != "ok" or cell.config.measure.warmup != "learned" or self._whole:
+        self._floors[key] = Floor(1.0, 0.0, "not learned")
+        if result.status != "ok" or self._whole:
             return
-        learned = learn_from(result.reused_from or result.cell_dir)
+        epochs = first_epochs(result.reused_from or result.cell_dir)
+        self._floors[key] = judge(cell, epochs, cell.config.measure.repeat_floor)
+        if cell.config.measure.warmup != "learned":
+            return
+        learned = learn(epochs)
         if any(job.warmup_steps is None for job in with_warmup(cell, learned).jobs):
             # A job that warms up whole holds the cell at the barrier after the warm-up: nothing saved.
             learned = dataclasses.replace(learned, saved_s=0.0)
         self._learned[key] = learned
 
     def _saving(self, base: CellSpec) -> float:
-        """GPU seconds a repeat of ``base``'s configuration saves by its learned warm-up."""
-        learned = self._learned.get(group_key(base))
-        return learned.saved_s if learned else 0.0
+        """GPU seconds a repeat of ``base``'s configuration saves by what its first run taught it."""
+        key = group_key(base)
+        learned, floor = self._learned.get(key), self._floors.get(key)
+        return (learned.saved_s if learned else 0.0) + (floor.saved_s if floor else 0.0)
+
+    def _repeat(self, base: CellSpec, repeat: int) -> CellSpec:
+        """Run ``repeat`` of ``base``'s configuration, validated, with what its first run taught it."""
+        key = group_key(base)
+        floor = self._floors.get(key)
+        spec = validate_cell(dataclasses.replace(base.config, repeat=repeat, floor_share=floor.share if floor else 1.0))
+        learned = self._learned.get(key)
+        return with_warmup(spec, learned) if learned is not None else spec
 
     def _on_disk(self, base: CellSpec, repeat: int) -> bool:
         """Whether run ``repeat`` of ``base``'s configuration has a valid result (``out_dir``'s index)."""
         if self.rerun:
             return False
-        spec = validate_cell(dataclasses.replace(base.config, repeat=repeat))
+        spec = self._repeat(base, repeat)
         return ResultIndex(spec.config.out_dir).find(spec.config_hash) is not None
 
     def expand(self, results: Sequence[CellResult]) -> Growth:
@@ -102,10 +120,7 @@ class Regrow:
                 result = work.pop(0)
                 self._first_run(result)
                 for add in self.policy.recorded(result.cell, _row(result)):
-                    spec = validate_cell(dataclasses.replace(add.base.config, repeat=add.repeat))
-                    learned = self._learned.get(group_key(add.base))
-                    if learned is not None:
-                        spec = with_warmup(spec, learned)
+                    spec = self._repeat(add.base, add.repeat)
                     todo, found = resume([(spec, self.place(spec))], self.rerun)
                     self.reused += len(found)
                     growth.reused.extend(found)

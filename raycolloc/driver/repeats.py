@@ -39,13 +39,12 @@ them cells (:mod:`raycolloc.driver.regrow`).
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from raycolloc.config import Config, config_hash
+from raycolloc.config import Config, first_run_hash
 from raycolloc.results.stats import Interval, mean_interval
 from raycolloc.spec import NEVER_STARTED, CellSpec
 
@@ -117,9 +116,8 @@ def is_solo(cell: CellSpec) -> bool:
 
 
 def group_key(cell: CellSpec) -> str:
-    """The configuration a run belongs to: the config hash of its repeat 0 (the rows' ``repeat_group``)."""
-    cfg = cell.config
-    return config_hash(dataclasses.replace(cfg, repeat=0)) if cfg.repeat else cell.config_hash
+    """The configuration a run belongs to: the config hash of its first run (the rows' ``repeat_group``)."""
+    return first_run_hash(cell.config) if cell.config.repeat else cell.config_hash
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from raycolloc.config import config_hash
+from raycolloc.config import first_run_hash
 from raycolloc.driver.environment import environment
 from raycolloc.driver.noise import cell_noise, job_noise
 from raycolloc.node.gpu.backend import GpuInfo
@@ -104,6 +104,7 @@ def job_rows(rec: CellRecord) -> tuple[list[JobRow], list[EpochRow]]:
                 epochs=(len(eps) or None) if script else job.epochs,
                 epoch_samples=None if script else job.epoch_samples,
                 epoch_time_s=job.epoch_time_s,
+                min_epoch_s=job.min_epoch_s,
                 samples=sum(e.samples or 0 for e in eps) if eps else None,
                 params=info.params,
                 spawn=info.spawn,
@@ -298,7 +299,7 @@ def cell_row(rec: CellRecord, jobs: Sequence[JobRow], epochs: Sequence[EpochRow]
         label=cell.label,
         config_hash=cell.config_hash,
         repeat=cfg.repeat,
-        repeat_group=config_hash(dataclasses.replace(cfg, repeat=0)) if cfg.repeat else cell.config_hash,
+        repeat_group=first_run_hash(cfg) if cfg.repeat else cell.config_hash,
         status=_cell_status(rec, jobs),
         reason=reason,
         mode=cell.mode,

@@ -31,7 +31,7 @@ from raycolloc.spec import CellSpec
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MIN_WINDOWS", "Learned", "learn", "learn_from", "with_warmup"]
+__all__ = ["MIN_WINDOWS", "Learned", "first_epochs", "learn", "with_warmup"]
 
 MIN_WINDOWS = 2  # a learned warm-up covers at least two of its first run's windows (one after the first step's costs)
 SLACK = 0.03  # a settled warm-up tail's mean rate is within 3% of the measured windows' median
@@ -99,15 +99,16 @@ def learn(epochs: Sequence[Mapping[str, Any]]) -> Learned:
     return Learned(steps, min(spent) if spent and len(steps) == len(by_job) else 0.0)
 
 
-def learn_from(cell_dir: Path) -> Learned:
-    """:func:`learn` from a finished cell's directory (nothing learned where its table is unreadable)."""
+def first_epochs(cell_dir: Path) -> list[dict[str, Any]]:
+    """A finished first run's epochs table, rows as dicts (none where it is unreadable: its repeats
+    learn nothing from it, and warm up whole over the whole floor)."""
     from raycolloc.results.store import read_table
 
     try:
-        return learn(read_table(cell_dir, "epochs").to_pylist())
-    except Exception as exc:  # noqa: BLE001 - a first run's unreadable table teaches nothing; its repeats warm up whole
-        log.warning("cell_dir=%s warm-up not learned: %s", cell_dir, exc)
-        return Learned({}, 0.0)
+        return list(read_table(cell_dir, "epochs").to_pylist())
+    except Exception as exc:  # noqa: BLE001 - a first run's unreadable table teaches nothing
+        log.warning("cell_dir=%s its repeats learn nothing from it: %s", cell_dir, exc)
+        return []
 
 
 def with_warmup(spec: CellSpec, learned: Learned) -> CellSpec:

@@ -142,6 +142,7 @@ class JobRow:
     epochs: int | None
     epoch_samples: int | None
     epoch_time_s: float | None
+    min_epoch_s: float | None  # the measured epochs' floor it ran (s; None: none); a solo's repeat may run a share
     samples: int | None
     params: int | None
     spawn: str | None

@@ -1,0 +1,154 @@
+"""A solo's repeats over a shorter floor where its first run held steady (``measure.repeat_floor``,
+raycolloc/driver/floor.py): the drift rule on synthetic windows, the spec and hash it gives a repeat, and
+that a resume under another setting does not take such a run for its own."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from raycolloc.config import ConfigError, config_hash, first_run_hash, measured_floor
+from raycolloc.driver.floor import DRIFT, Floor, drift, judge
+from raycolloc.driver.regrow import Regrow
+from raycolloc.driver.repeats import group_key
+from raycolloc.driver.resume import CellResult
+from raycolloc.spec import CellSpec
+
+from .conftest import load
+
+STEADY = [0.1, 0.1, 0.101, 0.099, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1]  # ten windows of 10 steps, ~100 steps/s
+RISING = [0.1] * 5 + [0.095] * 5  # the later half 5.3% faster: clocks still climbing
+
+
+def _measured(seconds: list[float], job: int = 0, steps: int = 10) -> dict[str, Any]:
+    return {
+        "job_index": job,
+        "epoch": 2,
+        "window_steps": [steps] * len(seconds),
+        "window_s": seconds,
+        "wall_s": sum(seconds),
+        "steps": steps * len(seconds),
+    }
+
+
+def _solo(*words: str) -> CellSpec:
+    # min_epoch_s=1: a floor on simulated GPUs too (auto is 5 s on a real one only); 100 steps an epoch
+    return load(["degree=1", "epoch_samples=800", "batch_size=8", "min_epoch_s=1", *words])
+
+
+def test_drift_is_the_later_halfs_rate_over_the_earlier_halfs() -> None:
+    assert drift([10] * 10, STEADY) == pytest.approx(0.0, abs=1e-9)
+    assert drift([10] * 10, RISING) == pytest.approx(0.1 / 0.095 - 1)
+    assert drift([10] * 7, [0.2, 0.2, 0.2, 9.9, 0.1, 0.1, 0.1]) == pytest.approx(1.0)  # the middle one left out
+    assert drift([10] * 5, [0.1] * 5) is None  # halves of fewer than three windows say little
+    assert drift([10] * 6, [0.1] * 5 + [0.0]) is None and drift([], []) is None
+
+
+def test_a_steady_solo_teaches_its_repeats_half_the_floor_and_what_that_saves() -> None:
+    solo = _solo()
+    assert measured_floor(solo.config) == 1.0 and solo.jobs[0].steps_per_epoch == 100
+    # Its measured epoch ran the floor: 1.0 s, 100 steps (its own 100 at ~100 steps/s).
+    floor = judge(solo, [_measured(STEADY)], 0.5)
+    assert floor.share == 0.5 and floor.saved_s == pytest.approx(0.0)  # its steps alone take the floor's 1 s
+    long = _measured([0.1] * 10, steps=50)  # 500 steps in 1 s: 100 of them take 0.2 s, half the floor 0.5 s
+    assert judge(solo, [long], 0.5).saved_s == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize(
+    ("rows", "words", "share", "why"),
+    [
+        ([_measured(RISING)], [], 0.5, "moved"),
+        ([_measured(STEADY[:4])], [], 0.5, "fewer than 6 windows"),
+        ([], [], 0.5, "no measured epoch"),
+        ([_measured(STEADY)], [], 1.0, "whole floor asked"),
+        ([_measured(STEADY)], ["min_epoch_s=null"], 0.5, "no floor"),
+    ],
+)
+def test_a_first_run_that_drifted_or_says_too_little_keeps_the_whole_floor(
+    rows: list[dict[str, Any]], words: list[str], share: float, why: str
+) -> None:
+    floor = judge(_solo(*words), rows, share)
+    assert floor.share == 1.0 and floor.saved_s == 0.0 and why in floor.why
+    assert abs(drift([10] * 10, RISING) or 0) > DRIFT
+
+
+def test_only_a_solos_repeats_and_never_a_scripts(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("print('trained')\n")
+    x2 = load(["degree=2", "epoch_samples=800", "batch_size=8", "min_epoch_s=1"])
+    assert judge(x2, [_measured(STEADY, 0), _measured(STEADY, 1)], 0.5).share == 1.0
+    script = load(["degree=1", "workload=script", f"workload.command=[python,{tmp_path}/train.py]", "min_epoch_s=1"])
+    assert judge(script, [_measured(STEADY)], 0.5) == Floor(1.0, 0.0, "a script runs as written")
+
+
+def test_a_shortened_repeat_is_its_own_run_in_the_hash_and_its_first_runs_configuration() -> None:
+    solo = _solo()
+    whole = dataclasses.replace(solo.config, repeat=1)
+    half = dataclasses.replace(solo.config, repeat=1, floor_share=0.5)
+    assert measured_floor(half) == 0.5
+    assert config_hash(half) != config_hash(whole)  # a resume under another setting does not take it
+    assert first_run_hash(half) == first_run_hash(whole) == solo.config_hash  # one configuration
+    assert config_hash(solo.config) == config_hash(dataclasses.replace(solo.config, floor_share=1.0))
+
+
+@pytest.mark.parametrize(
+    ("words", "match"),
+    [
+        (["floor_share=0.5"], r"floor_share=0.5 is not allowed on a first run \(repeat=0\)"),
+        (["floor_share=0", "repeat=1"], r"floor_share=0\.0 is not allowed; it must be a number in \(0, 1\]"),
+        (["floor_share=nan", "repeat=1"], r"floor_share=nan is not allowed"),
+        (["measure.repeat_floor=0"], r"measure.repeat_floor=0\.0 is not allowed; it must be a number 0.1..1"),
+        (["measure.repeat_floor=inf"], r"measure.repeat_floor=inf is not allowed"),
+        (["measure.repeat_floor=1.5"], r"measure.repeat_floor=1.5 is not allowed"),
+    ],
+)
+def test_a_bad_share_is_refused_by_name(words: list[str], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        load(words)
+
+
+def _first_run(tmp_path: Path, seconds: list[float]) -> Path:
+    first = tmp_path / "first"
+    first.mkdir(parents=True)
+    warm = {**_measured([0.3, 0.2, *STEADY[2:]]), "epoch": 1}
+    pq.write_table(pa.Table.from_pylist([warm, _measured(seconds)]), first / "epochs.parquet")
+    return first
+
+
+def _ok(gpu_s: float) -> SimpleNamespace:
+    return SimpleNamespace(
+        status="ok", agg_samples_per_s=100.0, agg_rate_low=80.0, agg_rate_high=120.0, started_at=0.0, finished_at=gpu_s
+    )
+
+
+def _repeats(tmp_path: Path, seconds: list[float], *words: str) -> list[CellSpec]:
+    solo, x2 = _solo(*words), load(["degree=2", "epoch_samples=800", "batch_size=8", "min_epoch_s=1"])
+    regrow = Regrow([solo, x2], place=lambda spec: tmp_path / spec.cell_id, rerun=True)
+    first = _first_run(tmp_path, seconds)
+    growth = regrow.expand([CellResult(solo, tmp_path / "gone", "ok", "", reused_from=first, row=_ok(10.0))])
+    return [spec for spec, _ in growth.front + growth.back]
+
+
+def test_a_steady_solos_repeat_runs_half_the_floor_under_its_own_hash_in_its_configuration(tmp_path: Path) -> None:
+    (repeat,) = _repeats(tmp_path, STEADY)
+    solo = _solo()
+    assert repeat.config.repeat == 1 and repeat.config.floor_share == 0.5
+    assert repeat.jobs[0].min_epoch_s == 0.5 and repeat.jobs[0].epoch_floor_s(2) == 0.5
+    assert repeat.jobs[0].epoch_steps(2) == 100  # still every step of an epoch
+    assert group_key(repeat) == solo.config_hash  # its configuration's first run
+    # The same first run read again (a resume) gives the same run; another setting, another run.
+    (again,) = _repeats(tmp_path / "again", STEADY)
+    (whole,) = _repeats(tmp_path / "whole", STEADY, "measure.repeat_floor=1")
+    assert again.config_hash == repeat.config_hash != whole.config_hash
+    assert whole.jobs[0].min_epoch_s == 1.0 and whole.config.floor_share == 1.0
+
+
+def test_a_drifting_solos_repeat_runs_the_whole_floor(tmp_path: Path) -> None:
+    (repeat,) = _repeats(tmp_path, RISING)
+    assert repeat.config.floor_share == 1.0 and repeat.jobs[0].min_epoch_s == 1.0
+    assert repeat.config_hash == config_hash(dataclasses.replace(_solo().config, repeat=1))
