@@ -77,7 +77,7 @@ ADVISOR_RANGES: dict[str, tuple[float, float]] = {
 }
 ADVISOR_NOTES = {"max_slowdown": " (a job's slowdown against running alone, as queue.max_slowdown)"}
 # Keys the advisor sets for each configuration it weighs: a user's value would be silently replaced.
-_OWN_KEYS = ("mode", "degree", "mix", "mig", "repeats", "repeat")
+_OWN_KEYS = ("mode", "degree", "mix", "mig", "repeats", "repeat", "floor_share")
 # Keys of those groups that choose no configuration: where the node keeps its MPS pipes, whether an MPS
 # daemon outlives its cell, whether a MIG layout may be made; they go to every cell the advisor runs.
 _PASSED_ON = ("mig.allow_reconfigure", "mode.pipe_root", "mode.keep_daemon")

@@ -8,8 +8,9 @@ once (docs/measurements.md, 2026-12-05). Where the solo's first run held steady,
 ``measure.repeat_floor`` of the floor (0.5: at least 2.5 s, and never fewer steps than an epoch's): each
 job's measured epoch had at least :data:`MIN_WINDOWS` windows, and the rate of their later half was within
 :data:`DRIFT` of their earlier half's. A first run that drifted, had too few windows, or was not a solo's
-keeps the whole floor for its repeats; so do script jobs (they run as written), time-budgeted epochs (no
-floor) and every run of a sweep with a mix (as the learned warm-up, :mod:`raycolloc.driver.warmup`).
+keeps the whole floor for its repeats, as does one whose epoch's steps outlast the floor (nothing to save);
+so do script jobs (they run as written), time-budgeted epochs (no floor) and every run of a sweep with a
+mix (as the learned warm-up, :mod:`raycolloc.driver.warmup`).
 
 Such a repeat's config says so (``floor_share``): it is in the config hash, so a resume with another
 ``measure.repeat_floor`` runs it again rather than reuse it; the jobs table's ``min_epoch_s`` says each
@@ -81,5 +82,9 @@ def judge(spec: CellSpec, epochs: Sequence[Mapping[str, Any]], share: float) -> 
             # A repeat runs an epoch's steps or the shorter floor, whichever is longer.
             job = int(row["job_index"])
             saved[job] += max(0.0, wall - max(wall * per_epoch[job] / steps, share * floor))
-    # The cell waits for its slowest job: it saves what every job saves.
-    return Floor(share, min(saved.values(), default=0.0), f"steady within {100 * DRIFT:g}%")
+    # The cell waits for its slowest job: it saves what every job saves. Nothing saved (its steps outlast
+    # the floor): the whole floor, so the repeat keeps the hash a whole-floor repeat has.
+    least = min(saved.values(), default=0.0)
+    if least <= 0:
+        return Floor(1.0, 0.0, "its steps outlast the floor: nothing to save")
+    return Floor(share, least, f"steady within {100 * DRIFT:g}%")

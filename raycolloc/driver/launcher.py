@@ -24,7 +24,7 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict, read_write
 
-from raycolloc.config import ConfigError, config_hash
+from raycolloc.config import ConfigError, config_hash, first_run_hash
 from raycolloc.driver.cell_specs import (
     SweepOptions,
     cell_dir_names,
@@ -105,20 +105,23 @@ def _origin(
     composed: list[tuple[DictConfig, CellSpec, SweepOptions]], job_overrides: Sequence[Sequence[str]], spec: CellSpec
 ) -> Origin:
     """The task config and overrides that reproduce ``spec``: its Hydra job's, with ``repeat=<k>`` for a
-    repeat; a mix's solo cell (no Hydra job of its own) gets its resolved config and its mix's
-    overrides with the solo's own settings (:func:`raycolloc.driver.cell_specs.solo_overrides`)."""
+    repeat (and ``floor_share=<s>`` for a solo's repeat over a share of its floor, driver/floor.py); a
+    mix's solo cell (no Hydra job of its own) gets its resolved config and its mix's overrides with the
+    solo's own settings (:func:`raycolloc.driver.cell_specs.solo_overrides`)."""
     cfg = spec.config
-    first = dataclasses.replace(cfg, repeat=0) if cfg.repeat else cfg
+    first = first_run_hash(cfg)
     repeat = [f"repeat={cfg.repeat}"] if cfg.repeat else []
+    repeat += [f"floor_share={cfg.floor_share:g}"] if cfg.floor_share < 1 else []
     for (dcfg, user, _), overrides in zip(composed, job_overrides, strict=True):
-        if user.config_hash == config_hash(first):
+        if user.config_hash == first:
             task_cfg = _task_config(dcfg)
             with read_write(task_cfg), open_dict(task_cfg):
                 task_cfg.repeat = cfg.repeat
+                task_cfg.floor_share = cfg.floor_share
             return Origin(task_cfg, (*overrides, *repeat))
     for (_, user, _), overrides in zip(composed, job_overrides, strict=True):
         for solo in mix_solos(user.config) if user.mix_name is not None else []:
-            if config_hash(solo) == config_hash(first):
+            if config_hash(solo) == first:
                 return Origin(OmegaConf.structured(cfg), (*solo_overrides(overrides, solo), *repeat))
     raise AssertionError(f"cell {spec.cell_id} comes from no job of the sweep")
 

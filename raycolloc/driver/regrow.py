@@ -9,6 +9,7 @@ repeats: how long to warm up (:mod:`raycolloc.driver.warmup`) and, a solo's, how
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -24,6 +25,8 @@ from raycolloc.results.index import ResultIndex
 from raycolloc.spec import CellSpec
 
 __all__ = ["Growth", "Regrow"]
+
+log = logging.getLogger(__name__)
 
 Todo = tuple[CellSpec, Path]
 
@@ -80,11 +83,17 @@ class Regrow:
         self._floors[key] = Floor(1.0, 0.0, "not learned")
         if result.status != "ok" or self._whole:
             return
-        epochs = first_epochs(result.reused_from or result.cell_dir)
-        self._floors[key] = judge(cell, epochs, cell.config.measure.repeat_floor)
-        if cell.config.measure.warmup != "learned":
+        where = result.reused_from or result.cell_dir
+        epochs = first_epochs(where)
+        try:
+            self._floors[key] = judge(cell, epochs, cell.config.measure.repeat_floor)
+            learned = learn(epochs) if cell.config.measure.warmup == "learned" else None
+        except Exception as exc:  # noqa: BLE001 - a malformed first run teaches nothing; its repeats run whole
+            log.warning("cell_dir=%s its repeats learn nothing from it: %s", where, exc)
+            self._floors[key] = Floor(1.0, 0.0, "unreadable")
             return
-        learned = learn(epochs)
+        if learned is None:
+            return
         if any(job.warmup_steps is None for job in with_warmup(cell, learned).jobs):
             # A job that warms up whole holds the cell at the barrier after the warm-up: nothing saved.
             learned = dataclasses.replace(learned, saved_s=0.0)

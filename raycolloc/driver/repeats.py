@@ -163,7 +163,7 @@ class RepeatPolicy:
         # same runs its first invocation added, though its estimates (all first runs at once) differ.
         self.on_disk = on_disk
         # saving(base): the GPU seconds a repeat of base's configuration takes less than its first run
-        # (its learned warm-up, raycolloc.driver.warmup).
+        # (its learned warm-up, raycolloc.driver.warmup; a solo's shorter floor, raycolloc.driver.floor).
         self.saving = saving
         self.groups: dict[str, _Group] = {}
         for cell in cells:
@@ -209,10 +209,11 @@ class RepeatPolicy:
         return out
 
     def _estimate(self, group: _Group) -> float:
-        """What one more run of ``group`` should take: its first run's GPU time, less what its learned
-        warm-up saves, never less than half of it (the saving is the first run's warm-up windows' time,
-        an estimate; set-up and the measured epochs remain). Before its first run is in: a solo's, the
-        mean of the other solos' estimates (its kind of cell), else the mean first run's."""
+        """What one more run of ``group`` should take: its first run's GPU time, less what its first run
+        taught it saves (a learned warm-up, a solo's shorter floor: ``saving``), never less than half of it
+        (the saving is an estimate from the first run's windows; set-up and measured epochs remain).
+        Before its first run is in: a solo's, the mean of the other solos' estimates (its kind of cell),
+        else the mean first run's."""
         own = next((r.gpu_s for r in group.runs if r.gpu_s is not None), None)
         if own is not None:
             saved = self.saving(group.base) if self.saving is not None else 0.0
