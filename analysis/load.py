@@ -200,9 +200,15 @@ def _derive_missing(cells: pd.DataFrame, jobs: pd.DataFrame, epochs: pd.DataFram
 
 
 def _newest_per_config(cells: pd.DataFrame) -> pd.DataFrame:
-    """One row per config hash: the newest result (cells without a hash are all kept)."""
+    """One row per run of a configuration: the newest result of each config hash, and of each
+    ``(repeat_group, repeat)`` (a solo's repeat run again under another ``measure.repeat_floor`` has
+    another hash, raycolloc/driver/floor.py); cells without a hash are all kept."""
     if "config_hash" not in cells or cells["config_hash"].isna().all():
         return cells
     hashed = cells[cells["config_hash"].notna()].sort_values("finished_at", na_position="first")
     newest = hashed.drop_duplicates("config_hash", keep="last")
+    if "repeat_group" in newest and "repeat" in newest:
+        grouped = newest["repeat_group"].notna() & newest["repeat"].notna()
+        runs = newest[grouped].drop_duplicates(["repeat_group", "repeat"], keep="last")
+        newest = pd.concat([runs, newest[~grouped]])
     return pd.concat([newest, cells[cells["config_hash"].isna()]]).sort_index()

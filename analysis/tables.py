@@ -18,6 +18,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis.intervals import at_floor, group_intervals, ratio_bounds, scaled_bounds
+from raycolloc.results.ratios import epoch_time
 
 __all__ = [
     "CELL_KEY",
@@ -80,14 +81,19 @@ def epoch2_table(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
     """Epoch-2 time of every job and its slowdown against its solo run (paper Fig. 2).
 
     Columns: the cell's ``sweep, cell_id, workload, mix, mode, degree, gpu_name, cell_status``;
-    the job's ``job_index, job_name, job_workload, status, settings, epoch2_s`` (with
-    ``epoch2_s_low``/``_high``: its rate's within-run interval), ``epoch2_samples_per_s``;
+    the job's ``job_index, job_name, job_workload, status, settings, epoch2_s`` (its epoch's samples at
+    its measured rate, :func:`raycolloc.results.ratios.epoch_time`: a measured epoch at its floor or
+    its time budget lasts that long for every job; with ``epoch2_s_low``/``_high``: its rate's within-run
+    interval), ``epoch2_samples_per_s``;
     ``solo_epoch2_s`` (mean epoch-2 time of the same workload alone on the GPU in this mode with the
     same settings) and ``slowdown`` = epoch2_s / solo_epoch2_s, with
     ``slowdown_low``/``slowdown_high``: the job's within-run interval (``epoch2_rate_low``/``_high``,
     where the results have it) against the solo's (its jobs' t-interval where several ran).
     """
     joined = jobs_with_cells(cells, jobs)
+    fields = ["epoch_samples", "epoch2_samples_per_s", "epoch2_s"]
+    rows = joined.reindex(columns=fields).astype(object).where(joined.reindex(columns=fields).notna(), None)
+    joined["epoch2_s"] = pd.Series([epoch_time(r) for r in rows.to_dict("records")], index=joined.index, dtype=float)
     # A time's relative interval is its rate's (time = samples / rate, to first order).
     rate = joined["epoch2_samples_per_s"]
     none = pd.Series(float("nan"), index=joined.index)

@@ -151,3 +151,30 @@ def test_a_solo_run_that_warmed_up_less_than_an_epoch_is_no_reference_for_a_mix(
     summary, report = _mix_numbers(root)
     assert (summary != before[0], report != before[1]) == (counts, counts)
     assert [t[2] for t in summary] == pytest.approx([t[2] for t in report], nan_ok=True)
+
+
+def test_a_slowdown_is_of_each_epochs_samples_at_its_rate_not_of_a_floored_wall_time(tmp_path: Path) -> None:
+    """On a real GPU every measured epoch runs at least its 5 s floor, so the jobs' wall times are the
+    floor's alike: a slowdown of wall times said 1.00 (one H200, 2026-12-05). A job's epoch-2 time is its
+    epoch's samples at its measured rate, in the summary and the report alike."""
+    root = tmp_path / "sweep"
+
+    def floored(index: int, own_s: float) -> dict[str, Any]:
+        j = job(index, "cnn", own_s)  # 300 samples at 300 / own_s samples/s ...
+        return {**j, "epoch2_s": 5.0, "measured_s": 5.0, "total_s": 7.0}  # ... measured over the 5 s floor
+
+    cell(root, "s", "cnn", "naive", [floored(0, 1.5)], agg=200.0)
+    cell(root, "p", "cnn", "naive", [floored(0, 2.5), floored(1, 2.5)], agg=240.0)
+    data = load_sweeps([root])
+    (row,) = [r for r in gain_rows(read_runs(sorted(root.iterdir()))) if r.degree == 2]
+    assert row.slowdown is not None and row.slowdown.value == pytest.approx(2.5 / 1.5)
+    report = gain_table(data.cells, data.jobs).set_index("degree")
+    assert report.loc[2, "slowdown_mean"] == pytest.approx(2.5 / 1.5) == report.loc[2, "slowdown_max"]
+    assert report.loc[1, "slowdown_mean"] == pytest.approx(1.0)
+    from analysis.tables import epoch2_table
+
+    per_job = epoch2_table(data.cells, data.jobs).set_index(["degree", "job_index"])
+    assert per_job.loc[(2, 1), "epoch2_s"] == pytest.approx(2.5) and per_job.loc[(1, 0), "epoch2_s"] == pytest.approx(
+        1.5
+    )
+    assert per_job.loc[(2, 0), "slowdown"] == pytest.approx(2.5 / 1.5)

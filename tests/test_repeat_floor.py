@@ -250,3 +250,18 @@ def test_a_sim_sweeps_steady_solo_repeats_over_half_its_floor_and_its_resume_fin
     again = run_cli(args, cwd=ROOT)  # resume: the half-floor repeats found on disk, by their own hash
     assert again.returncode == 0, again.stderr[-3000:]
     assert re.search(r"repeats auto: 2 solo repeats, .* \(2 of them found on disk\)", again.stdout), again.stdout
+
+
+def test_a_run_made_again_under_another_floor_share_replaces_the_older_in_the_analysis(tmp_path: Path) -> None:
+    """A resume under another ``measure.repeat_floor`` runs a solo's repeat again under another hash: the
+    analysis counts each run of a configuration once, the newest ``(repeat_group, repeat)``."""
+    from analysis.load import load_sweeps
+
+    from .test_analysis import cell, job
+
+    common: dict[str, Any] = {"repeat_group": "g", "agg": 200.0}
+    cell(tmp_path, "r0", "cnn", "naive", [job(0, "cnn", 1.5)], repeat=0, config_hash="g", finished_at=1.0, **common)
+    cell(tmp_path, "half", "cnn", "naive", [job(0, "cnn", 1.5)], repeat=1, config_hash="h1", finished_at=2.0, **common)
+    cell(tmp_path, "whole", "cnn", "naive", [job(0, "cnn", 1.5)], repeat=1, config_hash="h2", finished_at=3.0, **common)
+    cells = load_sweeps([tmp_path]).cells
+    assert sorted(cells["label"]) == ["r0", "whole"]

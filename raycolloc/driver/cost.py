@@ -117,6 +117,7 @@ def plan_cost(cells: Sequence[CellSpec], gpus: int | None, mig: bool | None = No
     from raycolloc.driver.repeats import is_solo  # the results' statistics: with the engine
 
     everything = len(cells)
+    mixed = any(c.mix_name is not None for c in cells)  # a sweep with a mix (MIG cells too): every floor whole
     if mig is False:
         cells = [c for c in cells if not mode_of(c.mode).partitioned]
     fixed = auto = 0.0
@@ -126,7 +127,6 @@ def plan_cost(cells: Sequence[CellSpec], gpus: int | None, mig: bool | None = No
     epoch_times: set[float] = set()
     shares: set[float] = set()  # measure.repeat_floor where a solo's repeats may measure less than its floor
     solos: list[tuple[int, float, float]] = []  # each solo baseline's runs to add; one's seconds at least, at most
-    mixed = any(c.mix_name is not None for c in cells)  # a sweep with a mix: every floor whole
     for cell in cells:
         cfg = cell.config
         seconds, known = run_seconds(cfg)

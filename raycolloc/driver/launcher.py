@@ -111,7 +111,7 @@ def _origin(
     cfg = spec.config
     first = first_run_hash(cfg)
     repeat = [f"repeat={cfg.repeat}"] if cfg.repeat else []
-    repeat += [f"floor_share={cfg.floor_share:g}"] if cfg.floor_share < 1 else []
+    repeat += [f"floor_share={cfg.floor_share!r}"] if cfg.floor_share < 1 else []  # as hashed: every digit
     for (dcfg, user, _), overrides in zip(composed, job_overrides, strict=True):
         if user.config_hash == first:
             task_cfg = _task_config(dcfg)

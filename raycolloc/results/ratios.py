@@ -13,6 +13,9 @@ twice and no test compared them).
 - **A run's ratio** (a gain, energy against the solo) is its value over that reference value; its
   interval propagates the run's own and the reference configuration's (the delta method), scaled
   around the ratio shown (:func:`run_ratio`).
+- **A job's epoch-2 time** is its epoch's samples at its measured rate (:func:`epoch_time`): a measured
+  epoch that ran past its samples (its floor, ``min_epoch_s``) or was cut by a time budget took another
+  length; a job's slowdown is that time against its solo's.
 - **The best reference** of several configurations is the one of the highest value (:func:`best`).
 - **A mixed run** against its jobs one after the other: its total time (or energy) over the sum of each
   job's alone (each with its solo's interval, summed in quadrature) (:func:`over_sequential`); a time's
@@ -28,7 +31,16 @@ from typing import TypeVar
 
 from raycolloc.results.stats import Interval, point, ratio_interval, scaled, sum_interval, summarise
 
-__all__ = ["as_change", "best", "configuration", "over_sequential", "paired_value", "run_ratio", "whole_warmup"]
+__all__ = [
+    "as_change",
+    "best",
+    "configuration",
+    "epoch_time",
+    "over_sequential",
+    "paired_value",
+    "run_ratio",
+    "whole_warmup",
+]
 
 K = TypeVar("K", bound=Hashable)
 
@@ -90,6 +102,16 @@ def _known(value: object) -> float | None:
         return None
     number = float(value)  # type: ignore[arg-type]
     return number if number > 0 and not math.isnan(number) else None
+
+
+def epoch_time(job: Mapping[str, object]) -> float | None:
+    """A job's epoch-2 time as the study means it, an epoch of its ``epoch_samples`` (a jobs-table row):
+    those samples at its measured rate (``epoch2_samples_per_s``). A measured epoch runs at least its floor
+    (5 s on a real GPU: more steps than its samples), or ends at its time budget, so its wall time is the
+    floor's or the budget's for every job alike, and a slowdown of wall times said 1.00 on a GPU (found
+    2026-12-05). ``epoch2_s`` where the samples or the rate are not known (a script's epochs are its own)."""
+    samples, per_s = _known(job.get("epoch_samples")), _known(job.get("epoch2_samples_per_s"))
+    return samples / per_s if samples and per_s else _known(job.get("epoch2_s"))
 
 
 def whole_warmup(warmup_samples: object, epoch_samples: object, epoch_time_s: object) -> bool:

@@ -124,13 +124,13 @@ def _gain(runs: Sequence[Run], solos: Sequence[Run]) -> Interval | None:
 
 
 def _slowdown(run: Run, solo_e2: Mapping[tuple[Any, ...], float]) -> float | None:
-    """The mean over the run's ok jobs of their epoch-2 time against the solo's."""
-    ratios = [
-        j["epoch2_s"] / ref
+    """The mean over the run's ok jobs of their epoch-2 time (:func:`ratios.epoch_time`) against the solo's."""
+    slow = [
+        e2 / ref
         for j in run.jobs
-        if j.get("status") == "ok" and j.get("epoch2_s") and (ref := solo_e2.get(_solo_key(run)))
+        if j.get("status") == "ok" and (e2 := ratios.epoch_time(j)) and (ref := solo_e2.get(_solo_key(run)))
     ]
-    return sum(ratios) / len(ratios) if ratios else None
+    return sum(slow) / len(slow) if slow else None
 
 
 def _cell_text(value: Interval | None, spec: str, unit: str = "") -> str:
@@ -177,7 +177,7 @@ def gain_rows(runs: Sequence[Run]) -> list[GainRow]:
     solo_e2 = {
         key: sum(e2) / len(e2)
         for key, group in solos.items()
-        if (e2 := [j["epoch2_s"] for r in group for j in r.jobs if j.get("epoch2_s") and j.get("status") == "ok"])
+        if (e2 := [t for r in group for j in r.jobs if j.get("status") == "ok" and (t := ratios.epoch_time(j))])
     }
     top = _best_solos(solos)
     configs: dict[tuple[Any, ...], list[Run]] = defaultdict(list)
