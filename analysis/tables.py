@@ -18,7 +18,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analysis.intervals import at_floor, group_intervals, ratio_bounds, scaled_bounds
-from raycolloc.results.ratios import epoch_time
+from raycolloc.results.ratios import epoch_time, sample_time
 
 __all__ = [
     "CELL_KEY",
@@ -77,6 +77,12 @@ def _ok_solo_jobs(joined: pd.DataFrame) -> pd.DataFrame:
     return joined[mask]
 
 
+def _timing_rows(jobs: pd.DataFrame) -> list[dict[str, object]]:
+    """The jobs' columns a time is made of (:mod:`raycolloc.results.ratios`), a dict a row, None where unknown."""
+    present = jobs.reindex(columns=["epoch_samples", "epoch2_samples_per_s", "epoch2_s", "batch_size"])
+    return present.astype(object).where(present.notna(), None).to_dict("records")
+
+
 def epoch2_table(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
     """Epoch-2 time of every job and its slowdown against its solo run (paper Fig. 2).
 
@@ -86,36 +92,38 @@ def epoch2_table(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
     its time budget lasts that long for every job; with ``epoch2_s_low``/``_high``: its rate's within-run
     interval), ``epoch2_samples_per_s``;
     ``solo_epoch2_s`` (mean epoch-2 time of the same workload alone on the GPU in this mode with the
-    same settings) and ``slowdown`` = epoch2_s / solo_epoch2_s, with
+    same settings) and ``slowdown``: the job's seconds per sample over the solo's mean
+    (:func:`raycolloc.results.ratios.sample_time`; epoch times of other ``epoch_samples`` do not compare), with
     ``slowdown_low``/``slowdown_high``: the job's within-run interval (``epoch2_rate_low``/``_high``,
     where the results have it) against the solo's (its jobs' t-interval where several ran).
     """
     joined = jobs_with_cells(cells, jobs)
-    fields = ["epoch_samples", "epoch2_samples_per_s", "epoch2_s"]
-    rows = joined.reindex(columns=fields).astype(object).where(joined.reindex(columns=fields).notna(), None)
-    joined["epoch2_s"] = pd.Series([epoch_time(r) for r in rows.to_dict("records")], index=joined.index, dtype=float)
+    rows = _timing_rows(joined)
+    joined["epoch2_s"] = pd.Series([epoch_time(r) for r in rows], index=joined.index, dtype=float)
+    joined["_per_sample"] = pd.Series([sample_time(r) for r in rows], index=joined.index, dtype=float)
     # A time's relative interval is its rate's (time = samples / rate, to first order).
     rate = joined["epoch2_samples_per_s"]
     none = pd.Series(float("nan"), index=joined.index)
-    joined["epoch2_s_low"], joined["epoch2_s_high"] = scaled_bounds(
-        rate, joined.get("epoch2_rate_low", none), joined.get("epoch2_rate_high", none), joined["epoch2_s"]
-    )
+    low, high = joined.get("epoch2_rate_low", none), joined.get("epoch2_rate_high", none)
+    joined["epoch2_s_low"], joined["epoch2_s_high"] = scaled_bounds(rate, low, high, joined["epoch2_s"])
+    joined["_per_sample_low"], joined["_per_sample_high"] = scaled_bounds(rate, low, high, joined["_per_sample"])
     keys = ["workload", "mode", "gpu_name", "settings"]
-    solo_jobs = _ok_solo_jobs(joined).dropna(subset=["epoch2_s"])
+    solo_jobs = _ok_solo_jobs(joined)
     solo = solo_jobs.groupby(keys, dropna=False)["epoch2_s"].mean().rename("solo_epoch2_s").reset_index()
-    if not solo_jobs.empty:
-        spread = group_intervals(solo_jobs, keys, ["epoch2_s"]).reset_index()
-        solo = solo.merge(spread, on=keys, how="left")
-        solo["solo_epoch2_s_low"], solo["solo_epoch2_s_high"] = scaled_bounds(
-            solo.pop("epoch2_s"), solo.pop("epoch2_s_low"), solo.pop("epoch2_s_high"), solo["solo_epoch2_s"]
+    # The slowdown compares seconds per sample (ratios.sample_time): the solo's mean, its runs' interval.
+    timed = solo_jobs.dropna(subset=["_per_sample"])
+    ref = timed.groupby(keys, dropna=False)["_per_sample"].mean().rename("_solo_per_sample").reset_index()
+    if not timed.empty:
+        spread = group_intervals(timed, keys, ["_per_sample"]).reset_index()
+        ref = ref.merge(spread, on=keys, how="left")
+        ref["_solo_per_sample_low"], ref["_solo_per_sample_high"] = scaled_bounds(
+            ref.pop("_per_sample"), ref.pop("_per_sample_low"), ref.pop("_per_sample_high"), ref["_solo_per_sample"]
         )
-    out = joined.merge(solo, on=keys, how="left")
-    # A job that failed after epoch 2 keeps its (valid) epoch-2 time; one that failed before has none.
-    out["slowdown"] = out["epoch2_s"] / out["solo_epoch2_s"]
-    low, high = ratio_bounds(out, "epoch2_s", "solo_epoch2_s")
-    out["slowdown_low"], out["slowdown_high"] = scaled_bounds(
-        out["epoch2_s"] / out["solo_epoch2_s"], low, high, out["slowdown"]
-    )
+    out = joined.merge(solo, on=keys, how="left").merge(ref, on=keys, how="left")
+    # A job that failed after epoch 2 keeps its (valid) epoch-2 rate; one that failed before has none.
+    out["slowdown"] = out["_per_sample"] / out["_solo_per_sample"]
+    low, high = ratio_bounds(out, "_per_sample", "_solo_per_sample")
+    out["slowdown_low"], out["slowdown_high"] = scaled_bounds(out["slowdown"], low, high, out["slowdown"])
     out = at_floor(out, ["slowdown", "epoch2_s"])  # a ratio of times, a time: never below 0
     out = out.rename(columns={"workload": "job_workload", "cell_workload": "workload"})
     cols = [
@@ -198,7 +206,10 @@ def _side_summary(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:
     """Per (workload, mode, degree, mix): mean agg throughput, epoch-2 time and energy of ok cells."""
     key = ["workload", "mode", "degree", "mix"]
     frame = cells.assign(mix=cells["mix"].fillna(""))
-    e2 = jobs[jobs["status"] == "ok"].groupby(CELL_KEY)["epoch2_s"].mean().rename("epoch2_s").reset_index()
+    ok_jobs = jobs[jobs["status"] == "ok"]
+    times = [epoch_time(r) for r in _timing_rows(ok_jobs)]
+    ok_jobs = ok_jobs.assign(epoch2_s=pd.Series(times, index=ok_jobs.index, dtype=float))  # ratios.epoch_time
+    e2 = ok_jobs.groupby(CELL_KEY)["epoch2_s"].mean().rename("epoch2_s").reset_index()
     frame = frame.merge(e2, on=CELL_KEY, how="left")
     ok = frame[frame["status"] == "ok"]
     means = ok.groupby(key)[["agg_samples_per_s", "epoch2_s", "energy_j"]].mean()

@@ -178,3 +178,42 @@ def test_a_slowdown_is_of_each_epochs_samples_at_its_rate_not_of_a_floored_wall_
         1.5
     )
     assert per_job.loc[(2, 0), "slowdown"] == pytest.approx(2.5 / 1.5)
+
+
+def test_a_slowdown_compares_seconds_per_sample_whatever_each_epochs_length(tmp_path: Path) -> None:
+    """Two solos of one configuration key at one rate, one of 300 samples an epoch and one of 3,000 (a
+    mix's solo runs its job's own), and a pair at half that rate: each of the pair is 2x slower per
+    sample (its epoch-2 time against an epoch of its own samples)."""
+    root = tmp_path / "sweep"
+    cell(root, "a", "cnn", "naive", [job(0, "cnn", 1.5)], agg=200.0)  # 300 samples in 1.5 s
+    cell(root, "b", "cnn", "naive", [job(0, "cnn", 15.0, samples=3000)], agg=200.0)  # 3,000 in 15 s
+    cell(root, "p", "cnn", "naive", [job(0, "cnn", 3.0), job(1, "cnn", 3.0)], agg=200.0)  # 300 in 3 s each
+    data = load_sweeps([root])
+    (row,) = [r for r in gain_rows(read_runs(sorted(root.iterdir()))) if r.degree == 2]
+    assert row.slowdown is not None and row.slowdown.value == pytest.approx(2.0)
+    from analysis.tables import epoch2_table
+
+    per_job = epoch2_table(data.cells, data.jobs).set_index(["degree", "job_index"])
+    assert per_job.loc[(2, 0), "slowdown"] == pytest.approx(2.0) and per_job.loc[(2, 0), "epoch2_s"] == pytest.approx(
+        3.0
+    )
+
+
+def test_an_epochs_time_is_its_whole_batches_at_its_rate_and_a_baselines_too(tmp_path: Path) -> None:
+    from analysis.tables import baseline_table
+    from raycolloc.results.ratios import epoch_time, sample_time
+
+    row = {"epoch_samples": 100, "batch_size": 32, "epoch2_samples_per_s": 48.0, "epoch2_s": 5.0}
+    assert epoch_time(row) == pytest.approx(96 / 48.0)  # three batches of 32, as JobSpec.steps_per_epoch
+    assert sample_time(row) == pytest.approx(1 / 48.0)
+    assert epoch_time({"epoch2_s": 5.0, "epoch_samples": None}) == 5.0 and sample_time({"epoch2_s": 5.0}) is None
+
+    def floored(index: int, own_s: float) -> dict[str, Any]:
+        return {**job(index, "cnn", own_s), "epoch2_s": 5.0, "measured_s": 5.0}  # at the 5 s floor
+
+    now, then = tmp_path / "now", tmp_path / "then"
+    cell(now, "s", "cnn", "naive", [floored(0, 3.0)], agg=100.0)
+    cell(then, "s", "cnn", "naive", [floored(0, 1.5)], agg=200.0)
+    a, b = load_sweeps([now]), load_sweeps([then])
+    (compared,) = baseline_table(a.cells, a.jobs, b.cells, b.jobs).to_dict("records")
+    assert compared["agg_ratio"] == pytest.approx(0.5) and compared["epoch2_ratio"] == pytest.approx(2.0)

@@ -15,7 +15,8 @@ twice and no test compared them).
   around the ratio shown (:func:`run_ratio`).
 - **A job's epoch-2 time** is its epoch's samples at its measured rate (:func:`epoch_time`): a measured
   epoch that ran past its samples (its floor, ``min_epoch_s``) or was cut by a time budget took another
-  length; a job's slowdown is that time against its solo's.
+  length. **A job's slowdown** is its seconds per sample against its solo's (:func:`sample_time`, the
+  solo's runs' mean).
 - **The best reference** of several configurations is the one of the highest value (:func:`best`).
 - **A mixed run** against its jobs one after the other: its total time (or energy) over the sum of each
   job's alone (each with its solo's interval, summed in quadrature) (:func:`over_sequential`); a time's
@@ -39,6 +40,7 @@ __all__ = [
     "over_sequential",
     "paired_value",
     "run_ratio",
+    "sample_time",
     "whole_warmup",
 ]
 
@@ -105,13 +107,23 @@ def _known(value: object) -> float | None:
 
 
 def epoch_time(job: Mapping[str, object]) -> float | None:
-    """A job's epoch-2 time as the study means it, an epoch of its ``epoch_samples`` (a jobs-table row):
-    those samples at its measured rate (``epoch2_samples_per_s``). A measured epoch runs at least its floor
-    (5 s on a real GPU: more steps than its samples), or ends at its time budget, so its wall time is the
-    floor's or the budget's for every job alike, and a slowdown of wall times said 1.00 on a GPU (found
-    2026-12-05). ``epoch2_s`` where the samples or the rate are not known (a script's epochs are its own)."""
-    samples, per_s = _known(job.get("epoch_samples")), _known(job.get("epoch2_samples_per_s"))
+    """A job's epoch-2 time as the study means it, one epoch of its ``epoch_samples`` in whole batches (a
+    jobs-table row), at its measured rate (``epoch2_samples_per_s``). A measured epoch runs at least its
+    floor (5 s on a real GPU: more steps than its samples), or ends at its time budget, so its wall time is
+    the floor's or the budget's for every job alike (found 2026-12-05). ``epoch2_s`` where the samples or
+    the rate are not known (a script's epochs are its own)."""
+    samples, per_s, batch = (_known(job.get(k)) for k in ("epoch_samples", "epoch2_samples_per_s", "batch_size"))
+    if samples and batch:
+        samples = max(1, int(samples // batch)) * batch  # the steps an epoch takes (JobSpec.steps_per_epoch)
     return samples / per_s if samples and per_s else _known(job.get("epoch2_s"))
+
+
+def sample_time(job: Mapping[str, object]) -> float | None:
+    """A job's seconds per sample in its measured epoch (1 / ``epoch2_samples_per_s``; None: no rate): what
+    a slowdown compares, whatever the epoch's length (its floor, its budget, its ``epoch_samples``: a
+    slowdown of wall times said 1.00 at every degree on an H200, 2026-12-05)."""
+    per_s = _known(job.get("epoch2_samples_per_s"))
+    return 1.0 / per_s if per_s else None
 
 
 def whole_warmup(warmup_samples: object, epoch_samples: object, epoch_time_s: object) -> bool:

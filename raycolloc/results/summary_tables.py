@@ -123,12 +123,12 @@ def _gain(runs: Sequence[Run], solos: Sequence[Run]) -> Interval | None:
     return _summary(per_run, runs[0].statistic)
 
 
-def _slowdown(run: Run, solo_e2: Mapping[tuple[Any, ...], float]) -> float | None:
-    """The mean over the run's ok jobs of their epoch-2 time (:func:`ratios.epoch_time`) against the solo's."""
+def _slowdown(run: Run, solo_s: Mapping[tuple[Any, ...], float]) -> float | None:
+    """The mean over the run's ok jobs of their seconds per sample (:func:`ratios.sample_time`) against the solo's."""
     slow = [
-        e2 / ref
+        t / ref
         for j in run.jobs
-        if j.get("status") == "ok" and (e2 := ratios.epoch_time(j)) and (ref := solo_e2.get(_solo_key(run)))
+        if j.get("status") == "ok" and (t := ratios.sample_time(j)) and (ref := solo_s.get(_solo_key(run)))
     ]
     return sum(slow) / len(slow) if slow else None
 
@@ -174,17 +174,17 @@ def gain_rows(runs: Sequence[Run]) -> list[GainRow]:
     for r in uniform:
         if r.cell["degree"] == 1 and r.ok and r.agg is not None:
             solos[_solo_key(r)].append(r)
-    solo_e2 = {
+    solo_s = {
         key: sum(e2) / len(e2)
         for key, group in solos.items()
-        if (e2 := [t for r in group for j in r.jobs if j.get("status") == "ok" and (t := ratios.epoch_time(j))])
+        if (e2 := [t for r in group for j in r.jobs if j.get("status") == "ok" and (t := ratios.sample_time(j))])
     }
     top = _best_solos(solos)
     configs: dict[tuple[Any, ...], list[Run]] = defaultdict(list)
     for r in uniform:
         configs[(*_config(r), r.settings)].append(r)
     order = sorted(configs.items(), key=lambda kv: (kv[0][1], kv[0][2] or "", _order(kv[0])))
-    return [_gain_row(key, group, solos, top, solo_e2) for key, group in order]
+    return [_gain_row(key, group, solos, top, solo_s) for key, group in order]
 
 
 def gain_lines(runs: Sequence[Run]) -> list[str]:
@@ -232,7 +232,7 @@ def _gain_row(
     group: Sequence[Run],
     solos: Mapping[tuple[Any, ...], list[Run]],
     top: Mapping[tuple[Any, Any], list[Run]],
-    solo_e2: Mapping[tuple[Any, ...], float],
+    solo_s: Mapping[tuple[Any, ...], float],
 ) -> GainRow:
     statistic = group[0].statistic
     agg = _summary([a for r in group if (a := r.agg) is not None], statistic)
@@ -240,7 +240,7 @@ def _gain_row(
     gain = _gain(group, own) if own else None
     best_runs = top.get((key[1], key[2]), [])
     vs_best = _gain(group, best_runs) if best_runs else None
-    slow = [point(s) for r in group if r.ok and (s := _slowdown(r, solo_e2)) is not None]
+    slow = [point(s) for r in group if r.ok and (s := _slowdown(r, solo_s)) is not None]
     energy = [point(e) for r in group if (e := _energy_per_sample(r)) is not None]
     notes = []
     rates = [a.value for r in group if (a := r.agg) is not None]
