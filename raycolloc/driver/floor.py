@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from raycolloc.config import measured_floor
+from raycolloc.driver.repeats import is_solo
+from raycolloc.driver.warmup import listed
 from raycolloc.spec import CellSpec
 
 __all__ = ["DRIFT", "MIN_WINDOWS", "Floor", "drift", "judge"]
@@ -42,10 +44,6 @@ class Floor:
     why: str
 
 
-def _seq(value: Any) -> list[Any]:
-    return [] if value is None else list(value)
-
-
 def drift(window_steps: Sequence[Any], window_s: Sequence[Any]) -> float | None:
     """An epoch's later half's rate over its earlier half's, less 1 (halves by window, the middle one of
     an odd count left out); None with fewer than :data:`MIN_WINDOWS` windows or a window without time."""
@@ -62,9 +60,9 @@ def judge(spec: CellSpec, epochs: Sequence[Mapping[str, Any]], share: float) -> 
     """The floor of a solo's repeats from its first run (``spec``) and that run's epochs table (rows as
     dicts): ``share`` of it where every job's measured epochs held steady, else the whole floor."""
     floor = measured_floor(spec.config)
-    if share >= 1 or not floor or spec.mix_name is not None or spec.degree != 1:
+    if share >= 1 or not floor or not is_solo(spec):
         return Floor(1.0, 0.0, "whole floor asked" if share >= 1 else "no floor, or not a solo")
-    if any(job.workload.as_written for job in spec.jobs):
+    if spec.scripted:
         return Floor(1.0, 0.0, "a script runs as written")
     per_epoch = {job.index: job.steps_per_epoch for job in spec.jobs}
     saved: dict[int, float] = dict.fromkeys(per_epoch, 0.0)
@@ -72,7 +70,7 @@ def judge(spec: CellSpec, epochs: Sequence[Mapping[str, Any]], share: float) -> 
     if {int(r["job_index"]) for r in measured} != set(per_epoch):
         return Floor(1.0, 0.0, "a job has no measured epoch")
     for row in measured:
-        moved = drift(_seq(row.get("window_steps")), _seq(row.get("window_s")))
+        moved = drift(listed(row.get("window_steps")), listed(row.get("window_s")))
         if moved is None:
             return Floor(1.0, 0.0, f"fewer than {MIN_WINDOWS} windows")
         if abs(moved) > DRIFT:

@@ -20,7 +20,7 @@ from raycolloc.driver.cell_specs import validate_cell
 from raycolloc.driver.floor import Floor, judge
 from raycolloc.driver.repeats import RepeatPolicy, group_key
 from raycolloc.driver.resume import CellResult, resume
-from raycolloc.driver.warmup import Learned, first_epochs, learn, with_warmup
+from raycolloc.driver.warmup import Learned, learn, with_warmup
 from raycolloc.results.index import ResultIndex
 from raycolloc.spec import CellSpec
 
@@ -83,12 +83,14 @@ class Regrow:
         self._floors[key] = Floor(1.0, 0.0, "not learned")
         if result.status != "ok" or self._whole:
             return
+        from raycolloc.results.store import read_table
+
         where = result.reused_from or result.cell_dir
-        epochs = first_epochs(where)
         try:
+            epochs = read_table(where, "epochs").to_pylist()
             self._floors[key] = judge(cell, epochs, cell.config.measure.repeat_floor)
             learned = learn(epochs) if cell.config.measure.warmup == "learned" else None
-        except Exception as exc:  # noqa: BLE001 - a malformed first run teaches nothing; its repeats run whole
+        except Exception as exc:  # noqa: BLE001 - an unreadable or malformed first run teaches nothing
             log.warning("cell_dir=%s its repeats learn nothing from it: %s", where, exc)
             self._floors[key] = Floor(1.0, 0.0, "unreadable")
             return

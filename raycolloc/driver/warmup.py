@@ -21,17 +21,13 @@ whose warm-up never settled early, teaches nothing.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import statistics
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from raycolloc.spec import CellSpec
 
-log = logging.getLogger(__name__)
-
-__all__ = ["MIN_WINDOWS", "Learned", "first_epochs", "learn", "with_warmup"]
+__all__ = ["MIN_WINDOWS", "Learned", "learn", "listed", "with_warmup"]
 
 MIN_WINDOWS = 2  # a learned warm-up covers at least two of its first run's windows (one after the first step's costs)
 SLACK = 0.03  # a settled warm-up tail's mean rate is within 3% of the measured windows' median
@@ -46,7 +42,7 @@ class Learned:
     saved_s: float
 
 
-def _seq(value: Any) -> list[Any]:
+def listed(value: Any) -> list[Any]:
     """A list column's value as a list (a list from Arrow, an array from pandas; None: empty)."""
     return [] if value is None else list(value)
 
@@ -81,10 +77,10 @@ def learn(epochs: Sequence[Mapping[str, Any]]) -> Learned:
         warm, measured = rows.get(1), rows.get(2)
         if warm is None or measured is None:
             continue
-        window_steps, window_s = [int(n) for n in _seq(warm.get("window_steps"))], _seq(warm.get("window_s"))
+        window_steps, window_s = [int(n) for n in listed(warm.get("window_steps"))], listed(warm.get("window_s"))
         warm_rates = _rates(window_steps, window_s)
         measured_rates = [
-            r for r in _rates(_seq(measured.get("window_steps")), _seq(measured.get("window_s"))) if r > 0
+            r for r in _rates(listed(measured.get("window_steps")), listed(measured.get("window_s"))) if r > 0
         ]
         if len(warm_rates) <= MIN_WINDOWS or not measured_rates:
             continue
@@ -97,18 +93,6 @@ def learn(epochs: Sequence[Mapping[str, Any]]) -> Learned:
         spent.append(sum(float(t) for t in window_s[upto:]))
     # The cell waits for its slowest job at the barrier after the warm-up: it saves what every job saves.
     return Learned(steps, min(spent) if spent and len(steps) == len(by_job) else 0.0)
-
-
-def first_epochs(cell_dir: Path) -> list[dict[str, Any]]:
-    """A finished first run's epochs table, rows as dicts (none where it is unreadable: its repeats
-    learn nothing from it, and warm up whole over the whole floor)."""
-    from raycolloc.results.store import read_table
-
-    try:
-        return list(read_table(cell_dir, "epochs").to_pylist())
-    except Exception as exc:  # noqa: BLE001 - a first run's unreadable table teaches nothing
-        log.warning("cell_dir=%s its repeats learn nothing from it: %s", cell_dir, exc)
-        return []
 
 
 def with_warmup(spec: CellSpec, learned: Learned) -> CellSpec:
