@@ -175,9 +175,9 @@ def gain_rows(runs: Sequence[Run]) -> list[GainRow]:
         if r.cell["degree"] == 1 and r.ok and r.agg is not None:
             solos[_solo_key(r)].append(r)
     solo_s = {
-        key: sum(e2) / len(e2)
+        key: sum(per) / len(per)
         for key, group in solos.items()
-        if (e2 := [t for r in group for j in r.jobs if j.get("status") == "ok" and (t := ratios.sample_time(j))])
+        if (per := [t for r in group for j in r.jobs if j.get("status") == "ok" and (t := ratios.sample_time(j))])
     }
     top = _best_solos(solos)
     configs: dict[tuple[Any, ...], list[Run]] = defaultdict(list)
