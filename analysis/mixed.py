@@ -22,12 +22,12 @@ from analysis.intervals import at_floor, bounds_of, cell_statistic, group_interv
 from analysis.run_spread import crosses, spread_columns
 from analysis.tables import CELL_KEY, epoch_span, jobs_with_cells
 from raycolloc.mode_kinds import mode_rank
-from raycolloc.results.ratios import as_change, over_sequential, whole_warmup
+from raycolloc.results.ratios import SOLO_MATCH, as_change, over_sequential, whole_warmup
 from raycolloc.results.stats import Interval, scaled
 
 __all__ = ["mixed_table", "table2"]
 
-_MATCH = ["workload", "mode", "gpu_name", "settings", "batch_size", "epochs", "epoch_samples", "epoch_time_s"]
+_MATCH = ["mode", "gpu_name", "settings", *SOLO_MATCH]  # the trainer's settings: one column here
 
 
 def _job_peak(frame: pd.DataFrame) -> pd.Series:

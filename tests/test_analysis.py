@@ -346,9 +346,9 @@ def test_mixed_table_serial_baseline(sweep: Path) -> None:
 
 def test_baseline_table_ratios(tmp_path: Path) -> None:
     cur, base = tmp_path / "cur", tmp_path / "base"
-    cell(cur, "0", "cnn", "naive", [job(0, "cnn", 1.5)], agg=200.0, energy_j=100.0)
+    cell(cur, "0", "cnn", "naive", [job(0, "cnn", 1.5)], agg=200.0, energy_j=100.0, energy_per_sample_j=0.5)
     cell(cur, "1", "cnn", "mps", [job(0, "cnn", 1.0)], agg=300.0)
-    cell(base, "0", "cnn", "naive", [job(0, "cnn", 3.0)], agg=100.0, energy_j=50.0)
+    cell(base, "0", "cnn", "naive", [job(0, "cnn", 3.0)], agg=100.0, energy_j=50.0, energy_per_sample_j=0.25)
     a, b = load_sweeps([cur]), load_sweeps([base])
     table = baseline_table(a.cells, a.jobs, b.cells, b.jobs)
     both = row(table, mode="naive")

@@ -19,6 +19,8 @@ from ray.util.debug import reset_log_once
 from raycolloc.config import ClusterConfig
 from raycolloc.driver import cell_run
 from raycolloc.driver.cluster import DEDUP_NOTICE, plain_worker_lines
+from raycolloc.node import steward_log
+from raycolloc.node.steward_log import steward_logging
 from raycolloc.procs import quiet_exit_in_finalizers
 from raycolloc.spec import Binding, Release
 
@@ -96,6 +98,50 @@ def test_a_sweep_prints_no_repr_no_colour_codes_and_not_pinned_once(tmp_path: Pa
     assert out.count("not pinned") == 1, [line for line in out.splitlines() if "not pinned" in line]
     assert "RAY_DEDUP_LOGS" not in out
     assert "Connecting to existing Ray cluster" not in out  # Ray's own INFO line: hydra.verbose=true shows it
+    assert " INFO steward " not in out, [line for line in out.splitlines() if "steward" in line][:5]
+
+
+def test_the_stewards_info_lines_go_to_its_file_and_its_warnings_to_the_console_too(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    root = logging.getLogger()
+    kept_level, kept = root.level, list(root.handlers)
+    try:
+        path = steward_logging(tmp_path)
+        assert path is not None and path.parent == tmp_path and str(os.getpid()) in path.name
+        steward_logging(tmp_path)  # a second call replaces its handlers: each line once
+        logging.getLogger("raycolloc.node.modes.mps").info("mps=started gpu=GPU-x pid=1")
+        logging.getLogger("raycolloc.node.modes.mps").warning("mps=stale gpu=GPU-x pid=2: stopping it")
+        for handler in root.handlers:
+            handler.flush()
+        err = capfd.readouterr().err
+        assert "mps=started" not in err and err.count("WARNING steward mps=stale") == 1
+        lines = path.read_text().splitlines()
+        assert [line.split(" steward ")[1] for line in lines] == [
+            "mps=started gpu=GPU-x pid=1",
+            "mps=stale gpu=GPU-x pid=2: stopping it",
+        ]
+    finally:
+        for handler in root.handlers:
+            if handler not in kept:
+                handler.close()
+        root.handlers[:] = kept
+        root.setLevel(kept_level)
+
+
+def test_without_a_log_directory_the_steward_says_its_info_lines_on_the_console(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    root = logging.getLogger()
+    kept_level, kept = root.level, list(root.handlers)
+    monkeypatch.setattr(steward_log, "log_dir", lambda: None)  # outside a Ray worker
+    try:
+        assert steward_log.steward_logging() is None
+        logging.getLogger("raycolloc.node.modes.mps").info("mps=started gpu=GPU-x pid=1")
+        assert "INFO steward mps=started" in capfd.readouterr().err
+    finally:
+        root.handlers[:] = kept
+        root.setLevel(kept_level)
 
 
 def test_rays_info_lines_are_said_only_at_debug(

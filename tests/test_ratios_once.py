@@ -153,6 +153,21 @@ def test_a_solo_run_that_warmed_up_less_than_an_epoch_is_no_reference_for_a_mix(
     assert [t[2] for t in summary] == pytest.approx([t[2] for t in report], nan_ok=True)
 
 
+@pytest.mark.parametrize(("floor", "counts"), [(5.0, False), (2.5, False), (None, True)])
+def test_a_solo_measured_over_a_floor_is_no_reference_for_a_mix_whose_jobs_ran_none(
+    tmp_path: Path, floor: float | None, counts: bool
+) -> None:
+    """A mix's jobs, and the solos a sweep runs for them, run no floor; a solo run by hand in the same
+    directory (or its repeat over half the floor) measured longer epochs, which weigh its warm-up less."""
+    root = make_sweep(tmp_path / "sweep")
+    before = _mix_numbers(root)
+    slow = {**job(0, "cnn", 1.5, total_s=100.0), "min_epoch_s": floor}  # far slower over its whole life
+    cell(root, "0f", "cnn", "naive", [slow], agg=200.0, repeat=1)
+    summary, report = _mix_numbers(root)
+    assert (summary != before[0], report != before[1]) == (counts, counts)
+    assert [t[2] for t in summary] == pytest.approx([t[2] for t in report], nan_ok=True)
+
+
 def test_a_slowdown_is_of_each_epochs_samples_at_its_rate_not_of_a_floored_wall_time(tmp_path: Path) -> None:
     """On a real GPU every measured epoch runs at least its 5 s floor, so the jobs' wall times are the
     floor's alike: a slowdown of wall times said 1.00 (one H200, 2026-12-05). A job's epoch-2 time is its
@@ -212,8 +227,10 @@ def test_an_epochs_time_is_its_whole_batches_at_its_rate_and_a_baselines_too(tmp
         return {**job(index, "cnn", own_s), "epoch2_s": 5.0, "measured_s": 5.0}  # at the 5 s floor
 
     now, then = tmp_path / "now", tmp_path / "then"
-    cell(now, "s", "cnn", "naive", [floored(0, 3.0)], agg=100.0)
-    cell(then, "s", "cnn", "naive", [floored(0, 1.5)], agg=200.0)
+    # the same power over the same 5 s window: energy_j alike, but half the samples, so twice the energy per sample
+    cell(now, "s", "cnn", "naive", [floored(0, 3.0)], agg=100.0, energy_j=500.0, energy_per_sample_j=1.0)
+    cell(then, "s", "cnn", "naive", [floored(0, 1.5)], agg=200.0, energy_j=500.0, energy_per_sample_j=0.5)
     a, b = load_sweeps([now]), load_sweeps([then])
     (compared,) = baseline_table(a.cells, a.jobs, b.cells, b.jobs).to_dict("records")
     assert compared["agg_ratio"] == pytest.approx(0.5) and compared["epoch2_ratio"] == pytest.approx(2.0)
+    assert compared["energy_ratio"] == pytest.approx(2.0)

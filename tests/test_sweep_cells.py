@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from raycolloc.config import ConfigError, config_hash, load_config
+from raycolloc.config import ConfigError, config_hash, load_config, measured_floor
 from raycolloc.driver.cell_specs import cell_dir_names, mix_solos, sweep_cells, validate_cell
 
 from .conftest import compose, load
@@ -71,6 +71,17 @@ def test_a_mix_brings_the_solo_cell_of_each_job_with_its_amounts() -> None:
     assert validate_cell(solos[1]).config_hash == by_hand.config_hash
     job = mix.jobs[1]
     assert (job.epoch_samples, job.epoch_time_s) == (4096, 1.5)
+
+
+def test_a_mix_solo_runs_no_floor_as_the_mixs_jobs_and_hashes_as_such_a_solo_by_hand() -> None:
+    # On a GPU a solo's measured epoch runs at least 5 s; a mix's jobs run their own epochs, and so do
+    # their solos: the serial baseline is the jobs' own training, its warm-up weighed as in the mix.
+    gpu = ["cluster.backend=nvml", "epoch_samples=512"]
+    solo = validate_cell(mix_solos(load(["mix=tiny_mixed", *gpu]).config)[0])
+    floored, by_hand = load(["workload=tiny_cnn", *gpu]), load(["workload=tiny_cnn", "min_epoch_s=null", *gpu])
+    assert measured_floor(floored.config) == 5.0 and measured_floor(solo.config) is None
+    assert solo.config_hash == by_hand.config_hash != floored.config_hash
+    assert all(j.min_epoch_s is None for j in solo.jobs)
 
 
 def test_sweep_cells_adds_each_solo_once_and_keeps_the_users_cells_first() -> None:

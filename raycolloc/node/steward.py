@@ -51,6 +51,7 @@ from raycolloc.node.modes.base import GpuSlot, Mode, check_joining
 from raycolloc.node.modes.mig import MIG_RECORD
 from raycolloc.node.modes.registry import MODES
 from raycolloc.node.reserve import confine, plan_reservation, ray_processes, raylet_of, thread_siblings, widen
+from raycolloc.node.steward_log import steward_logging
 from raycolloc.node.telemetry import Sampler, gi_sm_shares, gpu_now, pick_source
 from raycolloc.procs import normal_priority, python_env
 from raycolloc.spec import Binding, CellSpec, GpuNow, NodeInfo, Release, Reservation, Samples
@@ -91,7 +92,7 @@ class Steward:
     """See the module docstring. Created through :func:`get_steward`."""
 
     def __init__(self, node_id: str, cluster: ClusterConfig, num_gpus: int, pipe_root: str) -> None:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s steward %(message)s")
+        self.log_path = steward_logging()  # INFO to a file in Ray's log directory, warnings to the console
         normal_priority()  # MPS daemons and servers it starts inherit its niceness
         self.node_id = node_id
         self.backend = _make_backend(node_id, cluster, num_gpus)

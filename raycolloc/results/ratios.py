@@ -33,6 +33,7 @@ from typing import TypeVar
 from raycolloc.results.stats import Interval, point, ratio_interval, scaled, sum_interval, summarise
 
 __all__ = [
+    "SOLO_MATCH",
     "as_change",
     "best",
     "configuration",
@@ -45,6 +46,12 @@ __all__ = [
 ]
 
 K = TypeVar("K", bound=Hashable)
+
+SOLO_MATCH: tuple[str, ...] = ("workload", "batch_size", "epochs", "epoch_samples", "epoch_time_s", "min_epoch_s")
+"""The jobs-table columns a mixed run's job and the solo it is compared with share (besides the mode, the
+GPU and the trainer's settings). ``min_epoch_s``: a mix's jobs run no floor, nor do its solos
+(:func:`raycolloc.driver.mix_solos.mix_solos`); a solo run by hand in the same directory (or its repeat
+over a share of the floor) measured epochs of another length, which weigh its warm-up otherwise."""
 
 
 def configuration(runs: Sequence[Interval], statistic: str, *, lower_is_better: bool = False) -> Interval | None:

@@ -287,7 +287,7 @@ def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[st
     return [line(headers).rstrip(), *(line(r).rstrip() for r in rows)]
 
 
-_MATCH = ("workload", "batch_size", "epochs", "epoch_samples", "epoch_time_s", "compile", "amp", "channels_last")
+_MATCH = (*ratios.SOLO_MATCH, "compile", "amp", "channels_last")
 
 
 def _job_key(run: Run, job: Row) -> tuple[Any, ...]:
