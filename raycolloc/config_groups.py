@@ -194,8 +194,8 @@ class MeasureConfig:
     ``fastest``). ``warmup``: how long a repeat warms up: ``learned`` (as long as its first run's
     warm-up windows took to settle, :mod:`raycolloc.driver.warmup`) or ``epoch`` (a whole epoch, as
     every first run). ``repeat_floor``: the share of the floor (``min_epoch_s``) a solo baseline's
-    repeats measure where its first run's measured epoch held steady (:mod:`raycolloc.driver.floor`; 1:
-    the whole floor). None of it is in the config hash: a repeat it shortens says so in its own config
+    repeats measure where its first run's measured epoch held steady (:mod:`raycolloc.driver.floor`; 1,
+    the default: the whole floor). None of it is in the config hash: a repeat it shortens says so in its own config
     (``floor_share``), so that run is hashed apart.
     """
 
@@ -205,7 +205,7 @@ class MeasureConfig:
     budget: float = 0.3
     statistic: str = "median"
     warmup: str = "learned"
-    repeat_floor: float = 0.5
+    repeat_floor: float = 1.0
 
     def __post_init__(self) -> None:
         if not is_number(self.target_ci) or not 0 < self.target_ci < 1:

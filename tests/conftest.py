@@ -29,6 +29,9 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 # Compiled kernels outlive the session (compiling again costs minutes): kept with the user's caches, not
 # in /tmp, which the suite leaves as it found it (issue 46, item 5).
 os.environ.setdefault("RAYCOLLOC_COMPILE_CACHE", str(Path.home() / ".cache" / "raycolloc" / "test-compile-cache"))
+# And the kernels of what the tests compile in their own process (tests/test_fastpaths.py): inductor's
+# default is /tmp/torchinductor_<user>, which every `make test` wrote (2026-12-05).
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(os.environ["RAYCOLLOC_COMPILE_CACHE"]) / "inductor"))
 # Everything the session makes outside pytest's tmp_path lies in one short directory of its own (Unix
 # socket paths under it must stay under ~100 characters), removed when the session ends, with a check
 # that it is (issue 46, item 5: each run left /tmp/raycolloc-test-* and MPS pipe directories behind,

@@ -35,7 +35,7 @@ def test_before_any_cell_is_done_the_plan_says_what_is_left() -> None:
     view = ProgressView(cells, _Board({}), lanes=2)  # type: ignore[arg-type]
     plan = [run_seconds(c.config)[0] for c in cells]
     assert plan[0] == pytest.approx(3.5 + 4.0)  # the plan line's own count of a run
-    repeat = 3.5 + 0.5 * 4.0  # a solo's repeat, at the least: half the floor (measure.repeat_floor)
+    repeat = 3.5 + 4.0  # a solo's repeat, at the least: its whole floor (measure.repeat_floor=1)
     assert view.pending == 2  # the solo baseline's two repeats, not cells yet (the first pass's own solo is one)
     assert view.left_s({}) == pytest.approx((sum(plan) + 2 * repeat) / 2)
     running = {cells[0].cell_id: _half(cells[0])}
@@ -67,8 +67,8 @@ def test_a_log_line_says_it(capsys: pytest.CaptureFixture[str]) -> None:
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 3
     assert err[0].startswith(f"[sweep] cell {cells[0].label}: measuring  (done 0/3, running 1")
-    # 7.5 / 2 + 7.5 + 7.5 + 2 x 5.5 = 29.75 s, the plan's floor on simulated GPUs (epochs' own time unknown)
-    assert all(line.endswith("at least 30 s left)") for line in err), err
+    # 7.5 / 2 + 7.5 + 7.5 + 2 x 7.5 = 33.75 s, the plan's floor on simulated GPUs (epochs' own time unknown)
+    assert all(line.endswith("at least 34 s left)") for line in err), err
     board.snap = {c.cell_id: CellProgress(state="done", status="ok") for c in cells}
     view.refresh()  # the solo's repeats are still to come
     assert (

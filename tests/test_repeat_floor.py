@@ -39,6 +39,7 @@ def _measured(seconds: list[float], job: int = 0, steps: int = 10) -> dict[str, 
 
 
 SOLO = ["degree=1", "epoch_samples=160", "batch_size=8", "min_epoch_s=1"]
+HALF = "measure.repeat_floor=0.5"  # the share asked for: the default is the whole floor
 
 
 def _solo(*words: str) -> CellSpec:
@@ -142,21 +143,30 @@ def _repeats(tmp_path: Path, seconds: list[float], *words: str) -> list[CellSpec
 
 
 def test_a_steady_solos_repeat_runs_half_the_floor_under_its_own_hash_in_its_configuration(tmp_path: Path) -> None:
-    (repeat,) = _repeats(tmp_path, STEADY)
+    (repeat,) = _repeats(tmp_path, STEADY, HALF)
     solo = _solo()
     assert repeat.config.repeat == 1 and repeat.config.floor_share == 0.5
     assert repeat.jobs[0].min_epoch_s == 0.5 and repeat.jobs[0].epoch_floor_s(2) == 0.5
     assert repeat.jobs[0].epoch_steps(2) == 20  # still every step of an epoch
     assert group_key(repeat) == solo.config_hash  # its configuration's first run
     # The same first run read again (a resume) gives the same run; another setting, another run.
-    (again,) = _repeats(tmp_path / "again", STEADY)
+    (again,) = _repeats(tmp_path / "again", STEADY, HALF)
     (whole,) = _repeats(tmp_path / "whole", STEADY, "measure.repeat_floor=1")
     assert again.config_hash == repeat.config_hash != whole.config_hash
     assert whole.jobs[0].min_epoch_s == 1.0 and whole.config.floor_share == 1.0
 
 
+def test_by_default_a_steady_solos_repeats_run_the_whole_floor(tmp_path: Path) -> None:
+    """The default is the whole floor: on the corpus's H200 runs, repeats cut to half their epoch widened
+    the one solo's interval the gate let through (jobs/floor_whatif.py, docs/measurements.md 2026-12-05)."""
+    (repeat,) = _repeats(tmp_path, STEADY)
+    assert _solo().config.measure.repeat_floor == 1.0
+    assert repeat.config.floor_share == 1.0 and repeat.jobs[0].min_epoch_s == 1.0
+    assert repeat.config_hash == config_hash(dataclasses.replace(_solo().config, repeat=1))
+
+
 def test_a_drifting_solos_repeat_runs_the_whole_floor(tmp_path: Path) -> None:
-    (repeat,) = _repeats(tmp_path, RISING)
+    (repeat,) = _repeats(tmp_path, RISING, HALF)
     assert repeat.config.floor_share == 1.0 and repeat.jobs[0].min_epoch_s == 1.0
     assert repeat.config_hash == config_hash(dataclasses.replace(_solo().config, repeat=1))
 
@@ -171,9 +181,9 @@ def test_a_half_floor_repeats_hydra_record_composes_it_again(tmp_path: Path) -> 
 
     from .conftest import CPU_OVERRIDES, compose
 
-    overrides = [*CPU_OVERRIDES, *SOLO]
+    overrides = [*CPU_OVERRIDES, *SOLO, HALF]
     solo = validate_cell(compose(overrides))
-    (repeat,) = _repeats(tmp_path, STEADY)
+    (repeat,) = _repeats(tmp_path, STEADY, HALF)
     composed = compose(overrides)
     with open_dict(composed):
         composed.hydra = {"job": {"name": "sweep"}}  # the node Hydra's job config has, which the record drops
@@ -186,10 +196,10 @@ def test_a_half_floor_repeats_hydra_record_composes_it_again(tmp_path: Path) -> 
 
 def test_a_resume_finds_the_half_floor_repeat_on_disk_and_another_setting_does_not(tmp_path: Path) -> None:
     """``_on_disk`` looks the repeat up by the hash its first run teaches: the run the first invocation
-    added is found again; under ``measure.repeat_floor=1`` it is another run."""
+    added is found again; under the whole floor (the default) it is another run."""
     out = tmp_path / "out"
     words = [f"out_dir={out}"]
-    (repeat,) = _repeats(tmp_path / "a", STEADY, *words)
+    (repeat,) = _repeats(tmp_path / "a", STEADY, *words, HALF)
     row = {"cell_id": repeat.cell_id, "config_hash": repeat.config_hash, "status": "ok", "repeat": 1}
     write_fixture_cell(
         out / "multirun" / "d" / "t" / repeat.label, {"cells": [row], "jobs": [], "epochs": [], "telemetry": []}
@@ -199,11 +209,11 @@ def test_a_resume_finds_the_half_floor_repeat_on_disk_and_another_setting_does_n
         solo = _solo(*words, *more)
         x2 = load(["degree=2", "epoch_samples=160", "batch_size=8", "min_epoch_s=1", *words])
         regrow = Regrow([solo, x2], place=lambda spec: tmp_path / spec.cell_id, rerun=False)
-        first = _first_run(tmp_path / f"b{len(more)}", STEADY)
+        first = _first_run(tmp_path / f"b{'-'.join(more)}", STEADY)
         regrow._first_run(CellResult(solo, tmp_path / "gone", "ok", "", reused_from=first, row=_ok(10.0)))
         return regrow._on_disk(solo, 1)
 
-    assert on_disk() and not on_disk("measure.repeat_floor=1")
+    assert on_disk(HALF) and not on_disk() and not on_disk("measure.repeat_floor=1")
 
 
 @pytest.mark.slow  # one small sweep on the simulated backend, then its resume
@@ -229,6 +239,7 @@ def test_a_sim_sweeps_steady_solo_repeats_over_half_its_floor_and_its_resume_fin
         "epoch_samples=5",  # 5 steps (0.15 s): the floor's half (0.75 s) is the repeats' measured epoch
         "min_epoch_s=1.5",  # ~50 steps measured in ~10 windows of 5
         "measure.budget=0",  # no re-run for an interval: the runs are the solo's three
+        HALF,
         f"out_dir={out}",
     ]
     proc = run_cli(args, cwd=ROOT)

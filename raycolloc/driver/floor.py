@@ -4,8 +4,9 @@ A measured epoch runs at least its floor (``min_epoch_s``, 5 s on a real GPU): o
 of ~1.7 s moved by a third between two sweeps, and measured for 6 s by 5-6% (``MIN_EPOCH_AUTO_S``). Every
 solo is run three times (``measure.min_solo_repeats``: every gain divides by it), each over that floor: on
 an H200 the quick matrix's four solo repeats took ~26 s, most of what made its GPU time 1.41x its cells'
-once (docs/measurements.md, 2026-12-05). Where the solo's first run held steady, its repeats measure
-``measure.repeat_floor`` of the floor (0.5: at least 2.5 s, and never fewer steps than an epoch's): each
+once (docs/measurements.md, 2026-12-05). With ``measure.repeat_floor`` below 1 (the default is 1: the whole
+floor), where the solo's first run held steady, its repeats measure that share of the floor (0.5: at least
+2.5 s, and never fewer steps than an epoch's): each
 job's measured epoch had at least :data:`MIN_WINDOWS` windows, and the rate of their later half was within
 :data:`DRIFT` of their earlier half's. A first run that drifted, had too few windows, or was not a solo's
 keeps the whole floor for its repeats, as does one whose epoch's steps outlast the floor (nothing to save);
@@ -15,6 +16,11 @@ mix (as the learned warm-up, :mod:`raycolloc.driver.warmup`).
 Such a repeat's config says so (``floor_share``): it is in the config hash, so a resume with another
 ``measure.repeat_floor`` runs it again rather than reuse it; the jobs table's ``min_epoch_s`` says each
 job's floor; its configuration (``repeat_group``) is its first run's.
+
+Why the whole floor is the default: on two H200s the gate never let a repeat through (no solo's first run
+held steady to 2% within 5 s), and on the corpus's H200 runs, where repeats cut to half their epoch can be
+read off the windows (``jobs/floor_whatif.py``), the one solo the gate passed had its interval widen from
+±11.6% to ±15.1%, and the MPS solos' cut repeats ran 3-7% off their whole epochs' rate.
 """
 
 from __future__ import annotations
