@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Issue 46's H200 acceptances of the headline's cost and of script jobs under MPS, in one device call:
 #   1. the quick matrix before (measure.budget=1.0, the default until db553d2, with whole warm-ups:
-#      measure.warmup=epoch, every run's before 4fd961f, and whole floors: measure.repeat_floor=1) and after (today's defaults): GPU time of each, against the same cells measured once (each
+#      measure.warmup=epoch, every run's before 4fd961f; whole floors, measure.repeat_floor=1, in both) and
+#      after (today's defaults): GPU time of each, against the same cells measured once (each
 #      sweep's first runs), each configuration's interval (the sweeps' own tables, in the logs), and
-#      each run's warm-up steps and measured seconds beside its rate (a learned warm-up must not move it);
+#      each run's warm-up steps and measured seconds beside its rate (a learned warm-up must not move it),
+#      each sweep's gain table (slowdowns included) and jobs/floor_whatif.py on both;
 #   2. an unmodified PyTorch script (jobs/examples/plain_train.py, README's command) under MPS at
 #      degrees 3 and 7, twice: how many of its jobs were seen as MPS clients.
 # Usage (repo root, on a GPU machine): bash jobs/check_cost.sh OUT_DIR [cost|after|script|all]
@@ -59,6 +61,12 @@ for name in ("before", "after"):
         print(f"  {label} r{repeat}: warm-up {steps} steps, measured {measured_s[key]:.1f} s at {rate[key]:,.0f} samples/s,"
               f" drift {100 * moved[key]:.1f}%{said}")
 PY
+  for name in before after; do  # each sweep's own table: intervals, gains, slowdowns (the sweep dirs do not come back)
+    [ -f "$out/$name.log" ] && { echo "--- $name"; sed -n '/^throughput gain/,/cells have a result/p' "$out/$name.log"; }
+  done
+  # Had the solos' repeats measured half their epoch: their intervals, read off these whole-floor runs.
+  dirs=(); for name in before after; do [ -d "$out/$name" ] && dirs+=("$out/$name"); done
+  $py jobs/floor_whatif.py "${dirs[@]}" --json "$out/floor_whatif.json"
 fi
 if [ "$what" = script ] || [ "$what" = all ]; then
   regex='workload.epoch_regex="^epoch (?P<epoch>\d+) done samples=(?P<samples>\d+)"'

@@ -8,7 +8,9 @@ epoch's time is its earliest windows. For every solo configuration (degree 1, no
 ``--min-runs`` ok runs whose measured epoch kept its windows, this prints its 95% interval (the
 t-interval of its runs' rates, :func:`raycolloc.results.stats.mean_interval`, as ``repeats=auto``
 reads it) from whole repeats and from cut ones (the first run always whole), the first run's drift
-(:func:`raycolloc.driver.floor.drift`) and whether the gate would have let its repeats be cut.
+(:func:`raycolloc.driver.floor.drift`) and whether it held within the gate's 2% (``drift_ok``: the drift
+rule alone; :func:`raycolloc.driver.floor.judge` also refuses runs without a floor, such as the corpus's
+time-budgeted epochs).
 
     python jobs/floor_whatif.py DIR [DIR ...] [--share 0.5] [--min-runs 3] [--json out.json]
 
@@ -24,14 +26,14 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from raycolloc.advise.corpus import load_measured  # noqa: E402 (after the path: jobs/ runs from a checkout)
+from analysis.load import SweepData  # noqa: E402 (after the path: jobs/ runs from a checkout)
+from raycolloc.advise.corpus import load_measured  # noqa: E402
 from raycolloc.driver.floor import DRIFT, MIN_WINDOWS, drift  # noqa: E402
 from raycolloc.driver.warmup import listed  # noqa: E402
 from raycolloc.results.stats import mean_interval  # noqa: E402
@@ -42,11 +44,12 @@ class Row:
     """One solo configuration: its intervals (relative half-widths, %) from whole and cut repeats."""
 
     where: str
-    configuration: str
+    configuration: str  # its runs' repeat_group (a sweep's: its first run's config hash)
+    label: str  # its first run's cell label
     runs: int
     windows: int
     first_drift_pct: float | None
-    gate: bool
+    drift_ok: bool
     whole_pm_pct: float
     cut_pm_pct: float
     cut_rate_change_pct: float  # the cut repeats' mean rate against their whole epochs' (%)
@@ -64,7 +67,7 @@ def cut_rate(steps: Sequence[int], secs: Sequence[float], batch: int, share: flo
     return kept_steps * batch / kept_s, total - kept_s
 
 
-def _runs(data: Any) -> pd.DataFrame:
+def _runs(data: SweepData) -> pd.DataFrame:
     """Per ok solo run with windows: its configuration, repeat, windows and batch size."""
     cells = data.cells
     solo = cells[(cells["degree"] == 1) & cells["mix"].isna() & (cells["status"] == "ok")]
@@ -74,12 +77,12 @@ def _runs(data: Any) -> pd.DataFrame:
     measured = epochs[~epochs["warmup"].astype(bool)].sort_values("epoch").groupby("cell_id").head(1)
     jobs = data.jobs[["cell_id", "job_index", "batch_size"]]
     runs = (
-        solo[["cell_id", "repeat_group", "repeat"]]
+        solo[["cell_id", "label", "repeat_group", "repeat"]]
         .merge(measured, on="cell_id")
         .merge(jobs, on=["cell_id", "job_index"])
     )
     runs = runs.assign(steps=runs["window_steps"].map(listed), secs=runs["window_s"].map(listed))
-    return runs[runs["secs"].map(len) > 0]
+    return runs[runs["secs"].map(lambda secs: len(secs) > 0 and all(float(t) > 0 for t in secs))]
 
 
 def whatif(where: Path, share: float, min_runs: int) -> list[Row]:
@@ -102,10 +105,11 @@ def whatif(where: Path, share: float, min_runs: int) -> list[Row]:
             Row(
                 where=str(where),
                 configuration=str(key),
+                label=str(first["label"]),
                 runs=len(group),
                 windows=len(first["secs"]),
                 first_drift_pct=None if moved is None else round(100 * moved, 1),
-                gate=moved is not None and abs(moved) <= DRIFT,
+                drift_ok=moved is not None and abs(moved) <= DRIFT,
                 whole_pm_pct=round(100 * mean_interval(whole).rel_half_width, 1),
                 cut_pm_pct=round(100 * mean_interval(cut).rel_half_width, 1),
                 cut_rate_change_pct=round(100 * (sum(cut[1:]) / sum(whole[1:]) - 1), 1),
@@ -128,14 +132,16 @@ def main(argv: list[str] | None = None) -> int:
     for where in args.dirs:
         found = whatif(where, args.share, args.min_runs)
         wider = sum(r.cut_pm_pct > r.whole_pm_pct for r in found)
-        gated = sum(r.gate for r in found)
+        gated = sum(r.drift_ok for r in found)
         print(
             f"{where}: {len(found)} solo configurations of {args.min_runs}+ runs with windows; cut repeats widen "
-            f"{wider} of them; the gate (|drift| <= {100 * DRIFT:g}%, {MIN_WINDOWS}+ windows) passes {gated}"
+            f"{wider} of them; {gated} first run(s) drifted within {100 * DRIFT:g}% over {MIN_WINDOWS}+ windows"
         )
+        if found:
+            print(
+                pd.DataFrame([asdict(r) for r in found]).drop(columns=["where", "configuration"]).to_string(index=False)
+            )
         rows += found
-    if rows:
-        print(pd.DataFrame([asdict(r) for r in rows]).drop(columns="where").to_string(index=False))
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1))
     return 0

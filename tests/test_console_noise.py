@@ -144,6 +144,33 @@ def test_without_a_log_directory_the_steward_says_its_info_lines_on_the_console(
         root.setLevel(kept_level)
 
 
+@pytest.mark.slow  # a Ray actor on the session's instance
+@pytest.mark.usefixtures("ray_local")
+def test_inside_a_ray_worker_the_stewards_file_lies_in_rays_log_directory() -> None:
+    import ray
+
+    @ray.remote(num_cpus=0)
+    def where() -> tuple[str | None, str | None, str]:
+        root = logging.getLogger()
+        kept_level, kept = root.level, list(root.handlers)
+        try:
+            found = steward_log.log_dir()
+            path = steward_logging()
+            logging.getLogger("raycolloc.node.modes.mps").info("mps=started gpu=GPU-x pid=1")
+        finally:  # the worker serves later tasks: its logging as it was
+            for handler in root.handlers:
+                if handler not in kept:
+                    handler.close()
+            root.handlers[:] = kept
+            root.setLevel(kept_level)
+        return (None if found is None else str(found), None if path is None else str(path), str(os.getpid()))
+
+    found, path, pid = ray.get(where.remote(), timeout=120)
+    assert found is not None and Path(found).name == "logs" and Path(found, "..", "..").resolve().exists()
+    assert path == str(Path(found) / f"raycolloc-steward-{pid}.log")
+    assert "INFO steward mps=started gpu=GPU-x pid=1" in Path(path).read_text()
+
+
 def test_rays_info_lines_are_said_only_at_debug(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -39,11 +39,9 @@ A100 = "A100-SXM4-40GB"
 
 @pytest.fixture
 def fresh_dynamo(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test counts its own graphs; compiled kernels go to the test session's compile cache.
-
-    monkeypatch also takes away the TORCHINDUCTOR_CACHE_DIR that inductor writes into this
-    process's environment, so a Ray instance started later does not pass it on to trainers.
-    """
+    """Each test counts its own graphs; compiled kernels go to the test session's compile cache (the
+    directory tests/conftest.py names for the whole session, set again: inductor writes the variable into
+    this process's environment, and monkeypatch puts the session's value back after the test)."""
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(compile_cache() / "inductor"))
     torch._dynamo.reset()
     counters.clear()

@@ -48,6 +48,16 @@ def test_the_whole_intervals_are_the_runs_rates_and_a_whole_share_changes_nothin
         assert row.whole_pm_pct == pytest.approx(100 * mean_interval(rates).rel_half_width, abs=0.1)
         assert row.saved_s > 0
     assert any(r.cut_pm_pct != r.whole_pm_pct for r in rows)
+    # The first run's drift, by hand: its measured epoch's later half of windows against its earlier half.
+    (r26,) = [r for r in rows if r.label == "resnet26_cifar10-mps-x1"]
+    epochs = pd.read_parquet(PASS / "epochs.parquet")
+    first = cells.loc[cells["label"] == r26.label, "cell_id"].iloc[0]
+    measured = epochs[(epochs["cell_id"] == first) & (epochs["epoch"] == 2)].iloc[0]
+    steps, secs = list(measured["window_steps"]), list(measured["window_s"])
+    half = len(secs) // 2
+    by_hand = (sum(steps[-half:]) / sum(secs[-half:])) / (sum(steps[:half]) / sum(secs[:half])) - 1
+    assert r26.first_drift_pct == pytest.approx(100 * by_hand, abs=0.05) and r26.windows == len(secs)
+    assert r26.drift_ok == (abs(by_hand) <= 0.02)
     same = script.whatif(PASS, 1.0, 3)
     assert [(r.cut_pm_pct, r.saved_s, r.cut_rate_change_pct) for r in same] == [
         (r.whole_pm_pct, 0.0, 0.0) for r in same

@@ -153,21 +153,6 @@ def test_a_solo_run_that_warmed_up_less_than_an_epoch_is_no_reference_for_a_mix(
     assert [t[2] for t in summary] == pytest.approx([t[2] for t in report], nan_ok=True)
 
 
-@pytest.mark.parametrize(("floor", "counts"), [(5.0, False), (2.5, False), (None, True)])
-def test_a_solo_measured_over_a_floor_is_no_reference_for_a_mix_whose_jobs_ran_none(
-    tmp_path: Path, floor: float | None, counts: bool
-) -> None:
-    """A mix's jobs, and the solos a sweep runs for them, run no floor; a solo run by hand in the same
-    directory (or its repeat over half the floor) measured longer epochs, which weigh its warm-up less."""
-    root = make_sweep(tmp_path / "sweep")
-    before = _mix_numbers(root)
-    slow = {**job(0, "cnn", 1.5, total_s=100.0), "min_epoch_s": floor}  # far slower over its whole life
-    cell(root, "0f", "cnn", "naive", [slow], agg=200.0, repeat=1)
-    summary, report = _mix_numbers(root)
-    assert (summary != before[0], report != before[1]) == (counts, counts)
-    assert [t[2] for t in summary] == pytest.approx([t[2] for t in report], nan_ok=True)
-
-
 def test_a_slowdown_is_of_each_epochs_samples_at_its_rate_not_of_a_floored_wall_time(tmp_path: Path) -> None:
     """On a real GPU every measured epoch runs at least its 5 s floor, so the jobs' wall times are the
     floor's alike: a slowdown of wall times said 1.00 (one H200, 2026-12-05). A job's epoch-2 time is its

@@ -157,8 +157,8 @@ def test_a_steady_solos_repeat_runs_half_the_floor_under_its_own_hash_in_its_con
 
 
 def test_by_default_a_steady_solos_repeats_run_the_whole_floor(tmp_path: Path) -> None:
-    """The default is the whole floor: on the corpus's H200 runs, repeats cut to half their epoch widened
-    the one solo's interval the gate let through (jobs/floor_whatif.py, docs/measurements.md 2026-12-05)."""
+    """The default is the whole floor: on the corpus's H200 runs, repeats cut to 2.5 s widened the interval
+    of the one solo whose first run held steady (jobs/floor_whatif.py, docs/measurements.md 2026-12-05)."""
     (repeat,) = _repeats(tmp_path, STEADY)
     assert _solo().config.measure.repeat_floor == 1.0
     assert repeat.config.floor_share == 1.0 and repeat.jobs[0].min_epoch_s == 1.0

@@ -18,9 +18,9 @@ Such a repeat's config says so (``floor_share``): it is in the config hash, so a
 job's floor; its configuration (``repeat_group``) is its first run's.
 
 Why the whole floor is the default: on two H200s the gate never let a repeat through (no solo's first run
-held steady to 2% within 5 s), and on the corpus's H200 runs, where repeats cut to half their epoch can be
-read off the windows (``jobs/floor_whatif.py``), the one solo the gate passed had its interval widen from
-±11.6% to ±15.1%, and the MPS solos' cut repeats ran 3-7% off their whole epochs' rate.
+held steady to 2% within 5 s), and on the corpus's H200 runs, where shorter repeats can be read off the
+windows (``jobs/floor_whatif.py``), the one solo whose first run held steady had its interval widen from
+±11.6% to ±13.4% with repeats cut to 2.5 s (weak evidence: 5 runs; docs/measurements.md, 2026-12-05).
 """
 
 from __future__ import annotations

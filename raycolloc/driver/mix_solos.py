@@ -50,11 +50,13 @@ def mix_solos(cfg: Config) -> list[Config]:
     """The solo cell of each job of a mix: the job's workload alone on the GPU, same mode.
 
     Each solo trains what the job trains in the mix (batch size, epochs, epoch length, time budget,
-    compile/amp/channels_last, no floor on its measured epochs), so the mix's change against running its
-    jobs one after the other is measured, not assumed. A solo composed this way hashes like the same cell
-    written by hand (``workload=X degree=1 min_epoch_s=null ...``), so one that ran before is reused. MPS
-    limits, fault injection and the mix's MIG layout stay with the mix: a solo has the GPU to itself (MIG:
-    the degree-1 layout).
+    compile/amp/channels_last), so the mix's change against running its jobs one after the other is
+    measured, not assumed. A solo composed this way hashes like the same cell written by hand
+    (``workload=X degree=1 ...``), so one that ran before is reused. MPS limits, fault injection and the
+    mix's MIG layout stay with the mix: a solo has the GPU to itself (MIG: the degree-1 layout). On a GPU
+    the solo's measured epoch runs its floor (``min_epoch_s``) where the mix's jobs run none: a floorless
+    solo would be a configuration of its own beside the user's solo of the same settings, and the gains
+    would pool the two (review, 2026-12-05).
     """
     solos = []
     for entry in cfg.mix.jobs:
@@ -72,7 +74,6 @@ def mix_solos(cfg: Config) -> list[Config]:
                 epochs=own.epochs,
                 epoch_samples=own.epoch_samples,
                 epoch_time_s=own.epoch_time_s,
-                min_epoch_s=None,  # as the mix's jobs: a mix has no floor (config.measured_floor)
                 tags={**cfg.tags, "solo_of": cfg.mix.name or "custom"},
             )
         )
@@ -88,7 +89,6 @@ _SOLO_KEYS = (
     "epochs",
     "epoch_samples",
     "epoch_time_s",
-    "min_epoch_s",
     "repeat",
     "mode.active_thread_percentage",
     "mode.pinned_mem_limit",
@@ -116,8 +116,7 @@ def solo_overrides(mix_overrides: Sequence[str], solo: Config) -> list[str]:
     preset = f"workload={name}" if name in group_options("workload") else f"workload.name={override_value(name)}"
     own = ["mix=none", preset, *(f"workload.{k}={override_value(v)}" for k, v in view.items()), f"degree={solo.degree}"]
     own += [
-        f"{k}={override_value(getattr(solo, k))}"
-        for k in ("batch_size", "epochs", "epoch_samples", "epoch_time_s", "min_epoch_s")
+        f"{k}={override_value(getattr(solo, k))}" for k in ("batch_size", "epochs", "epoch_samples", "epoch_time_s")
     ]
     own += [f"mode.{k}=null" for k in ("active_thread_percentage", "pinned_mem_limit")]
     own += [f"mig.layout={override_value(solo.mig.layout)}"]

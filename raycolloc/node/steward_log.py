@@ -17,6 +17,7 @@ from pathlib import Path
 __all__ = ["FORMAT", "log_dir", "steward_logging"]
 
 FORMAT = "%(asctime)s %(levelname)s steward %(message)s"
+_NAME = "raycolloc.steward"  # the handlers this module adds, by name: a second call replaces them
 
 
 def log_dir() -> Path | None:
@@ -35,13 +36,12 @@ def steward_logging(directory: Path | None = None) -> Path | None:
     directory, and the console says them as before)."""
     root = logging.getLogger()
     root.setLevel(logging.INFO)
-    for old in list(root.handlers):
-        if getattr(old, "_raycolloc_steward", False):  # a second call (tests) replaces its own handlers
-            root.removeHandler(old)
-            old.close()
+    for old in [h for h in root.handlers if h.get_name() == _NAME]:
+        root.removeHandler(old)
+        old.close()
     console = logging.StreamHandler(sys.stderr)
     console.setFormatter(logging.Formatter(FORMAT))
-    console._raycolloc_steward = True  # type: ignore[attr-defined]
+    console.set_name(_NAME)
     found = directory or log_dir()
     path = None if found is None else found / f"raycolloc-steward-{os.getpid()}.log"
     if path is not None:
@@ -51,7 +51,7 @@ def steward_logging(directory: Path | None = None) -> Path | None:
             path = None
         else:
             to_file.setFormatter(logging.Formatter(FORMAT))
-            to_file._raycolloc_steward = True  # type: ignore[attr-defined]
+            to_file.set_name(_NAME)
             root.addHandler(to_file)
             console.setLevel(logging.WARNING)
     root.addHandler(console)

@@ -47,11 +47,10 @@ __all__ = [
 
 K = TypeVar("K", bound=Hashable)
 
-SOLO_MATCH: tuple[str, ...] = ("workload", "batch_size", "epochs", "epoch_samples", "epoch_time_s", "min_epoch_s")
+SOLO_MATCH: tuple[str, ...] = ("workload", "batch_size", "epochs", "epoch_samples", "epoch_time_s")
 """The jobs-table columns a mixed run's job and the solo it is compared with share (besides the mode, the
-GPU and the trainer's settings). ``min_epoch_s``: a mix's jobs run no floor, nor do its solos
-(:func:`raycolloc.driver.mix_solos.mix_solos`); a solo run by hand in the same directory (or its repeat
-over a share of the floor) measured epochs of another length, which weigh its warm-up otherwise."""
+GPU and the trainer's settings). Not the floor (``min_epoch_s``): a mix's jobs run none, and its solos
+run the floor of a uniform cell of their settings (:func:`raycolloc.driver.mix_solos.mix_solos`)."""
 
 
 def configuration(runs: Sequence[Interval], statistic: str, *, lower_is_better: bool = False) -> Interval | None:
