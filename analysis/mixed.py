@@ -22,7 +22,7 @@ from analysis.intervals import at_floor, bounds_of, cell_statistic, group_interv
 from analysis.run_spread import crosses, spread_columns
 from analysis.tables import CELL_KEY, epoch_span, jobs_with_cells
 from raycolloc.mode_kinds import mode_rank
-from raycolloc.results.ratios import SOLO_MATCH, as_change, over_sequential, whole_warmup
+from raycolloc.results.ratios import SOLO_MATCH, as_change, as_its_epochs, over_sequential, whole_warmup
 from raycolloc.results.stats import Interval, scaled
 
 __all__ = ["mixed_table", "table2"]
@@ -37,10 +37,14 @@ def _job_peak(frame: pd.DataFrame) -> pd.Series:
 
 def _solo_refs(cells: pd.DataFrame, joined: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:
     """Per solo configuration (:data:`_MATCH`): medians over its ok runs of time and energy per
-    sample (every epoch, warm-up included), SM activity and memory. A repeat that warmed up less than
-    a whole epoch (``measure.warmup=learned``) is left out: its time per sample lacks the warm-up's tail."""
-    warm = epochs[epochs["warmup"].astype(bool)].groupby([*CELL_KEY, "job_index"])["samples"].sum(min_count=1)
-    joined = joined.merge(warm.rename("warmup_samples").reset_index(), on=[*CELL_KEY, "job_index"], how="left")
+    sample (every epoch, warm-up included, as the mix's job trains them: :func:`as_its_epochs`), SM
+    activity and memory. A repeat that warmed up less than a whole epoch (``measure.warmup=learned``) is
+    left out: its time per sample lacks the warm-up's tail."""
+    is_warm = epochs["warmup"].astype(bool)
+    job_key = [*CELL_KEY, "job_index"]
+    warm = epochs[is_warm].groupby(job_key)["samples"].sum(min_count=1).rename("warmup_samples")
+    measured = epochs[~is_warm].groupby(job_key)["samples"].sum(min_count=1).rename("measured_samples")
+    joined = joined.merge(pd.concat([warm, measured], axis=1).reset_index(), on=job_key, how="left")
     columns = zip(joined["warmup_samples"], joined["epoch_samples"], joined["epoch_time_s"], strict=True)
     whole = pd.Series([whole_warmup(*c) for c in columns], index=joined.index, dtype=bool)
     solo = joined[
@@ -53,11 +57,11 @@ def _solo_refs(cells: pd.DataFrame, joined: pd.DataFrame, epochs: pd.DataFrame) 
         & whole
     ]
     solo = solo.merge(
-        cells[[*CELL_KEY, "total_energy_j", "sm_active_mean", "mem_used_max_mib"]], on=CELL_KEY, how="left"
+        cells[[*CELL_KEY, "energy_j", "total_energy_j", "sm_active_mean", "mem_used_max_mib"]], on=CELL_KEY, how="left"
     )
     solo = solo.assign(
-        s_per_sample=solo["total_s"] / solo["samples"],
-        j_per_sample=solo["total_energy_j"] / solo["samples"],
+        s_per_sample=_per_sample(solo, "total_s", "measured_s"),
+        j_per_sample=_per_sample(solo, "total_energy_j", "energy_j"),  # a solo cell's energy is its one job's
         solo_peak_mib=_job_peak(solo),
     )
     spread = group_intervals(solo, _MATCH, ["s_per_sample", "j_per_sample"]).reset_index()
@@ -74,6 +78,16 @@ def _solo_refs(cells: pd.DataFrame, joined: pd.DataFrame, epochs: pd.DataFrame) 
         )
         .reset_index()
         .merge(spread.rename(columns={f"solo_{k}": k for k in _MATCH}), on=_MATCH, how="left")
+    )
+
+
+def _per_sample(solo: pd.DataFrame, total: str, measured: str) -> pd.Series:
+    """Each solo job's ``total`` per sample over every epoch as a mix's job trains them (its ``measured``
+    part over ``measured_samples``: :func:`as_its_epochs`); NaN where unknown."""
+    rows = solo.astype(object).where(solo.notna(), None).to_dict("records")
+    found = [as_its_epochs(r, r[total], r[measured], r["measured_samples"]) for r in rows]
+    return pd.Series(
+        [t / n if f is not None and (t := f[0]) and (n := f[1]) else math.nan for f in found], index=solo.index
     )
 
 

@@ -18,7 +18,7 @@ import pytest
 from raycolloc import conf_dir
 from raycolloc.localdirs import PIPE_ROOT_ENV
 
-from .session_dirs import leave_nothing
+from .session_dirs import leave_nothing, temp_suspects
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = conf_dir()  # the tree the code composes from (the checkout's conf/: test_packaging checks)
@@ -55,6 +55,7 @@ os.environ["RAYCOLLOC_SIM_ROOT"] = str(SHORT_TMP / "sim")
 SYSTEM_TMP = os.environ.setdefault("RAYCOLLOC_TEST_SYSTEM_TMP", tempfile.gettempdir())
 tempfile.tempdir = SYSTEM_TMP
 os.environ.setdefault("RAY_TMPDIR", SYSTEM_TMP)
+_TMP_BEFORE = temp_suspects(Path(SYSTEM_TMP)) if os.environ.get("PYTEST_XDIST_WORKER") is None else set()
 os.environ["TMPDIR"] = str(SHORT_TMP / "tmp")
 Path(os.environ["TMPDIR"]).mkdir(exist_ok=True)
 os.environ["RAYCOLLOC_CACHE_DIR"] = str(SHORT_TMP / "cache")
@@ -156,6 +157,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if worker and left:  # the controller fails the run: a worker's own status is not the run's
         session.config.workeroutput["left"] = left
     left += _left_by_workers
+    if not worker:  # and what the run's processes left in the machine's temporary directory
+        left += [f"{SYSTEM_TMP}/{name}" for name in sorted(temp_suspects(Path(SYSTEM_TMP)) - _TMP_BEFORE)]
     if left:  # the run fails: a test left what its cleanup does not reach
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
         sys.stderr.write(f"\nthe test session left behind: {'; '.join(left)}\n")

@@ -15,13 +15,23 @@ from pathlib import Path
 
 import psutil
 
-__all__ = ["GRACE_ENV", "doctor_findings", "leave_nothing", "processes_under"]
+__all__ = ["GRACE_ENV", "doctor_findings", "leave_nothing", "processes_under", "temp_suspects"]
 
 # Ray's processes (a steward, its fork server and MPS daemons) follow a stopped instance within seconds;
 # a loaded 2-core machine has taken ~10 s. A run that leaves a process on purpose (tests/test_session_left.py)
 # sets a shorter grace: it would wait the whole of it for a process that never ends.
 GRACE_ENV = "RAYCOLLOC_TEST_SESSION_GRACE_S"
 GRACE_S = float(os.environ.get(GRACE_ENV, "30"))
+
+
+# Names the suite has left in the machine's temporary directory (issue 46, item 5; inductor's
+# torchinductor_<user>, until 2026-12-05): one that is new after a run is that run's leftover.
+SUSPECTS = ("torchinductor_*", "raycolloc-test-*", "rawsync*")
+
+
+def temp_suspects(tmp: Path) -> set[str]:
+    """The entries of ``tmp`` that bear one of :data:`SUSPECTS`' names."""
+    return {p.name for pattern in SUSPECTS for p in tmp.glob(pattern)}
 
 
 def _under(value: str, root: Path) -> bool:

@@ -43,6 +43,13 @@ def fresh_dynamo(monkeypatch: pytest.MonkeyPatch) -> None:
     directory tests/conftest.py names for the whole session, set again: inductor writes the variable into
     this process's environment, and monkeypatch puts the session's value back after the test)."""
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(compile_cache() / "inductor"))
+    # Inductor's precompiled C++ headers go to the system's temporary directory whatever that says
+    # (codecache._HEADER_DIR, fixed at import): /tmp/torchinductor_<user> after every `make test`.
+    from torch._inductor import codecache
+
+    headers = compile_cache() / "inductor" / "precompiled_headers"
+    monkeypatch.setattr(codecache, "_HEADER_DIR", str(headers))
+    monkeypatch.setattr(codecache, "_HEADER_LOCK_DIR", str(headers / "locks"))
     torch._dynamo.reset()
     counters.clear()
 

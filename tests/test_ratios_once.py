@@ -20,7 +20,7 @@ from raycolloc.results.ratios import as_change, best, configuration, over_sequen
 from raycolloc.results.stats import Interval, point
 from raycolloc.results.summary_tables import gain_rows, mix_rows, read_runs
 
-from .test_analysis import cell, epochs_of, job, make_sweep
+from .test_analysis import T0, cell, epochs_of, job, make_sweep
 
 MEAN = {"measure": {"statistic": "mean"}}
 
@@ -151,6 +151,49 @@ def test_a_solo_run_that_warmed_up_less_than_an_epoch_is_no_reference_for_a_mix(
     summary, report = _mix_numbers(root)
     assert (summary != before[0], report != before[1]) == (counts, counts)
     assert [t[2] for t in summary] == pytest.approx([t[2] for t in report], nan_ok=True)
+
+
+def test_a_floored_solos_time_counts_its_epochs_as_the_mixs_job_trains_them() -> None:
+    from raycolloc.results.ratios import as_its_epochs, solo_time_per_sample
+
+    # Warm-up 300 samples in 2 s; a measured epoch over a 5 s floor: 1200 samples in 6 s (200/s). A mix's
+    # job trains one epoch of 300 after its warm-up: 2 s + 1.5 s for 600 samples.
+    floored = {"samples": 1500, "epochs": 2, "epoch_samples": 300, "batch_size": 30, "min_epoch_s": 5.0}
+    assert as_its_epochs(floored, 8.0, 6.0, 1200) == pytest.approx((3.5, 600))
+    assert as_its_epochs({**floored, "min_epoch_s": None}, 8.0, 6.0, 1200) == (8.0, 1500)  # no floor: as it ran
+    assert as_its_epochs({**floored, "epoch_time_s": 3.0}, 8.0, 6.0, 1200) == (8.0, 1500)  # a time budget too
+    assert as_its_epochs({**floored, "epoch_samples": 310}, 8.0, 6.0, 1200) == pytest.approx(
+        (3.5, 600)
+    )  # whole batches
+    assert as_its_epochs(floored, 8.0, 6.0, None) == (8.0, 1500) and as_its_epochs(floored, None, 6.0, 1200) is None
+    epochs = [{"warmup": True, "samples": 300}, {"warmup": False, "samples": 1200}]
+    assert solo_time_per_sample({**floored, "total_s": 8.0, "measured_s": 6.0}, epochs) == pytest.approx(3.5 / 600)
+    short = [{"warmup": True, "samples": 60}, {"warmup": False, "samples": 1200}]  # a learned warm-up: no reference
+    assert solo_time_per_sample({**floored, "total_s": 8.0, "measured_s": 6.0}, short) is None
+
+
+def test_a_mix_against_a_solo_measured_over_the_floor_is_as_against_one_of_its_own_epochs(tmp_path: Path) -> None:
+    """On a GPU a mix's jobs run no floor and their solos run 5 s measured epochs: the sequential time was
+    the jobs' samples at the solo's time per sample over its longer life, which weighs its warm-up less."""
+
+    def sweep(root: Path, cnn_solo: dict[str, Any], cnn_epochs: list[dict[str, Any]]) -> Path:
+        mixed = [job(0, "cnn", 6.0, total_s=10.0), job(1, "mlp", 12.0, total_s=20.0)]
+        eps = epochs_of(mixed[0], warmup_s=4.0) + epochs_of(mixed[1], warmup_s=8.0, start=T0 + 2.0, gap=3.0)
+        cell(root, "8", "cnn+mlp", "naive", mixed, agg=None, mix="cnn_mlp", epochs=eps, total_s=20.0)
+        cell(root, "0", "cnn", "naive", [cnn_solo], agg=200.0, epochs=cnn_epochs)
+        cell(root, "7", "mlp", "naive", [job(0, "mlp", 4.0, total_s=18.0)], agg=75.0)
+        return root
+
+    plain = job(0, "cnn", 1.5)  # 2 s warm-up and 1.5 s for its 300 samples: 3.5 s
+    rate = {"epoch2_s": 6.0, "measured_s": 6.0, "epoch2_samples_per_s": 200.0}
+    floored = {**plain, "total_s": 8.0, "min_epoch_s": 5.0, **rate}  # its measured epoch: 1200 samples in 6 s
+    floored_eps = epochs_of(plain)
+    floored_eps[1] = {**floored_eps[1], "samples": 1200, "wall_s": 6.0, "end_ts": floored_eps[1]["start_ts"] + 6.0}
+    own = _mix_numbers(sweep(tmp_path / "own", plain, epochs_of(plain)))
+    over_floor = _mix_numbers(sweep(tmp_path / "floor", floored, floored_eps))
+    assert [t[2] for t in own[0]] == pytest.approx([t[2] for t in own[1]])  # summary and report agree
+    assert [t[2] for t in over_floor[0]] == pytest.approx([t[2] for t in own[0]])
+    assert [t[2] for t in over_floor[1]] == pytest.approx([t[2] for t in own[1]])
 
 
 def test_a_slowdown_is_of_each_epochs_samples_at_its_rate_not_of_a_floored_wall_time(tmp_path: Path) -> None:

@@ -5,21 +5,54 @@ behind: process ... nvidia-cuda-mps-server", and the run passed)."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT, SHORT_TMP
+from .conftest import ROOT, SHORT_TMP, SYSTEM_TMP
 from .session_dirs import GRACE_ENV
 
 LEAVE = "RAYCOLLOC_TEST_LEAVE_A_PROCESS"
+LEAVE_TMP = "RAYCOLLOC_TEST_LEAVE_IN_TMP"
 
 if os.environ.get(LEAVE):  # collected only in the run the test below starts
 
     def test_leaves_a_process_running_in_its_sessions_directory() -> None:
         marker = SHORT_TMP / "left-on-purpose"
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", str(marker)], start_new_session=True)
+
+
+if os.environ.get(LEAVE_TMP):
+
+    def test_leaves_a_directory_in_the_machines_temporary_directory() -> None:
+        Path(os.environ[LEAVE_TMP]).mkdir()
+
+
+@pytest.mark.slow  # a pytest run of its own
+def test_what_a_run_leaves_in_the_machines_temporary_directory_fails_it() -> None:
+    left = Path(SYSTEM_TMP) / f"torchinductor_left-on-purpose-{os.getpid()}"  # as inductor's default cache
+    env = {**os.environ, LEAVE_TMP: str(left)}
+    for key in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_CURRENT_TEST"):
+        env.pop(key, None)
+    test = "tests/test_session_left.py::test_leaves_a_directory_in_the_machines_temporary_directory"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+    finally:
+        shutil.rmtree(left, ignore_errors=True)
+    out = done.stdout + done.stderr
+    assert "1 passed" in out and done.returncode == 1, out[-3000:]
+    assert f"the test session left behind: {left}" in out, out[-3000:]
 
 
 @pytest.mark.slow  # a pytest run of its own

@@ -20,7 +20,9 @@ twice and no test compared them).
 - **The best reference** of several configurations is the one of the highest value (:func:`best`).
 - **A mixed run** against its jobs one after the other: its total time (or energy) over the sum of each
   job's alone (each with its solo's interval, summed in quadrature) (:func:`over_sequential`); a time's
-  as a change in percent (:func:`as_change`).
+  as a change in percent (:func:`as_change`). A job alone is its samples at its solo's time per sample
+  over every epoch, as the job trains them: a solo's epochs measured over a floor count at the length of
+  the job's own (:func:`as_its_epochs`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from raycolloc.results.stats import Interval, point, ratio_interval, scaled, sum
 __all__ = [
     "SOLO_MATCH",
     "as_change",
+    "as_its_epochs",
     "best",
     "configuration",
     "epoch_time",
@@ -42,6 +45,7 @@ __all__ = [
     "paired_value",
     "run_ratio",
     "sample_time",
+    "solo_time_per_sample",
     "whole_warmup",
 ]
 
@@ -130,6 +134,42 @@ def sample_time(job: Mapping[str, object]) -> float | None:
     slowdown of wall times said 1.00 at every degree on an H200, 2026-12-05)."""
     per_s = _known(job.get("epoch2_samples_per_s"))
     return 1.0 / per_s if per_s else None
+
+
+def as_its_epochs(
+    job: Mapping[str, object], total: object, measured: object, measured_samples: object
+) -> tuple[float, float] | None:
+    """A solo job's ``total`` (seconds, or joules) over every epoch and its samples, as a job of its settings
+    trains them without a floor; None where either is unknown.
+
+    A mix's jobs run no floor (``config.measured_floor``), while on a GPU a solo's measured epochs run at
+    least ``min_epoch_s`` (a jobs-table column), more steps than an epoch's: its time per sample, warm-up
+    included, weighed the warm-up less than the mix's job's own epochs do, and the sequential time came
+    short. Its ``measured`` part (over ``measured_samples``) is replaced by its own epochs' samples
+    (``epochs`` - 1 of ``epoch_samples``, in whole batches) at the measured rate. A job without a floor,
+    time-budgeted, or whose counts are unknown or do not add up is as it ran."""
+    whole, samples = _known(total), _known(job.get("samples"))
+    if whole is None or samples is None:
+        return None
+    part, part_n = _known(measured), _known(measured_samples)
+    epochs, per_epoch, batch = (_known(job.get(k)) for k in ("epochs", "epoch_samples", "batch_size"))
+    floored = _known(job.get("min_epoch_s")) is not None and _known(job.get("epoch_time_s")) is None
+    if not (floored and part and part_n and part < whole and part_n < samples and epochs and per_epoch and batch):
+        return whole, samples
+    own = (int(epochs) - 1) * max(1, int(per_epoch // batch)) * int(batch)
+    return whole - part + own * part / part_n, samples - part_n + own
+
+
+def solo_time_per_sample(job: Mapping[str, object], epochs: Sequence[Mapping[str, object]]) -> float | None:
+    """A solo job's seconds per sample over every epoch, warm-up included, as a mix's job of its settings
+    trains them (:func:`as_its_epochs`), from its jobs-table row and its epochs' rows; None where its
+    warm-up was not whole (:func:`whole_warmup`) or its time or samples are unknown."""
+    warm = sum(_known(e.get("samples")) or 0 for e in epochs if e.get("warmup"))
+    measured = sum(_known(e.get("samples")) or 0 for e in epochs if not e.get("warmup"))
+    if not whole_warmup(warm, job.get("epoch_samples"), job.get("epoch_time_s")):
+        return None
+    found = as_its_epochs(job, job.get("total_s"), job.get("measured_s"), measured)
+    return found[0] / found[1] if found is not None else None
 
 
 def whole_warmup(warmup_samples: object, epoch_samples: object, epoch_time_s: object) -> bool:

@@ -308,17 +308,15 @@ def _span(run: Run) -> float | None:
 
 
 def _alone(runs: Sequence[Run]) -> dict[tuple[Any, ...], Interval]:
-    """Per solo job configuration: its time per sample (every epoch), over its ok runs' whole warm-ups."""
+    """Per solo job configuration: its time per sample over every epoch (``ratios.solo_time_per_sample``)."""
     per: dict[tuple[Any, ...], list[Interval]] = defaultdict(list)
     for run in runs:
         if run.cell.get("mix") is None and run.cell["degree"] == 1 and run.ok:
             for job in run.jobs:
-                samples = _samples(job, run)
                 mine = [e for e in run.epochs if e.get("job_index") == job["job_index"]]
-                warm = sum(e.get("samples") or 0 for e in mine if e.get("warmup"))
-                whole = ratios.whole_warmup(warm, job.get("epoch_samples"), job.get("epoch_time_s"))
-                if job.get("status") == "ok" and job.get("total_s") and samples > 0 and whole:
-                    per[_job_key(run, job)].append(point(job["total_s"] / samples))
+                found = ratios.solo_time_per_sample({**job, "samples": _samples(job, run)}, mine)
+                if job.get("status") == "ok" and found is not None:
+                    per[_job_key(run, job)].append(point(found))
     return {k: s for k, v in per.items() if (s := _summary(v, "median")) is not None}
 
 
