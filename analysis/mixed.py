@@ -8,7 +8,10 @@ budget, trainer settings), so that reference is measured, not assumed.
 
 A job's time alone is its solo's time per sample times the samples the job trained in the mix:
 the solo's own total when both trained as many samples (fixed ``epoch_samples``), and a fair
-equivalent when a time budget (``epoch_time_s``) let the two train different amounts.
+equivalent when a time budget (``epoch_time_s``) let the two train different amounts. A solo whose
+measured epochs ran a floor (on a GPU; a mix's jobs run none) counts them at the length of the job's
+own epochs, at its measured rate, its time and its energy alike
+(:func:`raycolloc.results.ratios.as_its_epochs`).
 """
 
 from __future__ import annotations
@@ -45,7 +48,9 @@ def _solo_refs(cells: pd.DataFrame, joined: pd.DataFrame, epochs: pd.DataFrame) 
     warm = epochs[is_warm].groupby(job_key)["samples"].sum(min_count=1).rename("warmup_samples")
     measured = epochs[~is_warm].groupby(job_key)["samples"].sum(min_count=1).rename("measured_samples")
     joined = joined.merge(pd.concat([warm, measured], axis=1).reset_index(), on=job_key, how="left")
-    columns = zip(joined["warmup_samples"], joined["epoch_samples"], joined["epoch_time_s"], strict=True)
+    columns = zip(
+        joined["warmup_samples"], joined["epoch_samples"], joined["epoch_time_s"], joined["batch_size"], strict=True
+    )
     whole = pd.Series([whole_warmup(*c) for c in columns], index=joined.index, dtype=bool)
     solo = joined[
         joined["mix"].isna()
@@ -84,11 +89,11 @@ def _solo_refs(cells: pd.DataFrame, joined: pd.DataFrame, epochs: pd.DataFrame) 
 def _per_sample(solo: pd.DataFrame, total: str, measured: str) -> pd.Series:
     """Each solo job's ``total`` per sample over every epoch as a mix's job trains them (its ``measured``
     part over ``measured_samples``: :func:`as_its_epochs`); NaN where unknown."""
-    rows = solo.astype(object).where(solo.notna(), None).to_dict("records")
-    found = [as_its_epochs(r, r[total], r[measured], r["measured_samples"]) for r in rows]
-    return pd.Series(
-        [t / n if f is not None and (t := f[0]) and (n := f[1]) else math.nan for f in found], index=solo.index
-    )
+    values = []
+    for row in solo.astype(object).where(solo.notna(), None).to_dict("records"):
+        found = as_its_epochs(row, row[total], row[measured], row["measured_samples"])
+        values.append(found[0] / found[1] if found is not None else math.nan)
+    return pd.Series(values, index=solo.index, dtype=float)
 
 
 def mixed_table(cells: pd.DataFrame, jobs: pd.DataFrame, epochs: pd.DataFrame) -> pd.DataFrame:

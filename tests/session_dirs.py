@@ -5,6 +5,7 @@ failure of the run, and ``raycolloc doctor`` clean on its pipe root (what it fin
 from __future__ import annotations
 
 import contextlib
+import getpass
 import io
 import os
 import shutil
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import psutil
 
-__all__ = ["GRACE_ENV", "doctor_findings", "leave_nothing", "processes_under", "temp_suspects"]
+__all__ = ["GRACE_ENV", "TMP_CHECK_ENV", "doctor_findings", "leave_nothing", "processes_under", "temp_suspects"]
 
 # Ray's processes (a steward, its fork server and MPS daemons) follow a stopped instance within seconds;
 # a loaded 2-core machine has taken ~10 s. A run that leaves a process on purpose (tests/test_session_left.py)
@@ -25,13 +26,24 @@ GRACE_S = float(os.environ.get(GRACE_ENV, "30"))
 
 
 # Names the suite has left in the machine's temporary directory (issue 46, item 5; inductor's
-# torchinductor_<user>, until 2026-12-05): one that is new after a run is that run's leftover.
-SUSPECTS = ("torchinductor_*", "raycolloc-test-*", "rawsync*")
+# torchinductor_<user>, until 2026-12-05): what is new there after a run is that run's leftover, unless
+# TMP_CHECK_ENV is 0 (a machine where this user compiles torch models beside the suite).
+SUSPECTS = (f"torchinductor_{getpass.getuser()}", "raycolloc-test-*")
+TMP_CHECK_ENV = "RAYCOLLOC_TEST_TMP_CHECK"
 
 
 def temp_suspects(tmp: Path) -> set[str]:
-    """The entries of ``tmp`` that bear one of :data:`SUSPECTS`' names."""
-    return {p.name for pattern in SUSPECTS for p in tmp.glob(pattern)}
+    """What lies in ``tmp`` under :data:`SUSPECTS`' names, to two levels (``torchinductor_<user>/<entry>``:
+    a leak into a directory an earlier run left shows too); nothing where :data:`TMP_CHECK_ENV` is 0."""
+    if os.environ.get(TMP_CHECK_ENV) == "0":
+        return set()
+    found = set()
+    for pattern in SUSPECTS:
+        for top in tmp.glob(pattern):
+            found.add(top.name)
+            if top.is_dir():
+                found.update(f"{top.name}/{entry.name}" for entry in top.iterdir())
+    return found
 
 
 def _under(value: str, root: Path) -> bool:

@@ -165,23 +165,38 @@ def test_a_floored_solos_time_counts_its_epochs_as_the_mixs_job_trains_them() ->
     assert as_its_epochs({**floored, "epoch_samples": 310}, 8.0, 6.0, 1200) == pytest.approx(
         (3.5, 600)
     )  # whole batches
-    assert as_its_epochs(floored, 8.0, 6.0, None) == (8.0, 1500) and as_its_epochs(floored, None, 6.0, 1200) is None
+    assert as_its_epochs(floored, None, 6.0, 1200) is None
     epochs = [{"warmup": True, "samples": 300}, {"warmup": False, "samples": 1200}]
     assert solo_time_per_sample({**floored, "total_s": 8.0, "measured_s": 6.0}, epochs) == pytest.approx(3.5 / 600)
     short = [{"warmup": True, "samples": 60}, {"warmup": False, "samples": 1200}]  # a learned warm-up: no reference
     assert solo_time_per_sample({**floored, "total_s": 8.0, "measured_s": 6.0}, short) is None
+    uneven = {**floored, "epoch_samples": 310, "total_s": 8.0, "measured_s": 6.0}  # its warm-up: 10 whole batches
+    assert solo_time_per_sample(uneven, epochs) == pytest.approx(3.5 / 600)
+    assert as_its_epochs(floored, 8.0, None, 1200) is None  # floored, its measured part unknown: no reference
+    script = {**floored, "batch_size": None, "epoch_samples": None}  # not stepped by raycolloc: as it ran
+    assert as_its_epochs(script, 8.0, None, None) == (8.0, 1500)
 
 
-def test_a_mix_against_a_solo_measured_over_the_floor_is_as_against_one_of_its_own_epochs(tmp_path: Path) -> None:
+@pytest.mark.parametrize("epoch_samples", [300, 310])  # 310 at 30: ten whole batches, as 50,000 at 128
+def test_a_mix_against_a_solo_measured_over_the_floor_is_as_against_one_of_its_own_epochs(
+    tmp_path: Path, epoch_samples: int
+) -> None:
     """On a GPU a mix's jobs run no floor and their solos run 5 s measured epochs: the sequential time was
-    the jobs' samples at the solo's time per sample over its longer life, which weighs its warm-up less."""
+    the jobs' samples at the solo's time per sample over its longer life, which weighs its warm-up less.
+    An epoch of samples not a whole number of batches trains its whole batches: its warm-up is whole."""
+
+    def trains(row: dict[str, Any]) -> dict[str, Any]:  # its epochs' rows made first: 300 samples each
+        return {**row, "epoch_samples": epoch_samples}
 
     def sweep(root: Path, cnn_solo: dict[str, Any], cnn_epochs: list[dict[str, Any]]) -> Path:
         mixed = [job(0, "cnn", 6.0, total_s=10.0), job(1, "mlp", 12.0, total_s=20.0)]
         eps = epochs_of(mixed[0], warmup_s=4.0) + epochs_of(mixed[1], warmup_s=8.0, start=T0 + 2.0, gap=3.0)
-        cell(root, "8", "cnn+mlp", "naive", mixed, agg=None, mix="cnn_mlp", epochs=eps, total_s=20.0)
-        cell(root, "0", "cnn", "naive", [cnn_solo], agg=200.0, epochs=cnn_epochs)
-        cell(root, "7", "mlp", "naive", [job(0, "mlp", 4.0, total_s=18.0)], agg=75.0)
+        cell(
+            root, "8", "cnn+mlp", "naive", [trains(j) for j in mixed], agg=None, mix="cnn_mlp", epochs=eps, total_s=20.0
+        )
+        cell(root, "0", "cnn", "naive", [trains(cnn_solo)], agg=200.0, epochs=cnn_epochs)
+        mlp = job(0, "mlp", 4.0, total_s=18.0)
+        cell(root, "7", "mlp", "naive", [trains(mlp)], agg=75.0, epochs=epochs_of(mlp))
         return root
 
     plain = job(0, "cnn", 1.5)  # 2 s warm-up and 1.5 s for its 300 samples: 3.5 s
@@ -191,6 +206,7 @@ def test_a_mix_against_a_solo_measured_over_the_floor_is_as_against_one_of_its_o
     floored_eps[1] = {**floored_eps[1], "samples": 1200, "wall_s": 6.0, "end_ts": floored_eps[1]["start_ts"] + 6.0}
     own = _mix_numbers(sweep(tmp_path / "own", plain, epochs_of(plain)))
     over_floor = _mix_numbers(sweep(tmp_path / "floor", floored, floored_eps))
+    assert all(t[2] is not None for t in own[0] + own[1]), own  # every job has its solo
     assert [t[2] for t in own[0]] == pytest.approx([t[2] for t in own[1]])  # summary and report agree
     assert [t[2] for t in over_floor[0]] == pytest.approx([t[2] for t in own[0]])
     assert [t[2] for t in over_floor[1]] == pytest.approx([t[2] for t in own[1]])

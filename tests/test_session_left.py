@@ -4,6 +4,7 @@ behind: process ... nvidia-cuda-mps-server", and the run passed)."""
 
 from __future__ import annotations
 
+import getpass
 import os
 import shutil
 import subprocess
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import ROOT, SHORT_TMP, SYSTEM_TMP
-from .session_dirs import GRACE_ENV
+from .session_dirs import GRACE_ENV, TMP_CHECK_ENV, temp_suspects
 
 LEAVE = "RAYCOLLOC_TEST_LEAVE_A_PROCESS"
 LEAVE_TMP = "RAYCOLLOC_TEST_LEAVE_IN_TMP"
@@ -33,7 +34,7 @@ if os.environ.get(LEAVE_TMP):
 
 @pytest.mark.slow  # a pytest run of its own
 def test_what_a_run_leaves_in_the_machines_temporary_directory_fails_it() -> None:
-    left = Path(SYSTEM_TMP) / f"torchinductor_left-on-purpose-{os.getpid()}"  # as inductor's default cache
+    left = Path(SYSTEM_TMP) / f"raycolloc-test-left-on-purpose-{os.getpid()}"
     env = {**os.environ, LEAVE_TMP: str(left)}
     for key in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_CURRENT_TEST"):
         env.pop(key, None)
@@ -52,7 +53,8 @@ def test_what_a_run_leaves_in_the_machines_temporary_directory_fails_it() -> Non
         shutil.rmtree(left, ignore_errors=True)
     out = done.stdout + done.stderr
     assert "1 passed" in out and done.returncode == 1, out[-3000:]
-    assert f"the test session left behind: {left}" in out, out[-3000:]
+    said = [line for line in out.splitlines() if line.startswith("the test session left behind: ")]
+    assert said and str(left) in said[0], out[-3000:]
 
 
 @pytest.mark.slow  # a pytest run of its own
@@ -75,3 +77,17 @@ def test_a_process_an_xdist_worker_left_fails_the_run() -> None:
     assert "1 passed" in out, out[-3000:]
     assert done.returncode == 1, out[-3000:]
     assert "the test session left behind: process" in out and "left-on-purpose" in out, out[-3000:]
+
+
+def test_the_temporary_directorys_suspects_are_read_to_two_levels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inductor = tmp_path / f"torchinductor_{getpass.getuser()}"
+    (inductor / "precompiled_headers").mkdir(parents=True)
+    (tmp_path / "raycolloc-test-cache-1").mkdir()
+    (tmp_path / "torchinductor_someone_else").mkdir()  # another user's: not this run's
+    (tmp_path / "unrelated").mkdir()
+    found = temp_suspects(tmp_path)
+    assert found == {inductor.name, f"{inductor.name}/precompiled_headers", "raycolloc-test-cache-1"}
+    monkeypatch.setenv(TMP_CHECK_ENV, "0")
+    assert temp_suspects(tmp_path) == set()

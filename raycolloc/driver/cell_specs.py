@@ -189,8 +189,9 @@ def build_cell(cfg: Config) -> CellSpec:
                 data=data,
                 trainer=own.trainer,
                 epoch_time_s=own.epoch_time_s,
-                # None in a mix: its headline is the time its jobs' fixed work takes (analysis/mixed.py).
-                min_epoch_s=measured_floor(cfg),
+                # None in a mix: its headline is the time its jobs' fixed work takes (analysis/mixed.py);
+                # None for a script: it runs as written.
+                min_epoch_s=None if workload.as_written else measured_floor(cfg),
                 mig_profile=entry.mig_profile if entry else None,
                 active_thread_percentage=(entry.active_thread_percentage if entry else None)
                 or _per_job(cfg.mode.active_thread_percentage, i),

@@ -116,6 +116,12 @@ def _known(value: object) -> float | None:
     return number if number > 0 and not math.isnan(number) else None
 
 
+def _in_batches(samples: float | None, batch: float | None) -> float | None:
+    """An epoch's samples as it trains them: whole batches, at least one (``JobSpec.steps_per_epoch``);
+    ``samples`` where the batch is unknown."""
+    return float(max(1, int(samples // batch)) * batch) if samples and batch else samples
+
+
 def epoch_time(job: Mapping[str, object]) -> float | None:
     """A job's epoch-2 time as the study means it, one epoch of its ``epoch_samples`` in whole batches (a
     jobs-table row), at its measured rate (``epoch2_samples_per_s``). A measured epoch runs at least its
@@ -123,8 +129,7 @@ def epoch_time(job: Mapping[str, object]) -> float | None:
     the floor's or the budget's for every job alike (found 2026-12-05). ``epoch2_s`` where the samples or
     the rate are not known (a script's epochs are its own)."""
     samples, per_s, batch = (_known(job.get(k)) for k in ("epoch_samples", "epoch2_samples_per_s", "batch_size"))
-    if samples and batch:
-        samples = max(1, int(samples // batch)) * batch  # the steps an epoch takes (JobSpec.steps_per_epoch)
+    samples = _in_batches(samples, batch)
     return samples / per_s if samples and per_s else _known(job.get("epoch2_s"))
 
 
@@ -140,23 +145,31 @@ def as_its_epochs(
     job: Mapping[str, object], total: object, measured: object, measured_samples: object
 ) -> tuple[float, float] | None:
     """A solo job's ``total`` (seconds, or joules) over every epoch and its samples, as a job of its settings
-    trains them without a floor; None where either is unknown.
+    trains them without a floor; None where they are unknown.
 
     A mix's jobs run no floor (``config.measured_floor``), while on a GPU a solo's measured epochs run at
     least ``min_epoch_s`` (a jobs-table column), more steps than an epoch's: its time per sample, warm-up
     included, weighed the warm-up less than the mix's job's own epochs do, and the sequential time came
     short. Its ``measured`` part (over ``measured_samples``) is replaced by its own epochs' samples
-    (``epochs`` - 1 of ``epoch_samples``, in whole batches) at the measured rate. A job without a floor,
-    time-budgeted, or whose counts are unknown or do not add up is as it ran."""
+    (``epochs`` - 1 of ``epoch_samples``, in whole batches) at the measured rate. What an epoch pays once
+    (its iterator's start, its last synchronise) is spread over the floor's steps, so a short epoch's
+    share of it is still missing. A job of no floor, a time-budgeted one and one raycolloc does not step
+    (a script: no batch size) are as they ran; a floored one whose measured part is unknown or does not add
+    up is None."""
     whole, samples = _known(total), _known(job.get("samples"))
+    epochs, per_epoch, batch = (_known(job.get(k)) for k in ("epochs", "epoch_samples", "batch_size"))
     if whole is None or samples is None:
         return None
-    part, part_n = _known(measured), _known(measured_samples)
-    epochs, per_epoch, batch = (_known(job.get(k)) for k in ("epochs", "epoch_samples", "batch_size"))
-    floored = _known(job.get("min_epoch_s")) is not None and _known(job.get("epoch_time_s")) is None
-    if not (floored and part and part_n and part < whole and part_n < samples and epochs and per_epoch and batch):
+    if (
+        _known(job.get("min_epoch_s")) is None
+        or _known(job.get("epoch_time_s"))
+        or not (epochs and per_epoch and batch)
+    ):
         return whole, samples
-    own = (int(epochs) - 1) * max(1, int(per_epoch // batch)) * int(batch)
+    part, part_n = _known(measured), _known(measured_samples)
+    if not (part and part_n and part < whole and part_n < samples):
+        return None
+    own = (int(epochs) - 1) * (_in_batches(per_epoch, batch) or per_epoch)
     return whole - part + own * part / part_n, samples - part_n + own
 
 
@@ -166,16 +179,18 @@ def solo_time_per_sample(job: Mapping[str, object], epochs: Sequence[Mapping[str
     warm-up was not whole (:func:`whole_warmup`) or its time or samples are unknown."""
     warm = sum(_known(e.get("samples")) or 0 for e in epochs if e.get("warmup"))
     measured = sum(_known(e.get("samples")) or 0 for e in epochs if not e.get("warmup"))
-    if not whole_warmup(warm, job.get("epoch_samples"), job.get("epoch_time_s")):
+    if not whole_warmup(warm, job.get("epoch_samples"), job.get("epoch_time_s"), job.get("batch_size")):
         return None
     found = as_its_epochs(job, job.get("total_s"), job.get("measured_s"), measured)
     return found[0] / found[1] if found is not None else None
 
 
-def whole_warmup(warmup_samples: object, epoch_samples: object, epoch_time_s: object) -> bool:
-    """Whether a job warmed up a whole epoch, as every first run does; a repeat's learned warm-up
-    (``measure.warmup=learned``) ran fewer than its ``epoch_samples``. A time-budgeted epoch's warm-up is
-    never shortened, and a job whose counts are unknown counts as whole. The mix tables' solo time per
-    sample (warm-up included) is taken from whole warm-ups only, in the report and the summary alike."""
-    warm, samples = _known(warmup_samples), _known(epoch_samples)
+def whole_warmup(warmup_samples: object, epoch_samples: object, epoch_time_s: object, batch_size: object) -> bool:
+    """Whether a job warmed up a whole epoch (its ``epoch_samples`` in whole batches), as every first run
+    does; a repeat's learned warm-up (``measure.warmup=learned``) ran fewer. A time-budgeted epoch's
+    warm-up is never shortened, and a job whose counts are unknown counts as whole. The mix tables' solo
+    time per sample (warm-up included) is taken from whole warm-ups only, in the report and the summary
+    alike. (Against ``epoch_samples`` itself, every epoch not a whole number of batches, as the paper's
+    workloads' 50,000 CIFAR-10 samples at 128, fell short: no mix had a solo, 2026-12-05.)"""
+    warm, samples = _known(warmup_samples), _in_batches(_known(epoch_samples), _known(batch_size))
     return warm is None or samples is None or _known(epoch_time_s) is not None or warm >= samples
