@@ -4,15 +4,21 @@
 # runs them itself), then the report (Table 2, Fig. 8) and the sweep listed by raycolloc.ls.
 # Usage (repo root): bash jobs/check_mix.sh OUT_DIR
 #        BACKEND=sim bash jobs/check_mix.sh OUT_DIR   (simulated GPUs, tiny_mixed: anywhere)
+#        MIX=s_m_m EPOCH_S=none EPOCH_SAMPLES=25000 bash jobs/check_mix.sh OUT_DIR
+#          (no time budget: each job trains EPOCH_SAMPLES an epoch, its solos' measured epochs run the 5 s
+#          floor, and 25,000 is no whole number of batches: the sequential time's two fixes of 2026-12-05)
 set -uo pipefail
 out=$(realpath -m "${1:-${OUT:-/tmp/out}}")
 mkdir -p "$out"
 export RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 PYTHONUNBUFFERED=1
 if [ "${BACKEND:-gpu}" = sim ]; then
   export RAYCOLLOC_SIM_ROOT="$out/sim"
-  sweep=(-m mix=tiny_mixed mode=naive,mps "epoch_time_s=${EPOCH_S:-2}" cluster=local)
+  sweep=(-m "mix=${MIX:-tiny_mixed}" mode=naive,mps "epoch_time_s=${EPOCH_S:-2}" cluster=local)
 else
-  sweep=(-m mix=dlrm_resnet152 mode=naive,mps "epoch_time_s=${EPOCH_S:-12}")
+  sweep=(-m "mix=${MIX:-dlrm_resnet152}" mode=naive,mps "epoch_time_s=${EPOCH_S:-12}")
+fi
+if [ "${EPOCH_S:-}" = none ]; then  # no time budget: a fixed number of samples an epoch
+  sweep=("${sweep[@]/epoch_time_s=none/epoch_samples=${EPOCH_SAMPLES:-25000}}")
 fi
 log() { echo "=== $* ($(date +%T))"; }
 log "environment"; git rev-parse HEAD 2> /dev/null || true
