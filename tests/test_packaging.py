@@ -19,7 +19,7 @@ import pytest
 import raycolloc
 from raycolloc import cli
 
-from .conftest import ROOT
+from .conftest import ROOT, short_tmp
 
 # What `pip wheel` reads from a checkout: the build config, the README (the long description), the packages.
 SOURCES = ("pyproject.toml", "README.md", "raycolloc", "analysis", "hydra_plugins", "conf")
@@ -197,7 +197,10 @@ def test_the_wheel_installed_elsewhere_runs_a_one_cell_sweep(tmp_path: Path) -> 
     )
     assert "dry run: 2 cell(s) to run" in dry.stdout + dry.stderr
 
-    out = tmp_path / "out"
+    out, user_tmp, cache = tmp_path / "out", short_tmp("user"), tmp_path / "compile-cache"
+    # A user's environment: no inductor cache named (the session names one), a temporary directory to look in.
+    env = {k: v for k, v in _clean_env().items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+    env.update(TMPDIR=str(user_tmp), RAYCOLLOC_COMPILE_CACHE=str(cache))
     proc = _run(
         [
             bin_dir / "raycolloc",
@@ -209,10 +212,13 @@ def test_the_wheel_installed_elsewhere_runs_a_one_cell_sweep(tmp_path: Path) -> 
             f"out_dir={out}",
         ],
         cwd=elsewhere,
-        env=_clean_env(),
+        env=env,
         timeout=600,
     )
     assert "1 of 1 cells have a result (exit 0)" in proc.stdout + proc.stderr
+    # The fork server's torch._dynamo import, and the driver's memory estimate, made torch's default cache,
+    # $TMPDIR/torchinductor_<user>, at every sweep (2026-12-05): it is the node's compile cache's now.
+    assert not list(user_tmp.glob("torchinductor_*")) and (cache / "inductor").is_dir()
     (cells,) = out.rglob("cells.parquet")
     assert [row["status"] for row in pq.read_table(cells).to_pylist()] == ["ok"]
     assert not list(elsewhere.iterdir())  # nothing written to the working directory

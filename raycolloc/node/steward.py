@@ -42,6 +42,7 @@ import ray
 from raycolloc.config import ClusterConfig
 from raycolloc.devices import JobDevice
 from raycolloc.gauges import GpuGauges
+from raycolloc.job.process import cache_env
 from raycolloc.mpsctl import CONTROL
 from raycolloc.node.cpus import CpuPool
 from raycolloc.node.gpu.backend import GpuBackend, GpuInfo
@@ -132,6 +133,7 @@ class Steward:
         self.pipe_root.mkdir(parents=True, exist_ok=True)
         # OMP_NUM_THREADS=1: importing torch with more starts an OpenMP thread, which forks would lose.
         env = python_env({**os.environ, "OMP_NUM_THREADS": "1"})
+        cache_env(env)  # importing torch._dynamo makes inductor's cache directory: the node's compile cache's
         # It removes its socket and log when this steward ends (its parent-death signal is SIGTERM).
         with open(self._forkserver_log, "ab") as out:
             cmd = [sys.executable, "-m", "raycolloc.job.forkserver", self._forkserver_path, str(self._forkserver_log)]

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from raycolloc.config_groups import compile_cache_at
 from raycolloc.job.workloads.diskcache import cache_path, read_json, write_json
 from raycolloc.workload_kinds import ModelWorkload
 
@@ -151,6 +153,9 @@ def _store(key: str, estimate: MemoryEstimate) -> MemoryEstimate:
 
 
 def _estimate(spec: ModelWorkload, batch: int) -> MemoryEstimate:
+    # Building a model imports torch._dynamo, which makes inductor's cache directory: the node's compile
+    # cache's, as the training processes' (job/process.cache_env), not torch's own in the temporary directory.
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(compile_cache_at(None, os.environ)[0]) / "inductor"))
     import torch
 
     family, shape, tables = spec.family, spec.sample_shape, spec.table_sizes
