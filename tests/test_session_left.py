@@ -32,27 +32,32 @@ if os.environ.get(LEAVE_TMP):
         Path(os.environ[LEAVE_TMP]).mkdir()
 
 
+def _inner_run(test: str, env: dict[str, str], *args: str) -> tuple[int, str]:
+    """A pytest run of its own of ``test`` (a controller, not this run's worker), with ``env`` added; its
+    exit status and output."""
+    full = {**os.environ, **env}
+    for key in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_CURRENT_TEST"):
+        full.pop(key, None)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", *args, "-p", "no:cacheprovider", f"tests/test_session_left.py::{test}"],
+        cwd=ROOT,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
 @pytest.mark.slow  # a pytest run of its own
 def test_what_a_run_leaves_in_the_machines_temporary_directory_fails_it() -> None:
     left = Path(SYSTEM_TMP) / f"raycolloc-test-left-on-purpose-{os.getpid()}"
-    env = {**os.environ, LEAVE_TMP: str(left)}
-    for key in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_CURRENT_TEST"):
-        env.pop(key, None)
-    test = "tests/test_session_left.py::test_leaves_a_directory_in_the_machines_temporary_directory"
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+        code, out = _inner_run("test_leaves_a_directory_in_the_machines_temporary_directory", {LEAVE_TMP: str(left)})
     finally:
         shutil.rmtree(left, ignore_errors=True)
-    out = done.stdout + done.stderr
-    assert "1 passed" in out and done.returncode == 1, out[-3000:]
+    assert "1 passed" in out and code == 1, out[-3000:]
     said = [line for line in out.splitlines() if line.startswith("the test session left behind: ")]
     assert said and str(left) in said[0], out[-3000:]
 
@@ -60,22 +65,11 @@ def test_what_a_run_leaves_in_the_machines_temporary_directory_fails_it() -> Non
 @pytest.mark.slow  # a pytest run of its own
 def test_a_process_an_xdist_worker_left_fails_the_run() -> None:
     # The session's grace for what still runs, shortened: the process left here never ends (it waited 30 s).
-    env = {**os.environ, LEAVE: "1", GRACE_ENV: "2"}
-    for key in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_CURRENT_TEST"):
-        env.pop(key, None)
-    test = "tests/test_session_left.py::test_leaves_a_process_running_in_its_sessions_directory"
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-n", "2", "-p", "no:cacheprovider", test],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    code, out = _inner_run(
+        "test_leaves_a_process_running_in_its_sessions_directory", {LEAVE: "1", GRACE_ENV: "2"}, "-n", "2"
     )
-    out = done.stdout + done.stderr
     assert "1 passed" in out, out[-3000:]
-    assert done.returncode == 1, out[-3000:]
+    assert code == 1, out[-3000:]
     assert "the test session left behind: process" in out and "left-on-purpose" in out, out[-3000:]
 
 
