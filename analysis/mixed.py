@@ -23,7 +23,7 @@ import pandas as pd
 
 from analysis.intervals import at_floor, bounds_of, cell_statistic, group_intervals
 from analysis.run_spread import crosses, spread_columns
-from analysis.tables import CELL_KEY, epoch_span, jobs_with_cells
+from analysis.tables import CELL_KEY, epoch_span, jobs_with_cells, records
 from raycolloc.mode_kinds import mode_rank
 from raycolloc.results.ratios import SOLO_MATCH, as_change, as_its_epochs, over_sequential, whole_warmup
 from raycolloc.results.stats import Interval, scaled
@@ -89,8 +89,9 @@ def _solo_refs(cells: pd.DataFrame, joined: pd.DataFrame, epochs: pd.DataFrame) 
 def _per_sample(solo: pd.DataFrame, total: str, measured: str) -> pd.Series:
     """Each solo job's ``total`` per sample over every epoch as a mix's job trains them (its ``measured``
     part over ``measured_samples``: :func:`as_its_epochs`); NaN where unknown."""
+    columns = ["samples", "min_epoch_s", "epoch_time_s", "epochs", "epoch_samples", "batch_size"]
     values = []
-    for row in solo.astype(object).where(solo.notna(), None).to_dict("records"):
+    for row in records(solo, [*columns, total, measured, "measured_samples"]):
         found = as_its_epochs(row, row[total], row[measured], row["measured_samples"])
         values.append(found[0] / found[1] if found is not None else math.nan)
     return pd.Series(values, index=solo.index, dtype=float)

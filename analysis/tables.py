@@ -77,10 +77,16 @@ def _ok_solo_jobs(joined: pd.DataFrame) -> pd.DataFrame:
     return joined[mask]
 
 
-def _timing_rows(jobs: pd.DataFrame) -> list[dict[str, object]]:
-    """The jobs' columns a time is made of (:mod:`raycolloc.results.ratios`), a dict a row, None where unknown."""
-    present = jobs.reindex(columns=["epoch_samples", "epoch2_samples_per_s", "epoch2_s", "batch_size"])
+def records(frame: pd.DataFrame, columns: list[str]) -> list[dict[str, object]]:
+    """``columns`` of ``frame`` (missing ones empty) as a dict a row, None where unknown: the rows
+    :mod:`raycolloc.results.ratios` reads."""
+    present = frame.reindex(columns=columns)
     return present.astype(object).where(present.notna(), None).to_dict("records")
+
+
+def _timing_rows(jobs: pd.DataFrame) -> list[dict[str, object]]:
+    """The jobs' columns a time is made of (:mod:`raycolloc.results.ratios`)."""
+    return records(jobs, ["epoch_samples", "epoch2_samples_per_s", "epoch2_s", "batch_size"])
 
 
 def epoch2_table(cells: pd.DataFrame, jobs: pd.DataFrame) -> pd.DataFrame:

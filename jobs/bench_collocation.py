@@ -50,9 +50,9 @@ def _gpu(sim: bool) -> tuple[str, str, int]:
 
 def raw_cell(args: argparse.Namespace, mode: str, degree: int, opts: dict[str, str]) -> dict[str, Any]:
     """``degree`` raw processes on GPU 0, warm, then one common window; returns the aggregate."""
-    from raycolloc.job.process import cache_env
     from raycolloc.mode_kinds import mode_of
     from raycolloc.node.modes.mps import MpsDaemon
+    from raycolloc.procs import cache_env
 
     model, classes, res = WORKLOADS[args.workload]
     _, uuid, index = _gpu(args.backend == "sim")

@@ -17,13 +17,17 @@ import select
 import signal
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from raycolloc.config_groups import compile_cache_at
+
 __all__ = [
+    "cache_env",
+    "compile_cache",
     "alive",
     "die_with_parent",
     "format_cpus",
@@ -171,3 +175,18 @@ def python_env(base: Mapping[str, str]) -> dict[str, str]:
     root = str(Path(raycolloc.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     return env
+
+
+def compile_cache(configured: str | None = None) -> Path:
+    """The node's compile cache (a directory): ``trainer.compile_cache``, else $RAYCOLLOC_COMPILE_CACHE,
+    else /tmp/raycolloc-compile-cache."""
+    return Path(compile_cache_at(configured, os.environ)[0])
+
+
+def cache_env(env: MutableMapping[str, str], configured: str | None = None) -> None:
+    """Point inductor's and triton's kernel caches in ``env`` into the compile cache, so identical jobs
+    reuse each other's kernels: always for a configured cache, else unless ``env`` names its own."""
+    cache = compile_cache(configured)
+    for var, sub in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton")):
+        if configured or var not in env:
+            env[var] = str(cache / sub)

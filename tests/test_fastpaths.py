@@ -22,9 +22,9 @@ from torch._dynamo.utils import counters
 
 from raycolloc.config import TrainerConfig
 from raycolloc.job.data.sources import build_source
-from raycolloc.job.process import compile_cache
 from raycolloc.job.step import TrainStep, build_step
 from raycolloc.job.workloads.registry import create_workload
+from raycolloc.procs import compile_cache
 from raycolloc.results.schema import TABLES
 
 from .conftest import ROOT, load, run_cli, run_one, short_tmp

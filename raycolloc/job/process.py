@@ -33,38 +33,21 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from multiprocessing.connection import Connection
-from pathlib import Path
 
 # Nothing imported at module level may start a thread: main() pins the whole process to the job's
 # cores first, and only threads started after that inherit them (pyarrow, for one, starts two).
-from raycolloc.config_groups import compile_cache_at
 from raycolloc.job.epoch import EpochTimes, epoch_row, inject_fault
 from raycolloc.job.joblog import output_to, said
 from raycolloc.job.measure import own_nvml_memory, thread_usage
 from raycolloc.job.windows import EpochWindows, clock_for
 from raycolloc.mpsctl import client_status
-from raycolloc.procs import die_with_parent, format_cpus, normal_priority, watch_parent
+from raycolloc.procs import compile_cache, die_with_parent, format_cpus, normal_priority, watch_parent
 from raycolloc.spec import Binding, JobInfo, JobProgress, JobSpec, JobState, JobStatus
 from raycolloc.workload_kinds import ModelWorkload, PythonWorkload
 
-__all__ = ["JobProcess", "cache_env", "classify_error", "compile_cache", "main"]
+__all__ = ["JobProcess", "classify_error", "main"]
 
 log = logging.getLogger(__name__)
-
-
-def compile_cache(configured: str | None = None) -> Path:
-    """The node's compile cache (a directory): ``trainer.compile_cache``, else $RAYCOLLOC_COMPILE_CACHE,
-    else /tmp/raycolloc-compile-cache."""
-    return Path(compile_cache_at(configured, os.environ)[0])
-
-
-def cache_env(env: dict[str, str], configured: str | None = None) -> None:
-    """Point inductor's and triton's kernel caches in ``env`` into the compile cache, so identical jobs
-    reuse each other's kernels: always for a configured cache, else unless ``env`` names its own."""
-    cache = compile_cache(configured)
-    for var, sub in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton")):
-        if configured or var not in env:
-            env[var] = str(cache / sub)
 
 
 REPORT_EVERY_S = 1.0

@@ -20,9 +20,8 @@ from typing import Any
 import ray
 
 from raycolloc.gauges import make_gauge
-from raycolloc.job.process import cache_env
 from raycolloc.job.spawn import TrainingProcess, start_training_process
-from raycolloc.procs import move_threads_off, normal_priority, python_env, quiet_exit_in_finalizers
+from raycolloc.procs import cache_env, move_threads_off, normal_priority, python_env, quiet_exit_in_finalizers
 from raycolloc.spec import Binding, JobProgress, JobSpec, JobState
 
 __all__ = ["Trainer"]

@@ -42,7 +42,6 @@ import ray
 from raycolloc.config import ClusterConfig
 from raycolloc.devices import JobDevice
 from raycolloc.gauges import GpuGauges
-from raycolloc.job.process import cache_env
 from raycolloc.mpsctl import CONTROL
 from raycolloc.node.cpus import CpuPool
 from raycolloc.node.gpu.backend import GpuBackend, GpuInfo
@@ -54,7 +53,7 @@ from raycolloc.node.modes.registry import MODES
 from raycolloc.node.reserve import confine, plan_reservation, ray_processes, raylet_of, thread_siblings, widen
 from raycolloc.node.steward_log import steward_logging
 from raycolloc.node.telemetry import Sampler, gi_sm_shares, gpu_now, pick_source
-from raycolloc.procs import normal_priority, python_env
+from raycolloc.procs import cache_env, normal_priority, python_env
 from raycolloc.spec import Binding, CellSpec, GpuNow, NodeInfo, Release, Reservation, Samples
 
 __all__ = ["NAMESPACE", "RemoteSteward", "Steward", "node_key"]

@@ -26,8 +26,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from raycolloc.config_groups import compile_cache_at
 from raycolloc.job.workloads.diskcache import cache_path, read_json, write_json
+from raycolloc.procs import cache_env
 from raycolloc.workload_kinds import ModelWorkload
 
 if TYPE_CHECKING:
@@ -154,8 +154,8 @@ def _store(key: str, estimate: MemoryEstimate) -> MemoryEstimate:
 
 def _estimate(spec: ModelWorkload, batch: int) -> MemoryEstimate:
     # Building a model imports torch._dynamo, which makes inductor's cache directory: the node's compile
-    # cache's, as the training processes' (job/process.cache_env), not torch's own in the temporary directory.
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(compile_cache_at(None, os.environ)[0]) / "inductor"))
+    # cache's, as the training processes', not torch's own in the temporary directory.
+    cache_env(os.environ)
     import torch
 
     family, shape, tables = spec.family, spec.sample_shape, spec.table_sizes
