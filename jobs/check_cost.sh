@@ -66,7 +66,7 @@ PY
   done
   # Had the solos' repeats measured half their epoch: their intervals, read off these whole-floor runs.
   dirs=(); for name in before after; do [ -d "$out/$name" ] && dirs+=("$out/$name"); done
-  $py jobs/floor_whatif.py "${dirs[@]}" --json "$out/floor_whatif.json"
+  $py jobs/floor_whatif.py "${dirs[@]}" --min-runs 3 --policy 3:1 --policy 3:0.5 --json "$out/floor_whatif.json"
 fi
 if [ "$what" = script ] || [ "$what" = all ]; then
   regex='workload.epoch_regex="^epoch (?P<epoch>\d+) done samples=(?P<samples>\d+)"'

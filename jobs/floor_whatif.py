@@ -1,146 +1,248 @@
-"""What-if, on measured runs: had each solo's repeats measured a share of their epoch, would its interval widen?
+"""What-if, on measured runs: a solo baseline's interval and GPU time under other repeat policies.
 
-``measure.repeat_floor`` lets a solo baseline's repeats measure half the floor where the first run held
-steady (:mod:`raycolloc.driver.floor`). Whether that widens the intervals the sweep reports can be read
-off runs already measured over the whole floor, without a GPU: a measured epoch's windows are kept
-(the epochs table's ``window_steps`` and ``window_s``), so a repeat cut to its first ``--share`` of the
-epoch's time is its earliest windows. For every solo configuration (degree 1, no mix) with at least
-``--min-runs`` ok runs whose measured epoch kept its windows, this prints its 95% interval (the
-t-interval of its runs' rates, :func:`raycolloc.results.stats.mean_interval`, as ``repeats=auto``
-reads it) from whole repeats and from cut ones (the first run always whole), the first run's drift
-(:func:`raycolloc.driver.floor.drift`) and whether it held within the gate's 2% (``drift_ok``: the drift
-rule alone; :func:`raycolloc.driver.floor.judge` also refuses runs without a floor, such as the corpus's
-time-budgeted epochs).
+Every gain divides by a solo baseline, so ``repeats=auto`` runs each solo several times
+(``measure.min_solo_repeats``); its repeats warm up as long as the first run took to settle
+(``measure.warmup=learned``, :mod:`raycolloc.driver.warmup`) and measure a share of the floor
+(``measure.repeat_floor``, :mod:`raycolloc.driver.floor`). Which policy gives the narrowest interval for
+the GPU time can be read without a GPU off solo runs that warmed up and measured whole: the epochs table
+keeps each epoch's windows (``window_steps``, ``window_s``), so a shorter repeat is one of those runs cut
+short. A repeat warms up through the steps the tree's rule (:func:`raycolloc.driver.warmup.learn`) learns
+from the policy's first run, then measures its own next windows (the rest of its warm-up epoch, then its
+measured epoch) until ``share`` of its measured epoch's seconds and at least an epoch's steps have passed.
 
-    python jobs/floor_whatif.py DIR [DIR ...] [--share 0.5] [--min-runs 3] [--json out.json]
+For every solo configuration (degree 1, no mix) with at least ``--min-runs`` such runs, and for each
+policy (``RUNS:SHARE``: the first run whole, the others repeats at that share), it forms every choice
+of first run and repeats among the runs and prints the mean and median of the 95% interval's half-width
+(the t-interval of the runs' rates, :func:`raycolloc.results.stats.mean_interval`, as ``repeats=auto``
+reads it), the mean GPU seconds of the solo's runs (warm-up and measured epochs, as ``jobs/check_cost.sh``
+counts them), and how far the repeats' rates moved from the same runs measured whole (a short or early
+measurement of a rate that still climbs reads low).
+
+    python jobs/floor_whatif.py DIR [DIR ...] [--policy 3:1 --policy 4:0.5 ...] [--min-runs 4] [--json out.json]
 
 Each DIR is a sweep's output or a corpus folder (corpus/, corpus/passes/<date>/), read on its own.
-Prints one table and a line per DIR; ``--json`` writes the rows.
+Runs whose warm-up was learned (fewer samples than a whole epoch's batches) are left out: a repeat is
+read off a whole warm-up. A time-budgeted epoch (the corpus's) has no floor: its measured seconds stand
+for one. Prints one table per DIR; ``--json`` writes the rows.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import statistics
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from analysis.load import SweepData  # noqa: E402 (after the path: jobs/ runs from a checkout)
-from raycolloc.advise.corpus import load_measured  # noqa: E402
-from raycolloc.driver.floor import DRIFT, MIN_WINDOWS, drift  # noqa: E402
-from raycolloc.driver.warmup import listed  # noqa: E402
+from raycolloc.advise.corpus import load_measured  # noqa: E402 (after the path: jobs/ runs from a checkout)
+from raycolloc.driver.warmup import learn, listed  # noqa: E402
 from raycolloc.results.stats import mean_interval  # noqa: E402
+
+DEFAULT_POLICIES = ("3:1", "3:0.5", "4:0.5")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A solo's runs: ``runs`` in all, the first whole, the others measuring ``share`` of the floor."""
+
+    runs: int
+    share: float
+
+    @property
+    def name(self) -> str:
+        return f"{self.runs}:{self.share:g}"
+
+
+@dataclass(frozen=True)
+class Run:
+    """One solo run measured whole: its windows (steps, seconds) of the warm-up and the measured epoch."""
+
+    warm: tuple[tuple[int, float], ...]
+    measured: tuple[tuple[int, float], ...]
+    batch: int
+    epoch_steps: int  # the fewest steps a measured epoch runs (0: a time-budgeted epoch)
+    epochs: tuple[dict[str, Any], ...]  # its epochs table's rows, for the warm-up rule
+
+    @property
+    def rate(self) -> float:
+        return sum(n for n, _ in self.measured) * self.batch / sum(t for _, t in self.measured)
+
+    @property
+    def seconds(self) -> float:
+        return sum(t for _, t in self.warm) + sum(t for _, t in self.measured)
 
 
 @dataclass(frozen=True)
 class Row:
-    """One solo configuration: its intervals (relative half-widths, %) from whole and cut repeats."""
+    """One solo configuration under one policy."""
 
     where: str
     configuration: str  # its runs' repeat_group (a sweep's: its first run's config hash)
     label: str  # its first run's cell label
-    runs: int
-    windows: int
-    first_drift_pct: float | None
-    drift_ok: bool
-    whole_pm_pct: float
-    cut_pm_pct: float
-    cut_rate_change_pct: float  # the cut repeats' mean rate against their whole epochs' (%)
-    saved_s: float  # the measured seconds the cut repeats would not have run
+    available: int  # runs measured whole
+    policy: str  # RUNS:SHARE
+    choices: int  # choices of first run and repeats averaged over
+    mean_pm_pct: float
+    median_pm_pct: float
+    gpu_s: float  # the solo's runs' warm-up and measured seconds, mean over the choices
+    rate_change_pct: float  # the repeats' rates against the same runs measured whole (%)
 
 
-def cut_rate(steps: Sequence[int], secs: Sequence[float], batch: int, share: float) -> tuple[float, float]:
-    """The rate (samples/s) of an epoch's earliest windows that end within ``share`` of its time (at
-    least one window), and the seconds left out."""
-    total, kept_steps, kept_s = sum(secs), 0, 0.0
-    for n, t in zip(steps, secs, strict=True):
-        if kept_steps and kept_s + t > share * total:
-            break
-        kept_steps, kept_s = kept_steps + n, kept_s + t
-    return kept_steps * batch / kept_s, total - kept_s
+def parse_policy(text: str) -> Policy:
+    """``RUNS:SHARE`` (``4:0.5``) as a :class:`Policy`; ValueError on anything else."""
+    runs, _, share = text.partition(":")
+    policy = Policy(int(runs), float(share or 1))
+    if policy.runs < 2 or not 0 < policy.share <= 1:
+        raise ValueError(f"--policy {text}: RUNS must be at least 2 and SHARE in (0, 1]")
+    return policy
 
 
-def _runs(data: SweepData) -> pd.DataFrame:
-    """Per ok solo run with windows: its configuration, repeat, windows and batch size."""
-    cells = data.cells
-    solo = cells[(cells["degree"] == 1) & cells["mix"].isna() & (cells["status"] == "ok")]
-    epochs = data.epochs
+def repeat(run: Run, warm_steps: int, share: float) -> tuple[float, float]:
+    """A repeat of ``run``'s configuration read off ``run``: it warms up ``warm_steps`` (whole windows,
+    at least that many steps), then measures its next windows until ``share`` of its measured epoch's
+    seconds (the floor it ran) and at least an epoch's steps have passed. Returns its rate (samples/s)
+    and its seconds; a whole warm-up and a whole share give ``run`` as measured."""
+    if warm_steps >= sum(n for n, _ in run.warm) and share >= 1:
+        return run.rate, run.seconds
+    windows = [*run.warm, *run.measured]
+    i = steps = 0
+    warm_s = 0.0
+    while i < len(windows) and steps < warm_steps:
+        steps, warm_s, i = steps + windows[i][0], warm_s + windows[i][1], i + 1
+    want_s = share * sum(t for _, t in run.measured)
+    kept_steps, kept_s = 0, 0.0
+    while i < len(windows) and (kept_s < want_s or kept_steps < run.epoch_steps):
+        kept_steps, kept_s, i = kept_steps + windows[i][0], kept_s + windows[i][1], i + 1
+    return kept_steps * run.batch / kept_s, warm_s + kept_s
+
+
+def warm_steps(first: Run) -> int:
+    """The steps a repeat warms up by the tree's rule, learned from ``first`` (a whole epoch if it
+    teaches nothing)."""
+    return learn(first.epochs).steps.get(0, sum(n for n, _ in first.warm))
+
+
+def evaluate(runs: Sequence[Run], policy: Policy) -> tuple[int, list[float], list[float], list[float]]:
+    """Every choice of first run and ``policy.runs - 1`` repeats among ``runs``: the count, each choice's
+    relative half-width and GPU seconds, and each repeat's rate change against its run measured whole."""
+    widths, seconds, changes = [], [], []
+    count = 0
+    for first in range(len(runs)):
+        steps = warm_steps(runs[first])
+        others = [i for i in range(len(runs)) if i != first]
+        for chosen in itertools.combinations(others, policy.runs - 1):
+            rates, spent = [runs[first].rate], runs[first].seconds
+            for i in chosen:
+                rate, secs = repeat(runs[i], steps, policy.share)
+                rates.append(rate)
+                spent += secs
+                changes.append(rate / runs[i].rate - 1)
+            widths.append(mean_interval(rates).rel_half_width)
+            seconds.append(spent)
+            count += 1
+    return count, widths, seconds, changes
+
+
+def _pairs(steps: Any, secs: Any) -> tuple[tuple[int, float], ...]:
+    return tuple((int(n), float(t)) for n, t in zip(listed(steps), listed(secs), strict=False))
+
+
+def solo_runs(where: Path) -> dict[str, tuple[str, list[Run]]]:
+    """Each solo configuration's runs measured whole (by repeat), with its first run's label."""
+    data = load_measured([where])
+    cells, epochs = data.cells, data.epochs
     if "window_s" not in epochs:
-        return pd.DataFrame()
-    measured = epochs[~epochs["warmup"].astype(bool)].sort_values("epoch").groupby("cell_id").head(1)
-    jobs = data.jobs[["cell_id", "job_index", "batch_size"]]
-    runs = (
-        solo[["cell_id", "label", "repeat_group", "repeat"]]
-        .merge(measured, on="cell_id")
-        .merge(jobs, on=["cell_id", "job_index"])
-    )
-    runs = runs.assign(steps=runs["window_steps"].map(listed), secs=runs["window_s"].map(listed))
-    return runs[runs["secs"].map(lambda secs: len(secs) > 0 and all(float(t) > 0 for t in secs))]
+        return {}
+    solo = cells[(cells["degree"] == 1) & cells["mix"].isna() & (cells["status"] == "ok")].sort_values("repeat")
+    jobs = data.jobs.drop_duplicates("cell_id").set_index("cell_id")
+    by_cell = {cell: group.sort_values("epoch") for cell, group in epochs.groupby("cell_id")}
+    out: dict[str, tuple[str, list[Run]]] = {}
+    for key, group in solo.groupby("repeat_group"):
+        runs = []
+        for cell in group["cell_id"]:
+            rows, job = by_cell.get(cell), jobs.loc[cell] if cell in jobs.index else None
+            if rows is None or len(rows) < 2 or job is None:
+                continue
+            warm, measured = rows.iloc[0], rows.iloc[1]
+            batch, budgeted = int(job["batch_size"]), pd.notna(job.get("epoch_time_s"))
+            # A learned warm-up (fewer samples than a whole epoch's batches) cannot be cut from.
+            if not budgeted and int(warm["samples"]) + batch <= int(job["epoch_samples"]):
+                continue
+            run = Run(
+                _pairs(warm["window_steps"], warm["window_s"]),
+                _pairs(measured["window_steps"], measured["window_s"]),
+                batch,
+                0 if budgeted else int(job["epoch_samples"]) // batch,
+                tuple(rows.to_dict("records")),
+            )
+            if run.warm and run.measured and all(t > 0 for _, t in run.warm + run.measured):
+                runs.append(run)
+        out[str(key)] = (str(group["label"].iloc[0]), runs)
+    return out
 
 
-def whatif(where: Path, share: float, min_runs: int) -> list[Row]:
+def whatif(where: Path, policies: Sequence[Policy], min_runs: int) -> list[Row]:
     """The rows of one sweep or corpus folder."""
     rows = []
-    for key, group in _runs(load_measured([where])).groupby("repeat_group"):
-        group = group.sort_values("repeat")
-        if len(group) < min_runs:
+    for key, (label, runs) in solo_runs(where).items():
+        if len(runs) < max(min_runs, *(p.runs for p in policies)):
             continue
-        whole, cut, saved = [], [], 0.0
-        for i, run in enumerate(group.itertuples()):
-            steps, secs = [int(n) for n in run.steps], [float(t) for t in run.secs]
-            whole.append(sum(steps) * int(run.batch_size) / sum(secs))
-            rate, left = cut_rate(steps, secs, int(run.batch_size), share) if i else (whole[-1], 0.0)
-            cut.append(rate)
-            saved += left
-        first = group.iloc[0]
-        moved = drift(first["steps"], first["secs"])
-        rows.append(
-            Row(
-                where=str(where),
-                configuration=str(key),
-                label=str(first["label"]),
-                runs=len(group),
-                windows=len(first["secs"]),
-                first_drift_pct=None if moved is None else round(100 * moved, 1),
-                drift_ok=moved is not None and abs(moved) <= DRIFT,
-                whole_pm_pct=round(100 * mean_interval(whole).rel_half_width, 1),
-                cut_pm_pct=round(100 * mean_interval(cut).rel_half_width, 1),
-                cut_rate_change_pct=round(100 * (sum(cut[1:]) / sum(whole[1:]) - 1), 1),
-                saved_s=round(saved, 2),
+        for policy in policies:
+            count, widths, seconds, changes = evaluate(runs, policy)
+            rows.append(
+                Row(
+                    where=str(where),
+                    configuration=key,
+                    label=label,
+                    available=len(runs),
+                    policy=policy.name,
+                    choices=count,
+                    mean_pm_pct=round(100 * statistics.fmean(widths), 1),
+                    median_pm_pct=round(100 * statistics.median(widths), 1),
+                    gpu_s=round(statistics.fmean(seconds), 2),
+                    rate_change_pct=round(100 * statistics.fmean(changes), 1) if changes else 0.0,
+                )
             )
-        )
     return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("dirs", nargs="+", type=Path)
-    parser.add_argument("--share", type=float, default=0.5, help="the share of the epoch a repeat measures")
-    parser.add_argument("--min-runs", type=int, default=3, help="a configuration's fewest runs")
+    default = " ".join(DEFAULT_POLICIES)
+    parser.add_argument("--policy", action="append", help=f"RUNS:SHARE, repeatable (default {default})")
+    parser.add_argument("--min-runs", type=int, default=4, help="a configuration's fewest runs measured whole")
     parser.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args(argv)
-    if not 0 < args.share <= 1 or args.min_runs < 2:
-        parser.error(f"--share={args.share} must be in (0, 1] and --min-runs={args.min_runs} at least 2")
+    try:
+        policies = [parse_policy(p) for p in (args.policy or DEFAULT_POLICIES)]
+    except ValueError as err:
+        parser.error(str(err))
+    if args.min_runs < 2:
+        parser.error(f"--min-runs={args.min_runs} must be at least 2")
     rows: list[Row] = []
     for where in args.dirs:
-        found = whatif(where, args.share, args.min_runs)
-        wider = sum(r.cut_pm_pct > r.whole_pm_pct for r in found)
-        gated = sum(r.drift_ok for r in found)
-        print(
-            f"{where}: {len(found)} solo configurations of {args.min_runs}+ runs with windows; cut repeats widen "
-            f"{wider} of them; {gated} first run(s) drifted within {100 * DRIFT:g}% over {MIN_WINDOWS}+ windows"
-        )
+        found = whatif(where, policies, args.min_runs)
+        configurations = len({r.configuration for r in found})
+        print(f"{where}: {configurations} solo configurations of {args.min_runs}+ runs measured whole")
         if found:
-            print(
-                pd.DataFrame([asdict(r) for r in found]).drop(columns=["where", "configuration"]).to_string(index=False)
-            )
+            table = pd.DataFrame([asdict(r) for r in found]).drop(columns=["where", "configuration"])
+            print(table.to_string(index=False))
+            means = table.groupby("policy", sort=False)[["mean_pm_pct", "gpu_s", "rate_change_pct"]].mean()
+            for policy, m in means.iterrows():
+                print(
+                    f"  policy {policy}: mean interval ±{m['mean_pm_pct']:.1f}%, {m['gpu_s']:.1f} s a solo,"
+                    f" repeats' rate {m['rate_change_pct']:+.1f}%"
+                )
         rows += found
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1))

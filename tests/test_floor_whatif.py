@@ -1,15 +1,16 @@
-"""jobs/floor_whatif.py: a solo's repeats cut to a share of their measured epoch, read off runs measured
-whole (the corpus's H200 runs keep their windows)."""
+"""jobs/floor_whatif.py: a solo baseline's interval and GPU time under other repeat policies, read off
+runs that warmed up and measured whole (the corpus's H200 runs keep their windows)."""
 
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
-import pandas as pd
 import pytest
 
 from raycolloc.results.stats import mean_interval
@@ -28,43 +29,56 @@ def _script() -> ModuleType:  # jobs/ is no package: load the script as a module
     return module
 
 
-def test_a_cut_epoch_is_its_earliest_windows_within_the_share_of_its_time() -> None:
-    cut_rate = _script().cut_rate
-    assert cut_rate([1, 1, 1, 1], [1.0, 1.0, 2.0, 2.0], 10, 0.5) == (10.0, 4.0)  # 2 windows, 2 s of 6
-    assert cut_rate([3, 1], [4.0, 1.0], 10, 0.5) == (7.5, 1.0)  # never fewer than one window
-    assert cut_rate([1, 1], [1.0, 1.0], 10, 1.0) == (10.0, 0.0)
+def _run(script: ModuleType, warm: list[float], measured: list[float], steps: int = 10) -> Any:
+    rows = (
+        {"job_index": 0, "epoch": 1, "window_steps": [steps] * len(warm), "window_s": warm},
+        {"job_index": 0, "epoch": 2, "window_steps": [steps] * len(measured), "window_s": measured},
+    )
+    return script.Run(tuple((steps, t) for t in warm), tuple((steps, t) for t in measured), 2, steps * len(warm), rows)
 
 
-def test_the_whole_intervals_are_the_runs_rates_and_a_whole_share_changes_nothing(tmp_path: Path) -> None:
+def test_a_repeat_warms_up_its_steps_then_measures_its_share_of_the_floor_and_an_epoch() -> None:
     script = _script()
-    rows = script.whatif(PASS, 0.5, 3)
-    assert {r.configuration for r in rows} >= {"resnet26_cifar10:mps:x1", "mobilenetv3_cifar10:naive:x1"}
-    cells = pd.read_parquet(PASS / "cells.parquet")
-    for row in rows:
-        entry, mode, _ = row.configuration.split(":")
-        solo = cells[(cells["entry"] == entry) & (cells["mode"] == mode) & (cells["degree"] == 1)]
-        rates = solo.loc[solo["status"] == "ok", "agg_samples_per_s"].tolist()  # as the sweep recorded them
-        assert row.runs == len(rates)
-        assert row.whole_pm_pct == pytest.approx(100 * mean_interval(rates).rel_half_width, abs=0.1)
-        assert row.saved_s > 0
-    assert any(r.cut_pm_pct != r.whole_pm_pct for r in rows)
-    # The first run's drift, by hand: its measured epoch's later half of windows against its earlier half.
-    (r26,) = [r for r in rows if r.label == "resnet26_cifar10-mps-x1"]
-    epochs = pd.read_parquet(PASS / "epochs.parquet")
-    first = cells.loc[cells["label"] == r26.label, "cell_id"].iloc[0]
-    measured = epochs[(epochs["cell_id"] == first) & (epochs["epoch"] == 2)].iloc[0]
-    steps, secs = list(measured["window_steps"]), list(measured["window_s"])
-    half = len(secs) // 2
-    by_hand = (sum(steps[-half:]) / sum(secs[-half:])) / (sum(steps[:half]) / sum(secs[:half])) - 1
-    assert r26.first_drift_pct == pytest.approx(100 * by_hand, abs=0.05) and r26.windows == len(secs)
-    assert r26.drift_ok == (abs(by_hand) <= 0.02)
-    same = script.whatif(PASS, 1.0, 3)
-    assert [(r.cut_pm_pct, r.saved_s, r.cut_rate_change_pct) for r in same] == [
-        (r.whole_pm_pct, 0.0, 0.0) for r in same
+    run = _run(script, [1.0, 0.5, 0.1, 0.1], [0.2, 0.2, 0.2, 0.2, 0.2])  # 40 steps an epoch, 1 s measured
+    assert script.repeat(run, 40, 1.0) == (run.rate, run.seconds) == (100.0, pytest.approx(2.7))
+    # 20 steps warm-up (1.5 s), then 0.5 s and at least 40 steps: two warm-up windows and two measured ones.
+    rate, secs = script.repeat(run, 20, 0.5)
+    assert rate == pytest.approx(40 * 2 / 0.6) and secs == pytest.approx(2.1)
+    # A whole share after a short warm-up reads as long as the floor, from the warm-up's rest on.
+    rate, secs = script.repeat(run, 20, 1.0)
+    assert rate == pytest.approx(60 * 2 / 1.0) and secs == pytest.approx(2.5)
+
+
+def test_every_choice_of_first_run_and_repeats_is_averaged() -> None:
+    script = _script()
+    # Warm-ups that never settle teach nothing: each repeat warms up whole, so 3:1 is the runs as measured.
+    runs = [_run(script, [1.0, 0.3, 0.3, 0.3], [0.1 * f] * 6) for f in (1.0, 1.1, 0.9, 1.3, 1.05)]
+    count, widths, seconds, changes = script.evaluate(runs, script.Policy(3, 1.0))
+    assert count == 5 * 6  # a first run, then two repeats of the other four
+    by_hand = [
+        mean_interval([runs[f].rate, *(runs[i].rate for i in pair)]).rel_half_width
+        for f in range(5)
+        for pair in itertools.combinations([i for i in range(5) if i != f], 2)
     ]
+    assert widths == pytest.approx(by_hand)
+    assert changes == [0.0] * (2 * count) and seconds[0] == pytest.approx(sum(r.seconds for r in runs[:3]))
+    fewer = script.evaluate(runs, script.Policy(4, 0.5))
+    # The first choice: run 0 whole (2.5 s), runs 1-3 each a whole warm-up (1.9 s) and an epoch's 40 steps
+    # (four windows: more than half the floor).
+    assert fewer[0] == 5 * 4 and fewer[2][0] == pytest.approx(2.5 + sum(1.9 + 0.4 * f for f in (1.1, 0.9, 1.3)))
+
+
+def test_the_corpus_pass_reads_as_a_table_and_json(tmp_path: Path) -> None:
+    script = _script()
+    rows = script.whatif(PASS, [script.Policy(3, 1.0), script.Policy(4, 0.5)], 4)
+    labels = {r.label for r in rows}
+    assert "resnet26_cifar10-mps-x1" in labels and all(r.available >= 4 for r in rows)
+    r26 = {r.policy: r for r in rows if r.label == "resnet26_cifar10-mps-x1"}
+    assert r26["3:1"].choices == 5 * 6 and r26["4:0.5"].choices == 5 * 4
     out = tmp_path / "w.json"
     assert script.main([str(PASS), "--json", str(out)]) == 0
-    assert len(json.loads(out.read_text())) == len(rows)
-    with pytest.raises(SystemExit) as bad:
-        script.main([str(PASS), "--share", "0"])
-    assert bad.value.code == 2
+    assert {r["policy"] for r in json.loads(out.read_text())} == {"3:1", "3:0.5", "4:0.5"}
+    for bad in (["--policy", "1:0.5"], ["--policy", "4:0"], ["--policy", "x"], ["--min-runs", "1"]):
+        with pytest.raises(SystemExit) as exit_:
+            script.main([str(PASS), *bad])
+        assert exit_.value.code == 2, bad
