@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Issue 46's H200 acceptances of the headline's cost and of script jobs under MPS, in one device call:
 #   1. the quick matrix before (measure.budget=1.0, the default until db553d2, with whole warm-ups:
-#      measure.warmup=epoch, every run's before 4fd961f; whole floors, measure.repeat_floor=1, in both) and
-#      after (today's defaults): GPU time of each, against the same cells measured once (each
-#      sweep's first runs), each configuration's interval (the sweeps' own tables, in the logs), and
-#      each run's warm-up steps and measured seconds beside its rate (a learned warm-up must not move it),
+#      measure.warmup=epoch, every run's before 4fd961f; three runs of each solo over whole floors:
+#      measure.min_solo_repeats=3 measure.repeat_floor=1) and after (today's defaults): GPU time of each,
+#      against the same cells measured once (each sweep's first runs), each configuration's interval (the
+#      sweeps' own tables, in the logs), and each run's warm-up steps and measured seconds beside its rate,
 #      each sweep's gain table (slowdowns included) and jobs/floor_whatif.py on both;
 #   2. an unmodified PyTorch script (jobs/examples/plain_train.py, README's command) under MPS at
 #      degrees 3 and 7, twice: how many of its jobs were seen as MPS clients.
@@ -20,8 +20,9 @@ quick=(-m degree=1,2,3,7 mode=naive,mps,mig workload=resnet26_cifar10 epoch_samp
 log() { echo "=== $* ($(date +%T))"; }
 if [ "$what" != script ]; then
   if [ "$what" != after ]; then  # after: today's defaults alone
-    log "quick matrix, before: measure.budget=1.0 measure.warmup=epoch measure.repeat_floor=1"
-    $py -m raycolloc.sweep "${quick[@]}" measure.budget=1.0 measure.warmup=epoch measure.repeat_floor=1 "${extra[@]}" out_dir="$out/before" > "$out/before.log" 2>&1
+    before=(measure.budget=1.0 measure.warmup=epoch measure.min_solo_repeats=3 measure.repeat_floor=1)
+    log "quick matrix, before: ${before[*]}"
+    $py -m raycolloc.sweep "${quick[@]}" "${before[@]}" "${extra[@]}" out_dir="$out/before" > "$out/before.log" 2>&1
     echo "exit $?"; grep -E "^(plan|time:|repeats auto)" "$out/before.log"
   fi
   log "quick matrix, after: defaults"
@@ -30,7 +31,11 @@ if [ "$what" != script ]; then
   $py - "$out" <<'PY'
 import glob, sys
 import pandas as pd
-from raycolloc.driver.floor import drift
+def drift(steps, secs):  # an epoch's later half of windows' rate over its earlier half's, less 1
+    steps, secs, half = list(steps), [float(t) for t in secs], len(secs) // 2
+    if half < 3 or any(t <= 0 for t in secs):
+        return None
+    return (sum(steps[-half:]) / sum(secs[-half:])) / (sum(steps[:half]) / sum(secs[:half])) - 1
 out = sys.argv[1]
 for name in ("before", "after"):
     files = glob.glob(f"{out}/{name}/multirun/*/*/*/cells.parquet")
@@ -66,7 +71,7 @@ PY
   done
   # Had the solos' repeats measured half their epoch: their intervals, read off these whole-floor runs.
   dirs=(); for name in before after; do [ -d "$out/$name" ] && dirs+=("$out/$name"); done
-  $py jobs/floor_whatif.py "${dirs[@]}" --min-runs 3 --policy 3:1 --policy 3:0.5 --json "$out/floor_whatif.json"
+  $py jobs/floor_whatif.py "${dirs[@]}" --min-runs 3 --policy 3:1 --policy 3:0.3 --policy 4:0.3 --json "$out/floor_whatif.json"
 fi
 if [ "$what" = script ] || [ "$what" = all ]; then
   regex='workload.epoch_regex="^epoch (?P<epoch>\d+) done samples=(?P<samples>\d+)"'

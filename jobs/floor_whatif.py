@@ -11,12 +11,13 @@ from the policy's first run, then measures its own next windows (the rest of its
 measured epoch) until ``share`` of its measured epoch's seconds and at least an epoch's steps have passed.
 
 For every solo configuration (degree 1, no mix) with at least ``--min-runs`` such runs, and for each
-policy (``RUNS:SHARE``: the first run whole, the others repeats at that share), it forms every choice
-of first run and repeats among the runs and prints the mean and median of the 95% interval's half-width
-(the t-interval of the runs' rates, :func:`raycolloc.results.stats.mean_interval`, as ``repeats=auto``
-reads it), the mean GPU seconds of the solo's runs (warm-up and measured epochs, as ``jobs/check_cost.sh``
-counts them), and how far the repeats' rates moved from the same runs measured whole (a short or early
-measurement of a rate that still climbs reads low).
+policy of no more runs than it has (``RUNS:SHARE``: the first run whole, the others repeats at that
+share), it forms every choice of first run and repeats among the runs and prints the mean and median of
+the 95% interval's half-width (the t-interval of the runs' rates,
+:func:`raycolloc.results.stats.mean_interval`, as ``repeats=auto`` reads it), the mean GPU seconds of the
+solo's runs (warm-up and measured epochs, as ``jobs/check_cost.sh`` counts them), and how far the repeats'
+rates moved from the same runs measured whole (a short or early measurement of a rate that still climbs
+reads low).
 
     python jobs/floor_whatif.py DIR [DIR ...] [--policy 3:1 --policy 4:0.5 ...] [--min-runs 4] [--json out.json]
 
@@ -194,9 +195,9 @@ def whatif(where: Path, policies: Sequence[Policy], min_runs: int) -> list[Row]:
     """The rows of one sweep or corpus folder."""
     rows = []
     for key, (label, runs) in solo_runs(where).items():
-        if len(runs) < max(min_runs, *(p.runs for p in policies)):
+        if len(runs) < min_runs:
             continue
-        for policy in policies:
+        for policy in (p for p in policies if p.runs <= len(runs)):
             count, widths, seconds, changes = evaluate(runs, policy)
             rows.append(
                 Row(

@@ -187,25 +187,26 @@ class MeasureConfig:
     ``target_ci``: the relative half-width of the 95% interval a configuration's rate should reach
     (0.03 = ±3%); one wider is run again, interleaved, up to ``max_repeats`` runs.
     ``min_solo_repeats``: runs of every degree-1 cell (the baselines every gain divides by), spread
-    over the sweep (start, middle, end), never refused by the budget. ``budget``: the GPU time the added
+    over the sweep (start, middle, end), never refused by the budget (4: the first over the whole floor,
+    the others over ``repeat_floor`` of it). ``budget``: the GPU time the added
     runs may take, as a share of the first pass's: re-runs for intervals get what the solos' repeats
     leave of it (0.3: at most 1.3 times the first pass, where the solos' repeats take less). ``statistic``: how the
     analysis forms a configuration's headline rate from its runs (``median``, ``mean`` or
     ``fastest``). ``warmup``: how long a repeat warms up: ``learned`` (as long as its first run's
     warm-up windows took to settle, :mod:`raycolloc.driver.warmup`) or ``epoch`` (a whole epoch, as
     every first run). ``repeat_floor``: the share of the floor (``min_epoch_s``) a solo baseline's
-    repeats measure where its first run's measured epoch held steady (:mod:`raycolloc.driver.floor`; 1,
-    the default: the whole floor). None of it is in the config hash: a repeat it shortens says so in its own config
-    (``floor_share``), so that run is hashed apart.
+    repeats measure (:mod:`raycolloc.driver.floor`; 0.3 by default, 1: the whole floor). None of it is
+    in the config hash: a repeat it shortens says so in its own config (``floor_share``), so that run is
+    hashed apart.
     """
 
     target_ci: float = 0.03
     max_repeats: int = 5
-    min_solo_repeats: int = 3
+    min_solo_repeats: int = 4
     budget: float = 0.3
     statistic: str = "median"
     warmup: str = "learned"
-    repeat_floor: float = 1.0
+    repeat_floor: float = 0.3
 
     def __post_init__(self) -> None:
         if not is_number(self.target_ci) or not 0 < self.target_ci < 1:

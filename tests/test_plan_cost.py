@@ -25,28 +25,27 @@ def test_the_quick_matrixs_planned_gpu_time_is_its_runs_set_up_and_floored_epoch
     run_s = SETUP_S + 1 * 5.0  # epochs=2: one measured epoch at its floor; the warm-up's own time unknown
     budget = cells[0].config.measure.budget
     first_pass = 8 * run_s
-    # Two solos, three runs each: never refused (every gain divides by them), though their four added
-    # runs (4 x 8.5 s) are more than the budget (0.3 x the first pass, 20.4 s): no re-run for an interval.
-    assert budget == 0.3 and cells[0].config.measure.repeat_floor == 1.0
-    assert (cost.cells, cost.runs, cost.timed) == (8, 12, False)
-    assert cost.gpu_s == pytest.approx(first_pass + 4 * run_s) == cost.max_gpu_s and cost.wall_s == cost.gpu_s
+    # Two solos, four runs each: never refused (every gain divides by them); their repeats measure 0.3 of
+    # the floor (measure.repeat_floor), and their six added runs (6 x 5 s) are more than the budget (0.3 x
+    # the first pass, 20.4 s): no re-run for an interval.
+    assert budget == 0.3 and cells[0].config.measure.repeat_floor == 0.3
+    repeat_s = SETUP_S + 0.3 * 5.0
+    assert (cost.cells, cost.runs, cost.timed) == (8, 14, False)
+    assert cost.gpu_s == pytest.approx(first_pass + 6 * repeat_s) == cost.max_gpu_s and cost.wall_s == cost.gpu_s
     assert cost.line() == (
+        "plan: 8 cells (14 runs with the solo baselines' repeats) on 1 GPU, at least 1.6 min of GPU time "
+        "(14 runs x (3.5 s set-up + measured epochs at their 5 s floor, solo repeats' at 0.3 of it); epochs' own "
+        "time not counted), at least 1.6 min wall"
+    )
+    whole = plan_cost(_matrix("min_epoch_s=5", "measure.repeat_floor=1", "measure.min_solo_repeats=3"), gpus=1)
+    assert whole.gpu_s == pytest.approx(first_pass + 4 * run_s) == whole.max_gpu_s
+    assert whole.line() == (
         "plan: 8 cells (12 runs with the solo baselines' repeats) on 1 GPU, at least 1.7 min of GPU time "
         "(12 runs x (3.5 s set-up + measured epochs at their 5 s floor); epochs' own time not counted), "
         "at least 1.7 min wall"
     )
-    half = plan_cost(_matrix("min_epoch_s=5", "measure.repeat_floor=0.5"), gpus=1)
-    repeat_s = SETUP_S + 0.5 * 5.0  # a solo's repeat measures at least half the floor (measure.repeat_floor)
-    assert half.gpu_s == pytest.approx(first_pass + 4 * repeat_s)
-    assert half.max_gpu_s == pytest.approx(first_pass + 4 * run_s)  # where a first run drifted: the whole floor
-    assert half.line() == (
-        "plan: 8 cells (12 runs with the solo baselines' repeats) on 1 GPU, at least 1.5 min of GPU time "
-        "(12 runs x (3.5 s set-up + measured epochs at their 5 s floor, solo repeats' at 0.5 of it); epochs' own "
-        "time not counted), up to 1.7 min with whole floors for solo repeats and re-runs for intervals "
-        "(measure.budget=0.3), at least 1.5 min wall"
-    )
     generous = plan_cost(_matrix("min_epoch_s=5", "measure.budget=1.0"), gpus=2)
-    assert generous.runs == 12 and generous.gpu_s == pytest.approx(first_pass + 4 * run_s)  # every solo run
+    assert generous.runs == 14 and generous.gpu_s == pytest.approx(first_pass + 6 * repeat_s)  # every solo run
     assert generous.max_gpu_s == pytest.approx(2 * first_pass)  # and re-runs for intervals up to the budget
     assert generous.wall_s == pytest.approx(generous.gpu_s / 2)
 
@@ -81,7 +80,7 @@ def test_the_plan_line_is_printed_once_before_the_first_cell_of_a_sweep_of_sever
     run(SweepPlan(run_dir=tmp_path, out_dir=str(tmp_path / "out"), steps=steps, closing=False))
     lines = capsys.readouterr().out.splitlines()
     planned = [i for i, line in enumerate(lines) if line.startswith("plan: ")]
-    assert len(planned) == 1 and lines[planned[0]].startswith("plan: 4 cells (8 runs")
+    assert len(planned) == 1 and lines[planned[0]].startswith("plan: 4 cells (10 runs")
     assert planned[0] < lines.index("group 1") < lines.index("ran 2 cell(s)")
 
 
@@ -92,12 +91,12 @@ def test_mig_cells_a_machine_with_mig_off_cannot_run_are_counted_skipped_not_as_
         [load([f"degree={d}", f"mode={m}", "min_epoch_s=5"]) for d in (1, 2, 3, 7) for m in ("naive", "mps", "mig")]
     )
     unknown, off = plan_cost(cells, gpus=1), plan_cost(cells, gpus=1, mig=False)
-    assert (unknown.cells, unknown.runs, unknown.skipped) == (12, 18, 0)
-    assert (off.cells, off.runs, off.skipped) == (12, 12, 4)
-    assert off.gpu_s == pytest.approx(12 * (SETUP_S + 5.0)) and off.wall_s == off.gpu_s
+    assert (unknown.cells, unknown.runs, unknown.skipped) == (12, 21, 0)
+    assert (off.cells, off.runs, off.skipped) == (12, 14, 4)
+    assert off.gpu_s == pytest.approx(8 * (SETUP_S + 5.0) + 6 * (SETUP_S + 1.5)) and off.wall_s == off.gpu_s
     assert off.line().startswith(
-        "plan: 12 cells (4 MIG cells skipped: MIG mode is off on this machine's GPUs; 12 runs with the solo "
-        "baselines' repeats) on 1 GPU, at least 1.7 min of GPU time (12 runs x "
+        "plan: 12 cells (4 MIG cells skipped: MIG mode is off on this machine's GPUs; 14 runs with the solo "
+        "baselines' repeats) on 1 GPU, at least 1.6 min of GPU time (14 runs x "
     )
     # docs/results.md shows this line as the sweep prints it
     shown = (Path(__file__).parents[1] / "docs" / "results.md").read_text().splitlines()

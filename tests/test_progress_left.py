@@ -20,9 +20,13 @@ class _Board:
         return self.snap
 
 
+# A floor on the measured epoch: the plan counts it (set-up + (epochs - 1) x floor per run); three runs of
+# the solo, each over its whole floor (the defaults are four, the repeats over 0.3 of it).
+WORDS = ["min_epoch_s=4", "measure.min_solo_repeats=3", "measure.repeat_floor=1"]
+
+
 def _cells() -> list:
-    # A floor on the measured epoch: the plan counts it (set-up + (epochs - 1) x floor per run).
-    return [load([f"degree={d}", "min_epoch_s=4"]) for d in (1, 2, 3)]
+    return [load([f"degree={d}", *WORDS]) for d in (1, 2, 3)]
 
 
 def _half(spec: object) -> CellProgress:
@@ -48,13 +52,13 @@ def test_once_cells_are_done_the_sweeps_own_pace_says_it() -> None:
     snap = {cells[0].cell_id: CellProgress(state="done", status="ok"), cells[1].cell_id: _half(cells[1])}
     # 30 s for one and a half cells (20 s a cell): one and a half cells and two planned repeats take 70 s
     assert view.left_s(snap, now=view.started + 30.0) == pytest.approx(70.0)
-    view.add([load(["degree=1", "min_epoch_s=4", "seed=1"])])  # a planned solo repeat became a cell: the same
+    view.add([load(["degree=1", *WORDS, "seed=1"])])  # a planned solo repeat became a cell: the same
     assert view.pending == 1
     assert view.left_s(snap, now=view.started + 30.0) == pytest.approx(70.0)
-    view.add([load(["degree=7", "min_epoch_s=4"])])  # a re-run for an interval, not planned: more is left
+    view.add([load(["degree=7", *WORDS])])  # a re-run for an interval, not planned: more is left
     assert view.pending == 1
     assert view.left_s(snap, now=view.started + 30.0) == pytest.approx(90.0)
-    view.add([], reused=[load(["degree=1", "min_epoch_s=4", "seed=2"])])  # a solo repeat found on disk
+    view.add([], reused=[load(["degree=1", *WORDS, "seed=2"])])  # a solo repeat found on disk
     assert view.pending == 0
     assert view.left_s(snap, now=view.started + 30.0) == pytest.approx(70.0)
 
@@ -74,7 +78,7 @@ def test_a_log_line_says_it(capsys: pytest.CaptureFixture[str]) -> None:
     assert (
         capsys.readouterr().err.splitlines()[-1].endswith("(done 3/3, running 0, waiting for a GPU 0; about 0 s left)")
     )
-    view.add([], reused=[load(["degree=1", "min_epoch_s=4", f"seed={s}"]) for s in (1, 2)])  # found on disk
+    view.add([], reused=[load(["degree=1", *WORDS, f"seed={s}"]) for s in (1, 2)])  # found on disk
     board.snap = {**board.snap, cells[0].cell_id: CellProgress(state="done", status="failed")}  # a new line
     view.refresh()
     assert capsys.readouterr().err.splitlines()[-1].endswith("(done 3/3, running 0, waiting for a GPU 0; all done)")

@@ -44,7 +44,7 @@ def test_a_configuration_inside_the_target_gets_no_rerun_and_a_wider_one_does_up
 
 
 def test_solo_baselines_run_at_start_middle_and_end_and_wide_cells_are_rerun_interleaved() -> None:
-    cells = [load([f"degree={d}"]) for d in (1, 2, 3, 7)]
+    cells = [load([f"degree={d}", "measure.min_solo_repeats=3"]) for d in (1, 2, 3, 7)]
     solo, x2, x3, x7 = cells
     policy = RepeatPolicy(cells)
     assert policy.active and policy.first_pass == 4
@@ -58,9 +58,9 @@ def test_solo_baselines_run_at_start_middle_and_end_and_wide_cells_are_rerun_int
     assert (
         policy.recorded(dataclasses.replace(solo, config=dataclasses.replace(solo.config, repeat=1)), _row(101)) == []
     )
-    solo_r2 = load(["degree=1", "repeat=2"])
+    solo_r2 = load(["degree=1", "repeat=2", "measure.min_solo_repeats=3"])
     assert policy.recorded(solo_r2, _row(100.5)) == []  # 3 runs within ±3%: done
-    x3_runs = [load(["degree=3", f"repeat={k}"]) for k in range(1, 5)]
+    x3_runs = [load(["degree=3", f"repeat={k}", "measure.min_solo_repeats=3"]) for k in range(1, 5)]
     # x3 keeps moving: re-run one at a time until the cap of 5 runs, then left wider.
     for k, rate in zip(range(1, 5), (300.0, 220.0, 280.0, 240.0), strict=True):
         more = policy.recorded(x3_runs[k - 1], _row(rate))
@@ -79,7 +79,7 @@ def _timed(rate: float, low: float, high: float, gpu_s: float) -> SimpleNamespac
 
 def test_the_budget_caps_the_added_runs_gpu_time_at_a_share_of_the_first_pass() -> None:
     # Every interval ±10% (a noisy host): without a budget every configuration would go to the cap.
-    cells = [load([f"degree={d}", "measure.budget=0.5"]) for d in (1, 2, 3, 7)]
+    cells = [load([f"degree={d}", "measure.budget=0.5", "measure.min_solo_repeats=3"]) for d in (1, 2, 3, 7)]
     solo = cells[0]
     policy = RepeatPolicy(cells)
     times = (5.0, 8.0, 10.0, 17.0)  # first pass: 40 s; budget 0.5: 20 s of added runs
@@ -102,7 +102,9 @@ def test_the_budget_caps_the_added_runs_gpu_time_at_a_share_of_the_first_pass() 
 def test_solo_baselines_are_never_refused_and_re_runs_for_intervals_get_what_they_leave() -> None:
     # Issue 46: at measure.budget=0.3 the budget held each solo of the quick matrix to two runs on an H200,
     # and their t-intervals were ±81% and ±199% (2026-12-04). Solos cheap (5 s), the rest dear (40 s).
-    naive1, mps1, naive2, mps2 = (load([f"degree={d}", f"mode={m}"]) for d in (1, 2) for m in ("naive", "mps"))
+    naive1, mps1, naive2, mps2 = (
+        load([f"degree={d}", f"mode={m}", "measure.min_solo_repeats=3"]) for d in (1, 2) for m in ("naive", "mps")
+    )
     policy = RepeatPolicy([naive1, mps1, naive2, mps2])
     assert naive1.config.measure.budget == 0.3  # the default since issue 46
     wide = (100.0, 80.0, 120.0)  # every interval ±20%
@@ -125,7 +127,7 @@ def test_solo_baselines_are_never_refused_and_re_runs_for_intervals_get_what_the
 def test_a_re_run_for_an_interval_leaves_room_for_solos_whose_first_run_is_still_to_come() -> None:
     # Results arrive in any order (several GPUs, a resume): x2's came first, and its re-runs for its
     # interval took the whole budget; the solo's runs came on top (20 s added against 10 s).
-    solo, x2 = (load([f"degree={d}", "measure.budget=1.0"]) for d in (1, 2))
+    solo, x2 = (load([f"degree={d}", "measure.budget=1.0", "measure.min_solo_repeats=3"]) for d in (1, 2))
     policy = RepeatPolicy([solo, x2])
     assert policy.recorded(x2, _timed(100.0, 80.0, 120.0, 5.0)) == []  # the solo's two runs are owed
     added = policy.recorded(solo, _timed(100.0, 80.0, 120.0, 5.0))
@@ -151,19 +153,22 @@ def _quick_matrix(saved_s: float, budget: float = 0.3) -> tuple[RepeatPolicy, li
     return policy, added
 
 
-def test_the_quick_matrix_gives_every_solo_three_runs_and_their_learned_warm_up_leaves_room_for_intervals() -> None:
-    # Both solos' second and third runs, whatever the budget (0.3 x 87 s = 26 s < 4 x 7.8 s): no re-run
-    # for an interval comes on top.
-    policy, added = _quick_matrix(saved_s=2.5)
+def test_the_quick_matrix_gives_every_solo_four_runs_and_their_short_repeats_leave_room_for_intervals() -> None:
+    # Both solos' second, third and fourth runs, whatever the budget (0.3 x 87 s = 26 s < 6 x 5.3 s): no
+    # re-run for an interval comes on top.
+    policy, added = _quick_matrix(saved_s=5.0)
     assert sorted((a.base.mode, a.repeat, a.reason) for a in added) == [
         ("mps", 1, "solo"),
         ("mps", 2, "solo"),
+        ("mps", 3, "solo"),
         ("naive", 1, "solo"),
         ("naive", 2, "solo"),
+        ("naive", 3, "solo"),
     ]
-    # At measure.budget=0.65 (~54 s): the solos' repeats with learned warm-ups (4 x 7.8 s) leave room for
-    # one configuration's second and third runs for its interval (~21 s); with whole ones (4 x 10.3 s), none.
-    _, added = _quick_matrix(saved_s=2.5, budget=0.65)
+    # At measure.budget=0.65 (~57 s): the solos' short repeats (6 x 5.3 s: 0.3 of the floor and a learned
+    # warm-up) leave room for one configuration's second and third runs for its interval (~21 s); with
+    # repeats that save nothing (6 x 10.3 s), none.
+    _, added = _quick_matrix(saved_s=5.0, budget=0.65)
     _, dear_added = _quick_matrix(saved_s=0.0, budget=0.65)
     assert [a.reason for a in added].count("ci") == 1 and [a.reason for a in dear_added].count("ci") == 0
 
@@ -272,7 +277,8 @@ def test_a_dry_run_says_repeats_are_adaptive(tmp_path: Path) -> None:
         own_ray=True,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "repeats=auto: adaptive" in proc.stdout and "run 3 times" in proc.stdout
+    assert "repeats=auto: adaptive" in proc.stdout
+    assert "run 4 times, spread over the sweep (the repeats over 0.3 of the floor)" in proc.stdout
 
 
 @pytest.mark.slow  # one small sweep on the simulated backend, then its resume

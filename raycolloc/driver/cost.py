@@ -99,8 +99,7 @@ class PlanCost:
         said += f"{'about' if self.timed else 'at least'} {minutes(self.gpu_s)} of GPU time ({'; '.join(how)})"
         if self.budgets and self.max_gpu_s > self.gpu_s:
             budget = "/".join(f"{b:g}" for b in self.budgets)
-            whole = "whole floors for solo repeats and " if self.repeat_floors else ""
-            said += f", up to {minutes(self.max_gpu_s)} with {whole}re-runs for intervals (measure.budget={budget})"
+            said += f", up to {minutes(self.max_gpu_s)} with re-runs for intervals (measure.budget={budget})"
         if self.wall_s is not None:
             said += f", {'about' if self.timed else 'at least'} {minutes(self.wall_s)} wall"
         return said
@@ -126,7 +125,7 @@ def plan_cost(cells: Sequence[CellSpec], gpus: int | None, mig: bool | None = No
     budgets: set[float] = set()
     epoch_times: set[float] = set()
     shares: set[float] = set()  # measure.repeat_floor where a solo's repeats may measure less than its floor
-    solos: list[tuple[int, float, float]] = []  # each solo baseline's runs to add; one's seconds at least, at most
+    solos: list[tuple[int, float]] = []  # each solo baseline's runs to add, and one's seconds
     for cell in cells:
         cfg = cell.config
         seconds, known = run_seconds(cfg)
@@ -142,20 +141,18 @@ def plan_cost(cells: Sequence[CellSpec], gpus: int | None, mig: bool | None = No
         budgets.add(cfg.measure.budget)
         if is_solo(cell):
             repeat_s = seconds if mixed else _repeat_seconds(cell)
-            solos.append((cfg.measure.min_solo_repeats - 1, repeat_s, seconds))
+            solos.append((cfg.measure.min_solo_repeats - 1, repeat_s))
             if repeat_s < seconds and cfg.measure.min_solo_repeats > 1:
                 shares.add(cfg.measure.repeat_floor)
     budget = max(budgets, default=0.0)
-    added = sum(extra for extra, _, _ in solos)
-    added_s = sum(extra * seconds for extra, seconds, _ in solos)
-    # A solo's repeats measure the whole floor where its first run drifted: the upper bound counts it.
-    most_s = sum(extra * seconds for extra, _, seconds in solos)
+    added = sum(extra for extra, _ in solos)
+    added_s = sum(extra * seconds for extra, seconds in solos)
     gpu_s = fixed + auto + added_s
     return PlanCost(
         cells=everything,
         runs=len(cells) + added,
         gpu_s=gpu_s,
-        max_gpu_s=fixed + max(auto + most_s, auto * (1 + budget)),
+        max_gpu_s=fixed + max(auto + added_s, auto * (1 + budget)),
         gpus=gpus,
         timed=timed,
         floors=tuple(sorted(floors)),

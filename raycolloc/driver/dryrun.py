@@ -74,7 +74,8 @@ def print_dry_run(lines: Sequence[DryRunLine], out_dir: str, rerun: bool = False
         m = auto[0].measure
         print(
             f"repeats=auto: adaptive; each configuration's first run is listed. Degree-1 cells (the baselines) "
-            f"run {m.min_solo_repeats} times, spread over the sweep; a configuration whose 95% interval is "
+            f"run {m.min_solo_repeats} times, spread over the sweep{_shorter(m.repeat_floor)}; a configuration "
+            f"whose 95% interval is "
             f"wider than ±{100 * m.target_ci:g}% runs again, up to {m.max_repeats} runs (repeats=N: exactly N)"
         )
     print(
@@ -83,3 +84,8 @@ def print_dry_run(lines: Sequence[DryRunLine], out_dir: str, rerun: bool = False
         flush=True,
     )
     return counts["refuse"]
+
+
+def _shorter(share: float) -> str:
+    """What a solo's repeats measure, where not the whole floor."""
+    return f" (the repeats over {share:g} of the floor)" if share < 1 else ""
