@@ -285,7 +285,7 @@ def test_a_dry_run_says_repeats_are_adaptive(tmp_path: Path) -> None:
 def test_a_sim_sweep_repeats_its_solo_baseline_and_resume_counts_the_repeats(tmp_path: Path) -> None:
     out = tmp_path / "res"
     # A target no run meets, and no budget: no configuration is re-run for its interval, but the solo
-    # baseline gets its 3 spread runs all the same (never refused: every gain divides by it).
+    # baseline gets its 4 spread runs all the same (never refused: every gain divides by it).
     args = [
         "-m",
         "degree=1,2",
@@ -303,16 +303,18 @@ def test_a_sim_sweep_repeats_its_solo_baseline_and_resume_counts_the_repeats(tmp
     assert proc.returncode == 0, proc.stderr[-3000:]
     cells = load_sweeps([out], all_results=True).table("cells").sort_values("started_at")
     by_degree = cells.groupby("degree")["repeat"].apply(sorted).to_dict()
-    assert by_degree == {1: [0, 1, 2], 2: [0]}, cells[["label", "repeat"]].to_string()
+    assert by_degree == {1: [0, 1, 2, 3], 2: [0]}, cells[["label", "repeat"]].to_string()
     order = re.findall(r"^cell (tiny_cnn-naive-x\d(?:-r\d)?)-", proc.stdout, flags=re.M)
-    # The solo baseline first; its 2nd run once half the first pass is done; its last one at the end.
-    assert order == [f"tiny_cnn-naive-x{s}" for s in ("1", "1-r1", "2", "1-r2")], (order, cells.to_string())
+    # The solo baseline first; its 2nd run once a third of the first pass is done, its 3rd at two thirds
+    # (both at the queue's front); its last one at the end.
+    order_ = ("1", "1-r1", "2", "1-r2", "1-r3")
+    assert order == [f"tiny_cnn-naive-x{s}" for s in order_], (order, cells.to_string())
     line = (
-        "repeats auto: 2 solo repeats, 0 re-runs for CI > 0.01%, 2 configuration(s) still wider (cap 4), "
-        "2 run(s) not added: the budget (measure.budget=0.0) was spent"
+        "repeats auto: 3 solo repeats, 0 re-runs for CI > 0.01%, 2 configuration(s) still wider (cap 4), "
+        "1 run(s) not added: the budget (measure.budget=0.0) was spent"  # x2's: the solo is at the cap
     )
     assert line in proc.stdout, proc.stdout[-3000:]
-    assert (out.parent / "res").exists() and len(list(out.rglob("cells.parquet"))) == 4
+    assert (out.parent / "res").exists() and len(list(out.rglob("cells.parquet"))) == 5
     # Each repeat warmed up as long as its first run's warm-up windows taught (measure.warmup=learned:
     # 10-19 of 32 steps in two of three such sweeps here; a whole epoch where the CPU's noise kept the
     # first run's warm-up from settling early), and measured what its first run measured.
@@ -321,9 +323,9 @@ def test_a_sim_sweep_repeats_its_solo_baseline_and_resume_counts_the_repeats(tmp
     first = solo[solo["repeat"] == 0]
     learned = learn(first.to_dict("records")).steps.get(0, 32)
     warm = solo[solo["epoch"] == 1].set_index("repeat")["steps"].to_dict()
-    assert warm == {0: 32, 1: learned, 2: learned}, solo[["repeat", "epoch", "steps"]].to_string()
+    assert warm == {0: 32, 1: learned, 2: learned, 3: learned}, solo[["repeat", "epoch", "steps"]].to_string()
     assert set(solo[solo["epoch"] == 2]["steps"]) == {32}
     again = run_cli(args, cwd=ROOT)  # resume: every run, the added ones too, found on disk
     assert again.returncode == 0, again.stderr[-3000:]
-    assert re.search(r"repeats auto: 2 solo repeats, 0 re-runs .* \(2 of them found on disk\)", again.stdout)
-    assert "result exists" in again.stdout and len(list(out.rglob("cells.parquet"))) == 4
+    assert re.search(r"repeats auto: 3 solo repeats, 0 re-runs .* \(3 of them found on disk\)", again.stdout)
+    assert "result exists" in again.stdout and len(list(out.rglob("cells.parquet"))) == 5
