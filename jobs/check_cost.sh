@@ -69,7 +69,7 @@ PY
   for name in before after; do  # each sweep's own table: intervals, gains, slowdowns (the sweep dirs do not come back)
     [ -f "$out/$name.log" ] && { echo "--- $name"; sed -n '/^throughput gain/,/cells have a result/p' "$out/$name.log"; }
   done
-  # Had the solos' repeats measured half their epoch: their intervals, read off these whole-floor runs.
+  # Repeat policies (runs, share of the floor) read off the before sweep's whole runs: intervals, GPU time.
   dirs=(); for name in before after; do [ -d "$out/$name" ] && dirs+=("$out/$name"); done
   $py jobs/floor_whatif.py "${dirs[@]}" --min-runs 3 --policy 3:1 --policy 3:0.3 --policy 4:0.3 --json "$out/floor_whatif.json"
 fi

@@ -48,7 +48,7 @@ from raycolloc.advise.corpus import load_measured  # noqa: E402 (after the path:
 from raycolloc.driver.warmup import learn, listed  # noqa: E402
 from raycolloc.results.stats import mean_interval  # noqa: E402
 
-DEFAULT_POLICIES = ("3:1", "3:0.5", "4:0.5")
+DEFAULT_POLICIES = ("3:1", "4:0.3", "4:1")
 
 
 @dataclass(frozen=True)
@@ -95,6 +95,7 @@ class Row:
     mean_pm_pct: float
     median_pm_pct: float
     gpu_s: float  # the solo's runs' warm-up and measured seconds, mean over the choices
+    with_setup_s: float  # and each run's set-up (its configuration's median)
     rate_change_pct: float  # the repeats' rates against the same runs measured whole (%)
 
 
@@ -109,11 +110,15 @@ def parse_policy(text: str) -> Policy:
 
 def repeat(run: Run, warm_steps: int, share: float) -> tuple[float, float]:
     """A repeat of ``run``'s configuration read off ``run``: it warms up ``warm_steps`` (whole windows,
-    at least that many steps), then measures its next windows until ``share`` of its measured epoch's
-    seconds (the floor it ran) and at least an epoch's steps have passed. Returns its rate (samples/s)
-    and its seconds; a whole warm-up and a whole share give ``run`` as measured."""
-    if warm_steps >= sum(n for n, _ in run.warm) and share >= 1:
-        return run.rate, run.seconds
+    at least that many steps; as the tree does, a whole epoch where that is no fewer than the run's own
+    warm-up), then measures its next windows until ``share`` of its measured epoch's seconds (the floor it
+    ran) and at least an epoch's steps have passed, or its windows end. Returns its rate (samples/s) and
+    its seconds; a whole warm-up and a whole share give ``run`` as measured."""
+    whole_warm = sum(n for n, _ in run.warm)
+    if warm_steps >= whole_warm:
+        if share >= 1:
+            return run.rate, run.seconds
+        warm_steps = whole_warm
     windows = [*run.warm, *run.measured]
     i = steps = 0
     warm_s = 0.0
@@ -157,8 +162,9 @@ def _pairs(steps: Any, secs: Any) -> tuple[tuple[int, float], ...]:
     return tuple((int(n), float(t)) for n, t in zip(listed(steps), listed(secs), strict=False))
 
 
-def solo_runs(where: Path) -> dict[str, tuple[str, list[Run]]]:
-    """Each solo configuration's runs measured whole (by repeat), with its first run's label."""
+def solo_runs(where: Path) -> dict[str, tuple[str, list[Run], float]]:
+    """Each solo configuration's runs measured whole (by repeat), with its first run's label and its runs'
+    median set-up (the cells table's ``fixed_s``: a cell's wall time less its epochs)."""
     data = load_measured([where])
     cells, epochs = data.cells, data.epochs
     if "window_s" not in epochs:
@@ -166,8 +172,10 @@ def solo_runs(where: Path) -> dict[str, tuple[str, list[Run]]]:
     solo = cells[(cells["degree"] == 1) & cells["mix"].isna() & (cells["status"] == "ok")].sort_values("repeat")
     jobs = data.jobs.drop_duplicates("cell_id").set_index("cell_id")
     by_cell = {cell: group.sort_values("epoch") for cell, group in epochs.groupby("cell_id")}
-    out: dict[str, tuple[str, list[Run]]] = {}
+    out: dict[str, tuple[str, list[Run], float]] = {}
     for key, group in solo.groupby("repeat_group"):
+        floors = [jobs.loc[c].get("min_epoch_s") for c in group["cell_id"] if c in jobs.index]
+        floor = max((float(f) for f in floors if pd.notna(f)), default=None)
         runs = []
         for cell in group["cell_id"]:
             rows, job = by_cell.get(cell), jobs.loc[cell] if cell in jobs.index else None
@@ -175,8 +183,11 @@ def solo_runs(where: Path) -> dict[str, tuple[str, list[Run]]]:
                 continue
             warm, measured = rows.iloc[0], rows.iloc[1]
             batch, budgeted = int(job["batch_size"]), pd.notna(job.get("epoch_time_s"))
-            # A learned warm-up (fewer samples than a whole epoch's batches) cannot be cut from.
+            # A learned warm-up (fewer samples than a whole epoch's batches) or a shortened floor (a
+            # repeat's share of it) cannot be read as a whole run.
             if not budgeted and int(warm["samples"]) + batch <= int(job["epoch_samples"]):
+                continue
+            if floor is not None and pd.notna(job.get("min_epoch_s")) and float(job["min_epoch_s"]) < floor:
                 continue
             run = Run(
                 _pairs(warm["window_steps"], warm["window_s"]),
@@ -187,14 +198,15 @@ def solo_runs(where: Path) -> dict[str, tuple[str, list[Run]]]:
             )
             if run.warm and run.measured and all(t > 0 for _, t in run.warm + run.measured):
                 runs.append(run)
-        out[str(key)] = (str(group["label"].iloc[0]), runs)
+        fixed = [float(f) for f in group["fixed_s"] if pd.notna(f)] if "fixed_s" in group else []
+        out[str(key)] = (str(group["label"].iloc[0]), runs, statistics.median(fixed) if fixed else 0.0)
     return out
 
 
 def whatif(where: Path, policies: Sequence[Policy], min_runs: int) -> list[Row]:
     """The rows of one sweep or corpus folder."""
     rows = []
-    for key, (label, runs) in solo_runs(where).items():
+    for key, (label, runs, setup_s) in solo_runs(where).items():
         if len(runs) < min_runs:
             continue
         for policy in (p for p in policies if p.runs <= len(runs)):
@@ -210,10 +222,30 @@ def whatif(where: Path, policies: Sequence[Policy], min_runs: int) -> list[Row]:
                     mean_pm_pct=round(100 * statistics.fmean(widths), 1),
                     median_pm_pct=round(100 * statistics.median(widths), 1),
                     gpu_s=round(statistics.fmean(seconds), 2),
+                    with_setup_s=round(statistics.fmean(seconds) + policy.runs * setup_s, 2),
                     rate_change_pct=round(100 * statistics.fmean(changes), 1) if changes else 0.0,
                 )
             )
     return rows
+
+
+def summarise(table: pd.DataFrame, policies: int) -> None:
+    """One line per policy over the configurations every policy was read on (a policy of more runs than
+    a configuration has leaves it out of all): mean interval and GPU seconds, and the repeats' rate change
+    as its median and range over them (a mean would let opposite moves cancel)."""
+    shared = table.groupby("label")["policy"].transform("nunique") == policies
+    if not shared.any():
+        print("  no configuration was read under every policy")
+        return
+    common = table[shared]
+    print(f"  over the {common['label'].nunique()} configuration(s) read under every policy:")
+    for policy, rows in common.groupby("policy", sort=False):
+        change = rows["rate_change_pct"]
+        print(
+            f"  policy {policy}: mean interval ±{rows['mean_pm_pct'].mean():.1f}%, {rows['gpu_s'].mean():.1f} s a"
+            f" solo ({rows['with_setup_s'].mean():.1f} s with set-up), repeats' rate median {change.median():+.1f}%"
+            f" ({change.min():+.1f}% to {change.max():+.1f}%)"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -238,12 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         if found:
             table = pd.DataFrame([asdict(r) for r in found]).drop(columns=["where", "configuration"])
             print(table.to_string(index=False))
-            means = table.groupby("policy", sort=False)[["mean_pm_pct", "gpu_s", "rate_change_pct"]].mean()
-            for policy, m in means.iterrows():
-                print(
-                    f"  policy {policy}: mean interval ±{m['mean_pm_pct']:.1f}%, {m['gpu_s']:.1f} s a solo,"
-                    f" repeats' rate {m['rate_change_pct']:+.1f}%"
-                )
+            summarise(table, len(policies))
         rows += found
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1))

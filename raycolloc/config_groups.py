@@ -187,8 +187,8 @@ class MeasureConfig:
     ``target_ci``: the relative half-width of the 95% interval a configuration's rate should reach
     (0.03 = ±3%); one wider is run again, interleaved, up to ``max_repeats`` runs.
     ``min_solo_repeats``: runs of every degree-1 cell (the baselines every gain divides by), spread
-    over the sweep (start, middle, end), never refused by the budget (4: the first over the whole floor,
-    the others over ``repeat_floor`` of it). ``budget``: the GPU time the added
+    over the sweep (from its start to after its first pass), never refused by the budget (4: the first
+    over the whole floor, the others over ``repeat_floor`` of it). ``budget``: the GPU time the added
     runs may take, as a share of the first pass's: re-runs for intervals get what the solos' repeats
     leave of it (0.3: at most 1.3 times the first pass, where the solos' repeats take less). ``statistic``: how the
     analysis forms a configuration's headline rate from its runs (``median``, ``mean`` or
@@ -226,7 +226,8 @@ class MeasureConfig:
         if self.min_solo_repeats > self.max_repeats:
             raise ConfigError(
                 f"measure.min_solo_repeats={self.min_solo_repeats} is not allowed; it must be an integer "
-                f"1..measure.max_repeats ({self.max_repeats})"
+                f"1..measure.max_repeats ({self.max_repeats}): lower it with measure.min_solo_repeats="
+                f"{self.max_repeats}, or raise measure.max_repeats"
             )
         _check_choice("measure.statistic", self.statistic, STATISTICS)
         _check_choice("measure.warmup", self.warmup, WARMUPS)

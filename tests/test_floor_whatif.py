@@ -49,6 +49,60 @@ def test_a_repeat_warms_up_its_steps_then_measures_its_share_of_the_floor_and_an
     assert rate == pytest.approx(60 * 2 / 1.0) and secs == pytest.approx(2.5)
 
 
+def test_a_warm_up_learned_past_a_runs_own_is_its_whole_warm_up_and_never_an_empty_measurement() -> None:
+    script = _script()
+    run = _run(script, [1.0, 0.5, 0.1, 0.1], [0.2, 0.2, 0.2, 0.2, 0.2])
+    # 60 steps learned from another run (whose warm-up was longer): this run warms up its own 40 (the tree
+    # warms up a whole epoch where the learned steps are no fewer), then measures from its measured epoch.
+    rate, secs = script.repeat(run, 60, 0.5)
+    assert rate == pytest.approx(40 * 2 / 0.8) and secs == pytest.approx(1.7 + 0.8)
+    assert script.repeat(run, 10_000, 0.1)[0] > 0
+
+
+def test_a_repeat_over_a_shortened_floor_is_not_read_as_a_whole_run(tmp_path: Path) -> None:
+    from .conftest import write_fixture_cell
+
+    script = _script()
+    for repeat, floor in ((0, 5.0), (1, 1.5)):
+        cell = f"solo-r{repeat}"
+        windows = {"window_steps": [10] * 6, "window_s": [0.1] * 6, "steps": 60, "wall_s": 0.6}
+        write_fixture_cell(
+            tmp_path / "multirun" / "d" / "t" / cell,
+            {
+                "cells": [
+                    {
+                        "cell_id": cell,
+                        "label": "solo",
+                        "degree": 1,
+                        "mix": None,
+                        "status": "ok",
+                        "repeat": repeat,
+                        "repeat_group": "g",
+                        "config_hash": f"h{repeat}",
+                        "fixed_s": 0.5,
+                    }
+                ],
+                "jobs": [
+                    {
+                        "cell_id": cell,
+                        "job_index": 0,
+                        "batch_size": 2,
+                        "epoch_samples": 120,
+                        "epoch_time_s": None,
+                        "min_epoch_s": floor,
+                    }
+                ],
+                "epochs": [
+                    {"cell_id": cell, "job_index": 0, "epoch": 1, "warmup": True, "samples": 120, **windows},
+                    {"cell_id": cell, "job_index": 0, "epoch": 2, "warmup": False, "samples": 120, **windows},
+                ],
+                "telemetry": [],
+            },
+        )
+    ((label, runs, setup_s),) = script.solo_runs(tmp_path).values()
+    assert label == "solo" and len(runs) == 1 and setup_s == 0.5  # the repeat at 1.5 s of a 5 s floor is left out
+
+
 def test_every_choice_of_first_run_and_repeats_is_averaged() -> None:
     script = _script()
     # Warm-ups that never settle teach nothing: each repeat warms up whole, so 3:1 is the runs as measured.
@@ -77,7 +131,8 @@ def test_the_corpus_pass_reads_as_a_table_and_json(tmp_path: Path) -> None:
     assert r26["3:1"].choices == 5 * 6 and r26["4:0.5"].choices == 5 * 4
     out = tmp_path / "w.json"
     assert script.main([str(PASS), "--json", str(out)]) == 0
-    assert {r["policy"] for r in json.loads(out.read_text())} == {"3:1", "3:0.5", "4:0.5"}
+    assert {r["policy"] for r in json.loads(out.read_text())} == {"3:1", "4:0.3", "4:1"}
+    assert all(r["with_setup_s"] > r["gpu_s"] for r in json.loads(out.read_text()))
     for bad in (["--policy", "1:0.5"], ["--policy", "4:0"], ["--policy", "x"], ["--min-runs", "1"]):
         with pytest.raises(SystemExit) as exit_:
             script.main([str(PASS), *bad])

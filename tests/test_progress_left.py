@@ -82,3 +82,17 @@ def test_a_log_line_says_it(capsys: pytest.CaptureFixture[str]) -> None:
     board.snap = {**board.snap, cells[0].cell_id: CellProgress(state="done", status="failed")}  # a new line
     view.refresh()
     assert capsys.readouterr().err.splitlines()[-1].endswith("(done 3/3, running 0, waiting for a GPU 0; all done)")
+
+
+def test_a_solos_short_repeats_count_as_the_shorter_runs_they_are() -> None:
+    """The defaults: four runs of each solo, its repeats over 0.3 of the floor. Both estimates count each
+    planned repeat at the plan's seconds of one (3.5 s set-up + 0.3 x 4 s), not as a whole cell."""
+    cells = [load([f"degree={d}", "min_epoch_s=4"]) for d in (1, 2, 3)]
+    view = ProgressView(cells, _Board({}), lanes=1)  # type: ignore[arg-type]
+    repeat = 3.5 + 0.3 * 4.0
+    assert view.pending == 3 and view.pending_s == pytest.approx(repeat)
+    assert view.left_s({}) == pytest.approx(3 * 7.5 + 3 * repeat)
+    snap = {cells[0].cell_id: CellProgress(state="done", status="ok"), cells[1].cell_id: _half(cells[1])}
+    # 30 s for 1.5 cells of 7.5 planned seconds (11.25): the sweep runs 30 / 11.25 times the plan, and
+    # half a cell and a cell (11.25 s) and three short repeats (14.1 s) are left of it.
+    assert view.left_s(snap, now=view.started + 30.0) == pytest.approx(30 / 11.25 * (11.25 + 3 * repeat))

@@ -249,6 +249,8 @@ def test_fixed_repeats_are_exact_and_not_adaptive() -> None:
         ("measure.budget=-1", "measure.budget=-1.0 is not allowed; it must be a number 0..1000"),
         ("measure.max_repeats=0", r"measure.max_repeats=0 is not allowed"),
         ("measure.min_solo_repeats=6", r"measure.min_solo_repeats=6 is not allowed; .*measure.max_repeats \(5\)"),
+        # a cap below the solos' default four runs says which key to lower
+        ("measure.max_repeats=3", r"measure.min_solo_repeats=4 is not allowed; .*measure.min_solo_repeats=3, or raise"),
         ("measure.statistic=best", r"measure.statistic='best' is not allowed; choose one of: mean, median, fastest"),
         ("measure.warmup=short", r"measure.warmup='short' is not allowed; choose one of: learned, epoch"),
     ],

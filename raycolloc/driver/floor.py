@@ -2,20 +2,22 @@
 
 A measured epoch runs at least its floor (``min_epoch_s``, 5 s on a real GPU): on an H200 a degree-1 epoch
 of ~1.7 s moved by a third between two sweeps, and measured for 6 s by 5-6% (``MIN_EPOCH_AUTO_S``). Every
-gain divides by a solo, so each is run ``measure.min_solo_repeats`` times (4) over the sweep. Its first
-run measures the whole floor; its repeats measure ``measure.repeat_floor`` of it (0.3: at least 1.5 s, and
-never fewer steps than an epoch's). A solo's runs differ by far more between runs than within one: on the
-corpus's H200 runs the between-run spread of a solo's rate was 5-26% against a standard error of 1-2% of
-one run's windows, so its interval narrows with more runs and barely widens with shorter ones. Read off
-runs measured whole (``jobs/floor_whatif.py``, six solo configurations of the corpus, every choice of
-first run and repeats): three runs at the whole floor gave a mean 95% interval of ±27.9%, four runs with
-repeats at 0.3 of it ±20.9%, for less GPU time (14.8 s a solo against 15.8 s; docs/measurements.md,
-2026-12-05, "Four solo runs, three of them short").
+gain divides by a solo, so each is run ``measure.min_solo_repeats`` times (4) over the sweep: its first
+run over the whole floor, its repeats over ``measure.repeat_floor`` of it (0.3: at least 1.5 s, and never
+fewer steps than an epoch's). A shorter repeat is a noisier one, but a fourth run narrows a t-interval
+more than that costs: read off the corpus's H200 runs measured whole (``jobs/floor_whatif.py``, every
+choice of first run and repeats, the four configurations of the 2026-12-03 pass with 4-5 runs), four runs
+with repeats at 0.3 of the epoch gave a mean 95% interval of ±20.5% against ±25.1% for three whole runs
+(narrower in each), for 14.9 s of epochs a solo against 16.1 s (18.0 s against 18.4 s with set-up);
+four whole runs gave ±16.3% for 21.1 s. In the quick matrix a repeat's 5 s floor is most of its time, so
+there the saving is larger. The short repeats read the rate lower in three of those four configurations
+(median -2.5% against their runs measured whole, -1.1% for whole repeats with a learned warm-up): the
+start of an epoch is not its whole, and the headline, the median of four runs, follows by a part of it
+(docs/measurements.md, 2026-12-05, "Four solo runs, three of them short").
 
-Earlier, a shorter floor was gated on the first run's windows holding steady (later half within 2% of
-the earlier half): on two H200s no solo ever held (drift 0.7-31% within 5 s), and at the same number of
-runs shorter repeats only widened the interval. What narrows it is the extra run that shorter repeats pay
-for.
+Earlier a shorter floor was gated on the first run's measured windows holding steady (the later half's
+rate within 2% of the earlier half's): on two H200s no solo's run ever held (0.7-31% within 5 s), so the
+gate never acted. There is no gate now.
 
 Script jobs (they run as written), time-budgeted epochs (no floor) and every run of a sweep with a mix
 (as the learned warm-up, :mod:`raycolloc.driver.warmup`) keep the whole floor, as does a repeat whose

@@ -166,9 +166,9 @@ class ProgressView:
     def left_s(self, snap: dict[str, CellProgress], now: float | None = None) -> float:
         """About how many seconds the sweep has left. Before any cell is done: the plan's seconds of the
         cells not done (the running ones' less what they trained) and of the runs it counts that are not
-        cells yet, over the lanes. Then: the sweep's pace so far (seconds since it started per cell
-        finished, the running ones in part) times the cells and planned runs left. Re-runs for intervals
-        are not foreseen."""
+        cells yet, over the lanes. Then: the sweep's pace so far (seconds since it started per planned
+        second finished, the running ones in part) times the planned seconds left (a solo's repeat over
+        a share of its floor counts as the shorter run it is). Re-runs for intervals are not foreseen."""
         elapsed = (time.monotonic() if now is None else now) - self.started
         left: dict[str, float] = {}
         for key in self.labels:
@@ -179,8 +179,10 @@ class ProgressView:
         if done == 0:
             planned = sum(self.plan_s[k] * f for k, f in left.items()) + self.pending * self.pending_s
             return max(0.0, planned / self.lanes)
-        finished = len(self.labels) - sum(left.values())  # the done cells, and the running ones' part
-        return elapsed / finished * (sum(left.values()) + self.pending)
+        # The done cells and the running ones' part, in the plan's seconds (each at least a moment).
+        finished = sum(max(self.plan_s[k], 1e-3) * (1.0 - left.get(k, 0.0)) for k in self.labels)
+        to_go = sum(max(self.plan_s[k], 1e-3) * f for k, f in left.items()) + self.pending * max(self.pending_s, 1e-3)
+        return elapsed / finished * to_go
 
     def refresh(self) -> None:
         try:

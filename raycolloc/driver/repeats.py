@@ -6,7 +6,7 @@ the engine asks :class:`RepeatPolicy` which runs to add:
 
 - **solo baselines** (degree-1 cells, a mix's solo cells too) run ``measure.min_solo_repeats`` times,
   spread over the sweep: the first in the first pass (solos go first), the next ones when a share of
-  the first pass has finished (with 3: half of it, put at the queue's front) and the last after the
+  the first pass has finished (with 4: a third and two thirds of it, put at the queue's front) and the last after the
   first pass (the queue's end), so a host drifting over minutes moves numerator and denominator alike;
 - **any configuration** whose 95% interval is wider than ``measure.target_ci`` is run again,
   interleaved (at the queue's end, never back to back), until it meets the target or has
@@ -278,7 +278,7 @@ class RepeatPolicy:
 
     def _checkpoints_passed(self, runs: int) -> int:
         """Of a solo's runs 2..``runs``, how many are due: run k+1 (k = 1..runs-1) once k/(runs-1) of
-        the first pass has finished (3 runs: the 2nd at half, the 3rd at its end)."""
+        the first pass has finished (4 runs: the 2nd at a third, the 3rd at two thirds, the 4th at its end)."""
         done = sum(g.first_done for g in self.groups.values())
         return sum(done >= math.ceil(k * self.first_pass / (runs - 1)) for k in range(1, runs))
 
