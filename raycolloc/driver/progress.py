@@ -175,14 +175,12 @@ class ProgressView:
             cell = snap.get(key, CellProgress())
             if cell.state != "done":
                 left[key] = 1.0 - (_job_fraction(cell.jobs) if cell.state not in ("queued", "leasing") else 0.0)
-        done = len(self.labels) - len(left)
-        if done == 0:
-            planned = sum(self.plan_s[k] * f for k, f in left.items()) + self.pending * self.pending_s
+        planned = sum(self.plan_s[k] * f for k, f in left.items()) + self.pending * self.pending_s
+        if len(left) == len(self.labels):  # no cell done yet
             return max(0.0, planned / self.lanes)
-        # The done cells and the running ones' part, in the plan's seconds (each at least a moment).
-        finished = sum(max(self.plan_s[k], 1e-3) * (1.0 - left.get(k, 0.0)) for k in self.labels)
-        to_go = sum(max(self.plan_s[k], 1e-3) * f for k, f in left.items()) + self.pending * max(self.pending_s, 1e-3)
-        return elapsed / finished * to_go
+        # The done cells and the running ones' part, in the plan's seconds (each run's at least its set-up).
+        finished = sum(self.plan_s[k] * (1.0 - left.get(k, 0.0)) for k in self.labels)
+        return elapsed / finished * planned
 
     def refresh(self) -> None:
         try:
