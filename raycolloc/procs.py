@@ -31,6 +31,7 @@ __all__ = [
     "alive",
     "die_with_parent",
     "format_cpus",
+    "import_timm",
     "move_threads_off",
     "normal_priority",
     "quiet_exit_in_finalizers",
@@ -190,3 +191,13 @@ def cache_env(env: MutableMapping[str, str], configured: str | None = None) -> N
     for var, sub in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton")):
         if configured or var not in env:
             env[var] = str(cache / sub)
+
+
+def import_timm() -> Any:
+    """timm, imported with inductor's cache in the node's compile cache: importing timm imports
+    torch._dynamo, which makes inductor's cache directory, else torch's own $TMPDIR/torchinductor_<user>
+    (a driver's first check of a timm name left it behind, 2026-12-05)."""
+    cache_env(os.environ)
+    import timm
+
+    return timm

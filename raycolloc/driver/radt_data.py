@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from raycolloc.datasets import DATASETS, IMAGENET_TRAIN
+from raycolloc.procs import import_timm
 
 __all__ = [
     "PlanError",
@@ -130,8 +131,6 @@ def data_path(ctx: RowContext, data: str) -> str:
 
 def synthetic_shape(model: str) -> dict[str, int]:
     """Synthetic images of the model's default input (timm's config) and ImageNet's classes and size."""
-    import timm
-
-    cfg = timm.get_pretrained_cfg(model)
+    cfg = import_timm().get_pretrained_cfg(model)
     res = int(cfg.input_size[-1]) if cfg is not None and cfg.input_size else 224
     return {"resolution": res, "num_classes": 1000, "dataset_size": IMAGENET_TRAIN}

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from raycolloc.config_checks import closest
 from raycolloc.datasets import DATASETS
 from raycolloc.job.workloads.diskcache import read_json, write_json
+from raycolloc.procs import import_timm
 from raycolloc.workload_kinds import ModelWorkload
 
 if TYPE_CHECKING:
@@ -63,9 +64,7 @@ def timm_model_names() -> tuple[str, ...]:
     names = read_json(name) if name else None
     if isinstance(names, list) and names:
         return tuple(names)
-    import timm
-
-    found = tuple(timm.list_models())
+    found = tuple(import_timm().list_models())
     if name:
         write_json(name, list(found))
     return found

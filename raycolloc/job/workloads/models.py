@@ -8,6 +8,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from raycolloc.procs import import_timm
+
 __all__ = ["DLRM", "TinyCNN", "timm_model"]
 
 
@@ -17,8 +19,7 @@ def timm_model(name: str, num_classes: int, resolution: int | None = None) -> nn
     Models built for one input size (ViT, CaiT: ``fixed_input_size`` in timm's config) are built
     for ``resolution`` when it differs; the others take any size as they are.
     """
-    import timm
-
+    timm = import_timm()
     kwargs: dict[str, Any] = {}
     cfg = timm.get_pretrained_cfg(name)
     if resolution and cfg is not None and cfg.fixed_input_size and tuple(cfg.input_size[1:]) != (resolution,) * 2:
