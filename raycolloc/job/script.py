@@ -33,7 +33,14 @@ from typing import IO, Any
 
 from raycolloc.job.script_exec import PYTHONPATH_KEEP, encode_device
 from raycolloc.job.script_mps import MpsWatch
-from raycolloc.procs import format_cpus, move_threads_off, normal_priority, python_env, quiet_exit_in_finalizers
+from raycolloc.procs import (
+    cache_env,
+    format_cpus,
+    move_threads_off,
+    normal_priority,
+    python_env,
+    quiet_exit_in_finalizers,
+)
 from raycolloc.results.rows import EpochRow
 from raycolloc.spec import Binding, JobInfo, JobProgress, JobSpec, JobState, JobStatus
 
@@ -159,10 +166,13 @@ class ScriptTrainer:
     def _env(self) -> dict[str, str]:
         """The script's environment: the node's, the workload's, then the binding's (which wins:
         the GPU or MIG device and the MPS pipe are the mode's), and where the launcher is; the
-        directory of raycolloc's interpreter first on ``PATH``."""
+        directory of raycolloc's interpreter first on ``PATH``. Inductor's and triton's caches are the
+        node's compile cache unless the workload names its own: a script that imports timm or compiles
+        left $TMPDIR/torchinductor_<user> behind (README's script job, 2026-12-05)."""
+        node = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        cache_env(node, self._running.trainer.compile_cache)
         env = {
-            **os.environ,
-            "PYTHONUNBUFFERED": "1",
+            **node,
             **self.workload.env,
             **self.binding.env,
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
