@@ -167,10 +167,12 @@ class ScriptTrainer:
         """The script's environment: the node's, the workload's, then the binding's (which wins:
         the GPU or MIG device and the MPS pipe are the mode's), and where the launcher is; the
         directory of raycolloc's interpreter first on ``PATH``. Inductor's and triton's caches are the
-        node's compile cache unless the workload names its own: a script that imports timm or compiles
-        left $TMPDIR/torchinductor_<user> behind (README's script job, 2026-12-05)."""
+        node's compile cache unless the workload names either (torch keeps triton's under inductor's): a
+        script that imports timm or compiles left $TMPDIR/torchinductor_<user> behind (README's script
+        job, 2026-12-05)."""
         node = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        cache_env(node, self._running.trainer.compile_cache)
+        if not {"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"} & set(self.workload.env):
+            cache_env(node, self._running.trainer.compile_cache)
         env = {
             **node,
             **self.workload.env,
