@@ -43,11 +43,11 @@ for d in sorted(out.glob("p*-f*"), key=lambda p: p.stat().st_mtime):
 print(f"{'sweep':<10} {'first':>9}  repeats (samples/s)")
 for s in sweeps:
     print(f"{s['sweep']:<10} {s['first']:>9,.0f}  " + "  ".join(f"{r:,.0f}" for r in s["repeats"]))
-firsts = [s["first"] for s in sweeps]
+every_first = statistics.median(s["first"] for s in sweeps) if sweeps else 0.0
 summary = {}
 for floor in ("1", "0.3"):
     own = [r / s["first"] - 1 for s in sweeps if s["floor"] == floor for r in s["repeats"]]
-    every = [r / statistics.median(firsts) - 1 for s in sweeps if s["floor"] == floor for r in s["repeats"]]
+    every = [r / every_first - 1 for s in sweeps if s["floor"] == floor for r in s["repeats"]]
     if own:
         summary[floor] = {"repeats": len(own), "vs_own_first_median": statistics.median(own),
                           "vs_all_firsts_median": statistics.median(every)}

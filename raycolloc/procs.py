@@ -26,6 +26,7 @@ import psutil
 from raycolloc.config_groups import compile_cache_at
 
 __all__ = [
+    "KERNEL_CACHES",
     "cache_env",
     "compile_cache",
     "alive",
@@ -184,11 +185,15 @@ def compile_cache(configured: str | None = None) -> Path:
     return Path(compile_cache_at(configured, os.environ)[0])
 
 
+# The kernel caches' variables, each with its directory in the compile cache.
+KERNEL_CACHES = (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton"))
+
+
 def cache_env(env: MutableMapping[str, str], configured: str | None = None) -> None:
     """Point inductor's and triton's kernel caches in ``env`` into the compile cache, so identical jobs
     reuse each other's kernels: always for a configured cache, else unless ``env`` names its own."""
     cache = compile_cache(configured)
-    for var, sub in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton")):
+    for var, sub in KERNEL_CACHES:
         if configured or var not in env:
             env[var] = str(cache / sub)
 

@@ -34,6 +34,7 @@ from typing import IO, Any
 from raycolloc.job.script_exec import PYTHONPATH_KEEP, encode_device
 from raycolloc.job.script_mps import MpsWatch
 from raycolloc.procs import (
+    KERNEL_CACHES,
     cache_env,
     format_cpus,
     move_threads_off,
@@ -171,7 +172,7 @@ class ScriptTrainer:
         script that imports timm or compiles left $TMPDIR/torchinductor_<user> behind (README's script
         job, 2026-12-05)."""
         node = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        if not {"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"} & set(self.workload.env):
+        if not any(var in self.workload.env for var, _ in KERNEL_CACHES):
             cache_env(node, self._running.trainer.compile_cache)
         env = {
             **node,
